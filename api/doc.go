@@ -1,0 +1,30 @@
+// Package api holds the wire types and error kinds shared by sbxd and its clients.
+//
+// Routes of the sbxd HTTP API (all JSON unless said otherwise; errors are
+// ErrorBody with the status of their kind; streams are server-sent events
+// "event: NAME\ndata: JSON\n\n").
+//
+//	GET    /v1/health                                  Health
+//	GET    /v1/sandboxes                               []Sandbox
+//	POST   /v1/sandboxes                   CreateRequest -> 201 Sandbox
+//	GET    /v1/sandboxes/{id}                          Sandbox        ({id} is an id or a name, everywhere)
+//	DELETE /v1/sandboxes/{id}                          DeleteResult
+//	POST   /v1/sandboxes/{id}/exec         ExecRequest -> 201 Exec when Detach,
+//	                                                   else a stream of ExecEvent: "started", "stdout"/"stderr"..., "exit"
+//	GET    /v1/sandboxes/{id}/execs                    []Exec
+//	GET    /v1/sandboxes/{id}/execs/{exec}             Exec
+//	GET    /v1/sandboxes/{id}/execs/{exec}/output?follow=1
+//	                                                   stream of ExecEvent: the output kept so far, then (with
+//	                                                   follow) live output; ends with "exit" once the exec has ended
+//	GET    /v1/sandboxes/{id}/files?path=P             the file's bytes (application/octet-stream)
+//	GET    /v1/sandboxes/{id}/files?path=P&tar=1       a tar of P (file or directory), entries named from P's base name
+//	PUT    /v1/sandboxes/{id}/files?path=P&mode=0644   body: the file's bytes (Content-Length required); 204.
+//	                                                   The file lands whole or not at all.
+//	PUT    /v1/sandboxes/{id}/files?path=P&tar=1       body: a tar, extracted under directory P; 204
+//	GET    /v1/sandboxes/{id}/fs/stat?path=P           FileInfo (of the link itself for a symlink)
+//	GET    /v1/sandboxes/{id}/fs/ls?path=P             []FileInfo
+//	GET    /v1/templates                               []Template
+//	POST   /v1/templates/{name}/build?force=1          stream of Progress, the last with Done or Error
+//	PUT    /v1/templates/{name}                        body: a tar of a root filesystem; stream of Progress
+//	DELETE /v1/templates/{name}                        204
+package api
