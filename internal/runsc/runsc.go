@@ -1,0 +1,289 @@
+// Package runsc is the only package that runs runsc: bundles, specs and every
+// runsc call go through it.
+//
+// The runsc command line is the engine's only stable contract, so every call
+// goes through one function (Driver.run) that sets the timeout, captures
+// stderr and names the verb and the sandbox in its error.
+package runsc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// DefaultTimeout bounds every runsc call that is not a long-running process.
+const DefaultTimeout = 60 * time.Second
+
+// Driver runs one runsc binary against one state root.
+type Driver struct {
+	// Path is the runsc binary.
+	Path string
+	// Root is runsc's state directory (--root); one per sbxd.
+	Root string
+	// Flags are extra global flags given to every call (tests add --debug).
+	Flags []string
+}
+
+// Error is a failed runsc call. It unwraps to the underlying exec error.
+type Error struct {
+	Verb   string
+	ID     string
+	Err    error
+	Stderr string
+}
+
+func (e *Error) Error() string {
+	if e.Stderr == "" {
+		return fmt.Sprintf("runsc %s %s: %v", e.Verb, e.ID, e.Err)
+	}
+	return fmt.Sprintf("runsc %s %s: %v: %s", e.Verb, e.ID, e.Err, e.Stderr)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// ErrNotExist is wrapped by errors of calls on a sandbox runsc does not know.
+var ErrNotExist = errors.New("sandbox does not exist in runsc")
+
+func (d *Driver) globalArgs() []string {
+	args := []string{"--root", d.Root}
+	return append(args, d.Flags...)
+}
+
+// Command returns the exec.Cmd for `runsc [global] verb args...` for callers
+// that manage a long-running runsc process themselves (exec). Its stdio is
+// the caller's to set.
+func (d *Driver) Command(ctx context.Context, verb string, global []string, args ...string) *exec.Cmd {
+	all := append(d.globalArgs(), global...)
+	all = append(all, verb)
+	all = append(all, args...)
+	cmd := exec.CommandContext(ctx, d.Path, all...)
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// run runs one short runsc call and returns its stdout. It is the chokepoint
+// for every short call: a timeout, stderr captured, verb and id in the error.
+func (d *Driver) run(ctx context.Context, global []string, verb, id string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
+	defer cancel()
+	cmd := d.Command(ctx, verb, global, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout = &stdout
+	cmd.Stderr = &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, &Error{Verb: verb, ID: id, Err: err, Stderr: tail(stderr.Bytes())}
+	}
+	if err := cmd.Wait(); err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (timed out after %s)", err, DefaultTimeout)
+		}
+		msg := tail(stderr.Bytes())
+		if strings.Contains(msg, "does not exist") || strings.Contains(msg, "no such container") || strings.Contains(msg, "cannot find") {
+			err = fmt.Errorf("%w: %w", ErrNotExist, err)
+		}
+		return stdout.Bytes(), &Error{Verb: verb, ID: id, Err: err, Stderr: msg}
+	}
+	return stdout.Bytes(), nil
+}
+
+// tail returns the last line-ish part of runsc's stderr, enough to say why.
+func tail(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	const max = 600
+	if len(s) > max {
+		s = "..." + s[len(s)-max:]
+	}
+	return s
+}
+
+// RunOptions says how to start a sandbox.
+type RunOptions struct {
+	// Bundle is the OCI bundle directory holding config.json.
+	Bundle string
+	// Console receives the first process's stdout and stderr.
+	Console *os.File
+	// Overlay is the directory backing the root overlay's upper layer.
+	Overlay string
+}
+
+// sandboxFlags are the global flags that shape a sandbox when it is created.
+func sandboxFlags(o RunOptions) []string {
+	return []string{
+		"--network=sandbox",
+		"--overlay2=root:dir=" + o.Overlay,
+	}
+}
+
+// Run creates and starts sandbox id detached. The first process's stdio is
+// o.Console (never a pipe: a detached runsc keeps what it was given).
+func (d *Driver) Run(ctx context.Context, id string, o RunOptions) error {
+	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
+	defer cancel()
+	cmd := d.Command(ctx, "run", sandboxFlags(o), "--detach", "--bundle", o.Bundle, id)
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer devnull.Close()
+	cmd.Stdin = devnull
+	cmd.Stdout = o.Console
+	// stderr of runsc itself and of the first process share the console.
+	cmd.Stderr = o.Console
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	before, _ := o.Console.Seek(0, io.SeekEnd)
+	if err := cmd.Start(); err != nil {
+		return &Error{Verb: "run", ID: id, Err: err}
+	}
+	if err := cmd.Wait(); err != nil {
+		return &Error{Verb: "run", ID: id, Err: err, Stderr: readTail(o.Console, before)}
+	}
+	return nil
+}
+
+func readTail(f *os.File, from int64) string {
+	end, err := f.Seek(0, io.SeekEnd)
+	if err != nil || end <= from {
+		return ""
+	}
+	if end-from > 4096 {
+		from = end - 4096
+	}
+	b := make([]byte, end-from)
+	n, _ := f.ReadAt(b, from)
+	return tail(b[:n])
+}
+
+// State is what runsc reports of a sandbox.
+type State struct {
+	ID     string `json:"id"`
+	Pid    int    `json:"pid"`
+	Status string `json:"status"`
+}
+
+// State returns runsc's view of sandbox id; the error wraps ErrNotExist when
+// runsc does not know it.
+func (d *Driver) State(ctx context.Context, id string) (State, error) {
+	out, err := d.run(ctx, nil, "state", id, id)
+	if err != nil {
+		return State{}, err
+	}
+	var s State
+	if err := json.Unmarshal(out, &s); err != nil {
+		return State{}, fmt.Errorf("runsc state %s: decode: %w", id, err)
+	}
+	return s, nil
+}
+
+// List returns every sandbox in this root.
+func (d *Driver) List(ctx context.Context) ([]State, error) {
+	out, err := d.run(ctx, nil, "list", "", "--format", "json")
+	if err != nil {
+		return nil, err
+	}
+	var l []State
+	if len(bytes.TrimSpace(out)) == 0 || bytes.Equal(bytes.TrimSpace(out), []byte("null")) {
+		return nil, nil
+	}
+	if err := json.Unmarshal(out, &l); err != nil {
+		return nil, fmt.Errorf("runsc list: decode: %w", err)
+	}
+	return l, nil
+}
+
+// Kill sends sig to every process of sandbox id.
+func (d *Driver) Kill(ctx context.Context, id string, sig syscall.Signal) error {
+	_, err := d.run(ctx, nil, "kill", id, "--all", id, fmt.Sprint(int(sig)))
+	return err
+}
+
+// Delete forcibly removes sandbox id; a sandbox runsc does not know is not an error.
+func (d *Driver) Delete(ctx context.Context, id string) error {
+	_, err := d.run(ctx, nil, "delete", id, "--force", id)
+	if errors.Is(err, ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// ExecOptions says how to run a process in a sandbox.
+type ExecOptions struct {
+	Args []string
+	Env  []string
+	Cwd  string
+	// InternalPidFile receives the process's pid inside the sandbox.
+	InternalPidFile string
+}
+
+// ExecCommand returns the command that runs o.Args in sandbox id and exits
+// with its exit code. The caller sets stdio (files or pipes) and waits.
+func (d *Driver) ExecCommand(ctx context.Context, id string, o ExecOptions) *exec.Cmd {
+	var args []string
+	if o.Cwd != "" {
+		args = append(args, "--cwd", o.Cwd)
+	}
+	for _, e := range o.Env {
+		args = append(args, "--env", e)
+	}
+	if o.InternalPidFile != "" {
+		args = append(args, "--internal-pid-file", o.InternalPidFile)
+	}
+	args = append(args, id)
+	args = append(args, o.Args...)
+	return d.Command(ctx, "exec", nil, args...)
+}
+
+// Exec runs o.Args in sandbox id with the given stdio and returns its exit
+// code. A runsc failure that is not the process's own exit is an *Error.
+func (d *Driver) Exec(ctx context.Context, id string, o ExecOptions, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	cmd := d.ExecCommand(ctx, id, o)
+	cmd.Stdin = stdin
+	cmd.Stdout = stdout
+	var errTail bytes.Buffer
+	if stderr == nil {
+		cmd.Stderr = &errTail
+	} else {
+		cmd.Stderr = io.MultiWriter(stderr, &limitedBuffer{b: &errTail, max: 4096})
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return -1, &Error{Verb: "exec", ID: id, Err: err}
+	}
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.Exited() && ctx.Err() == nil {
+		return ee.ExitCode(), nil
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w: %w", ctx.Err(), err)
+		}
+		return -1, &Error{Verb: "exec", ID: id, Err: err, Stderr: tail(errTail.Bytes())}
+	}
+	return 0, nil
+}
+
+type limitedBuffer struct {
+	b   *bytes.Buffer
+	max int
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	if room := l.max - l.b.Len(); room > 0 {
+		if len(p) > room {
+			l.b.Write(p[:room])
+		} else {
+			l.b.Write(p)
+		}
+	}
+	return len(p), nil
+}

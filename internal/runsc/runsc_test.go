@@ -1,0 +1,152 @@
+package runsc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// testDriver returns a Driver on the runsc built into bin/, with its own
+// state root, or skips when the test cannot drive real runsc.
+func testDriver(t *testing.T) *Driver {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to drive runsc")
+	}
+	_, file, _, _ := runtime.Caller(0)
+	bin := filepath.Join(filepath.Dir(file), "..", "..", "bin", "runsc")
+	if _, err := os.Stat(bin); err != nil {
+		t.Skipf("no runsc at %s (run make build): %v", bin, err)
+	}
+	return &Driver{Path: bin, Root: t.TempDir()}
+}
+
+// busyboxRootfs makes a minimal rootfs from the host's busybox-static.
+func busyboxRootfs(t *testing.T) string {
+	t.Helper()
+	bb, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Skip("busybox-static not installed")
+	}
+	root := t.TempDir()
+	for _, d := range []string{"bin", "proc", "sys", "dev", "tmp", "etc", ".sbx"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(bb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "bin", "busybox"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, app := range []string{"sh", "sleep", "echo", "cat", "ls"} {
+		if err := os.Symlink("busybox", filepath.Join(root, "bin", app)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"resolv.conf", "hosts", "hostname"} {
+		if err := os.WriteFile(filepath.Join(root, "etc", f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+func testNetNS(t *testing.T) string {
+	t.Helper()
+	name := "sbxtest-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	return "/run/netns/" + name
+}
+
+func TestRunExecDelete(t *testing.T) {
+	d := testDriver(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	etc := filepath.Join(dir, "etc")
+	os.MkdirAll(etc, 0o755)
+	for _, f := range []string{"resolv.conf", "hosts", "hostname"} {
+		os.WriteFile(filepath.Join(etc, f), []byte("# "+f+"\n"), 0o644)
+	}
+	agent := filepath.Join(dir, "agent")
+	os.MkdirAll(agent, 0o755)
+	rootfs := busyboxRootfs(t)
+	spec := Spec(SpecOptions{Hostname: "t", Rootfs: rootfs, AgentDir: agent, EtcDir: etc, NetNS: testNetNS(t)})
+	spec.Process.Args = []string{"/bin/sh", "-c", "echo console-hello; exec sleep 1000"}
+	bundle := filepath.Join(dir, "bundle")
+	os.MkdirAll(bundle, 0o700)
+	writeSpec(t, bundle, spec)
+	console, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer console.Close()
+	overlay := filepath.Join(dir, "upper")
+	os.MkdirAll(overlay, 0o700)
+	const id = "sbxtest-run"
+	t.Cleanup(func() { d.Delete(context.Background(), id) })
+	if err := d.Run(ctx, id, RunOptions{Bundle: bundle, Console: console, Overlay: overlay}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := d.State(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Status != "running" {
+		t.Errorf("status = %q, want running", st.Status)
+	}
+	var out bytes.Buffer
+	code, err := d.Exec(ctx, id, ExecOptions{Args: []string{"/bin/sh", "-c", "cat /etc/resolv.conf; echo x > /tmp/f; cat /tmp/f; exit 7"}}, nil, &out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != 7 {
+		t.Errorf("exit code = %d, want 7", code)
+	}
+	if got, want := out.String(), "# resolv.conf\nx\n"; got != want {
+		t.Errorf("output = %q, want %q", got, want)
+	}
+	// The template is shared: a sandbox's writes never reach it.
+	if _, err := os.Stat(filepath.Join(rootfs, "tmp", "f")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("write inside the sandbox reached the template: %v", err)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "console.log"))
+	if !strings.Contains(string(b), "console-hello") {
+		t.Errorf("console = %q, want console-hello", b)
+	}
+	if err := d.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.State(ctx, id); !errors.Is(err, ErrNotExist) {
+		t.Errorf("state after delete: %v, want ErrNotExist", err)
+	}
+	if err := d.Delete(ctx, id); err != nil {
+		t.Errorf("second delete: %v", err)
+	}
+}
+
+func writeSpec(t *testing.T, bundle string, spec any) {
+	t.Helper()
+	b, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,126 @@
+package runsc
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// AgentDir is where the sbx agent directory is mounted inside every sandbox.
+const AgentDir = "/.sbx"
+
+// AgentPath is the agent binary as seen from inside a sandbox.
+const AgentPath = AgentDir + "/sbx-agent"
+
+// DefaultPath is the PATH of every process sbx starts in a sandbox.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// SpecOptions describes one sandbox's OCI spec.
+type SpecOptions struct {
+	Hostname string
+	// Rootfs is the template's root filesystem, shared read-only by sandboxes.
+	Rootfs string
+	// AgentDir is the host directory holding sbx-agent.
+	AgentDir string
+	// EtcDir is the host directory holding this sandbox's resolv.conf, hosts and hostname.
+	EtcDir string
+	// NetNS is the path of the sandbox's network namespace.
+	NetNS string
+	// CgroupsPath places the sandbox in its own cgroup.
+	CgroupsPath string
+	// CPUs limits CPU time (0: no limit); Memory limits memory in bytes (0: no limit).
+	CPUs   float64
+	Memory int64
+	Env    []string
+	// Annotations go into the spec as they are.
+	Annotations map[string]string
+}
+
+// WriteBundle writes config.json for o into bundle.
+func WriteBundle(bundle string, o SpecOptions) error {
+	spec := Spec(o)
+	b, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(bundle, 0o700); err != nil {
+		return err
+	}
+	tmp := filepath.Join(bundle, "config.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("write bundle: %w", err)
+	}
+	return os.Rename(tmp, filepath.Join(bundle, "config.json"))
+}
+
+// Spec returns the OCI spec of a sandbox: the agent's init as the first
+// process, the template as a root sbx never writes to (runsc's overlay takes
+// the writes), and the agent, resolv.conf, hosts and hostname bound in.
+func Spec(o SpecOptions) *specs.Spec {
+	env := append([]string{"PATH=" + DefaultPath, "HOME=/root", "TERM=xterm"}, o.Env...)
+	s := &specs.Spec{
+		Version: specs.Version,
+		Process: &specs.Process{
+			User: specs.User{UID: 0, GID: 0},
+			Args: []string{AgentPath, "init"},
+			Env:  env,
+			Cwd:  "/",
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding:  defaultCaps,
+				Effective: defaultCaps,
+				Permitted: defaultCaps,
+			},
+			Rlimits: []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20}},
+		},
+		Root:        &specs.Root{Path: o.Rootfs, Readonly: false},
+		Hostname:    o.Hostname,
+		Annotations: o.Annotations,
+		Mounts: []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc"},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777"}},
+			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+			{Destination: AgentDir, Type: "bind", Source: o.AgentDir, Options: []string{"rbind", "ro"}},
+			{Destination: "/etc/resolv.conf", Type: "bind", Source: filepath.Join(o.EtcDir, "resolv.conf"), Options: []string{"rbind", "rw"}},
+			{Destination: "/etc/hosts", Type: "bind", Source: filepath.Join(o.EtcDir, "hosts"), Options: []string{"rbind", "rw"}},
+			{Destination: "/etc/hostname", Type: "bind", Source: filepath.Join(o.EtcDir, "hostname"), Options: []string{"rbind", "rw"}},
+		},
+		Linux: &specs.Linux{
+			CgroupsPath: o.CgroupsPath,
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace},
+				{Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace},
+				{Type: specs.MountNamespace},
+				{Type: specs.NetworkNamespace, Path: o.NetNS},
+			},
+			Resources: resources(o),
+		},
+	}
+	return s
+}
+
+func resources(o SpecOptions) *specs.LinuxResources {
+	r := &specs.LinuxResources{}
+	if o.Memory > 0 {
+		m := o.Memory
+		r.Memory = &specs.LinuxMemory{Limit: &m}
+	}
+	if o.CPUs > 0 {
+		period := uint64(100000)
+		quota := int64(o.CPUs * float64(period))
+		r.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
+	}
+	return r
+}
+
+var defaultCaps = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_FSETID",
+	"CAP_KILL", "CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
+	"CAP_NET_RAW", "CAP_SYS_CHROOT", "CAP_MKNOD", "CAP_AUDIT_WRITE", "CAP_SETFCAP",
+	"CAP_SYS_PTRACE", "CAP_NET_ADMIN", "CAP_SYS_ADMIN",
+}
