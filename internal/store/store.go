@@ -1,0 +1,326 @@
+// Package store keeps sbxd's durable state in SQLite (WAL): sandboxes, execs and events.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // the SQLite driver, pure Go
+
+	"sbx.dev/sbx/api"
+)
+
+// Store is the daemon's database.
+type Store struct {
+	db *sql.DB
+}
+
+const schema = `
+CREATE TABLE IF NOT EXISTS sandboxes (
+	id            TEXT PRIMARY KEY,
+	name          TEXT UNIQUE,
+	template      TEXT NOT NULL,
+	state         TEXT NOT NULL,
+	reason        TEXT NOT NULL DEFAULT '',
+	created_at    INTEGER NOT NULL,
+	ttl_ns        INTEGER NOT NULL DEFAULT 0,
+	meta          TEXT NOT NULL DEFAULT '{}',
+	cpus          REAL NOT NULL DEFAULT 0,
+	memory        INTEGER NOT NULL DEFAULT 0,
+	last_activity INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS execs (
+	id          TEXT PRIMARY KEY,
+	sandbox_id  TEXT NOT NULL,
+	cmd         TEXT NOT NULL,
+	state       TEXT NOT NULL,
+	pid         INTEGER NOT NULL DEFAULT 0,
+	exit_code   INTEGER,
+	timed_out   INTEGER NOT NULL DEFAULT 0,
+	started_at  INTEGER NOT NULL,
+	ended_at    INTEGER
+);
+CREATE INDEX IF NOT EXISTS execs_sandbox ON execs(sandbox_id, started_at);
+CREATE TABLE IF NOT EXISTS events (
+	seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+	sandbox_id  TEXT NOT NULL,
+	time        INTEGER NOT NULL,
+	type        TEXT NOT NULL,
+	detail      TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS events_sandbox ON events(sandbox_id, seq);
+`
+
+// Open opens (creating if needed) the database at path.
+func Open(path string) (*Store, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	// One writer: SQLite serializes writes anyway, and one connection keeps
+	// the pragmas and avoids SQLITE_BUSY between our own connections.
+	db.SetMaxOpenConns(1)
+	if _, err := db.Exec(schema); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store %s: schema: %w", path, err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Sandbox is the durable record of one sandbox.
+type Sandbox struct {
+	ID           string
+	Name         string
+	Template     string
+	State        api.State
+	Reason       string
+	CreatedAt    time.Time
+	TTL          time.Duration
+	Meta         map[string]string
+	CPUs         float64
+	Memory       int64
+	LastActivity time.Time
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// CreateSandbox inserts sb; a taken name is api.ErrConflict.
+func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
+	meta, _ := json.Marshal(sb.Meta)
+	_, err := s.db.ExecContext(ctx, `INSERT INTO sandboxes
+		(id, name, template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		sb.ID, nullable(sb.Name), sb.Template, string(sb.State), sb.Reason, sb.CreatedAt.UnixNano(),
+		int64(sb.TTL), string(meta), sb.CPUs, sb.Memory, sb.LastActivity.UnixNano())
+	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: sandboxes.name") {
+		return api.Errorf(api.ErrConflict, "name %q is taken", sb.Name)
+	}
+	if err != nil {
+		return fmt.Errorf("store sandbox %s: %w", sb.ID, err)
+	}
+	return nil
+}
+
+// SetState records a sandbox's state and the reason for it.
+func (s *Store) SetState(ctx context.Context, id string, state api.State, reason string) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET state = ?, reason = ? WHERE id = ?`, string(state), reason, id)
+	if err != nil {
+		return fmt.Errorf("store state of %s: %w", id, err)
+	}
+	return nil
+}
+
+// Touch records activity on a sandbox.
+func (s *Store) Touch(ctx context.Context, id string, at time.Time) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET last_activity = ? WHERE id = ? AND last_activity < ?`, at.UnixNano(), id, at.UnixNano())
+	return err
+}
+
+// DeleteSandbox removes a sandbox and its execs. Its events stay.
+func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `DELETE FROM execs WHERE sandbox_id = ?`, id); err != nil {
+		return fmt.Errorf("delete sandbox %s: %w", id, err)
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id); err != nil {
+		return fmt.Errorf("delete sandbox %s: %w", id, err)
+	}
+	return tx.Commit()
+}
+
+const sandboxCols = `id, COALESCE(name, ''), template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity`
+
+func scanSandbox(row interface{ Scan(...any) error }) (*Sandbox, error) {
+	var sb Sandbox
+	var state, meta string
+	var created, ttl, last int64
+	if err := row.Scan(&sb.ID, &sb.Name, &sb.Template, &state, &sb.Reason, &created, &ttl, &meta, &sb.CPUs, &sb.Memory, &last); err != nil {
+		return nil, err
+	}
+	sb.State = api.State(state)
+	sb.CreatedAt = time.Unix(0, created)
+	sb.TTL = time.Duration(ttl)
+	sb.LastActivity = time.Unix(0, last)
+	if err := json.Unmarshal([]byte(meta), &sb.Meta); err != nil {
+		return nil, fmt.Errorf("sandbox %s: meta: %w", sb.ID, err)
+	}
+	return &sb, nil
+}
+
+// Sandbox returns the sandbox whose id or name is ref (api.ErrNotFound if none).
+func (s *Store) Sandbox(ctx context.Context, ref string) (*Sandbox, error) {
+	row := s.db.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ? OR name = ?`, ref, ref)
+	sb, err := scanSandbox(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, api.Errorf(api.ErrNotFound, "sandbox %s not found", ref)
+	}
+	return sb, err
+}
+
+// Sandboxes returns every sandbox, oldest first.
+func (s *Store) Sandboxes(ctx context.Context) ([]*Sandbox, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes ORDER BY created_at`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Sandbox
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sb)
+	}
+	return out, rows.Err()
+}
+
+// CreateExec records a started exec.
+func (s *Store) CreateExec(ctx context.Context, e *api.Exec) error {
+	cmd, _ := json.Marshal(e.Cmd)
+	_, err := s.db.ExecContext(ctx, `INSERT INTO execs (id, sandbox_id, cmd, state, pid, started_at) VALUES (?, ?, ?, ?, ?, ?)`,
+		e.ID, e.SandboxID, string(cmd), string(e.State), e.Pid, e.StartedAt.UnixNano())
+	if err != nil {
+		return fmt.Errorf("store exec %s: %w", e.ID, err)
+	}
+	return nil
+}
+
+// UpdateExec records an exec's pid, state and, once it ended, its exit.
+func (s *Store) UpdateExec(ctx context.Context, e *api.Exec) error {
+	var ended any
+	if e.EndedAt != nil {
+		ended = e.EndedAt.UnixNano()
+	}
+	var code any
+	if e.ExitCode != nil {
+		code = *e.ExitCode
+	}
+	_, err := s.db.ExecContext(ctx, `UPDATE execs SET state = ?, pid = ?, exit_code = ?, timed_out = ?, ended_at = ? WHERE id = ?`,
+		string(e.State), e.Pid, code, e.TimedOut, ended, e.ID)
+	if err != nil {
+		return fmt.Errorf("store exec %s: %w", e.ID, err)
+	}
+	return nil
+}
+
+const execCols = `id, sandbox_id, cmd, state, pid, exit_code, timed_out, started_at, ended_at`
+
+func scanExec(row interface{ Scan(...any) error }) (*api.Exec, error) {
+	var e api.Exec
+	var cmd, state string
+	var code, ended sql.NullInt64
+	var started int64
+	if err := row.Scan(&e.ID, &e.SandboxID, &cmd, &state, &e.Pid, &code, &e.TimedOut, &started, &ended); err != nil {
+		return nil, err
+	}
+	e.State = api.ExecState(state)
+	if err := json.Unmarshal([]byte(cmd), &e.Cmd); err != nil {
+		return nil, fmt.Errorf("exec %s: cmd: %w", e.ID, err)
+	}
+	if code.Valid {
+		c := int(code.Int64)
+		e.ExitCode = &c
+	}
+	e.StartedAt = time.Unix(0, started)
+	if ended.Valid {
+		t := time.Unix(0, ended.Int64)
+		e.EndedAt = &t
+	}
+	return &e, nil
+}
+
+// Exec returns one exec of a sandbox (api.ErrNotFound if none).
+func (s *Store) Exec(ctx context.Context, sandboxID, execID string) (*api.Exec, error) {
+	row := s.db.QueryRowContext(ctx, `SELECT `+execCols+` FROM execs WHERE sandbox_id = ? AND id = ?`, sandboxID, execID)
+	e, err := scanExec(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, api.Errorf(api.ErrNotFound, "exec %s not found in sandbox %s", execID, sandboxID)
+	}
+	return e, err
+}
+
+// Execs returns a sandbox's execs, oldest first; with sandboxID "" every
+// exec still recorded as running.
+func (s *Store) Execs(ctx context.Context, sandboxID string) ([]*api.Exec, error) {
+	q, arg := `SELECT `+execCols+` FROM execs WHERE sandbox_id = ? ORDER BY started_at`, any(sandboxID)
+	if sandboxID == "" {
+		q, arg = `SELECT `+execCols+` FROM execs WHERE state = ? ORDER BY started_at`, string(api.ExecRunning)
+	}
+	rows, err := s.db.QueryContext(ctx, q, arg)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*api.Exec
+	for rows.Next() {
+		e, err := scanExec(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// Event is one lifecycle event of a sandbox.
+type Event struct {
+	Seq       int64          `json:"seq"`
+	SandboxID string         `json:"sandboxId"`
+	Time      time.Time      `json:"time"`
+	Type      string         `json:"type"`
+	Detail    map[string]any `json:"detail,omitempty"`
+}
+
+// AddEvent appends an event.
+func (s *Store) AddEvent(ctx context.Context, sandboxID, typ string, detail map[string]any) error {
+	d, _ := json.Marshal(detail)
+	_, err := s.db.ExecContext(ctx, `INSERT INTO events (sandbox_id, time, type, detail) VALUES (?, ?, ?, ?)`,
+		sandboxID, time.Now().UnixNano(), typ, string(d))
+	return err
+}
+
+// Events returns a sandbox's events after seq.
+func (s *Store) Events(ctx context.Context, sandboxID string, after int64) ([]Event, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT seq, sandbox_id, time, type, detail FROM events WHERE sandbox_id = ? AND seq > ? ORDER BY seq`, sandboxID, after)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var e Event
+		var t int64
+		var d string
+		if err := rows.Scan(&e.Seq, &e.SandboxID, &t, &e.Type, &d); err != nil {
+			return nil, err
+		}
+		e.Time = time.Unix(0, t)
+		_ = json.Unmarshal([]byte(d), &e.Detail)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,108 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"sbx.dev/sbx/api"
+)
+
+func openTest(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestSandboxes(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	now := time.Unix(1700000000, 0)
+	a := &Sandbox{ID: "sb_aaaaaaaaaa", Name: "alpha", Template: "tiny", State: api.StateRunning, CreatedAt: now, TTL: time.Minute, Meta: map[string]string{"k": "v"}, LastActivity: now}
+	if err := s.CreateSandbox(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	b := &Sandbox{ID: "sb_bbbbbbbbbb", Name: "alpha", Template: "tiny", State: api.StateRunning, CreatedAt: now, LastActivity: now}
+	if err := s.CreateSandbox(ctx, b); !errors.Is(err, api.ErrConflict) {
+		t.Errorf("taken name: got %v, want ErrConflict", err)
+	}
+	b.Name = ""
+	if err := s.CreateSandbox(ctx, b); err != nil {
+		t.Fatalf("two unnamed sandboxes: %v", err)
+	}
+	for _, ref := range []string{"alpha", "sb_aaaaaaaaaa"} {
+		got, err := s.Sandbox(ctx, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(a, got); diff != "" {
+			t.Errorf("Sandbox(%q) (-want +got):\n%s", ref, diff)
+		}
+	}
+	if _, err := s.Sandbox(ctx, "nope"); !errors.Is(err, api.ErrNotFound) {
+		t.Errorf("unknown: got %v, want ErrNotFound", err)
+	}
+	if err := s.SetState(ctx, a.ID, api.StateError, "runsc says no"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Touch(ctx, a.ID, now.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Touch(ctx, a.ID, now); err != nil { // older: ignored
+		t.Fatal(err)
+	}
+	got, _ := s.Sandbox(ctx, a.ID)
+	if got.State != api.StateError || got.Reason != "runsc says no" || !got.LastActivity.Equal(now.Add(time.Second)) {
+		t.Errorf("after updates: %+v", got)
+	}
+	all, _ := s.Sandboxes(ctx)
+	if len(all) != 2 {
+		t.Errorf("Sandboxes: got %d, want 2", len(all))
+	}
+	if err := s.DeleteSandbox(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Sandbox(ctx, "alpha"); !errors.Is(err, api.ErrNotFound) {
+		t.Errorf("after delete: got %v, want ErrNotFound", err)
+	}
+}
+
+func TestExecs(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	start := time.Unix(1700000000, 0)
+	e := &api.Exec{ID: "ex_1", SandboxID: "sb_a", Cmd: []string{"echo", "hi"}, State: api.ExecRunning, StartedAt: start}
+	if err := s.CreateExec(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	running, _ := s.Execs(ctx, "")
+	if len(running) != 1 {
+		t.Fatalf("running execs: got %d, want 1", len(running))
+	}
+	code, end := 124, start.Add(time.Second)
+	e.State, e.Pid, e.ExitCode, e.TimedOut, e.EndedAt = api.ExecExited, 42, &code, true, &end
+	if err := s.UpdateExec(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Exec(ctx, "sb_a", "ex_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(e, got); diff != "" {
+		t.Errorf("Exec (-want +got):\n%s", diff)
+	}
+	if _, err := s.Exec(ctx, "sb_other", "ex_1"); !errors.Is(err, api.ErrNotFound) {
+		t.Errorf("exec of another sandbox: got %v, want ErrNotFound", err)
+	}
+	if running, _ := s.Execs(ctx, ""); len(running) != 0 {
+		t.Errorf("running execs after exit: got %d, want 0", len(running))
+	}
+}
