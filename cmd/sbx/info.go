@@ -1,0 +1,79 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"sbx.dev/sbx/api"
+)
+
+var infoCommand = &command{
+	name:    "info",
+	usage:   "info ID",
+	summary: "describe a sandbox",
+	run:     runInfo,
+}
+
+func runInfo(e *env, args []string) error {
+	pos, err := parseFlags(e.flags("info"), args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("info takes one sandbox id")
+	}
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	sb, err := c.Get(e.ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	if e.json {
+		return e.printJSON(sb)
+	}
+	for _, kv := range infoLines(sb) {
+		fmt.Fprintf(e.stdout, "%s: %s\n", kv[0], kv[1])
+	}
+	return nil
+}
+
+// infoLines lists a sandbox's fields for people, leaving out empty ones.
+func infoLines(sb *api.Sandbox) [][2]string {
+	var out [][2]string
+	add := func(k, v string) {
+		if v != "" {
+			out = append(out, [2]string{k, v})
+		}
+	}
+	add("id", sb.ID)
+	add("name", sb.Name)
+	add("template", sb.Template)
+	add("state", string(sb.State))
+	add("reason", sb.Reason)
+	if !sb.CreatedAt.IsZero() {
+		add("created", sb.CreatedAt.Local().Format(time.RFC3339))
+	}
+	if !sb.LastActivity.IsZero() {
+		add("last activity", sb.LastActivity.Local().Format(time.RFC3339))
+	}
+	add("ttl", sb.TTL)
+	if sb.CPUs != 0 {
+		add("cpus", fmt.Sprint(sb.CPUs))
+	}
+	if sb.Memory != 0 {
+		add("memory", size(sb.Memory))
+	}
+	add("address", sb.Address)
+	keys := make([]string, 0, len(sb.Meta))
+	for k := range sb.Meta {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		add("meta."+k, sb.Meta[k])
+	}
+	return out
+}

@@ -1,0 +1,267 @@
+// Command sbxd is the sbx daemon: it owns the sandboxes of one data dir and
+// serves the HTTP API on a unix socket and, with a token, on TCP.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"sbx.dev/sbx/internal/netns"
+	"sbx.dev/sbx/internal/runsc"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/server"
+	"sbx.dev/sbx/internal/store"
+	"sbx.dev/sbx/internal/template"
+)
+
+// version is set at build time.
+var version = "dev"
+
+type config struct {
+	dataDir   string
+	socket    string
+	listen    string
+	tokenFile string
+	runsc     string
+	agent     string
+	tag       string
+	pool      string
+	template  string
+	logLevel  string
+	logJSON   bool
+	shutdown  time.Duration
+}
+
+func main() {
+	var c config
+	fs := flag.NewFlagSet("sbxd", flag.ContinueOnError)
+	fs.StringVar(&c.dataDir, "data-dir", "/var/lib/sbx", "where sandboxes, templates and the database live")
+	fs.StringVar(&c.socket, "socket", "/run/sbx/sbxd.sock", "unix socket to serve the API on (mode 0600)")
+	fs.StringVar(&c.listen, "listen", "", "also serve the API on this TCP address (needs a token: $SBX_TOKEN or --token-file)")
+	fs.StringVar(&c.tokenFile, "token-file", "", "file holding the bearer token for --listen (default: $SBX_TOKEN, else one is made in DATA_DIR/token)")
+	fs.StringVar(&c.runsc, "runsc", "", "runsc binary (default: the one beside sbxd)")
+	fs.StringVar(&c.agent, "agent", "", "sbx-agent binary (default: the one beside sbxd)")
+	fs.StringVar(&c.tag, "tag", "", "4 characters naming this daemon's namespaces, cgroups and rules (default: derived from --data-dir)")
+	fs.StringVar(&c.pool, "pool", "10.201.0.0/16", "addresses for the host side of sandbox networks")
+	fs.StringVar(&c.template, "default-template", "base", "template of sandboxes created without one")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&c.logJSON, "log-json", false, "log JSON lines instead of text")
+	fs.DurationVar(&c.shutdown, "shutdown-timeout", 30*time.Second, "how long a clean shutdown waits for requests in flight")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		os.Exit(2)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "sbxd: unexpected argument %q\n", fs.Arg(0))
+		os.Exit(2)
+	}
+	if err := run(c); err != nil {
+		fmt.Fprintf(os.Stderr, "sbxd: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func newLogger(c config) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if c.logJSON {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+}
+
+// besideSelf returns the path of name in sbxd's own directory.
+func besideSelf(name string) string {
+	exe, err := os.Executable()
+	if err != nil {
+		return name
+	}
+	return filepath.Join(filepath.Dir(exe), name)
+}
+
+// defaultTag derives a daemon's tag from its data dir, so two daemons with
+// different data dirs never share names, and a restarted one finds its own.
+func defaultTag(dataDir string) string {
+	sum := sha256.Sum256([]byte(dataDir))
+	return strings.ToLower(base32.StdEncoding.EncodeToString(sum[:]))[:4]
+}
+
+func run(c config) error {
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("sbxd must run as root (it creates namespaces, cgroups and gVisor sandboxes)")
+	}
+	if c.dataDir, err = filepath.Abs(c.dataDir); err != nil {
+		return err
+	}
+	if c.runsc == "" {
+		c.runsc = besideSelf("runsc")
+	}
+	if c.agent == "" {
+		c.agent = besideSelf("sbx-agent")
+	}
+	if c.tag == "" {
+		c.tag = defaultTag(c.dataDir)
+	}
+	if _, err := os.Stat(c.runsc); err != nil {
+		return fmt.Errorf("runsc: %w (build it with `make build`, or pass --runsc)", err)
+	}
+	if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
+		return err
+	}
+
+	st, err := store.Open(filepath.Join(c.dataDir, "state.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	templates, err := template.Open(filepath.Join(c.dataDir, "templates"))
+	if err != nil {
+		return err
+	}
+	pool, err := netip.ParsePrefix(c.pool)
+	if err != nil {
+		return fmt.Errorf("--pool: %w", err)
+	}
+	nets, err := netns.New(netns.Config{Tag: c.tag, Pool: pool})
+	if err != nil {
+		return err
+	}
+	if err := nets.Setup(); err != nil {
+		return fmt.Errorf("network setup: %w", err)
+	}
+	driver := &runsc.Driver{Path: c.runsc, Root: filepath.Join(c.dataDir, "runsc")}
+	mgr, err := sandbox.New(sandbox.Config{
+		DataDir: c.dataDir, Tag: c.tag, Runtime: driver, Networks: nets, Templates: templates,
+		Store: st, AgentBinary: c.agent, DefaultTemplate: c.template, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	// Reconcile before serving: nobody sees a state sbxd has not checked.
+	if err := mgr.Start(ctx); err != nil {
+		return err
+	}
+	srv := server.New(server.Config{Manager: mgr, Templates: templates, Logger: log, Version: version})
+
+	var servers []*http.Server
+	errc := make(chan error, 2)
+	ul, err := listenUnix(c.socket)
+	if err != nil {
+		return err
+	}
+	us := &http.Server{Handler: srv.Handler(""), ReadHeaderTimeout: 10 * time.Second}
+	servers = append(servers, us)
+	go func() { errc <- us.Serve(ul) }()
+	log.Info("serving", "socket", c.socket, "data_dir", c.dataDir, "tag", c.tag, "runsc", c.runsc, "version", version)
+
+	if c.listen != "" {
+		token, err := loadToken(c)
+		if err != nil {
+			return err
+		}
+		tl, err := net.Listen("tcp", c.listen)
+		if err != nil {
+			return err
+		}
+		ts := &http.Server{Handler: srv.Handler(token), ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, ts)
+		go func() { errc <- ts.Serve(tl) }()
+		log.Info("serving", "tcp", tl.Addr().String())
+	}
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down; sandboxes keep running")
+	case err := <-errc:
+		return err
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), c.shutdown)
+	defer cancel()
+	for _, s := range servers {
+		_ = s.Shutdown(sctx)
+	}
+	return nil
+}
+
+// listenUnix listens on path with mode 0600, taking over a stale socket but
+// never one another sbxd still serves.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		conn.Close()
+		return nil, fmt.Errorf("another sbxd is serving %s", path)
+	}
+	_ = os.Remove(path)
+	old := syscall.Umask(0o177)
+	l, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// loadToken returns the TCP bearer token: --token-file, $SBX_TOKEN, or one
+// made once and kept in DATA_DIR/token.
+func loadToken(c config) (string, error) {
+	if c.tokenFile != "" {
+		b, err := os.ReadFile(c.tokenFile)
+		if err != nil {
+			return "", fmt.Errorf("--token-file: %w", err)
+		}
+		t := strings.TrimSpace(string(b))
+		if t == "" {
+			return "", fmt.Errorf("--token-file %s is empty", c.tokenFile)
+		}
+		return t, nil
+	}
+	if t := os.Getenv("SBX_TOKEN"); t != "" {
+		return t, nil
+	}
+	path := filepath.Join(c.dataDir, "token")
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	var raw [24]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", err
+	}
+	t := hex.EncodeToString(raw[:])
+	if err := os.WriteFile(path, []byte(t+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return t, nil
+}

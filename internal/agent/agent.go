@@ -1,0 +1,188 @@
+// Package agent is the helper sbxd runs inside each sandbox: it runs commands
+// with a platform-enforced timeout, moves files and reports on files and
+// listening ports, with every path resolved inside the sandbox.
+//
+// The daemon mounts the sbx-agent binary read-only at /.sbx/sbx-agent and
+// starts it as root through `runsc exec`. It is a one-shot process: Main runs
+// one subcommand and returns the process exit code. It uses the standard
+// library only, so it starts quickly and builds as a static binary.
+package agent
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Exit codes of the subcommands other than exec. exec exits with the code of
+// the command it ran, or with one of the Exit*Exec codes.
+const (
+	ExitOK       = 0 // success
+	ExitError    = 1 // any failure without a more precise code
+	ExitNotFound = 3 // the path, or its parent directory, does not exist
+	// ExitInvalid means bad arguments, a path that is (or is not) a
+	// directory when the other was needed, or a path that escapes.
+	ExitInvalid = 4
+	ExitExists  = 5 // the path already exists
+)
+
+// Exit codes of exec for its own failures, as timeout(1), env(1) and a POSIX
+// shell use them. The agent writes a line starting with "sbx: " on stderr
+// with each of them.
+const (
+	ExitTimeoutExec  = 124 // the command ran past --timeout and was killed
+	ExitUsageExec    = 125 // exec itself was called with bad arguments
+	ExitCannotExec   = 126 // the program exists but cannot be executed
+	ExitNotFoundExec = 127 // the program was not found
+)
+
+const usage = `usage:
+  sbx-agent init
+  sbx-agent exec [--timeout DURATION] [--cwd DIR] -- PROG [ARGS...]
+  sbx-agent get [--tar] PATH
+  sbx-agent put --size N [--mode 0644] PATH
+  sbx-agent untar PATH
+  sbx-agent stat PATH
+  sbx-agent ls PATH
+  sbx-agent ports`
+
+// Main runs the subcommand named by args[0] and returns the exit code. It
+// reads file contents and tars from stdin, writes results to stdout and
+// writes one line, "sbx-agent: <message>", to stderr when it fails; the
+// message is fit to show a user as it is.
+//
+// exec is meant to be the whole life of the process: on timeout it kills
+// every descendant of the calling process.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, usage)
+		return ExitInvalid
+	}
+	cmd, args := args[0], args[1:]
+	switch cmd {
+	case "exec":
+		return runExec(args, stdin, stdout, stderr)
+	case "init":
+		return runInit()
+	}
+	var err error
+	switch cmd {
+	case "get":
+		err = runGet(args, stdout)
+	case "put":
+		err = runPut(args, stdin)
+	case "untar":
+		err = runUntar(args, stdin)
+	case "stat":
+		err = runStat(args, stdout)
+	case "ls":
+		err = runLs(args, stdout)
+	case "ports":
+		err = runPorts(args, stdout)
+	case "help", "-h", "--help":
+		fmt.Fprintln(stdout, usage)
+		return ExitOK
+	default:
+		err = invalidf("unknown subcommand %q; run `sbx-agent help`", cmd)
+	}
+	if err == nil {
+		return ExitOK
+	}
+	fmt.Fprintf(stderr, "sbx-agent: %s\n", oneLine(err.Error()))
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return ExitError
+}
+
+// exitError is a failure with the exit code that reports it.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func failf(code int, format string, args ...any) error {
+	return &exitError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+func invalidf(format string, args ...any) error {
+	return failf(ExitInvalid, format, args...)
+}
+
+// pathError turns an error from the file system about path into a message a
+// user can read and the exit code that goes with it.
+func pathError(path string, err error) error {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return err
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return failf(ExitNotFound, "%s does not exist", path)
+	case errors.Is(err, syscall.ENOTDIR):
+		return invalidf("%s: a parent of it is not a directory", path)
+	case errors.Is(err, syscall.EISDIR):
+		return invalidf("%s is a directory", path)
+	case errors.Is(err, syscall.ELOOP):
+		return invalidf("%s: too many levels of symbolic links", path)
+	case errors.Is(err, fs.ErrExist):
+		return failf(ExitExists, "%s already exists", path)
+	case errors.Is(err, fs.ErrPermission):
+		return failf(ExitError, "%s: permission denied", path)
+	case errors.Is(err, syscall.ENOSPC):
+		return failf(ExitError, "%s: no space left on device", path)
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return failf(ExitError, "%s %s: %s", pe.Op, pe.Path, pe.Err)
+	}
+	return failf(ExitError, "%s: %s", path, err)
+}
+
+// absPath checks that p is an absolute path and returns it cleaned.
+func absPath(p string) (string, error) {
+	if p == "" {
+		return "", invalidf("empty path; give an absolute path")
+	}
+	if !filepath.IsAbs(p) {
+		return "", invalidf("path %s is not absolute; give an absolute path", p)
+	}
+	if strings.IndexByte(p, 0) >= 0 {
+		return "", invalidf("path %q contains a NUL byte", p)
+	}
+	return filepath.Clean(p), nil
+}
+
+// parseFlags parses the flags of subcommand cmd and checks that exactly
+// npos positional arguments follow them.
+func parseFlags(fset *flag.FlagSet, args []string, npos int, syntax string) ([]string, error) {
+	fset.SetOutput(io.Discard)
+	if err := fset.Parse(args); err != nil {
+		return nil, invalidf("%s: %s; usage: sbx-agent %s", fset.Name(), err, syntax)
+	}
+	if fset.NArg() != npos {
+		return nil, invalidf("%s: want %d argument(s), got %d; usage: sbx-agent %s", fset.Name(), npos, fset.NArg(), syntax)
+	}
+	return fset.Args(), nil
+}
+
+// tempName returns the name of a temporary sibling of path:
+// "<dir>/.<base>.sbx-tmp-<random>".
+func tempName(path string) string {
+	dir, base := filepath.Split(path)
+	return filepath.Join(dir, "."+base+".sbx-tmp-"+strconv.FormatUint(rand.Uint64(), 36))
+}
+
+func oneLine(s string) string {
+	return strings.NewReplacer("\n", " ", "\r", " ").Replace(s)
+}

@@ -1,0 +1,89 @@
+package agent
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// agentBin is the sbx-agent binary built once for the exec tests, which need
+// a process of their own (signals, process groups, a subreaper).
+var agentBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "sbx-agent-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	agentBin = filepath.Join(dir, "sbx-agent")
+	build := exec.Command("go", "build", "-o", agentBin, "sbx.dev/sbx/cmd/sbx-agent")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build sbx-agent: %s\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// run calls Main in this process and returns its exit code and output.
+func run(t *testing.T, stdin io.Reader, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	if stdin == nil {
+		stdin = strings.NewReader("")
+	}
+	var out, errb bytes.Buffer
+	code = Main(args, stdin, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// writeFile writes a file with a mode, failing the test on error.
+func writeFile(t *testing.T, path, content string, mode os.FileMode) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMainUsage(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		code    int
+		wantErr string
+	}{
+		{"no subcommand", nil, ExitInvalid, "usage"},
+		{"unknown subcommand", []string{"frob"}, ExitInvalid, `sbx-agent: unknown subcommand "frob"`},
+		{"relative path", []string{"stat", "etc"}, ExitInvalid, "sbx-agent: path etc is not absolute"},
+		{"missing path", []string{"get"}, ExitInvalid, "usage: sbx-agent get [--tar] PATH"},
+		{"unknown flag", []string{"get", "--frob", "/x"}, ExitInvalid, "flag provided but not defined"},
+		{"extra argument", []string{"ls", "/a", "/b"}, ExitInvalid, "want 1 argument(s), got 2"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := run(t, nil, tc.args...)
+			if code != tc.code {
+				t.Errorf("exit code: got %d, want %d", code, tc.code)
+			}
+			if !strings.Contains(stderr, tc.wantErr) {
+				t.Errorf("stderr: got %q, want it to contain %q", stderr, tc.wantErr)
+			}
+		})
+	}
+}

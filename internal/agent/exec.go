@@ -1,0 +1,351 @@
+package agent
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const execSyntax = "exec [--timeout DURATION] [--cwd DIR] -- PROG [ARGS...]"
+
+// defaultPath is the search path when $PATH is unset, as in a login shell.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// forwarded are the signals the agent passes on to the command's process group.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// runExec runs a command in its own process group and returns its exit code
+// (128+N if signal N killed it). Its own failures are reported on stderr as
+// "sbx: <message>" with ExitUsageExec, ExitCannotExec, ExitNotFoundExec,
+// ExitTimeoutExec or ExitError for a missing --cwd.
+func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fset := flag.NewFlagSet("exec", flag.ContinueOnError)
+	fset.SetOutput(io.Discard)
+	timeout := fset.Duration("timeout", 0, "kill the command after this long (0: never)")
+	cwd := fset.String("cwd", "", "directory to run the command in")
+	var env envFlag
+	fset.Var(&env, "env", "KEY=VALUE to set for the command (repeatable; wins over the sandbox's own)")
+	if err := fset.Parse(args); err != nil {
+		fmt.Fprintf(stderr, "sbx: exec: %s; usage: sbx-agent %s\n", err, execSyntax)
+		return ExitUsageExec
+	}
+	argv := fset.Args()
+	switch {
+	case len(argv) == 0 || argv[0] == "":
+		fmt.Fprintf(stderr, "sbx: exec: no command given; usage: sbx-agent %s\n", execSyntax)
+		return ExitUsageExec
+	case *timeout < 0:
+		fmt.Fprintf(stderr, "sbx: exec: negative timeout %s\n", *timeout)
+		return ExitUsageExec
+	}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		if k == "" {
+			fmt.Fprintf(stderr, "sbx: exec: --env %q is not KEY=VALUE\n", kv)
+			return ExitUsageExec
+		}
+		// set before the lookup: a PATH given here is the one searched
+		os.Setenv(k, v)
+	}
+	if *cwd != "" {
+		// the agent is a one-shot process, so it simply moves there: the
+		// program lookup then resolves relative names as the child will
+		if err := os.Chdir(*cwd); err != nil {
+			fmt.Fprintf(stderr, "sbx: cwd %s: %s\n", *cwd, cwdReason(err))
+			return ExitError
+		}
+	}
+	prog, code, msg := lookProg(argv[0])
+	if code != 0 {
+		fmt.Fprintf(stderr, "sbx: %s: %s\n", argv[0], msg)
+		return code
+	}
+	// subreaper: descendants orphaned by a dying parent come to the agent
+	// rather than to init, so the timeout can still find and kill them.
+	// Best effort: killTree stops the whole tree before it kills any of it.
+	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+	cmd := &exec.Cmd{
+		Path:        prog,
+		Args:        argv,
+		Stdin:       stdin,
+		Stdout:      stdout,
+		Stderr:      stderr,
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		// only matters when stdio is not an *os.File (tests): do not wait
+		// for background processes that keep the output pipes open
+		WaitDelay: 200 * time.Millisecond,
+	}
+	if tty, ok := stdin.(*os.File); ok && isTerminal(tty) {
+		// a background process group reading the terminal would be
+		// stopped by SIGTTIN, so the command gets the foreground
+		cmd.SysProcAttr.Foreground = true
+		cmd.SysProcAttr.Ctty = int(tty.Fd())
+	}
+
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+	// SIGTTOU would stop the agent if it wrote to the terminal from the
+	// background after giving the foreground to the command. Caught, not
+	// ignored: an ignored signal stays ignored in the command after exec.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGTTOU)
+
+	if err := cmd.Start(); err != nil {
+		code, msg := startFailure(err)
+		fmt.Fprintf(stderr, "sbx: %s: %s\n", argv[0], msg)
+		return code
+	}
+	pgid := cmd.Process.Pid
+
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+
+	var deadline <-chan time.Time
+	if *timeout > 0 {
+		timer := time.NewTimer(*timeout)
+		defer timer.Stop()
+		deadline = timer.C
+	}
+	for {
+		select {
+		case sig := <-sigs:
+			_ = syscall.Kill(-pgid, sig.(syscall.Signal))
+		case err := <-waited:
+			return exitCode(cmd, err, stderr)
+		case <-deadline:
+			killTree(os.Getpid(), pgid)
+			<-waited
+			fmt.Fprintf(stderr, "sbx: command timed out after %s\n", *timeout)
+			return ExitTimeoutExec
+		}
+	}
+}
+
+// exitCode is the shell's view of how the command ended.
+func exitCode(cmd *exec.Cmd, err error, stderr io.Writer) int {
+	if cmd.ProcessState == nil {
+		fmt.Fprintf(stderr, "sbx: wait: %s\n", err)
+		return ExitError
+	}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return cmd.ProcessState.ExitCode()
+}
+
+func cwdReason(err error) string {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "no such directory"
+	case errors.Is(err, syscall.ENOTDIR):
+		return "not a directory"
+	case errors.Is(err, fs.ErrPermission):
+		return "permission denied"
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// lookProg finds the program to run as a POSIX shell does: a name with a
+// slash is used as it is, any other is searched in $PATH. It returns the path,
+// or an exit code (127 not found, 126 not executable) and the reason.
+func lookProg(name string) (path string, code int, msg string) {
+	if strings.Contains(name, "/") {
+		if code, msg := checkExecutable(name); code != 0 {
+			return "", code, msg
+		}
+		return name, 0, ""
+	}
+	pathEnv, ok := os.LookupEnv("PATH")
+	if !ok {
+		pathEnv = defaultPath
+	}
+	var denied string
+	for _, dir := range filepath.SplitList(pathEnv) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		if !strings.Contains(p, "/") {
+			p = "./" + p
+		}
+		code, _ := checkExecutable(p)
+		if code == 0 {
+			return p, 0, ""
+		}
+		if code == ExitCannotExec && denied == "" {
+			denied = p
+		}
+	}
+	if denied != "" {
+		// a shell runs the first match it can and reports the first match
+		// it could not, when none is runnable
+		_, msg := checkExecutable(denied)
+		return "", ExitCannotExec, msg
+	}
+	return "", ExitNotFoundExec, "command not found"
+}
+
+// checkExecutable says whether the file at p can be run: 0 if so, else the
+// exit code and reason.
+func checkExecutable(p string) (int, string) {
+	fi, err := os.Stat(p)
+	switch {
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		return ExitNotFoundExec, "command not found"
+	case err != nil:
+		return ExitCannotExec, cwdReason(err)
+	case fi.IsDir():
+		return ExitCannotExec, "is a directory"
+	case !fi.Mode().IsRegular():
+		return ExitCannotExec, "not a regular file"
+	}
+	if unix.Access(p, unix.X_OK) != nil {
+		return ExitCannotExec, "permission denied"
+	}
+	return 0, ""
+}
+
+// startFailure maps an error from starting the command to its exit code.
+func startFailure(err error) (int, string) {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return ExitNotFoundExec, "command not found"
+	case errors.Is(err, fs.ErrPermission):
+		return ExitCannotExec, "permission denied"
+	case errors.Is(err, syscall.ENOEXEC):
+		return ExitCannotExec, "cannot execute: exec format error"
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return ExitCannotExec, pe.Err.Error()
+	}
+	return ExitCannotExec, err.Error()
+}
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// killTree kills process group pgid and every live descendant of process
+// root, including those that left the group or the session. Stopped
+// processes cannot fork, so it stops the tree until a scan finds nothing new,
+// then kills it all, and repeats until no descendant is left.
+func killTree(root, pgid int) {
+	_ = syscall.Kill(-pgid, syscall.SIGSTOP)
+	stopped := map[int]bool{}
+	for range 50 {
+		found := false
+		for _, pid := range descendants(root) {
+			if !stopped[pid] {
+				stopped[pid] = true
+				found = true
+				_ = syscall.Kill(pid, syscall.SIGSTOP)
+			}
+		}
+		if !found {
+			break
+		}
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	for pid := range stopped {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	// SIGKILL is delivered asynchronously; anything forked in between, or
+	// missed by a scan racing a fork, is caught by the next round
+	deadline := time.Now().Add(5 * time.Second)
+	for delay := time.Millisecond; time.Now().Before(deadline); delay = min(2*delay, 50*time.Millisecond) {
+		pids := descendants(root)
+		if len(pids) == 0 {
+			return
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(delay)
+	}
+}
+
+// descendants lists the live (not zombie) processes below root, from the
+// parent links in /proc/*/stat.
+func descendants(root int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		ppid, state, ok := procStat(pid)
+		if !ok || state == 'Z' || state == 'X' {
+			continue
+		}
+		children[ppid] = append(children[ppid], pid)
+	}
+	var out []int
+	queue := []int{root}
+	seen := map[int]bool{root: true}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			if !seen[c] {
+				seen[c] = true
+				out = append(out, c)
+				queue = append(queue, c)
+			}
+		}
+	}
+	return out
+}
+
+// procStat reads the parent pid and state of pid from /proc/PID/stat.
+func procStat(pid int) (ppid int, state byte, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	// the command name, in parentheses, may itself hold spaces and ')'
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 || len(f[0]) != 1 {
+		return 0, 0, false
+	}
+	ppid, err = strconv.Atoi(f[1])
+	if err != nil {
+		return 0, 0, false
+	}
+	return ppid, f[0][0], true
+}
+
+// envFlag collects repeated --env KEY=VALUE flags. They are applied by the
+// agent rather than given to runsc, because runsc appends them to the
+// sandbox's environment and the first of two equal keys is the one most
+// programs read.
+type envFlag []string
+
+func (e *envFlag) String() string     { return strings.Join(*e, ",") }
+func (e *envFlag) Set(v string) error { *e = append(*e, v); return nil }

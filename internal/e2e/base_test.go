@@ -1,0 +1,191 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"sbx.dev/sbx/api"
+)
+
+// TestBaseTemplate: a sandbox from base has the tools the brief promises.
+func TestBaseTemplate(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "base")
+	for _, tool := range []string{"bash", "python3", "ps", "ip", "lsof", "strace", "gdb", "curl", "git"} {
+		if r := d.sbx(t, "exec", id, "--", "sh", "-c", "command -v "+tool); r.code != 0 {
+			t.Errorf("base lacks %s: %s", tool, r.stderr)
+		}
+	}
+	if out := d.must(t, "exec", id, "--", "python3", "-c", "print(6*7)"); out != "42\n" {
+		t.Errorf("python3 printed %q", out)
+	}
+}
+
+// TestLimits: --memory and --cpus are enforced; allocating past the limit
+// does not succeed, the host is fine, and sbx says what happened.
+func TestLimits(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "base", "--memory", "256M", "--cpus", "1")
+	var sb api.Sandbox
+	d.jsonOut(t, &sb, "info", id)
+	if sb.Memory != 256<<20 || sb.CPUs != 1 {
+		t.Errorf("info = memory %d cpus %v", sb.Memory, sb.CPUs)
+	}
+	r := d.sbx(t, "exec", id, "--timeout", "60s", "--", "python3", "-c", "b = bytearray(1024*1024*1024); b[::4096] = b'x' * len(b[::4096]); print('allocated')")
+	if r.code == 0 || strings.Contains(r.stdout, "allocated") {
+		t.Errorf("allocating 1 GiB under a 256 MiB limit succeeded: exit %d %q", r.code, r.stdout)
+	}
+	// The daemon is fine and still answers.
+	if _, err := d.client.Health(context.Background()); err != nil {
+		t.Fatalf("sbxd after the out-of-memory exec: %v", err)
+	}
+}
+
+// TestBigFile: a 1 GiB file goes in and out while sbxd's resident memory
+// grows by less than 64 MiB.
+func TestBigFile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1 GiB transfer")
+	}
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny")
+	dir := t.TempDir()
+	src := filepath.Join(dir, "big")
+	f, err := os.Create(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 1 << 30
+	// Random-ish content, cheaply: a repeated 1 MiB block with a counter.
+	block := make([]byte, 1<<20)
+	for i := range block {
+		block[i] = byte(i*7 + i>>8)
+	}
+	for i := 0; i < size>>20; i++ {
+		copy(block, fmt.Sprintf("%08d", i))
+		f.Write(block)
+	}
+	f.Close()
+	before := rss(t, d)
+	peak := before
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+				if r := rss(t, d); r > peak {
+					peak = r
+				}
+			}
+		}
+	}()
+	d.must(t, "scp", src, id+":/tmp/big")
+	back := filepath.Join(dir, "back")
+	d.must(t, "scp", id+":/tmp/big", back)
+	close(stop)
+	<-done
+	if grow := peak - before; grow > 64<<20 {
+		t.Errorf("sbxd grew by %d MiB during a 1 GiB transfer, want < 64 MiB", grow>>20)
+	}
+	if !sameFile(t, src, back) {
+		t.Errorf("1 GiB round trip changed the file")
+	}
+}
+
+func rss(t *testing.T, d *daemon) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			f := strings.Fields(line)
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func sameFile(t *testing.T, a, b string) bool {
+	fa, err := os.Open(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fa.Close()
+	fb, err := os.Open(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fb.Close()
+	ba, bb := make([]byte, 1<<20), make([]byte, 1<<20)
+	for {
+		na, ea := io.ReadFull(fa, ba)
+		nb, _ := io.ReadFull(fb, bb)
+		if na != nb || !bytes.Equal(ba[:na], bb[:nb]) {
+			return false
+		}
+		if ea != nil {
+			return true
+		}
+	}
+}
+
+// TestClientVanishes: a client that disconnects in the middle of an upload
+// or an exec leaves sbxd healthy and no half-written file in place of an
+// old one; the exec goes on.
+func TestClientVanishes(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny")
+	d.must(t, "exec", id, "--", "sh", "-c", "echo original > /tmp/precious")
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big")
+	f, _ := os.Create(big)
+	f.Truncate(512 << 20)
+	f.Close()
+
+	// Kill the uploading client half-way.
+	cmd := exec.Command(filepath.Join(binDir, "sbx"), "scp", big, id+":/tmp/precious")
+	cmd.Env = append(os.Environ(), "SBX_HOST=unix://"+d.socket)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	cmd.Process.Kill()
+	cmd.Wait()
+	waitFor(t, "the aborted upload to be cleaned up", 20*time.Second, func() bool {
+		r := d.sbx(t, "exec", id, "--", "sh", "-c", "ls -a /tmp | grep -c sbx-tmp")
+		return strings.TrimSpace(r.stdout) == "0"
+	})
+	if out := d.must(t, "exec", id, "--", "cat", "/tmp/precious"); out != "original\n" {
+		t.Errorf("after an aborted upload /tmp/precious = %q, want the old content", out)
+	}
+
+	// Kill a client following an exec; the exec goes on and its output is kept.
+	cmd = exec.Command(filepath.Join(binDir, "sbx"), "exec", id, "--", "sh", "-c", "sleep 1; echo done > /tmp/after; echo out")
+	cmd.Env = append(os.Environ(), "SBX_HOST=unix://"+d.socket)
+	cmd.Start()
+	time.Sleep(300 * time.Millisecond)
+	cmd.Process.Kill()
+	cmd.Wait()
+	waitFor(t, "the exec to finish without its client", 20*time.Second, func() bool {
+		r := d.sbx(t, "exec", id, "--", "cat", "/tmp/after")
+		return r.stdout == "done\n"
+	})
+	if _, err := d.client.Health(context.Background()); err != nil {
+		t.Fatalf("sbxd unhealthy after clients vanished: %v", err)
+	}
+}

@@ -1,0 +1,301 @@
+// Package e2e drives a real sbxd, real runsc and real namespaces through the
+// sbx CLI and the client package.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"sbx.dev/sbx/client"
+	"sbx.dev/sbx/internal/netns"
+)
+
+// daemon is one sbxd started by a test, with its own data dir, socket,
+// runsc root, tag and TCP listener.
+type daemon struct {
+	dir     string
+	socket  string
+	tcp     string
+	token   string
+	tag     string
+	cmd     *exec.Cmd
+	logPath string
+	client  *client.Client
+}
+
+var (
+	binDir string
+	// shared is the daemon most tests use; started in TestMain.
+	shared *daemon
+)
+
+func TestMain(m *testing.M) {
+	_, file, _, _ := runtime.Caller(0)
+	binDir = filepath.Join(filepath.Dir(file), "..", "..", "bin")
+	if os.Geteuid() != 0 {
+		fmt.Println("e2e: skipped: needs root")
+		os.Exit(0)
+	}
+	for _, b := range []string{"sbx", "sbxd", "sbx-agent", "runsc"} {
+		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
+			fmt.Printf("e2e: bin/%s missing: run `make build` first\n", b)
+			os.Exit(1)
+		}
+	}
+	d, err := startDaemon(nil)
+	if err != nil {
+		fmt.Println("e2e:", err)
+		os.Exit(1)
+	}
+	shared = d
+	code := func() int {
+		defer d.stop(true)
+		if err := d.ensureTemplates(); err != nil {
+			fmt.Println("e2e:", err)
+			return 1
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func freePort() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// templateCache is shared by every daemon of a run (and across runs on one
+// machine), so base is built once.
+func templateCache() string {
+	if d := os.Getenv("SBX_TEST_TEMPLATES"); d != "" {
+		return d
+	}
+	return "/var/tmp/sbx-test-templates"
+}
+
+// startDaemon starts sbxd on a fresh data dir; extra flags are appended.
+func startDaemon(extra []string) (*daemon, error) {
+	dir, err := os.MkdirTemp("", "sbx-e2e-")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(templateCache(), 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.Symlink(templateCache(), filepath.Join(dir, "templates")); err != nil {
+		return nil, err
+	}
+	d := &daemon{
+		dir:    dir,
+		socket: filepath.Join(dir, "sbxd.sock"),
+		tcp:    freePort(),
+		token:  randHex(16),
+		tag:    randHex(2),
+	}
+	return d, d.start(extra)
+}
+
+func (d *daemon) start(extra []string) error {
+	d.logPath = filepath.Join(d.dir, "sbxd.log")
+	logf, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	args := append([]string{"--data-dir", d.dir, "--socket", d.socket, "--listen", d.tcp, "--tag", d.tag, "--log-level", "debug", "--default-template", "tiny"}, extra...)
+	d.cmd = exec.Command(filepath.Join(binDir, "sbxd"), args...)
+	d.cmd.Env = append(os.Environ(), "SBX_TOKEN="+d.token)
+	d.cmd.Stdout, d.cmd.Stderr = logf, logf
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := d.cmd.Start(); err != nil {
+		return err
+	}
+	logf.Close()
+	d.client, err = client.New("unix://" + d.socket)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err = d.client.Health(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if d.cmd.ProcessState != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	log, _ := os.ReadFile(d.logPath)
+	return fmt.Errorf("sbxd did not come up: %v\n%s", err, log)
+}
+
+// kill ends sbxd abruptly (SIGKILL) or cleanly (SIGTERM), leaving sandboxes.
+func (d *daemon) kill(sig syscall.Signal) {
+	if d.cmd == nil || d.cmd.Process == nil {
+		return
+	}
+	_ = d.cmd.Process.Signal(sig)
+	_ = d.cmd.Wait()
+	d.cmd = nil
+}
+
+// stop ends sbxd and, with cleanup, removes every sandbox, namespace and rule
+// it made and its data dir.
+func (d *daemon) stop(cleanup bool) {
+	if cleanup && d.cmd != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		if sbs, err := d.client.List(ctx); err == nil {
+			for _, sb := range sbs {
+				_ = d.client.Delete(ctx, sb.ID)
+			}
+		}
+		cancel()
+	}
+	d.kill(syscall.SIGTERM)
+	if !cleanup {
+		return
+	}
+	// Whatever is left (a test that failed half-way): runsc, namespaces, rules.
+	runscRoot := filepath.Join(d.dir, "runsc")
+	out, _ := exec.Command(filepath.Join(binDir, "runsc"), "--root", runscRoot, "list", "-quiet").Output()
+	for _, id := range strings.Fields(string(out)) {
+		exec.Command(filepath.Join(binDir, "runsc"), "--root", runscRoot, "delete", "-force", id).Run()
+	}
+	if nm, err := netns.New(netns.Config{Tag: d.tag}); err == nil {
+		ids, _ := nm.List()
+		for _, id := range ids {
+			_ = nm.Delete(id)
+		}
+		_ = nm.Cleanup()
+	}
+	os.Remove(filepath.Join(d.dir, "templates"))
+	os.RemoveAll(d.dir)
+}
+
+func (d *daemon) ensureTemplates() error {
+	ctx := context.Background()
+	for _, name := range []string{"tiny", "base"} {
+		fmt.Printf("e2e: template %s (cached after the first build)\n", name)
+		start := time.Now()
+		if _, err := d.client.BuildTemplate(ctx, name, false, nil); err != nil {
+			return fmt.Errorf("build template %s: %w", name, err)
+		}
+		fmt.Printf("e2e: template %s ready in %s\n", name, time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// result is what one sbx invocation did.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// sbx runs the CLI against d with args.
+func (d *daemon) sbx(t *testing.T, args ...string) result {
+	t.Helper()
+	return d.sbxIn(t, nil, args...)
+}
+
+func (d *daemon) sbxIn(t *testing.T, stdin []byte, args ...string) result {
+	t.Helper()
+	return d.run(t, stdin, []string{"SBX_HOST=unix://" + d.socket}, args...)
+}
+
+// sbxEnv runs the CLI with extra environment (which wins).
+func (d *daemon) sbxEnv(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	return d.run(t, nil, env, args...)
+}
+
+func (d *daemon) run(t *testing.T, stdin []byte, env []string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "sbx"), args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("sbx %v: %v", args, err)
+	}
+	return result{stdout: out.String(), stderr: errb.String(), code: code}
+}
+
+// must runs sbx and fails the test unless it exits 0.
+func (d *daemon) must(t *testing.T, args ...string) string {
+	t.Helper()
+	r := d.sbx(t, args...)
+	if r.code != 0 {
+		t.Fatalf("sbx %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	}
+	return r.stdout
+}
+
+// newSandbox creates a sandbox that the test deletes when it ends.
+func (d *daemon) newSandbox(t *testing.T, args ...string) string {
+	t.Helper()
+	out := d.must(t, append([]string{"new"}, args...)...)
+	id := strings.TrimSpace(out)
+	if !idRE.MatchString(id) {
+		t.Fatalf("sbx new printed %q, want an id", out)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = d.client.Delete(ctx, id)
+	})
+	return id
+}
+
+// jsonOut runs sbx --json and decodes its stdout into v.
+func (d *daemon) jsonOut(t *testing.T, v any, args ...string) {
+	t.Helper()
+	out := d.must(t, append([]string{"--json"}, args...)...)
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("sbx --json %v: %v\n%s", args, err, out)
+	}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s", limit, what)
+}

@@ -1,0 +1,415 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/runsc"
+)
+
+// An exec runs under a host-side shim: `sh -c` that runs `runsc exec` and
+// then writes its exit code to a file. The shim has its own session, so an
+// exec outlives the client and sbxd itself; its output goes straight from
+// the sandbox into files, and the exit file tells a restarted sbxd how it
+// ended. Inside the sandbox the agent enforces the timeout.
+const shimScript = `"$@"; echo $? > "$0.tmp" && mv "$0.tmp" "$0"`
+
+// execRun is an exec this sbxd is watching.
+type execRun struct {
+	dir  string
+	done chan struct{} // closed once the exec has ended and is recorded
+
+	mu   sync.Mutex
+	exec api.Exec
+}
+
+func (r *execRun) snapshot() *api.Exec {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.exec
+	return &e
+}
+
+func (m *Manager) execDir(sandboxID, execID string) string {
+	return filepath.Join(m.sandboxDir(sandboxID), "execs", execID)
+}
+
+// Exec starts a command in a running sandbox and returns at once with the
+// exec recorded as running. Use Output to read what it writes and when it ends.
+func (m *Manager) Exec(ctx context.Context, ref string, req api.ExecRequest) (*api.Exec, error) {
+	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
+		return nil, api.Errorf(api.ErrInvalid, "cmd: give a command to run")
+	}
+	timeout, err := ParseDuration("timeout", req.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range req.Env {
+		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
+			return nil, api.Errorf(api.ErrInvalid, "env: %q is not KEY=VALUE", e)
+		}
+	}
+	if req.Cwd != "" && !strings.HasPrefix(req.Cwd, "/") {
+		return nil, api.Errorf(api.ErrInvalid, "cwd: %q is not an absolute path", req.Cwd)
+	}
+	sb, err := m.running(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	e := api.Exec{ID: newID("ex_"), SandboxID: sb.ID, Cmd: req.Cmd, State: api.ExecRunning, StartedAt: m.now()}
+	dir := m.execDir(sb.ID, e.ID)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("exec in %s: %w", sb.ID, err)
+	}
+	stdout, err := os.OpenFile(filepath.Join(dir, "stdout"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer stdout.Close()
+	stderr, err := os.OpenFile(filepath.Join(dir, "stderr"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer stderr.Close()
+
+	agentArgs := []string{runsc.AgentPath, "exec"}
+	if timeout > 0 {
+		agentArgs = append(agentArgs, "--timeout", timeout.String())
+	}
+	if req.Cwd != "" {
+		agentArgs = append(agentArgs, "--cwd", req.Cwd)
+	}
+	for _, kv := range req.Env {
+		agentArgs = append(agentArgs, "--env", kv)
+	}
+	agentArgs = append(append(agentArgs, "--"), req.Cmd...)
+	rc := m.cfg.Runtime.ExecCommand(context.Background(), sb.ID, runsc.ExecOptions{
+		Args: agentArgs, InternalPidFile: filepath.Join(dir, "pid"),
+	})
+	shim := newShim(filepath.Join(dir, "exit"), rc.Args)
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	defer devnull.Close()
+	shim.Stdin, shim.Stdout, shim.Stderr = devnull, stdout, stderr
+	if err := m.cfg.Store.CreateExec(ctx, &e); err != nil {
+		return nil, err
+	}
+	if err := shim.Start(); err != nil {
+		m.finishExec(context.WithoutCancel(ctx), &execRun{exec: e, done: make(chan struct{})}, -1)
+		return nil, fmt.Errorf("exec in %s: start: %w", sb.ID, err)
+	}
+	_ = os.WriteFile(filepath.Join(dir, "shim.pid"), []byte(strconv.Itoa(shim.Process.Pid)), 0o600)
+	run := &execRun{dir: dir, done: make(chan struct{}), exec: e}
+	m.mu.Lock()
+	m.execs[e.ID] = run
+	m.mu.Unlock()
+	m.touch(ctx, sb.ID)
+	go func() {
+		_ = shim.Wait()
+		m.finishExec(context.Background(), run, readExit(dir))
+	}()
+	if req.Detach {
+		m.waitPid(run, 5*time.Second)
+	}
+	return run.snapshot(), nil
+}
+
+func newShim(exitFile string, runscArgs []string) *exec.Cmd {
+	args := append([]string{"-c", shimScript, exitFile}, runscArgs...)
+	c := &exec.Cmd{}
+	c.Path = "/bin/sh"
+	c.Args = append([]string{"sh"}, args...)
+	// Its own session: neither a signal to sbxd's group nor sbxd's death ends it.
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	return c
+}
+
+// readExit returns the exit code the shim recorded, or -1.
+func readExit(dir string) int {
+	b, err := os.ReadFile(filepath.Join(dir, "exit"))
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+func readPid(dir string) int {
+	b, err := os.ReadFile(filepath.Join(dir, "pid"))
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n
+}
+
+// waitPid waits (bounded) until runsc has written the exec's pid inside the
+// sandbox, or the exec has ended.
+func (m *Manager) waitPid(run *execRun, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if pid := readPid(run.dir); pid > 0 {
+			run.mu.Lock()
+			run.exec.Pid = pid
+			run.mu.Unlock()
+			return
+		}
+		select {
+		case <-run.done:
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// finishExec records how an exec ended; code -1 means sbx cannot know.
+func (m *Manager) finishExec(ctx context.Context, run *execRun, code int) {
+	end := m.now()
+	run.mu.Lock()
+	if run.exec.Pid == 0 && run.dir != "" {
+		run.exec.Pid = readPid(run.dir)
+	}
+	run.exec.EndedAt = &end
+	if code < 0 {
+		run.exec.State = api.ExecLost
+	} else {
+		run.exec.State = api.ExecExited
+		run.exec.ExitCode = &code
+		run.exec.TimedOut = code == 124
+	}
+	e := run.exec
+	run.mu.Unlock()
+	if err := m.cfg.Store.UpdateExec(ctx, &e); err != nil {
+		m.log.Error("record exec end", "exec", e.ID, "err", err)
+	}
+	m.touch(ctx, e.SandboxID)
+	m.mu.Lock()
+	delete(m.execs, e.ID)
+	m.mu.Unlock()
+	close(run.done)
+}
+
+// recoverExecs picks up the execs a previous sbxd left running: ended ones
+// are recorded from their exit file, live ones are watched again.
+func (m *Manager) recoverExecs(ctx context.Context) error {
+	execs, err := m.cfg.Store.Execs(ctx, "")
+	if err != nil {
+		return fmt.Errorf("recover execs: %w", err)
+	}
+	for _, e := range execs {
+		dir := m.execDir(e.SandboxID, e.ID)
+		run := &execRun{dir: dir, done: make(chan struct{}), exec: *e}
+		if code := readExit(dir); code >= 0 {
+			m.finishExec(ctx, run, code)
+			continue
+		}
+		b, _ := os.ReadFile(filepath.Join(dir, "shim.pid"))
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		if !processAlive(pid, e.ID) {
+			m.finishExec(ctx, run, -1)
+			continue
+		}
+		m.mu.Lock()
+		m.execs[e.ID] = run
+		m.mu.Unlock()
+		go func() {
+			for processAlive(pid, e.ID) {
+				time.Sleep(100 * time.Millisecond)
+			}
+			m.finishExec(context.Background(), run, readExit(dir))
+		}()
+	}
+	return nil
+}
+
+// forgetExecs drops the watchers of a deleted sandbox's execs.
+func (m *Manager) forgetExecs(sandboxID string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, run := range m.execs {
+		if run.exec.SandboxID == sandboxID {
+			delete(m.execs, id)
+		}
+	}
+}
+
+// Execs lists a sandbox's execs, oldest first.
+func (m *Manager) Execs(ctx context.Context, ref string) ([]api.Exec, error) {
+	sb, err := m.cfg.Store.Sandbox(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	execs, err := m.cfg.Store.Execs(ctx, sb.ID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Exec, 0, len(execs))
+	for _, e := range execs {
+		out = append(out, *m.liveExec(e))
+	}
+	return out, nil
+}
+
+// liveExec prefers the in-memory view of a running exec (it knows the pid).
+func (m *Manager) liveExec(e *api.Exec) *api.Exec {
+	m.mu.Lock()
+	run, ok := m.execs[e.ID]
+	m.mu.Unlock()
+	if !ok {
+		return e
+	}
+	s := run.snapshot()
+	if s.Pid == 0 {
+		s.Pid = readPid(run.dir)
+	}
+	return s
+}
+
+// GetExec returns one exec of a sandbox.
+func (m *Manager) GetExec(ctx context.Context, ref, execID string) (*api.Exec, error) {
+	sb, err := m.cfg.Store.Sandbox(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	e, err := m.cfg.Store.Exec(ctx, sb.ID, execID)
+	if err != nil {
+		return nil, err
+	}
+	return m.liveExec(e), nil
+}
+
+// Output sends an exec's output from the start: what was kept, then, with
+// follow, what comes, until the exec ends; then an "exit" event. Without
+// follow it returns after the output kept so far (with "exit" only if the
+// exec has ended). It returns when emit fails (the client went away).
+func (m *Manager) Output(ctx context.Context, ref, execID string, follow bool, emit func(api.ExecEvent) error) error {
+	sb, err := m.cfg.Store.Sandbox(ctx, ref)
+	if err != nil {
+		return err
+	}
+	e, err := m.cfg.Store.Exec(ctx, sb.ID, execID)
+	if err != nil {
+		return err
+	}
+	dir := m.execDir(sb.ID, execID)
+	var done <-chan struct{}
+	m.mu.Lock()
+	if run, ok := m.execs[execID]; ok {
+		done = run.done
+	}
+	m.mu.Unlock()
+	if done == nil && e.State == api.ExecRunning {
+		// Not watched (it ended between the two reads): read it again.
+		if e, err = m.cfg.Store.Exec(ctx, sb.ID, execID); err != nil {
+			return err
+		}
+	}
+	ended := done == nil
+	streams := []*tail{{name: "stdout", path: filepath.Join(dir, "stdout")}, {name: "stderr", path: filepath.Join(dir, "stderr")}}
+	defer func() {
+		for _, s := range streams {
+			s.close()
+		}
+	}()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if !ended && done != nil {
+			select {
+			case <-done:
+				ended = true
+			default:
+			}
+		}
+		wasEnded := ended
+		n, err := drain(streams, emit)
+		if err != nil {
+			return err
+		}
+		if wasEnded {
+			// Everything written before the end has been sent.
+			final, err := m.cfg.Store.Exec(context.WithoutCancel(ctx), sb.ID, execID)
+			if err != nil {
+				return err
+			}
+			return emit(api.ExecEvent{Event: "exit", Exec: final})
+		}
+		if n > 0 {
+			continue
+		}
+		if !follow {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-done:
+		case <-tick.C:
+		}
+	}
+}
+
+// tail reads a growing file from where it left off.
+type tail struct {
+	name string
+	path string
+	f    *os.File
+}
+
+func (t *tail) close() {
+	if t.f != nil {
+		t.f.Close()
+	}
+}
+
+const chunkSize = 64 << 10
+
+// drain emits whatever the streams have gained and returns how many bytes.
+func drain(streams []*tail, emit func(api.ExecEvent) error) (int, error) {
+	total := 0
+	buf := make([]byte, chunkSize)
+	for _, s := range streams {
+		if s.f == nil {
+			f, err := os.Open(s.path)
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return total, err
+			}
+			s.f = f
+		}
+		for {
+			n, err := s.f.Read(buf)
+			if n > 0 {
+				total += n
+				if eerr := emit(api.ExecEvent{Event: s.name, Data: append([]byte(nil), buf[:n]...)}); eerr != nil {
+					return total, eerr
+				}
+			}
+			if err == io.EOF || n == 0 {
+				break
+			}
+			if err != nil {
+				return total, err
+			}
+		}
+	}
+	return total, nil
+}

@@ -1,0 +1,157 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"path"
+	"strconv"
+	"strings"
+
+	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/agent"
+	"sbx.dev/sbx/internal/runsc"
+)
+
+// Every file operation runs the agent inside the sandbox, so every path is
+// resolved by the sandbox's own kernel: a symlink to /etc/shadow in the
+// sandbox is the sandbox's /etc/shadow. Nothing here touches a host path.
+
+func checkPath(p string) (string, error) {
+	if p == "" || !strings.HasPrefix(p, "/") {
+		return "", api.Errorf(api.ErrInvalid, "path: %q is not an absolute path inside the sandbox", p)
+	}
+	if strings.ContainsRune(p, 0) {
+		return "", api.Errorf(api.ErrInvalid, "path: contains a NUL byte")
+	}
+	return path.Clean(p), nil
+}
+
+// agentCall runs the agent in a running sandbox and maps its exit codes to
+// the API's error kinds.
+func (m *Manager) agentCall(ctx context.Context, ref string, stdin io.Reader, stdout io.Writer, args ...string) error {
+	sb, err := m.running(ctx, ref)
+	if err != nil {
+		return err
+	}
+	var stderr bytes.Buffer
+	code, err := m.cfg.Runtime.Exec(ctx, sb.ID, runsc.ExecOptions{Args: append([]string{runsc.AgentPath}, args...)}, stdin, stdout, &stderr)
+	if err != nil {
+		return fmt.Errorf("%s in %s: %w", args[0], sb.ID, err)
+	}
+	msg := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(stderr.String()), "sbx-agent: "))
+	switch code {
+	case 0:
+		return nil
+	case agent.ExitNotFound:
+		return api.Errorf(api.ErrNotFound, "%s", msg)
+	case agent.ExitInvalid:
+		return api.Errorf(api.ErrInvalid, "%s", msg)
+	case agent.ExitExists:
+		return api.Errorf(api.ErrConflict, "%s", msg)
+	default:
+		if msg == "" {
+			msg = fmt.Sprintf("exit code %d", code)
+		}
+		return fmt.Errorf("%s in %s: %s", args[0], sb.ID, msg)
+	}
+}
+
+// ReadFile streams a file of the sandbox to w. Nothing is written to w
+// before the agent has started sending the file, so an error before the
+// first byte can still be answered as an error.
+func (m *Manager) ReadFile(ctx context.Context, ref, p string, asTar bool, w io.Writer) error {
+	p, err := checkPath(p)
+	if err != nil {
+		return err
+	}
+	args := []string{"get", p}
+	if asTar {
+		args = []string{"get", "--tar", p}
+	}
+	err = m.agentCall(ctx, ref, nil, w, args...)
+	if err == nil {
+		m.touchRef(ctx, ref)
+	}
+	return err
+}
+
+// WriteFile writes size bytes from r to path p in the sandbox. The file
+// lands whole or not at all: the agent writes a temporary file and renames
+// it only once all size bytes have arrived.
+func (m *Manager) WriteFile(ctx context.Context, ref, p string, r io.Reader, size int64, mode string) error {
+	p, err := checkPath(p)
+	if err != nil {
+		return err
+	}
+	if size < 0 {
+		return api.Errorf(api.ErrInvalid, "the upload's length must be known (send Content-Length)")
+	}
+	if mode == "" {
+		mode = "0644"
+	}
+	if _, err := strconv.ParseUint(mode, 8, 32); err != nil {
+		return api.Errorf(api.ErrInvalid, "mode: %q is not an octal file mode", mode)
+	}
+	err = m.agentCall(ctx, ref, r, io.Discard, "put", "--size", strconv.FormatInt(size, 10), "--mode", mode, p)
+	if err == nil {
+		m.touchRef(ctx, ref)
+	}
+	return err
+}
+
+// WriteTar extracts a tar stream under directory p in the sandbox.
+func (m *Manager) WriteTar(ctx context.Context, ref, p string, r io.Reader) error {
+	p, err := checkPath(p)
+	if err != nil {
+		return err
+	}
+	err = m.agentCall(ctx, ref, r, io.Discard, "untar", p)
+	if err == nil {
+		m.touchRef(ctx, ref)
+	}
+	return err
+}
+
+// Stat describes one file of the sandbox (the link itself for a symlink).
+// Inspection: it does not count as activity.
+func (m *Manager) Stat(ctx context.Context, ref, p string) (*api.FileInfo, error) {
+	p, err := checkPath(p)
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	if err := m.agentCall(ctx, ref, nil, &out, "stat", p); err != nil {
+		return nil, err
+	}
+	var fi api.FileInfo
+	if err := json.Unmarshal(out.Bytes(), &fi); err != nil {
+		return nil, fmt.Errorf("stat %s: decode agent answer: %w", p, err)
+	}
+	return &fi, nil
+}
+
+// ReadDir lists a directory of the sandbox. Inspection: no activity.
+func (m *Manager) ReadDir(ctx context.Context, ref, p string) ([]api.FileInfo, error) {
+	p, err := checkPath(p)
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	if err := m.agentCall(ctx, ref, nil, &out, "ls", p); err != nil {
+		return nil, err
+	}
+	var fis []api.FileInfo
+	if err := json.Unmarshal(out.Bytes(), &fis); err != nil {
+		return nil, fmt.Errorf("ls %s: decode agent answer: %w", p, err)
+	}
+	return fis, nil
+}
+
+func (m *Manager) touchRef(ctx context.Context, ref string) {
+	if sb, err := m.cfg.Store.Sandbox(ctx, ref); err == nil {
+		m.touch(ctx, sb.ID)
+	}
+}

@@ -1,0 +1,98 @@
+package sandbox
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"sbx.dev/sbx/api"
+)
+
+var nameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+
+// ValidName checks a sandbox name. Names cannot look like ids, so a
+// reference is never ambiguous.
+func ValidName(name string) error {
+	if !nameRE.MatchString(name) {
+		return api.Errorf(api.ErrInvalid, "name %q: use 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
+	}
+	if strings.HasPrefix(name, "sb_") {
+		return api.Errorf(api.ErrInvalid, "name %q: names cannot start with sb_, which ids use", name)
+	}
+	return nil
+}
+
+// ParseDuration parses a user's duration for the named field; "" is zero.
+func ParseDuration(field, s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, api.Errorf(api.ErrInvalid, "%s: %q is not a duration (use a number with a unit, like 90s, 30m or 2h)", field, s)
+	}
+	if d < 0 {
+		return 0, api.Errorf(api.ErrInvalid, "%s: %q is negative", field, s)
+	}
+	return d, nil
+}
+
+var sizeRE = regexp.MustCompile(`^(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)$`)
+
+// ParseSize parses a user's size ("512M", "1G", "1.5GiB", "4096") for the
+// named field; "" is zero. K, M, G and T are powers of 1024.
+func ParseSize(field, s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	m := sizeRE.FindStringSubmatch(strings.ToLower(strings.TrimSpace(s)))
+	if m == nil {
+		return 0, api.Errorf(api.ErrInvalid, "%s: %q is not a size (use a number with an optional unit, like 512M or 2G)", field, s)
+	}
+	n, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		return 0, api.Errorf(api.ErrInvalid, "%s: %q is not a size", field, s)
+	}
+	mult := map[string]float64{"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m[2]]
+	v := n * mult
+	if v > 1<<50 {
+		return 0, api.Errorf(api.ErrInvalid, "%s: %q is too large", field, s)
+	}
+	return int64(v), nil
+}
+
+// checkMeta checks user metadata: short keys and values, not too many.
+func checkMeta(meta map[string]string) error {
+	if len(meta) > 64 {
+		return api.Errorf(api.ErrInvalid, "meta: at most 64 keys, got %d", len(meta))
+	}
+	for k, v := range meta {
+		if k == "" || len(k) > 128 || strings.ContainsAny(k, "=\n") {
+			return api.Errorf(api.ErrInvalid, "meta: key %q: use 1-128 characters, no '=' or newline", k)
+		}
+		if len(v) > 1024 {
+			return api.Errorf(api.ErrInvalid, "meta: value of %q is longer than 1024 bytes", k)
+		}
+	}
+	return nil
+}
+
+func checkCPUs(cpus float64, max int) error {
+	if cpus < 0 || cpus > float64(max) {
+		return api.Errorf(api.ErrInvalid, "cpus: %v is out of range (0 to %d on this host)", cpus, max)
+	}
+	return nil
+}
+
+func fmtBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	default:
+		return fmt.Sprintf("%d B", n)
+	}
+}

@@ -1,0 +1,470 @@
+// Package server is sbxd's HTTP edge: routing, auth, errors, streaming.
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"sbx.dev/sbx/api"
+)
+
+// Manager is the slice of the sandbox manager the server uses.
+type Manager interface {
+	Create(ctx context.Context, req api.CreateRequest) (*api.Sandbox, error)
+	Get(ctx context.Context, ref string) (*api.Sandbox, error)
+	List(ctx context.Context) ([]api.Sandbox, error)
+	Delete(ctx context.Context, ref string) (*api.DeleteResult, error)
+	Exec(ctx context.Context, ref string, req api.ExecRequest) (*api.Exec, error)
+	Execs(ctx context.Context, ref string) ([]api.Exec, error)
+	GetExec(ctx context.Context, ref, execID string) (*api.Exec, error)
+	Output(ctx context.Context, ref, execID string, follow bool, emit func(api.ExecEvent) error) error
+	ReadFile(ctx context.Context, ref, path string, asTar bool, w io.Writer) error
+	WriteFile(ctx context.Context, ref, path string, r io.Reader, size int64, mode string) error
+	WriteTar(ctx context.Context, ref, path string, r io.Reader) error
+	Stat(ctx context.Context, ref, path string) (*api.FileInfo, error)
+	ReadDir(ctx context.Context, ref, path string) ([]api.FileInfo, error)
+}
+
+// Templates is the slice of the template store the server uses.
+type Templates interface {
+	List() ([]api.Template, error)
+	Build(ctx context.Context, name string, force bool, progress func(msg string)) (api.Template, error)
+	Import(ctx context.Context, name string, tar io.Reader, progress func(msg string)) (api.Template, error)
+	Remove(name string) error
+}
+
+// Config wires a Server.
+type Config struct {
+	Manager   Manager
+	Templates Templates
+	Logger    *slog.Logger
+	Version   string
+}
+
+// Server serves the API.
+type Server struct {
+	m   Manager
+	t   Templates
+	log *slog.Logger
+	cfg Config
+}
+
+// maxJSONBody bounds every JSON request body.
+const maxJSONBody = 1 << 20
+
+// New returns a Server.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Server{m: cfg.Manager, t: cfg.Templates, log: cfg.Logger, cfg: cfg}
+}
+
+// Handler returns the API's handler. With a token, every request must carry
+// it as a bearer token (the TCP listener); without, none is asked (the unix
+// socket, whose mode is what guards it).
+func (s *Server) Handler(token string) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/health", s.health)
+	mux.HandleFunc("GET /v1/sandboxes", s.list)
+	mux.HandleFunc("POST /v1/sandboxes", s.create)
+	mux.HandleFunc("GET /v1/sandboxes/{id}", s.get)
+	mux.HandleFunc("DELETE /v1/sandboxes/{id}", s.delete)
+	mux.HandleFunc("POST /v1/sandboxes/{id}/exec", s.exec)
+	mux.HandleFunc("GET /v1/sandboxes/{id}/execs", s.execs)
+	mux.HandleFunc("GET /v1/sandboxes/{id}/execs/{exec}", s.getExec)
+	mux.HandleFunc("GET /v1/sandboxes/{id}/execs/{exec}/output", s.output)
+	mux.HandleFunc("GET /v1/sandboxes/{id}/files", s.readFile)
+	mux.HandleFunc("PUT /v1/sandboxes/{id}/files", s.writeFile)
+	mux.HandleFunc("GET /v1/sandboxes/{id}/fs/stat", s.stat)
+	mux.HandleFunc("GET /v1/sandboxes/{id}/fs/ls", s.readDir)
+	mux.HandleFunc("GET /v1/templates", s.templates)
+	mux.HandleFunc("POST /v1/templates/{name}/build", s.buildTemplate)
+	mux.HandleFunc("PUT /v1/templates/{name}", s.importTemplate)
+	mux.HandleFunc("DELETE /v1/templates/{name}", s.removeTemplate)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.fail(w, r, api.Errorf(api.ErrNotFound, "no route %s %s", r.Method, r.URL.Path))
+	})
+	var h http.Handler = mux
+	if token != "" {
+		h = requireToken(token, h)
+	}
+	return s.logged(h)
+}
+
+func requireToken(token string, next http.Handler) http.Handler {
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if subtle.ConstantTimeCompare(got, want) != 1 {
+			writeError(w, api.Errorf(api.ErrUnauthorized, "a valid bearer token is required (set SBX_TOKEN)"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (s *Server) logged(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", sw.status, "duration", time.Since(start))
+	})
+}
+
+// fail answers err with its kind's status; errors of no kind are logged.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status, _ := api.StatusOf(err)
+	if status >= 500 {
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	writeError(w, err)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	status, code := api.StatusOf(err)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: err.Error()}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// decode reads a bounded JSON body into v.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	body := http.MaxBytesReader(w, r.Body, maxJSONBody)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return api.Errorf(api.ErrTooLarge, "request body is larger than %d bytes", maxJSONBody)
+		}
+		return api.Errorf(api.ErrInvalid, "request body: %v", err)
+	}
+	return nil
+}
+
+// sse writes server-sent events.
+type sse struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	started bool
+}
+
+func newSSE(w http.ResponseWriter) *sse {
+	return &sse{w: w, rc: http.NewResponseController(w)}
+}
+
+func (e *sse) send(event string, v any) error {
+	if !e.started {
+		e.w.Header().Set("Content-Type", "text/event-stream")
+		e.w.Header().Set("Cache-Control", "no-cache")
+		e.w.WriteHeader(http.StatusOK)
+		e.started = true
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(e.w, "event: %s\ndata: %s\n\n", event, b); err != nil {
+		return err
+	}
+	return e.rc.Flush()
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: s.cfg.Version})
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	sbs, err := s.m.List(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sbs)
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+	var req api.CreateRequest
+	if err := decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sb, err := s.m.Create(r.Context(), req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, sb)
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.m.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sb)
+}
+
+func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
+	res, err := s.m.Delete(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
+	var req api.ExecRequest
+	if err := decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	id := r.PathValue("id")
+	e, err := s.m.Exec(r.Context(), id, req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.Detach {
+		writeJSON(w, http.StatusCreated, e)
+		return
+	}
+	out := newSSE(w)
+	if err := out.send("started", api.ExecEvent{Event: "started", Exec: e}); err != nil {
+		return
+	}
+	s.stream(r, out, id, e.ID, true)
+}
+
+// stream relays an exec's output as events; a client that goes away ends
+// only the stream, never the exec.
+func (s *Server) stream(r *http.Request, out *sse, id, execID string, follow bool) {
+	err := s.m.Output(r.Context(), id, execID, follow, func(ev api.ExecEvent) error {
+		return out.send(ev.Event, ev)
+	})
+	if err != nil && r.Context().Err() == nil {
+		if !out.started {
+			s.fail(out.w, r, err)
+			return
+		}
+		_ = out.send("error", api.ExecEvent{Event: "error", Error: err.Error()})
+	}
+}
+
+func (s *Server) execs(w http.ResponseWriter, r *http.Request) {
+	es, err := s.m.Execs(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, es)
+}
+
+func (s *Server) getExec(w http.ResponseWriter, r *http.Request) {
+	e, err := s.m.GetExec(r.Context(), r.PathValue("id"), r.PathValue("exec"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, e)
+}
+
+func (s *Server) output(w http.ResponseWriter, r *http.Request) {
+	id, execID := r.PathValue("id"), r.PathValue("exec")
+	// Check the exec exists first, so an unknown one is a 404, not a stream.
+	if _, err := s.m.GetExec(r.Context(), id, execID); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := newSSE(w)
+	s.stream(r, out, id, execID, boolParam(r, "follow"))
+	if !out.started {
+		// Nothing kept yet and not following: an empty stream.
+		_ = out.send("eof", api.ExecEvent{Event: "eof"})
+	}
+}
+
+func boolParam(r *http.Request, name string) bool {
+	switch strings.ToLower(r.URL.Query().Get(name)) {
+	case "1", "true", "yes":
+		return true
+	}
+	return false
+}
+
+// lazyWriter sends the status line only with the first byte, so that an
+// error found before any byte still gets a proper error response.
+type lazyWriter struct {
+	w           http.ResponseWriter
+	contentType string
+	wrote       bool
+}
+
+func (l *lazyWriter) Write(b []byte) (int, error) {
+	if !l.wrote {
+		l.w.Header().Set("Content-Type", l.contentType)
+		l.w.WriteHeader(http.StatusOK)
+		l.wrote = true
+	}
+	return l.w.Write(b)
+}
+
+func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
+	asTar := boolParam(r, "tar")
+	ct := "application/octet-stream"
+	if asTar {
+		ct = "application/x-tar"
+	}
+	lw := &lazyWriter{w: w, contentType: ct}
+	err := s.m.ReadFile(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"), asTar, lw)
+	switch {
+	case err != nil && !lw.wrote:
+		s.fail(w, r, err)
+	case err != nil:
+		// Half sent: break the connection so the client cannot take a
+		// truncated file for a whole one.
+		s.log.Warn("file download failed mid-stream", "path", r.URL.Query().Get("path"), "err", err)
+		panic(http.ErrAbortHandler)
+	case !lw.wrote:
+		lw.Write(nil) // an empty file
+	}
+}
+
+func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var err error
+	if boolParam(r, "tar") {
+		err = s.m.WriteTar(r.Context(), r.PathValue("id"), q.Get("path"), r.Body)
+	} else {
+		err = s.m.WriteFile(r.Context(), r.PathValue("id"), q.Get("path"), r.Body, r.ContentLength, q.Get("mode"))
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) stat(w http.ResponseWriter, r *http.Request) {
+	fi, err := s.m.Stat(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, fi)
+}
+
+func (s *Server) readDir(w http.ResponseWriter, r *http.Request) {
+	fis, err := s.m.ReadDir(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, fis)
+}
+
+func (s *Server) templates(w http.ResponseWriter, r *http.Request) {
+	ts, err := s.t.List()
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if ts == nil {
+		ts = []api.Template{}
+	}
+	writeJSON(w, http.StatusOK, ts)
+}
+
+// progressStream runs a long template operation, relaying its progress.
+// The operation goes on if the client leaves: a half-built template is
+// worse than a finished one nobody watched.
+func (s *Server) progressStream(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, progress func(string)) (api.Template, error)) {
+	out := newSSE(w)
+	gone := false
+	progress := func(msg string) {
+		if gone {
+			return
+		}
+		if err := out.send("progress", api.Progress{Event: "progress", Message: msg}); err != nil {
+			gone = true
+		}
+	}
+	t, err := op(r.Context(), progress)
+	if err != nil {
+		if !out.started {
+			s.fail(w, r, err)
+			return
+		}
+		_ = out.send("error", api.Progress{Event: "error", Error: err.Error()})
+		return
+	}
+	_ = out.send("done", api.Progress{Event: "done", Done: true, Template: &t})
+}
+
+func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
+	name, force := r.PathValue("name"), boolParam(r, "force")
+	s.progressStream(w, r, func(ctx context.Context, p func(string)) (api.Template, error) {
+		return s.t.Build(context.WithoutCancel(ctx), name, force, p)
+	})
+}
+
+func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	s.progressStream(w, r, func(ctx context.Context, p func(string)) (api.Template, error) {
+		// An import reads the client's body: when the client leaves, it ends.
+		return s.t.Import(ctx, name, r.Body, p)
+	})
+}
+
+func (s *Server) removeTemplate(w http.ResponseWriter, r *http.Request) {
+	if err := s.t.Remove(r.PathValue("name")); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,368 @@
+package template
+
+import (
+	"archive/tar"
+	"bufio"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"sbx.dev/sbx/api"
+)
+
+// progressEvery is how many bytes of the stream an import reads between
+// progress messages.
+const progressEvery = 100 << 20
+
+// Import makes template name from tarStream, a root filesystem as a tar
+// (`docker export` output, say), gzip-compressed or not. Names with ".."
+// components, entries below a symlink and hard links to outside the
+// rootfs are refused; device nodes are skipped with a note. A failed or
+// cancelled import leaves nothing behind. Errors: api.ErrInvalid for a bad
+// name or archive, api.ErrConflict if the template exists.
+func (s *Store) Import(ctx context.Context, name string, tarStream io.Reader, progress func(msg string)) (api.Template, error) {
+	progress = orNop(progress)
+	if err := ValidName(name); err != nil {
+		return api.Template{}, err
+	}
+	unlock, err := s.lock(ctx, name)
+	if err != nil {
+		return api.Template{}, err
+	}
+	defer unlock()
+	if _, err := s.Get(name); err == nil {
+		return api.Template{}, api.Errorf(api.ErrConflict, "template %s exists; run `sbx template rm %s` first", name, name)
+	}
+	t, err := s.create(ctx, name, "import", progress, func(ctx context.Context, rootfs string) error {
+		return extract(ctx, rootfs, tarStream, progress)
+	})
+	if err != nil {
+		return api.Template{}, fmt.Errorf("import template %s: %w", name, err)
+	}
+	progress(fmt.Sprintf("imported %s (%d MB)", name, t.Size>>20))
+	return t, nil
+}
+
+// extract unpacks the tar (or gzipped tar) r into the new directory rootfs.
+func extract(ctx context.Context, rootfs string, r io.Reader, progress func(string)) error {
+	cr := &countingReader{ctx: ctx, r: r, progress: progress, next: progressEvery}
+	br := bufio.NewReaderSize(cr, 64<<10)
+	var in io.Reader = br
+	if magic, err := br.Peek(2); err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return api.Errorf(api.ErrInvalid, "read gzip: %s", err)
+		}
+		defer zr.Close()
+		in = zr
+	} else if err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	if err := os.Mkdir(rootfs, 0o755); err != nil {
+		return err
+	}
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	x := &extractor{root: root, dir: rootfs, progress: progress, checked: make(map[string]bool)}
+	tr := tar.NewReader(in)
+	n := 0
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return api.Errorf(api.ErrInvalid, "read tar after %d entries: %s", n, err)
+		}
+		if err := x.entry(hdr, tr); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		n++
+	}
+	if n == 0 {
+		return api.Errorf(api.ErrInvalid, "the archive is empty")
+	}
+	progress(fmt.Sprintf("extracted %d entries (%d MB read)", n, cr.n>>20))
+	return x.finishDirs()
+}
+
+// countingReader stops at cancellation and reports progress as it reads.
+type countingReader struct {
+	ctx      context.Context
+	r        io.Reader
+	n, next  int64
+	progress func(string)
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if c.n >= c.next {
+		c.progress(fmt.Sprintf("read %d MB", c.n>>20))
+		c.next = c.n + progressEvery
+	}
+	return n, err
+}
+
+// extractor writes tar entries below root without ever following a
+// symlink: every parent of an entry is checked to be a real directory,
+// and the writes themselves go through an os.Root as a second guard.
+type extractor struct {
+	root     *os.Root
+	dir      string
+	progress func(string)
+	checked  map[string]bool // paths known to be real directories
+	dirs     []*tar.Header   // modes and times are set last, when nothing more is written into them
+}
+
+// cleanName turns a tar name into a path relative to the rootfs ("." for
+// the rootfs itself). Absolute names are taken as relative to the rootfs.
+func cleanName(name string) (string, error) {
+	for _, c := range strings.Split(name, "/") {
+		if c == ".." {
+			return "", api.Errorf(api.ErrInvalid, "entry %q: names must not contain \"..\"", name)
+		}
+	}
+	return path.Clean("./" + strings.TrimLeft(name, "/")), nil
+}
+
+// checkParents makes sure no parent of rel is a symlink or a non-directory,
+// and creates the missing ones.
+func (x *extractor) checkParents(entry, rel string) error {
+	dir := path.Dir(rel)
+	if dir == "." || x.checked[dir] {
+		return nil
+	}
+	parts := strings.Split(dir, "/")
+	for i := range parts {
+		p := strings.Join(parts[:i+1], "/")
+		if x.checked[p] {
+			continue
+		}
+		fi, err := x.root.Lstat(p)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			if err := x.root.Mkdir(p, 0o755); err != nil {
+				return fmt.Errorf("entry %q: %w", entry, err)
+			}
+		case err != nil:
+			return fmt.Errorf("entry %q: %w", entry, err)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			return api.Errorf(api.ErrInvalid, "entry %q: its parent %q is a symbolic link", entry, p)
+		case !fi.IsDir():
+			return api.Errorf(api.ErrInvalid, "entry %q: its parent %q is not a directory", entry, p)
+		}
+		x.checked[p] = true
+	}
+	return nil
+}
+
+// clear removes what is at rel unless keepDir and it is a directory, and
+// reports whether a directory was kept.
+func (x *extractor) clear(rel string, keepDir bool) (kept bool, err error) {
+	fi, err := x.root.Lstat(rel)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if fi.IsDir() {
+		if keepDir {
+			return true, nil
+		}
+		clear(x.checked) // anything below may have gone
+		return false, x.root.RemoveAll(rel)
+	}
+	return false, x.root.Remove(rel)
+}
+
+func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
+	rel, err := cleanName(hdr.Name)
+	if err != nil {
+		return err
+	}
+	if rel == "." {
+		return nil // the rootfs itself: its mode is ours to choose
+	}
+	if err := x.checkParents(hdr.Name, rel); err != nil {
+		return err
+	}
+	full := filepath.Join(x.dir, rel) // safe for lchown and xattrs: the parents are real directories
+	mode := hdr.FileInfo().Mode()
+	fail := func(err error) error { return entryErr(hdr.Name, err) }
+
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		kept, err := x.clear(rel, true)
+		if err != nil {
+			return fail(err)
+		}
+		if !kept {
+			if err := x.root.Mkdir(rel, 0o700); err != nil {
+				return fail(err)
+			}
+		}
+		if err := x.owner(full, hdr); err != nil {
+			return fail(err)
+		}
+		x.checked[rel] = true
+		x.dirs = append(x.dirs, hdr)
+		return nil
+
+	case tar.TypeReg:
+		if _, err := x.clear(rel, false); err != nil {
+			return fail(err)
+		}
+		f, err := x.root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return fail(err)
+		}
+		if _, err := io.Copy(f, r); err != nil {
+			f.Close()
+			return fail(err)
+		}
+		if err := f.Close(); err != nil {
+			return fail(err)
+		}
+		if err := x.owner(full, hdr); err != nil {
+			return fail(err)
+		}
+		// after chown, which clears setuid bits
+		if err := x.root.Chmod(rel, mode); err != nil {
+			return fail(err)
+		}
+		return entryErr(hdr.Name, x.root.Chtimes(rel, hdr.ModTime, hdr.ModTime))
+
+	case tar.TypeSymlink:
+		if _, err := x.clear(rel, false); err != nil {
+			return fail(err)
+		}
+		if err := x.root.Symlink(hdr.Linkname, rel); err != nil {
+			return fail(err)
+		}
+		if err := x.owner(full, hdr); err != nil {
+			return fail(err)
+		}
+		return entryErr(hdr.Name, lutimes(full, hdr.ModTime))
+
+	case tar.TypeLink:
+		target, err := cleanName(hdr.Linkname)
+		if err != nil {
+			return api.Errorf(api.ErrInvalid, "entry %q: hard link target %q must not contain \"..\"", hdr.Name, hdr.Linkname)
+		}
+		if target == "." {
+			return api.Errorf(api.ErrInvalid, "entry %q: hard link to the root directory", hdr.Name)
+		}
+		if err := x.checkParents(hdr.Name, target); err != nil {
+			return err
+		}
+		fi, err := x.root.Lstat(target)
+		if err != nil {
+			return api.Errorf(api.ErrInvalid, "entry %q: hard link target %q is not in the archive before it", hdr.Name, hdr.Linkname)
+		}
+		if fi.IsDir() {
+			return api.Errorf(api.ErrInvalid, "entry %q: hard link to directory %q", hdr.Name, hdr.Linkname)
+		}
+		if target == rel {
+			return nil
+		}
+		if _, err := x.clear(rel, false); err != nil {
+			return fail(err)
+		}
+		return entryErr(hdr.Name, x.root.Link(target, rel))
+
+	case tar.TypeFifo:
+		if _, err := x.clear(rel, false); err != nil {
+			return fail(err)
+		}
+		if err := unix.Mkfifo(full, uint32(mode.Perm())); err != nil {
+			return fail(err)
+		}
+		if err := x.owner(full, hdr); err != nil {
+			return fail(err)
+		}
+		return entryErr(hdr.Name, x.root.Chmod(rel, mode))
+
+	case tar.TypeChar, tar.TypeBlock:
+		// the runtime provides /dev; a node in a template is of no use
+		x.progress(fmt.Sprintf("skipping device node %s", hdr.Name))
+		return nil
+
+	default:
+		x.progress(fmt.Sprintf("skipping %s: unsupported tar entry type %q", hdr.Name, hdr.Typeflag))
+		return nil
+	}
+}
+
+// entryErr names the tar entry in err, if there is one.
+func entryErr(name string, err error) error {
+	if err != nil {
+		return fmt.Errorf("entry %q: %w", name, err)
+	}
+	return nil
+}
+
+// owner sets the owner and extended attributes of the entry at full
+// without following it if it is a symlink.
+func (x *extractor) owner(full string, hdr *tar.Header) error {
+	if err := os.Lchown(full, hdr.Uid, hdr.Gid); err != nil {
+		return err
+	}
+	for k, v := range hdr.PAXRecords {
+		attr, ok := strings.CutPrefix(k, "SCHILY.xattr.")
+		if !ok {
+			continue
+		}
+		if err := unix.Lsetxattr(full, attr, []byte(v), 0); err != nil {
+			x.progress(fmt.Sprintf("%s: cannot set attribute %s: %s", hdr.Name, attr, err))
+		}
+	}
+	return nil
+}
+
+// finishDirs sets the modes and times of directories, deepest first so
+// that setting one does not change its parent's time.
+func (x *extractor) finishDirs() error {
+	for i := len(x.dirs) - 1; i >= 0; i-- {
+		hdr := x.dirs[i]
+		rel, _ := cleanName(hdr.Name)
+		// a later entry may have replaced the directory; leave that alone
+		if fi, err := x.root.Lstat(rel); err != nil || !fi.IsDir() {
+			continue
+		}
+		if err := x.root.Chmod(rel, hdr.FileInfo().Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)); err != nil {
+			return fmt.Errorf("entry %q: %w", hdr.Name, err)
+		}
+		if err := x.root.Chtimes(rel, hdr.ModTime, hdr.ModTime); err != nil {
+			return fmt.Errorf("entry %q: %w", hdr.Name, err)
+		}
+	}
+	return nil
+}
+
+func lutimes(full string, mtime time.Time) error {
+	ts := []unix.Timespec{unix.NsecToTimespec(mtime.UnixNano()), unix.NsecToTimespec(mtime.UnixNano())}
+	return unix.UtimesNanoAt(unix.AT_FDCWD, full, ts, unix.AT_SYMLINK_NOFOLLOW)
+}
