@@ -45,6 +45,7 @@ type config struct {
 	template  string
 	logLevel  string
 	logJSON   bool
+	runscLog  string
 	shutdown  time.Duration
 }
 
@@ -62,6 +63,7 @@ func main() {
 	fs.StringVar(&c.template, "default-template", "base", "template of sandboxes created without one")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.logJSON, "log-json", false, "log JSON lines instead of text")
+	fs.StringVar(&c.runscLog, "runsc-debug-log", "", "directory for runsc's debug logs (debugging runsc itself; large)")
 	fs.DurationVar(&c.shutdown, "shutdown-timeout", 30*time.Second, "how long a clean shutdown waits for requests in flight")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -155,6 +157,9 @@ func run(c config) error {
 		return fmt.Errorf("network setup: %w", err)
 	}
 	driver := &runsc.Driver{Path: c.runsc, Root: filepath.Join(c.dataDir, "runsc")}
+	if c.runscLog != "" {
+		driver.Flags = []string{"--debug", "--debug-log=" + strings.TrimSuffix(c.runscLog, "/") + "/"}
+	}
 	mgr, err := sandbox.New(sandbox.Config{
 		DataDir: c.dataDir, Tag: c.tag, Runtime: driver, Networks: nets, Templates: templates,
 		Store: st, AgentBinary: c.agent, DefaultTemplate: c.template, Logger: log,

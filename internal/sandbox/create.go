@@ -48,6 +48,10 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 	if err != nil {
 		return nil, err
 	}
+	// runsc mounts safely: every path it is given must be free of symlinks.
+	if rootfs, err = filepath.EvalSymlinks(rootfs); err != nil {
+		return nil, fmt.Errorf("template %s: %w", req.Template, err)
+	}
 	now := m.now()
 	sb := &store.Sandbox{
 		ID: newID("sb_"), Name: req.Name, Template: req.Template, State: api.StateCreating,
@@ -104,7 +108,7 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, rootfs string) er
 	if err != nil {
 		return err
 	}
-	console, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	console, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
