@@ -72,6 +72,11 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sbx: %s: %s\n", argv[0], msg)
 		return code
 	}
+	if *timeout == 0 {
+		if code, ok := execInPlace(prog, argv, stdin, stdout, stderr); ok {
+			return code
+		}
+	}
 	// subreaper: descendants orphaned by a dying parent come to the agent
 	// rather than to init, so the timeout can still find and kill them.
 	// Best effort: killTree stops the whole tree before it kills any of it.
@@ -349,3 +354,27 @@ type envFlag []string
 
 func (e *envFlag) String() string     { return strings.Join(*e, ",") }
 func (e *envFlag) Set(v string) error { *e = append(*e, v); return nil }
+
+// execInPlace replaces the agent with the command when nothing needs to
+// watch it (no timeout): a fork and a wait inside gVisor cost about as much
+// as the rest of an exec. The command leads its own process group, as in
+// the supervised path; runsc reports its exit code, or 128+N for signal N.
+// It returns ok=false, having done nothing, when it cannot be used: stdio
+// that is not the process's own files (tests) or a terminal (which needs
+// the supervised foreground dance). When exec itself fails it reports the
+// failure as the supervised path would.
+func execInPlace(prog string, argv []string, stdin io.Reader, stdout, stderr io.Writer) (int, bool) {
+	if stdin != io.Reader(os.Stdin) || stdout != io.Writer(os.Stdout) || stderr != io.Writer(os.Stderr) {
+		return 0, false
+	}
+	if isTerminal(os.Stdin) {
+		return 0, false
+	}
+	if err := syscall.Setpgid(0, 0); err != nil {
+		return 0, false
+	}
+	err := syscall.Exec(prog, argv, os.Environ())
+	code, msg := startFailure(err)
+	fmt.Fprintf(stderr, "sbx: %s: %s\n", argv[0], msg)
+	return code, true
+}

@@ -41,6 +41,11 @@ func runAgent(t *testing.T, env []string, args ...string) (code int, stdout, std
 	if _, ok := err.(*exec.ExitError); err != nil && !ok {
 		t.Fatalf("run sbx-agent: %v", err)
 	}
+	// Without a timeout the agent becomes the command, so a signal ends the
+	// agent's own process: report it as runsc exec (and a shell) does.
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal()), out.String(), errb.String()
+	}
 	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
 }
 

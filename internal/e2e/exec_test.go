@@ -26,6 +26,11 @@ func TestExec(t *testing.T) {
 		{"cwd", []string{"--cwd", "/tmp", "--", "pwd"}, 0, "/tmp\n", ""},
 		{"missing program", []string{"--", "no-such-program"}, 127, "", "not found"},
 		{"root", []string{"--", "id", "-u"}, 0, "0\n", ""},
+		{"not executable", []string{"--", "/etc/hostname"}, 126, "", "permission denied"},
+		{"missing cwd", []string{"--cwd", "/nope", "--", "true"}, 1, "", "cwd /nope: no such directory"},
+		{"missing program under a timeout", []string{"--timeout", "5s", "--", "no-such-program"}, 127, "", "not found"},
+		{"env under a timeout", []string{"--timeout", "5s", "--env", "PATH=/bin", "--", "sh", "-c", "echo $PATH"}, 0, "/bin\n", ""},
+		{"signal", []string{"--", "sh", "-c", "kill -9 $$"}, 137, "", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -217,9 +217,12 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 
 // ExecOptions says how to run a process in a sandbox.
 type ExecOptions struct {
-	Args []string
-	Env  []string
-	Cwd  string
+	// Process is a process.json (see WriteProcess) that says everything
+	// about the process; when set, Args, Env and Cwd are not used.
+	Process string
+	Args    []string
+	Env     []string
+	Cwd     string
 	// InternalPidFile receives the process's pid inside the sandbox.
 	InternalPidFile string
 }
@@ -236,6 +239,10 @@ func (d *Driver) ExecCommand(ctx context.Context, id string, o ExecOptions) *exe
 	}
 	if o.InternalPidFile != "" {
 		args = append(args, "--internal-pid-file", o.InternalPidFile)
+	}
+	if o.Process != "" {
+		args = append(args, "--process", o.Process, id)
+		return d.Command(ctx, "exec", nil, args...)
 	}
 	args = append(args, id)
 	args = append(args, o.Args...)

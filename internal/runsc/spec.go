@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -102,6 +103,50 @@ func Spec(o SpecOptions) *specs.Spec {
 		},
 	}
 	return s
+}
+
+// Process returns the OCI process of an exec: root, the sandbox's default
+// environment overridden by env (later entries win: runsc's own --env
+// appends, and most programs read the first of two equal keys), in cwd.
+func Process(args, env []string, cwd string) *specs.Process {
+	if cwd == "" {
+		cwd = "/"
+	}
+	merged := []string{"PATH=" + DefaultPath, "HOME=/root", "TERM=xterm"}
+	index := map[string]int{}
+	for i, kv := range merged {
+		k, _, _ := strings.Cut(kv, "=")
+		index[k] = i
+	}
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := index[k]; ok {
+			merged[i] = kv
+			continue
+		}
+		index[k] = len(merged)
+		merged = append(merged, kv)
+	}
+	return &specs.Process{
+		User: specs.User{UID: 0, GID: 0},
+		Args: args,
+		Env:  merged,
+		Cwd:  cwd,
+		Capabilities: &specs.LinuxCapabilities{
+			Bounding:  defaultCaps,
+			Effective: defaultCaps,
+			Permitted: defaultCaps,
+		},
+	}
+}
+
+// WriteProcess writes p as a process.json for ExecOptions.Process.
+func WriteProcess(path string, p *specs.Process) error {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
 }
 
 func resources(o SpecOptions) *specs.LinuxResources {

@@ -1,0 +1,182 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/client"
+	"sbx.dev/sbx/internal/runsc"
+)
+
+// Each benchmark times sbx and raw runsc doing the same work in the same
+// run, alternating, and reports both medians and their ratio.
+
+// rawRunsc drives runsc directly on the tiny template, in a namespace of its
+// own, as a user of runsc alone would.
+type rawRunsc struct {
+	d      *runsc.Driver
+	bundle string
+	ns     string
+	dir    string
+}
+
+func newRawRunsc(b *testing.B) *rawRunsc {
+	b.Helper()
+	dir := b.TempDir()
+	rootfs, err := filepath.EvalSymlinks(filepath.Join(templateCache(), "tiny", "rootfs"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ns := "e2e-raw-" + randHex(3)
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		b.Fatalf("ip netns add: %v %s", err, out)
+	}
+	b.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	etc := filepath.Join(dir, "etc")
+	os.MkdirAll(etc, 0o755)
+	for _, f := range []string{"resolv.conf", "hosts", "hostname"} {
+		os.WriteFile(filepath.Join(etc, f), nil, 0o644)
+	}
+	agentDir := filepath.Join(dir, "agent")
+	os.MkdirAll(agentDir, 0o755)
+	agent, _ := os.ReadFile(filepath.Join(binDir, "sbx-agent"))
+	os.WriteFile(filepath.Join(agentDir, "sbx-agent"), agent, 0o755)
+	spec := runsc.Spec(runsc.SpecOptions{Hostname: "raw", Rootfs: rootfs, AgentDir: agentDir, EtcDir: etc, NetNS: "/run/netns/" + ns})
+	bundle := filepath.Join(dir, "bundle")
+	os.MkdirAll(bundle, 0o700)
+	js, _ := json.Marshal(spec)
+	os.WriteFile(filepath.Join(bundle, "config.json"), js, 0o600)
+	return &rawRunsc{d: &runsc.Driver{Path: filepath.Join(binDir, "runsc"), Root: filepath.Join(dir, "root")}, bundle: bundle, ns: ns, dir: dir}
+}
+
+func (r *rawRunsc) run(b *testing.B, id string) {
+	b.Helper()
+	console, _ := os.OpenFile(filepath.Join(r.dir, id+".log"), os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o600)
+	defer console.Close()
+	upper := filepath.Join(r.dir, id+".upper")
+	os.MkdirAll(upper, 0o700)
+	if err := r.d.Run(context.Background(), id, runsc.RunOptions{Bundle: r.bundle, Console: console, Overlay: upper}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+func report(b *testing.B, what string, sbx, raw []time.Duration) {
+	ms, mr := median(sbx), median(raw)
+	b.ReportMetric(float64(ms.Microseconds())/1000, "sbx-ms")
+	b.ReportMetric(float64(mr.Microseconds())/1000, "runsc-ms")
+	b.ReportMetric(float64(ms)/float64(mr), "ratio")
+	fmt.Printf("%-28s sbx %8.1f ms   raw runsc %8.1f ms   ratio %.2f  (medians of %d)\n", what, float64(ms.Microseconds())/1000, float64(mr.Microseconds())/1000, float64(ms)/float64(mr), len(sbx))
+}
+
+// BenchmarkCreate: a sandbox created through the API (network, bundle,
+// runsc run, records) against raw `runsc run -detach` of the same template.
+func BenchmarkCreate(b *testing.B) {
+	raw := newRawRunsc(b)
+	ctx := context.Background()
+	var sbxT, rawT []time.Duration
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		sb, err := shared.client.Create(ctx, client.WithTemplate("tiny"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		sbxT = append(sbxT, time.Since(start))
+		b.StopTimer()
+		shared.client.Delete(ctx, sb.ID)
+		b.StartTimer()
+
+		id := "raw-" + randHex(4)
+		start = time.Now()
+		raw.run(b, id)
+		rawT = append(rawT, time.Since(start))
+		b.StopTimer()
+		raw.d.Delete(ctx, id)
+		b.StartTimer()
+	}
+	report(b, "create", sbxT, rawT)
+}
+
+// BenchmarkExec: a round trip of `true` through the API (stream to exit
+// code) against raw `runsc exec` of the same.
+func BenchmarkExec(b *testing.B) {
+	ctx := context.Background()
+	sb, err := shared.client.Create(ctx, client.WithTemplate("tiny"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer shared.client.Delete(ctx, sb.ID)
+	raw := newRawRunsc(b)
+	id := "raw-" + randHex(4)
+	raw.run(b, id)
+	defer raw.d.Delete(ctx, id)
+	var sbxT, rawT []time.Duration
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		e, err := shared.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
+		if err != nil || e.ExitCode == nil || *e.ExitCode != 0 {
+			b.Fatalf("exec: %v %+v", err, e)
+		}
+		sbxT = append(sbxT, time.Since(start))
+		start = time.Now()
+		code, err := raw.d.Exec(ctx, id, runsc.ExecOptions{Args: []string{"/bin/true"}}, nil, io.Discard, io.Discard)
+		if err != nil || code != 0 {
+			b.Fatalf("raw exec: %v %d", err, code)
+		}
+		rawT = append(rawT, time.Since(start))
+	}
+	report(b, "exec round trip", sbxT, rawT)
+}
+
+// BenchmarkScp: 1 GiB into a sandbox and back out through the API.
+func BenchmarkScp(b *testing.B) {
+	ctx := context.Background()
+	sb, err := shared.client.Create(ctx, client.WithTemplate("tiny"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer shared.client.Delete(ctx, sb.ID)
+	const size = 1 << 30
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		if err := shared.client.WriteFile(ctx, sb.ID, "/tmp/big", io.LimitReader(zeroReader{}, size), size, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		up := time.Since(start)
+		start = time.Now()
+		rc, err := shared.client.ReadFile(ctx, sb.ID, "/tmp/big")
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, err := io.Copy(io.Discard, rc)
+		rc.Close()
+		if err != nil || n != size {
+			b.Fatalf("download: %d bytes, %v", n, err)
+		}
+		down := time.Since(start)
+		b.ReportMetric(size/up.Seconds()/(1<<20), "up-MiB/s")
+		b.ReportMetric(size/down.Seconds()/(1<<20), "down-MiB/s")
+		fmt.Printf("scp 1 GiB                    in %6.0f MiB/s   out %6.0f MiB/s\n", size/up.Seconds()/(1<<20), size/down.Seconds()/(1<<20))
+	}
+}
+
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
