@@ -48,6 +48,33 @@ func TestLimits(t *testing.T) {
 	if _, err := d.client.Health(context.Background()); err != nil {
 		t.Fatalf("sbxd after the out-of-memory exec: %v", err)
 	}
+	// gVisor's memory is one cgroup: past the limit the kernel stops the
+	// whole sandbox. sbx says so, rather than keep a sandbox whose execs fail.
+	waitFor(t, "the sandbox to be reported out of memory", 10*time.Second, func() bool {
+		sb, err := d.client.Get(context.Background(), id)
+		return err == nil && sb.State == api.StateError && strings.Contains(sb.Reason, "out of memory")
+	})
+	r = d.sbx(t, "exec", id, "--", "true")
+	if r.code != 1 || !strings.Contains(r.stderr, "out of memory") {
+		t.Errorf("exec in the stopped sandbox: exit %d %q, want a clear error", r.code, r.stderr)
+	}
+}
+
+// TestCPULimit: --cpus becomes the sandbox cgroup's CFS quota.
+func TestCPULimit(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny", "--cpus", "0.5")
+	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpu", "sbx-"+d.tag, id, "cpu.cfs_quota_us"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(b)); got != "50000" {
+		t.Errorf("cpu.cfs_quota_us = %s, want 50000 (half of a 100000 period)", got)
+	}
+	r := d.sbx(t, "new", "--template", "tiny", "--cpus", "1000")
+	if r.code != 1 || !strings.Contains(r.stderr, "cpus") {
+		t.Errorf("--cpus 1000: exit %d %q", r.code, r.stderr)
+	}
 }
 
 // TestBigFile: a 1 GiB file goes in and out while sbxd's resident memory

@@ -193,6 +193,10 @@ func (d *daemon) stop(cleanup bool) {
 		}
 		_ = nm.Cleanup()
 	}
+	ctrls, _ := os.ReadDir("/sys/fs/cgroup")
+	for _, c := range ctrls {
+		os.Remove(filepath.Join("/sys/fs/cgroup", c.Name(), "sbx-"+d.tag))
+	}
 	os.Remove(filepath.Join(d.dir, "templates"))
 	os.RemoveAll(d.dir)
 }

@@ -74,6 +74,7 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 	if err := m.cfg.Store.SetState(ctx, sb.ID, api.StateRunning, ""); err != nil {
 		return nil, err
 	}
+	m.watch(ctx, sb.ID)
 	m.event(ctx, sb.ID, "created", map[string]any{"template": sb.Template})
 	return toAPI(sb), nil
 }
@@ -155,9 +156,11 @@ func (m *Manager) Delete(ctx context.Context, ref string) (*api.DeleteResult, er
 // destroy removes everything of a sandbox; each step tolerates a missing part.
 func (m *Manager) destroy(ctx context.Context, id string) error {
 	var errs []error
+	m.unwatch(id)
 	if err := m.cfg.Runtime.Delete(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
+	m.removeCgroupParents()
 	if err := m.cfg.Networks.Delete(id); err != nil {
 		errs = append(errs, fmt.Errorf("network: %w", err))
 	}

@@ -78,6 +78,8 @@ type Manager struct {
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex // per sandbox: lifecycle changes are serialized
 	execs map[string]*execRun    // running execs by exec id
+	// watching are the running sandboxes' runsc processes.
+	watching map[string]watched
 }
 
 // New returns a Manager; call Start before using it.
@@ -91,7 +93,7 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.DefaultTemplate == "" {
 		cfg.DefaultTemplate = "base"
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, now: cfg.Now, locks: map[string]*sync.Mutex{}, execs: map[string]*execRun{}}
+	m := &Manager{cfg: cfg, log: cfg.Logger, now: cfg.Now, locks: map[string]*sync.Mutex{}, execs: map[string]*execRun{}, watching: map[string]watched{}}
 	for _, d := range []string{m.sandboxesDir(), m.agentDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
@@ -118,7 +120,11 @@ func (m *Manager) Start(ctx context.Context) error {
 	for _, sb := range sbs {
 		m.reconcile(ctx, sb)
 	}
-	return m.recoverExecs(ctx)
+	if err := m.recoverExecs(ctx); err != nil {
+		return err
+	}
+	go m.watchLoop(context.WithoutCancel(ctx))
+	return nil
 }
 
 // installAgent copies the agent binary into the data dir, so the bind mount
@@ -148,7 +154,13 @@ func (m *Manager) reconcile(ctx context.Context, sb *store.Sandbox) {
 		case err != nil:
 			m.setState(ctx, sb.ID, api.StateError, fmt.Sprintf("runsc cannot report the sandbox after a restart of sbxd: %v", err))
 		case st.Status != "running":
-			m.setState(ctx, sb.ID, api.StateError, fmt.Sprintf("runsc reports the sandbox %s after a restart of sbxd", st.Status))
+			reason := fmt.Sprintf("runsc reports the sandbox %s after a restart of sbxd", st.Status)
+			if oomKilled(m.cgroupsPath(sb.ID)) {
+				reason = "out of memory: the kernel stopped the sandbox while sbxd was away"
+			}
+			m.setState(ctx, sb.ID, api.StateError, reason)
+		default:
+			m.watch(ctx, sb.ID)
 		}
 	case api.StateCreating:
 		// A create that sbxd did not finish: nobody was told of it, so undo it.
