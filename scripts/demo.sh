@@ -18,7 +18,11 @@ work=$(mktemp -d)
 cleanup() {
 	set +e
 	if [ -n "$sandbox" ]; then say "Cleaning up: deleting $sandbox"; "$BIN/sbx" delete --yes "$sandbox" >/dev/null; fi
-	if [ -n "$started" ]; then say "Stopping the sbxd this demo started"; kill -TERM "$started"; wait "$started" 2>/dev/null; fi
+	if [ -n "$started" ]; then
+		say "Stopping the sbxd this demo started, and removing its firewall rules"
+		kill -TERM "$started"; wait "$started" 2>/dev/null
+		"$BIN/sbxd" --data-dir "$DATA" --cleanup
+	fi
 	rm -rf "$work"
 }
 trap cleanup EXIT

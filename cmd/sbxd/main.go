@@ -46,6 +46,7 @@ type config struct {
 	logLevel  string
 	logJSON   bool
 	runscLog  string
+	cleanup   bool
 	shutdown  time.Duration
 }
 
@@ -64,6 +65,7 @@ func main() {
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.logJSON, "log-json", false, "log JSON lines instead of text")
 	fs.StringVar(&c.runscLog, "runsc-debug-log", "", "directory for runsc's debug logs (debugging runsc itself; large)")
+	fs.BoolVar(&c.cleanup, "cleanup", false, "remove this daemon's firewall rules and exit (refused while it has sandboxes)")
 	fs.DurationVar(&c.shutdown, "shutdown-timeout", 30*time.Second, "how long a clean shutdown waits for requests in flight")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -152,6 +154,9 @@ func run(c config) error {
 	nets, err := netns.New(netns.Config{Tag: c.tag, Pool: pool})
 	if err != nil {
 		return err
+	}
+	if c.cleanup {
+		return cleanup(st, nets)
 	}
 	if err := nets.Setup(); err != nil {
 		return fmt.Errorf("network setup: %w", err)
@@ -269,4 +274,26 @@ func loadToken(c config) (string, error) {
 		return "", err
 	}
 	return t, nil
+}
+
+// cleanup removes what a stopped sbxd leaves on the host for its sandboxes
+// (firewall chains, cgroup parents) once it has none left.
+func cleanup(st *store.Store, nets *netns.Manager) error {
+	sbs, err := st.Sandboxes(context.Background())
+	if err != nil {
+		return err
+	}
+	if len(sbs) > 0 {
+		return fmt.Errorf("cleanup: %d sandboxes remain; delete them first (`sbx delete`)", len(sbs))
+	}
+	ids, err := nets.List()
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := nets.Delete(id); err != nil {
+			return err
+		}
+	}
+	return nets.Cleanup()
 }

@@ -160,7 +160,7 @@ func (m *Manager) destroy(ctx context.Context, id string) error {
 	if err := m.cfg.Runtime.Delete(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
-	m.removeCgroupParents()
+	m.removeCgroups(id)
 	if err := m.cfg.Networks.Delete(id); err != nil {
 		errs = append(errs, fmt.Errorf("network: %w", err))
 	}

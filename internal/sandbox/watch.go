@@ -137,11 +137,14 @@ func counter(text, key string) int64 {
 	return 0
 }
 
-// removeCgroupParents removes this daemon's parent cgroups once they are
-// empty; while a sandbox remains, the kernel refuses and that is fine.
-func (m *Manager) removeCgroupParents() {
+// removeCgroups removes a sandbox's own cgroups (runsc leaves them when a
+// sandbox failed to start) and this daemon's parent cgroups once they are
+// empty; while a process or a sandbox remains, the kernel refuses, and that
+// is fine.
+func (m *Manager) removeCgroups(id string) {
 	ctrls, _ := os.ReadDir("/sys/fs/cgroup")
 	for _, c := range ctrls {
+		_ = syscall.Rmdir(filepath.Join("/sys/fs/cgroup", c.Name(), m.cgroupsPath(id)))
 		_ = syscall.Rmdir(filepath.Join("/sys/fs/cgroup", c.Name(), "sbx-"+m.cfg.Tag))
 	}
 }
