@@ -12,9 +12,11 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -34,6 +36,8 @@ type daemon struct {
 	cmd     *exec.Cmd
 	logPath string
 	client  *client.Client
+
+	stopOnce sync.Once
 }
 
 var (
@@ -55,6 +59,15 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
+	// An interrupted run (^C, a CI timeout) still removes what it made.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		sig := <-sigs
+		fmt.Printf("e2e: %v: removing the daemons, sandboxes and rules of this run\n", sig)
+		stopAll()
+		os.Exit(1)
+	}()
 	d, err := startDaemon(nil)
 	if err != nil {
 		fmt.Println("e2e:", err)
@@ -96,6 +109,21 @@ func templateCache() string {
 	return "/var/tmp/sbx-test-templates"
 }
 
+var (
+	daemonsMu sync.Mutex
+	daemons   []*daemon
+)
+
+// stopAll stops and cleans up every daemon this run started.
+func stopAll() {
+	daemonsMu.Lock()
+	ds := append([]*daemon(nil), daemons...)
+	daemonsMu.Unlock()
+	for _, d := range ds {
+		d.stop(true)
+	}
+}
+
 // startDaemon starts sbxd on a fresh data dir; extra flags are appended.
 func startDaemon(extra []string) (*daemon, error) {
 	dir, err := os.MkdirTemp("", "sbx-e2e-")
@@ -115,6 +143,9 @@ func startDaemon(extra []string) (*daemon, error) {
 		token:  randHex(16),
 		tag:    randHex(2),
 	}
+	daemonsMu.Lock()
+	daemons = append(daemons, d)
+	daemonsMu.Unlock()
 	return d, d.start(extra)
 }
 
@@ -167,7 +198,15 @@ func (d *daemon) kill(sig syscall.Signal) {
 // stop ends sbxd and, with cleanup, removes every sandbox, namespace and rule
 // it made and its data dir.
 func (d *daemon) stop(cleanup bool) {
-	if cleanup && d.cmd != nil {
+	if cleanup {
+		d.stopOnce.Do(func() { d.stopAndClean() })
+		return
+	}
+	d.kill(syscall.SIGTERM)
+}
+
+func (d *daemon) stopAndClean() {
+	if d.cmd != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		if sbs, err := d.client.List(ctx); err == nil {
 			for _, sb := range sbs {
@@ -177,9 +216,6 @@ func (d *daemon) stop(cleanup bool) {
 		cancel()
 	}
 	d.kill(syscall.SIGTERM)
-	if !cleanup {
-		return
-	}
 	// Whatever is left (a test that failed half-way): runsc, namespaces, rules.
 	runscRoot := filepath.Join(d.dir, "runsc")
 	out, _ := exec.Command(filepath.Join(binDir, "runsc"), "--root", runscRoot, "list", "-quiet").Output()

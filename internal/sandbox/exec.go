@@ -23,7 +23,11 @@ import (
 // exec outlives the client and sbxd itself; its output goes straight from
 // the sandbox into files, and the exit file tells a restarted sbxd how it
 // ended. Inside the sandbox the agent enforces the timeout.
-const shimScript = `"$@"; echo $? > "$0.tmp" && mv "$0.tmp" "$0"`
+//
+// The exit file is read only once the shim has ended (by sbxd's Wait, or
+// by a restarted sbxd that saw the shim's process gone), so it needs no
+// rename: an exec of mv would be on every exec's critical path.
+const shimScript = `"$@"; echo $? > "$0"`
 
 // execRun is an exec this sbxd is watching.
 type execRun struct {
@@ -111,7 +115,7 @@ func (m *Manager) Exec(ctx context.Context, ref string, req api.ExecRequest) (*a
 	}
 	defer devnull.Close()
 	shim.Stdin, shim.Stdout, shim.Stderr = devnull, stdout, stderr
-	if err := m.cfg.Store.CreateExec(ctx, &e); err != nil {
+	if err := m.cfg.Store.CreateExec(ctx, &e, m.now()); err != nil {
 		return nil, err
 	}
 	if err := shim.Start(); err != nil {
@@ -123,7 +127,6 @@ func (m *Manager) Exec(ctx context.Context, ref string, req api.ExecRequest) (*a
 	m.mu.Lock()
 	m.execs[e.ID] = run
 	m.mu.Unlock()
-	m.touch(ctx, sb.ID)
 	go func() {
 		_ = shim.Wait()
 		m.finishExec(context.Background(), run, startFailure(dir, readExit(dir)))
@@ -243,10 +246,9 @@ func (m *Manager) finishExec(ctx context.Context, run *execRun, code int) {
 	}
 	e := run.exec
 	run.mu.Unlock()
-	if err := m.cfg.Store.UpdateExec(ctx, &e); err != nil {
+	if err := m.cfg.Store.UpdateExec(ctx, &e, end); err != nil {
 		m.log.Error("record exec end", "exec", e.ID, "err", err)
 	}
-	m.touch(ctx, e.SandboxID)
 	m.mu.Lock()
 	delete(m.execs, e.ID)
 	m.mu.Unlock()

@@ -198,19 +198,40 @@ func (s *Store) Sandboxes(ctx context.Context) ([]*Sandbox, error) {
 	return out, rows.Err()
 }
 
-// CreateExec records a started exec.
-func (s *Store) CreateExec(ctx context.Context, e *api.Exec) error {
+// CreateExec records a started exec and, in the same transaction, the
+// sandbox's activity at the given time.
+func (s *Store) CreateExec(ctx context.Context, e *api.Exec, activity time.Time) error {
 	cmd, _ := json.Marshal(e.Cmd)
-	_, err := s.db.ExecContext(ctx, `INSERT INTO execs (id, sandbox_id, cmd, state, pid, started_at) VALUES (?, ?, ?, ?, ?, ?)`,
-		e.ID, e.SandboxID, string(cmd), string(e.State), e.Pid, e.StartedAt.UnixNano())
-	if err != nil {
-		return fmt.Errorf("store exec %s: %w", e.ID, err)
-	}
-	return nil
+	return s.withActivity(ctx, e.SandboxID, activity, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO execs (id, sandbox_id, cmd, state, pid, started_at) VALUES (?, ?, ?, ?, ?, ?)`,
+			e.ID, e.SandboxID, string(cmd), string(e.State), e.Pid, e.StartedAt.UnixNano())
+		if err != nil {
+			return fmt.Errorf("store exec %s: %w", e.ID, err)
+		}
+		return nil
+	})
 }
 
-// UpdateExec records an exec's pid, state and, once it ended, its exit.
-func (s *Store) UpdateExec(ctx context.Context, e *api.Exec) error {
+// withActivity runs fn and records activity on a sandbox in one transaction
+// (one sync of the log instead of two).
+func (s *Store) withActivity(ctx context.Context, sandboxID string, at time.Time, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET last_activity = ? WHERE id = ? AND last_activity < ?`, at.UnixNano(), sandboxID, at.UnixNano()); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// UpdateExec records an exec's pid, state and, once it ended, its exit,
+// with the sandbox's activity at the given time.
+func (s *Store) UpdateExec(ctx context.Context, e *api.Exec, activity time.Time) error {
 	var ended any
 	if e.EndedAt != nil {
 		ended = e.EndedAt.UnixNano()
@@ -219,12 +240,14 @@ func (s *Store) UpdateExec(ctx context.Context, e *api.Exec) error {
 	if e.ExitCode != nil {
 		code = *e.ExitCode
 	}
-	_, err := s.db.ExecContext(ctx, `UPDATE execs SET state = ?, pid = ?, exit_code = ?, timed_out = ?, ended_at = ? WHERE id = ?`,
-		string(e.State), e.Pid, code, e.TimedOut, ended, e.ID)
-	if err != nil {
-		return fmt.Errorf("store exec %s: %w", e.ID, err)
-	}
-	return nil
+	return s.withActivity(ctx, e.SandboxID, activity, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE execs SET state = ?, pid = ?, exit_code = ?, timed_out = ?, ended_at = ? WHERE id = ?`,
+			string(e.State), e.Pid, code, e.TimedOut, ended, e.ID)
+		if err != nil {
+			return fmt.Errorf("store exec %s: %w", e.ID, err)
+		}
+		return nil
+	})
 }
 
 const execCols = `id, sandbox_id, cmd, state, pid, exit_code, timed_out, started_at, ended_at`

@@ -80,7 +80,7 @@ func TestExecs(t *testing.T) {
 	ctx := context.Background()
 	start := time.Unix(1700000000, 0)
 	e := &api.Exec{ID: "ex_1", SandboxID: "sb_a", Cmd: []string{"echo", "hi"}, State: api.ExecRunning, StartedAt: start}
-	if err := s.CreateExec(ctx, e); err != nil {
+	if err := s.CreateExec(ctx, e, start); err != nil {
 		t.Fatal(err)
 	}
 	running, _ := s.Execs(ctx, "")
@@ -89,7 +89,7 @@ func TestExecs(t *testing.T) {
 	}
 	code, end := 124, start.Add(time.Second)
 	e.State, e.Pid, e.ExitCode, e.TimedOut, e.EndedAt = api.ExecExited, 42, &code, true, &end
-	if err := s.UpdateExec(ctx, e); err != nil {
+	if err := s.UpdateExec(ctx, e, end); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.Exec(ctx, "sb_a", "ex_1")

@@ -1,0 +1,173 @@
+package sandbox
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"sbx.dev/sbx/api"
+)
+
+func TestValidName(t *testing.T) {
+	tests := []struct {
+		name string
+		ok   bool
+	}{
+		{"web", true},
+		{"a.b_c-d9", true},
+		{strings.Repeat("x", 63), true},
+		{strings.Repeat("x", 64), false},
+		{"", false},
+		{"-lead", false},
+		{"has space", false},
+		{"sb_looksl1ke", false},
+		{"ünï", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := ValidName(tc.name)
+			if (err == nil) != tc.ok {
+				t.Errorf("ValidName(%q) = %v, want ok=%v", tc.name, err, tc.ok)
+			}
+			if err != nil && !errors.Is(err, api.ErrInvalid) {
+				t.Errorf("error %v is not ErrInvalid", err)
+			}
+		})
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	tests := []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"", 0, true},
+		{"90s", 90 * time.Second, true},
+		{"1h30m", 90 * time.Minute, true},
+		{"10", 0, false},
+		{"-5m", 0, false},
+		{"soon", 0, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseDuration("ttl", tc.in)
+			if (err == nil) != tc.ok || got != tc.want {
+				t.Errorf("ParseDuration(%q) = %v, %v; want %v ok=%v", tc.in, got, err, tc.want, tc.ok)
+			}
+			if err != nil && (!errors.Is(err, api.ErrInvalid) || !strings.HasPrefix(err.Error(), "ttl: ")) {
+				t.Errorf("error %q does not name the field or is not ErrInvalid", err)
+			}
+		})
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"", 0, true},
+		{"4096", 4096, true},
+		{"512M", 512 << 20, true},
+		{"512m", 512 << 20, true},
+		{"1G", 1 << 30, true},
+		{"1GiB", 1 << 30, true},
+		{"1.5g", 3 << 29, true},
+		{"2 GB", 2 << 30, true},
+		{"lots", 0, false},
+		{"-1G", 0, false},
+		{"1P", 0, false},
+		{"99999999T", 0, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseSize("memory", tc.in)
+			if (err == nil) != tc.ok || got != tc.want {
+				t.Errorf("ParseSize(%q) = %d, %v; want %d ok=%v", tc.in, got, err, tc.want, tc.ok)
+			}
+			if err != nil && !strings.HasPrefix(err.Error(), "memory: ") {
+				t.Errorf("error %q does not name the field", err)
+			}
+		})
+	}
+}
+
+func TestStartFailure(t *testing.T) {
+	tests := []struct {
+		name   string
+		code   int
+		stderr string
+		want   int
+		say    string
+	}{
+		{"not in PATH", 128, `executing processes for container: executing command "nope" in sandbox: error finding executable "nope" in PATH [/bin]: no such file or directory` + "\n", 127, "sbx: nope: command not found\n"},
+		{"missing path", 128, `executing processes for container: executing command "/bin/nope" in sandbox: failed to load /bin/nope: no such file or directory` + "\n", 127, "sbx: /bin/nope: command not found\n"},
+		{"not executable", 128, `executing processes for container: executing command "/etc/hosts" in sandbox: failed to load /etc/hosts: permission denied` + "\n", 126, "sbx: /etc/hosts: permission denied\n"},
+		{"missing cwd", 128, `executing processes for container: executing command "true" in sandbox: failed to find initial working directory "/nope": no such file or directory` + "\n", 1, "sbx: cwd /nope: no such directory\n"},
+		{"program's own 128", 128, "my own error\n", 128, "my own error\n"},
+		{"more than runsc's line", 128, "output\nexecuting processes for container: executing command \"x\" in sandbox: failed to load x: no such file or directory\n", 128, ""},
+		{"other code", 3, `executing processes for container: executing command "x" in sandbox: failed to load x: no such file or directory`, 3, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			os.WriteFile(filepath.Join(dir, "stderr"), []byte(tc.stderr), 0o600)
+			if got := startFailure(dir, tc.code); got != tc.want {
+				t.Errorf("code = %d, want %d", got, tc.want)
+			}
+			b, _ := os.ReadFile(filepath.Join(dir, "stderr"))
+			want := tc.say
+			if want == "" {
+				want = tc.stderr
+			}
+			if string(b) != want {
+				t.Errorf("stderr = %q, want %q", b, want)
+			}
+		})
+	}
+}
+
+func TestMayBeStartFailure(t *testing.T) {
+	tests := []struct {
+		in   string
+		want bool
+	}{
+		{"exec", true},
+		{runscStartError + `"x" in sandbox: ...`, true},
+		{"executing something else entirely, long enough to tell it apart", false},
+		{"error: boom", false},
+	}
+	for _, tc := range tests {
+		if got := mayBeStartFailure([]byte(tc.in)); got != tc.want {
+			t.Errorf("mayBeStartFailure(%q) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestProcStart(t *testing.T) {
+	if procStart(os.Getpid()) == "" {
+		t.Errorf("procStart of this process is empty")
+	}
+	if procStart(1<<22+12345) != "" {
+		t.Errorf("procStart of a pid that cannot exist is not empty")
+	}
+}
+
+func TestNewID(t *testing.T) {
+	seen := map[string]bool{}
+	for i := 0; i < 1000; i++ {
+		id := newID("sb_")
+		if len(id) != 13 || strings.Trim(id[3:], "abcdefghijklmnopqrstuvwxyz234567") != "" {
+			t.Fatalf("id %q is not sb_ + 10 lowercase base32 characters", id)
+		}
+		if seen[id] {
+			t.Fatalf("id %q twice", id)
+		}
+		seen[id] = true
+	}
+}
