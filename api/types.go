@@ -88,7 +88,9 @@ type Exec struct {
 
 // ExecEvent is one server-sent event of an exec's output stream. Event is
 // "stdout" or "stderr" (Data holds the bytes, base64 in JSON), "started"
-// (Exec set) or "exit" (Exec set, with its exit code), or "error".
+// (Exec set), "exit" (Exec set, with its exit code), "eof" (the output kept
+// so far has been sent and the exec still runs; only without follow), or
+// "error".
 type ExecEvent struct {
 	Event string `json:"event"`
 	Data  []byte `json:"data,omitempty"`

@@ -33,6 +33,19 @@ func isTerminal(v any) bool {
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
+// termWidth is the width of the terminal v is, or 0.
+func termWidth(v any) int {
+	f, ok := v.(*os.File)
+	if !ok {
+		return 0
+	}
+	w, _, err := term.GetSize(int(f.Fd()))
+	if err != nil {
+		return 0
+	}
+	return w
+}
+
 // age says how long ago t was, in one unit: "42s", "5m", "3h", "2d".
 func age(now, t time.Time) string {
 	if t.IsZero() {

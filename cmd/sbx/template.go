@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"sbx.dev/sbx/api"
@@ -112,8 +113,14 @@ func (p *progressPrinter) event(ev api.Progress) {
 	case p.e.json:
 		p.e.printJSONLine(ev)
 	case p.tty && ev.Message != "":
-		fmt.Fprintf(p.e.stderr, "\r\033[K%s", ev.Message)
-		p.last = ev.Message
+		// One updating line: a message wider than the terminal would wrap,
+		// and \r could then not take it back.
+		msg := strings.TrimSpace(ev.Message)
+		if w := termWidth(p.e.stderr); w > 10 && len(msg) >= w {
+			msg = msg[:w-4] + "..."
+		}
+		fmt.Fprintf(p.e.stderr, "\r\033[K%s", msg)
+		p.last = msg
 	}
 }
 

@@ -282,17 +282,24 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 }
 
 // stream relays an exec's output as events; a client that goes away ends
-// only the stream, never the exec.
+// only the stream, never the exec. A stream that ends while the exec still
+// runs (no follow) ends with "eof", so a client can tell it from a dropped
+// connection.
 func (s *Server) stream(r *http.Request, out *sse, id, execID string, follow bool) {
+	exited := false
 	err := s.m.Output(r.Context(), id, execID, follow, func(ev api.ExecEvent) error {
+		exited = exited || ev.Event == "exit"
 		return out.send(ev.Event, ev)
 	})
-	if err != nil && r.Context().Err() == nil {
-		if !out.started {
-			s.fail(out.w, r, err)
-			return
-		}
+	switch {
+	case err != nil && r.Context().Err() != nil:
+		// the client left
+	case err != nil && !out.started:
+		s.fail(out.w, r, err)
+	case err != nil:
 		_ = out.send("error", api.ExecEvent{Event: "error", Error: err.Error()})
+	case !exited:
+		_ = out.send("eof", api.ExecEvent{Event: "eof"})
 	}
 }
 
@@ -321,12 +328,7 @@ func (s *Server) output(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	out := newSSE(w)
-	s.stream(r, out, id, execID, boolParam(r, "follow"))
-	if !out.started {
-		// Nothing kept yet and not following: an empty stream.
-		_ = out.send("eof", api.ExecEvent{Event: "eof"})
-	}
+	s.stream(r, newSSE(w), id, execID, boolParam(r, "follow"))
 }
 
 func boolParam(r *http.Request, name string) bool {
