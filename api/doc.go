@@ -8,7 +8,17 @@
 //	GET    /v1/sandboxes                               []Sandbox
 //	POST   /v1/sandboxes                   CreateRequest -> 201 Sandbox
 //	GET    /v1/sandboxes/{id}                          Sandbox        ({id} is an id or a name, everywhere)
-//	DELETE /v1/sandboxes/{id}                          DeleteResult
+//	DELETE /v1/sandboxes/{id}?withSnapshots=1          DeleteResult (withSnapshots also removes the snapshots taken from it)
+//	POST   /v1/sandboxes/{id}/snapshots    SnapshotRequest -> 201 Snapshot
+//	POST   /v1/sandboxes/{id}/fork         ForkRequest -> stream of ForkEvent: "sandbox.forking" (ids) at once,
+//	                                                   "sandbox.ready" per child, then "done" or "error"; the fork
+//	                                                   goes on if the client leaves
+//	POST   /v1/sandboxes/{id}/stop?wait=1              202 Sandbox (stopping), or with wait 200 Sandbox (stopped)
+//	POST   /v1/sandboxes/{id}/resume       ResumeRequest -> 200 Sandbox
+//	GET    /v1/sandboxes/{id}/events?follow=1          stream of Event ("event" events), live with follow
+//	GET    /v1/snapshots                               []Snapshot
+//	GET    /v1/snapshots/{name}                        Snapshot
+//	DELETE /v1/snapshots/{name}                        204
 //	POST   /v1/sandboxes/{id}/exec         ExecRequest -> 201 Exec when Detach,
 //	                                                   else a stream of ExecEvent: "started", "stdout"/"stderr"..., "exit"
 //	GET    /v1/sandboxes/{id}/execs                    []Exec

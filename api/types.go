@@ -9,6 +9,7 @@ type State string
 const (
 	StateCreating State = "creating"
 	StateRunning  State = "running"
+	StateStopping State = "stopping"
 	StateStopped  State = "stopped"
 	StateError    State = "error"
 	StateLost     State = "lost"
@@ -32,6 +33,16 @@ type Sandbox struct {
 	Address string `json:"address,omitempty"`
 	// LastActivity is when the sandbox last did something that counts as activity.
 	LastActivity time.Time `json:"lastActivity"`
+	// From is the snapshot the sandbox was made from, if any.
+	From string `json:"from,omitempty"`
+	// Parent is the sandbox this one was forked from, if any.
+	Parent string `json:"parent,omitempty"`
+	// MemoryRestored says whether the sandbox's processes and memory were
+	// carried over (from a memory snapshot, a memory fork or a resume)
+	// rather than booted fresh. ResumeReason says why not, after a resume
+	// that fell back to booting from the disk.
+	MemoryRestored bool   `json:"memoryRestored"`
+	ResumeReason   string `json:"resumeReason,omitempty"`
 }
 
 // CreateRequest is the body of POST /v1/sandboxes. Durations and sizes are
@@ -43,11 +54,81 @@ type CreateRequest struct {
 	Meta     map[string]string `json:"meta,omitempty"`
 	CPUs     float64           `json:"cpus,omitempty"`
 	Memory   string            `json:"memory,omitempty"`
+	// From makes the sandbox from a snapshot: a disk snapshot boots fresh
+	// on its disk, a memory snapshot carries on its processes. Template,
+	// CPUs and Memory then come from the snapshot.
+	From string `json:"from,omitempty"`
 }
 
 // DeleteResult is the body answering DELETE /v1/sandboxes/{id}.
 type DeleteResult struct {
 	ID string `json:"id"`
+	// Snapshots names the snapshots removed with the sandbox (withSnapshots).
+	Snapshots []string `json:"snapshots,omitempty"`
+}
+
+// MaxForks is the most children one fork call makes.
+const MaxForks = 16
+
+// SnapshotRequest is the body of POST /v1/sandboxes/{id}/snapshots.
+type SnapshotRequest struct {
+	Name   string `json:"name"`
+	Memory bool   `json:"memory,omitempty"`
+}
+
+// Snapshot describes a named capture of a sandbox: always its disk, and its
+// processes and memory when Memory is set. A snapshot outlives its sandbox.
+type Snapshot struct {
+	Name      string    `json:"name"`
+	ID        string    `json:"id"`
+	SandboxID string    `json:"sandboxId"`
+	Template  string    `json:"template"`
+	Memory    bool      `json:"memory"`
+	CreatedAt time.Time `json:"createdAt"`
+	Size      int64     `json:"sizeBytes"`
+	// Paused is how long the sandbox was paused while its memory was
+	// written (memory snapshots only).
+	Paused string `json:"paused,omitempty"`
+}
+
+// ForkRequest is the body of POST /v1/sandboxes/{id}/fork.
+type ForkRequest struct {
+	// Name names the child (only with Count 1).
+	Name string `json:"name,omitempty"`
+	// Memory carries on the parent's processes and memory; without it the
+	// children boot fresh on a copy of the parent's disk.
+	Memory bool `json:"memory,omitempty"`
+	// Count is how many children, 1 to MaxForks; 0 means 1.
+	Count int    `json:"count,omitempty"`
+	TTL   string `json:"ttl,omitempty"`
+}
+
+// ForkEvent is one server-sent event of a fork: "sandbox.forking" at once
+// with the new ids, "sandbox.ready" with each child that is ready, then
+// "done" (Sandboxes set), or "error" (and then no child is left).
+type ForkEvent struct {
+	Event     string    `json:"event"`
+	IDs       []string  `json:"ids,omitempty"`
+	Sandbox   *Sandbox  `json:"sandbox,omitempty"`
+	Sandboxes []Sandbox `json:"sandboxes,omitempty"`
+	Error     string    `json:"error,omitempty"`
+}
+
+// ResumeRequest is the body of POST /v1/sandboxes/{id}/resume.
+type ResumeRequest struct {
+	// RequireMemory refuses to boot from the disk when the memory image
+	// cannot be restored; the image is kept.
+	RequireMemory bool `json:"requireMemory,omitempty"`
+}
+
+// Event is one lifecycle event of a sandbox. Captures carry, in Detail,
+// start, end, durationMs, sizeBytes and outcome ("ok" or "error", with error).
+type Event struct {
+	Seq       int64          `json:"seq"`
+	SandboxID string         `json:"sandboxId"`
+	Time      time.Time      `json:"time"`
+	Type      string         `json:"type"`
+	Detail    map[string]any `json:"detail,omitempty"`
 }
 
 // ExecRequest is the body of POST /v1/sandboxes/{id}/exec.
@@ -84,6 +165,10 @@ type Exec struct {
 	TimedOut  bool       `json:"timedOut,omitempty"`
 	StartedAt time.Time  `json:"startedAt"`
 	EndedAt   *time.Time `json:"endedAt,omitempty"`
+	// Detached execs are started by the sandbox's init: they (and what
+	// they start) live on through stop and resume and are carried into
+	// memory snapshots and forks.
+	Detached bool `json:"detached,omitempty"`
 }
 
 // ExecEvent is one server-sent event of an exec's output stream. Event is

@@ -2,7 +2,12 @@ package client
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -83,4 +88,111 @@ func (c *Client) Get(ctx context.Context, id string) (*api.Sandbox, error) {
 func (c *Client) Delete(ctx context.Context, id string) error {
 	// the DeleteResult only repeats the id
 	return c.call(ctx, http.MethodDelete, sandboxPath(id), nil, nil, nil)
+}
+
+// WithFrom makes the sandbox from the named snapshot: a disk snapshot boots
+// fresh on its disk, a memory snapshot carries on its processes. The template,
+// CPUs and memory then come from the snapshot.
+func WithFrom(snapshot string) CreateOption { return func(r *api.CreateRequest) { r.From = snapshot } }
+
+// DeleteWithSnapshots destroys the sandbox and the snapshots taken from it,
+// and returns what it removed; api.ErrNotFound if there is no such sandbox.
+func (c *Client) DeleteWithSnapshots(ctx context.Context, id string) (*api.DeleteResult, error) {
+	var res api.DeleteResult
+	q := url.Values{"withSnapshots": {"1"}}
+	if err := c.call(ctx, http.MethodDelete, sandboxPath(id), q, nil, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// Stop hibernates the sandbox, keeping its memory and processes in an image.
+// Without wait it returns at once with the sandbox stopping; with wait, once
+// it is stopped. A sandbox that cannot be stopped (not running) is an
+// api.ErrConflict; a failed capture leaves it running and says why.
+func (c *Client) Stop(ctx context.Context, id string, wait bool) (*api.Sandbox, error) {
+	var q url.Values
+	if wait {
+		q = url.Values{"wait": {"1"}}
+	}
+	var sb api.Sandbox
+	if err := c.call(ctx, http.MethodPost, sandboxPath(id, "stop"), q, nil, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// Resume brings a stopped sandbox back. The answer says whether its memory
+// was restored (MemoryRestored) or, if it booted from its disk, why
+// (ResumeReason). With requireMemory a sandbox whose memory cannot be
+// restored is not booted from its disk: the server answers with an error and
+// keeps the image. A sandbox that is not stopped is an api.ErrConflict.
+func (c *Client) Resume(ctx context.Context, id string, requireMemory bool) (*api.Sandbox, error) {
+	var sb api.Sandbox
+	req := api.ResumeRequest{RequireMemory: requireMemory}
+	if err := c.call(ctx, http.MethodPost, sandboxPath(id, "resume"), nil, &req, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// Events hands each lifecycle event of the sandbox to fn, oldest first; with
+// follow it then waits for live ones until ctx ends or the server ends the
+// stream. An error from fn ends the stream and is returned; so is an "error"
+// event. Events with other names than "event" and "error" are skipped.
+func (c *Client) Events(ctx context.Context, id string, follow bool, fn func(api.Event) error) error {
+	var q url.Values
+	if follow {
+		q = url.Values{"follow": {"1"}}
+	}
+	resp, err := c.send(ctx, request{
+		method: http.MethodGet, path: sandboxPath(id, "events"),
+		query: q, accept: "text/event-stream",
+	})
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := readEvents(resp.Body, fn); err != nil {
+		return fmt.Errorf("events of %s: %w", id, err)
+	}
+	return nil
+}
+
+// readEvents hands each "event" event of an event stream to fn until the stream ends.
+func readEvents(r io.Reader, fn func(api.Event) error) error {
+	sr := newSSEReader(r)
+	for {
+		raw, err := sr.next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		switch raw.name {
+		case "event", "":
+			var ev api.Event
+			if err := json.Unmarshal(raw.data, &ev); err != nil {
+				return fmt.Errorf("decode %q event: %w", raw.name, err)
+			}
+			if err := fn(ev); err != nil {
+				return err
+			}
+		case "error":
+			return streamError(raw.data)
+		}
+	}
+}
+
+// streamError is the error an "error" event's data ({"error": "..."}) says.
+func streamError(data []byte) error {
+	var body struct {
+		Error string `json:"error"`
+	}
+	_ = json.Unmarshal(data, &body) // a body that is not JSON leaves the message empty
+	if body.Error == "" {
+		return errors.New("the server reported an error without a message")
+	}
+	return errors.New(body.Error)
 }

@@ -2,17 +2,19 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/client"
 )
 
 var deleteCommand = &command{
 	name:    "delete",
 	aliases: []string{"rm"},
-	usage:   "delete ID... [--yes]",
+	usage:   "delete ID... [--yes] [--with-snapshots]",
 	summary: "delete sandboxes",
 	run:     runDelete,
 }
@@ -20,6 +22,7 @@ var deleteCommand = &command{
 func runDelete(e *env, args []string) error {
 	fs := e.flags("delete")
 	yes := fs.Bool("yes", false, "do not ask")
+	withSnapshots := fs.Bool("with-snapshots", false, "also remove the snapshots taken from each sandbox")
 	ids, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -28,7 +31,11 @@ func runDelete(e *env, args []string) error {
 		return usagef("delete takes at least one sandbox id")
 	}
 	if !*yes && isTerminal(e.stdin) {
-		fmt.Fprintf(e.stderr, "delete %d sandbox(es)? [y/N] ", len(ids))
+		what := "sandbox(es)"
+		if *withSnapshots {
+			what += " and the snapshots taken from them"
+		}
+		fmt.Fprintf(e.stderr, "delete %d %s? [y/N] ", len(ids), what)
 		if !confirmed(e.stdin) {
 			return errors.New("not deleted")
 		}
@@ -40,13 +47,18 @@ func runDelete(e *env, args []string) error {
 	var deleted []api.DeleteResult
 	failed := 0
 	for _, id := range ids {
-		if err := c.Delete(e.ctx, id); err != nil {
+		res, err := deleteOne(e.ctx, c, id, *withSnapshots)
+		if err != nil {
 			e.printError(err, false)
 			failed++
 			continue
 		}
-		deleted = append(deleted, api.DeleteResult{ID: id})
-		if !e.json {
+		deleted = append(deleted, *res)
+		switch {
+		case e.json:
+		case *withSnapshots:
+			fmt.Fprintln(e.stdout, deletedLine(res))
+		default:
 			fmt.Fprintln(e.stdout, id)
 		}
 	}
@@ -62,6 +74,27 @@ func runDelete(e *env, args []string) error {
 		return &exitError{code: 1} // each failure is reported already
 	}
 	return nil
+}
+
+// deleteOne deletes one sandbox, with its snapshots if asked.
+func deleteOne(ctx context.Context, c *client.Client, id string, withSnapshots bool) (*api.DeleteResult, error) {
+	if withSnapshots {
+		return c.DeleteWithSnapshots(ctx, id)
+	}
+	if err := c.Delete(ctx, id); err != nil {
+		return nil, err
+	}
+	return &api.DeleteResult{ID: id}, nil
+}
+
+// deletedLine names a deleted sandbox and the snapshots removed with it:
+// "deleted sb_x (snapshots: a, b)".
+func deletedLine(res *api.DeleteResult) string {
+	snaps := "none"
+	if len(res.Snapshots) > 0 {
+		snaps = strings.Join(res.Snapshots, ", ")
+	}
+	return fmt.Sprintf("deleted %s (snapshots: %s)", res.ID, snaps)
 }
 
 // confirmed reads one answer line and reports whether it says yes.

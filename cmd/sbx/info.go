@@ -67,6 +67,14 @@ func infoLines(sb *api.Sandbox) [][2]string {
 		add("memory", size(sb.Memory))
 	}
 	add("address", sb.Address)
+	add("from", sb.From)
+	add("parent", sb.Parent)
+	// memoryRestored is false for every sandbox that booted fresh: say so
+	// only where it was in question (a resume that fell back to the disk)
+	if sb.MemoryRestored || sb.ResumeReason != "" {
+		add("memory restored", yesNo(sb.MemoryRestored))
+	}
+	add("resume reason", sb.ResumeReason)
 	keys := make([]string, 0, len(sb.Meta))
 	for k := range sb.Meta {
 		keys = append(keys, k)

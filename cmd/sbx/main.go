@@ -1,4 +1,4 @@
-// Command sbx is the command line of sbxd: sandboxes, execs, files and templates.
+// Command sbx is the command line of sbxd: sandboxes, snapshots, forks, execs, files and templates.
 package main
 
 import (
@@ -36,6 +36,7 @@ type command struct {
 // commands lists the verbs in the order usage shows them.
 var commands = []*command{
 	newCommand, listCommand, infoCommand, deleteCommand,
+	snapshotCommand, forkCommand, stopCommand, resumeCommand, eventsCommand,
 	execCommand, psCommand, logsCommand,
 	scpCommand, fsCommand, templateCommand,
 }
@@ -63,6 +64,7 @@ type env struct {
 	stdout io.Writer
 	stderr io.Writer
 	cmd    *command
+	verb   string // the command's name as typed (an alias, maybe)
 	c      *client.Client
 }
 
@@ -137,7 +139,7 @@ func runContext(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		printUsage(stdout)
 		return 0
 	}
-	e.cmd = lookup(args[0])
+	e.cmd, e.verb = lookup(args[0]), args[0]
 	if e.cmd == nil {
 		return e.fail(usagef("unknown command %q", args[0]))
 	}
@@ -202,12 +204,17 @@ func (e *env) printError(err error, usage bool) {
 func printUsage(w io.Writer) {
 	var b strings.Builder
 	b.WriteString("usage: sbx [--host ADDR] [--json] COMMAND [ARGS]\n\ncommands:\n")
-	for _, c := range commands {
-		name := c.name
+	names := make([]string, len(commands))
+	width := 0
+	for i, c := range commands {
+		names[i] = c.name
 		if len(c.aliases) > 0 {
-			name += " (" + strings.Join(c.aliases, ", ") + ")"
+			names[i] += " (" + strings.Join(c.aliases, ", ") + ")"
 		}
-		fmt.Fprintf(&b, "  %-16s %s\n", name, c.summary)
+		width = max(width, len(names[i]))
+	}
+	for i, c := range commands {
+		fmt.Fprintf(&b, "  %-*s  %s\n", width, names[i], c.summary)
 	}
 	b.WriteString("\nglobal flags, accepted anywhere:\n  --host ADDR  sbxd address, unix:///path or tcp://host:port (default $SBX_HOST, else " + client.DefaultHost + ")\n  --json       print JSON on stdout\n\nrun `sbx help COMMAND` for a command's usage\n")
 	io.WriteString(w, b.String())

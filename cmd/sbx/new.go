@@ -9,7 +9,7 @@ import (
 
 var newCommand = &command{
 	name:    "new",
-	usage:   "new [--template T] [--name N] [--ttl D] [--meta k=v]... [--cpus N] [--memory SIZE]",
+	usage:   "new [--template T | --from SNAPSHOT] [--name N] [--ttl D] [--meta k=v]... [--cpus N] [--memory SIZE]",
 	summary: "create a sandbox and print its id",
 	run:     runNew,
 }
@@ -17,6 +17,7 @@ var newCommand = &command{
 func runNew(e *env, args []string) error {
 	fs := e.flags("new")
 	template := fs.String("template", "", "template to boot from")
+	from := fs.String("from", "", "snapshot to make the sandbox from (its template, cpus and memory come with it)")
 	name := fs.String("name", "", "name of the sandbox")
 	ttl := fs.String("ttl", "", "idle ttl, e.g. 30m")
 	var meta listFlag
@@ -30,7 +31,7 @@ func runNew(e *env, args []string) error {
 	if len(pos) > 0 {
 		return usagef("new takes no arguments, got %q", pos)
 	}
-	opts := []client.CreateOption{client.WithTemplate(*template), client.WithName(*name),
+	opts := []client.CreateOption{client.WithTemplate(*template), client.WithFrom(*from), client.WithName(*name),
 		client.WithTTLString(*ttl), client.WithCPUs(*cpus), client.WithMemoryString(*memory)}
 	for _, kv := range meta {
 		k, v, ok := strings.Cut(kv, "=")

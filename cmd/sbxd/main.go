@@ -47,6 +47,7 @@ type config struct {
 	logJSON   bool
 	runscLog  string
 	cleanup   bool
+	orphans   time.Duration
 	shutdown  time.Duration
 }
 
@@ -65,6 +66,7 @@ func main() {
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.logJSON, "log-json", false, "log JSON lines instead of text")
 	fs.StringVar(&c.runscLog, "runsc-debug-log", "", "directory for runsc's debug logs (debugging runsc itself; large)")
+	fs.DurationVar(&c.orphans, "orphan-grace", sandbox.DefaultOrphanGrace, "how long a hibernation image is kept after its sandbox is deleted")
 	fs.BoolVar(&c.cleanup, "cleanup", false, "remove this daemon's firewall rules and exit (refused while it has sandboxes)")
 	fs.DurationVar(&c.shutdown, "shutdown-timeout", 30*time.Second, "how long a clean shutdown waits for requests in flight")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -167,7 +169,7 @@ func run(c config) error {
 	}
 	mgr, err := sandbox.New(sandbox.Config{
 		DataDir: c.dataDir, Tag: c.tag, Runtime: driver, Networks: nets, Templates: templates,
-		Store: st, AgentBinary: c.agent, DefaultTemplate: c.template, Logger: log,
+		Store: st, AgentBinary: c.agent, DefaultTemplate: c.template, Logger: log, OrphanGrace: c.orphans,
 	})
 	if err != nil {
 		return err

@@ -18,7 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const execSyntax = "exec [--timeout DURATION] [--cwd DIR] -- PROG [ARGS...]"
+const execSyntax = "exec [--timeout DURATION] [--cwd DIR] [--env K=V]... -- PROG [ARGS...]"
 
 // defaultPath is the search path when $PATH is unset, as in a login shell.
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -171,15 +171,28 @@ func cwdReason(err error) string {
 // slash is used as it is, any other is searched in $PATH. It returns the path,
 // or an exit code (127 not found, 126 not executable) and the reason.
 func lookProg(name string) (path string, code int, msg string) {
-	if strings.Contains(name, "/") {
-		if code, msg := checkExecutable(name); code != 0 {
-			return "", code, msg
-		}
-		return name, 0, ""
-	}
 	pathEnv, ok := os.LookupEnv("PATH")
 	if !ok {
 		pathEnv = defaultPath
+	}
+	return lookProgIn(name, pathEnv, "")
+}
+
+// lookProgIn is lookProg for a process that is not the caller: it searches
+// pathEnv, and resolves relative names against dir ("" for the current
+// directory), returning them joined to it.
+func lookProgIn(name, pathEnv, dir string) (path string, code int, msg string) {
+	inDir := func(p string) string {
+		if dir == "" || filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(dir, p)
+	}
+	if strings.Contains(name, "/") {
+		if code, msg := checkExecutable(inDir(name)); code != 0 {
+			return "", code, msg
+		}
+		return inDir(name), 0, ""
 	}
 	var denied string
 	for _, dir := range filepath.SplitList(pathEnv) {
@@ -190,6 +203,7 @@ func lookProg(name string) (path string, code int, msg string) {
 		if !strings.Contains(p, "/") {
 			p = "./" + p
 		}
+		p = inDir(p)
 		code, _ := checkExecutable(p)
 		if code == 0 {
 			return p, 0, ""

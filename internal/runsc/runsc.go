@@ -116,11 +116,14 @@ type RunOptions struct {
 	Overlay string
 }
 
-// sandboxFlags are the global flags that shape a sandbox when it is created.
+// sandboxFlags are the global flags that shape a sandbox when it is created
+// or restored. The rootfs tar annotation (a disk snapshot as the starting
+// upper layer) is only honoured with its flag.
 func sandboxFlags(o RunOptions) []string {
 	return []string{
 		"--network=sandbox",
 		"--overlay2=root:dir=" + o.Overlay,
+		"--allow-rootfs-tar-annotation",
 	}
 }
 
@@ -161,6 +164,62 @@ func readTail(f *os.File, from int64) string {
 	b := make([]byte, end-from)
 	n, _ := f.ReadAt(b, from)
 	return tail(b[:n])
+}
+
+// Checkpoint writes sandbox id's processes, memory and disk changes into
+// imageDir, uncompressed (so a restore can load pages in the background).
+// The sandbox is paused meanwhile; with leaveRunning it carries on after,
+// else it ends once the image is written.
+func (d *Driver) Checkpoint(ctx context.Context, id, imageDir string, leaveRunning bool) error {
+	args := []string{"--image-path", imageDir, "--compression=none"}
+	if leaveRunning {
+		args = append(args, "--leave-running")
+	}
+	_, err := d.run(ctx, nil, "checkpoint", id, append(args, id)...)
+	return err
+}
+
+// RestoreOptions says how to restore a sandbox from a checkpoint image.
+type RestoreOptions struct {
+	RunOptions
+	ImageDir string
+	// Background lets runsc return before every page is loaded.
+	Background bool
+}
+
+// Restore creates sandbox id from a checkpoint image, detached, and lets it
+// carry on. The bundle's spec must match the checkpointed one in its mounts;
+// the network namespace may be another one with the same addresses.
+func (d *Driver) Restore(ctx context.Context, id string, o RestoreOptions) error {
+	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
+	defer cancel()
+	args := []string{"--detach", "--bundle", o.Bundle, "--image-path", o.ImageDir}
+	if o.Background {
+		args = append(args, "--background")
+	}
+	cmd := d.Command(ctx, "restore", sandboxFlags(o.RunOptions), append(args, id)...)
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer devnull.Close()
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, o.Console, o.Console
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	before, _ := o.Console.Seek(0, io.SeekEnd)
+	if err := cmd.Start(); err != nil {
+		return &Error{Verb: "restore", ID: id, Err: err}
+	}
+	if err := cmd.Wait(); err != nil {
+		return &Error{Verb: "restore", ID: id, Err: err, Stderr: readTail(o.Console, before)}
+	}
+	return nil
+}
+
+// TarUpper writes sandbox id's disk changes (its root overlay's upper
+// layer) as a tar to file.
+func (d *Driver) TarUpper(ctx context.Context, id, file string) error {
+	_, err := d.run(ctx, nil, "tar", id, "rootfs-upper", "--file", file, id)
+	return err
 }
 
 // State is what runsc reports of a sandbox.
@@ -206,6 +265,12 @@ func (d *Driver) Kill(ctx context.Context, id string, sig syscall.Signal) error 
 	return err
 }
 
+// Resume lets a paused sandbox run again.
+func (d *Driver) Resume(ctx context.Context, id string) error {
+	_, err := d.run(ctx, nil, "resume", id, id)
+	return err
+}
+
 // Delete forcibly removes sandbox id; a sandbox runsc does not know is not an error.
 func (d *Driver) Delete(ctx context.Context, id string) error {
 	_, err := d.run(ctx, nil, "delete", id, "--force", id)
@@ -225,6 +290,9 @@ type ExecOptions struct {
 	Cwd     string
 	// InternalPidFile receives the process's pid inside the sandbox.
 	InternalPidFile string
+	// PassFDs are descriptors of the runsc process passed on, under the
+	// same numbers, to the process in the sandbox.
+	PassFDs []int
 }
 
 // ExecCommand returns the command that runs o.Args in sandbox id and exits
@@ -239,6 +307,9 @@ func (d *Driver) ExecCommand(ctx context.Context, id string, o ExecOptions) *exe
 	}
 	if o.InternalPidFile != "" {
 		args = append(args, "--internal-pid-file", o.InternalPidFile)
+	}
+	for _, fd := range o.PassFDs {
+		args = append(args, "--pass-fd", fmt.Sprintf("%d:%d", fd, fd))
 	}
 	if o.Process != "" {
 		args = append(args, "--process", o.Process, id)

@@ -16,12 +16,10 @@ import (
 // minMemory is the smallest memory limit a sandbox boots with.
 const minMemory = 64 << 20
 
-// Create makes and starts a sandbox. Bad fields are api.ErrInvalid naming
-// the field, an unknown template api.ErrNotFound, a taken name api.ErrConflict.
+// Create makes and starts a sandbox, from a template or (req.From) a
+// snapshot. Bad fields are api.ErrInvalid naming the field, an unknown
+// template or snapshot api.ErrNotFound, a taken name api.ErrConflict.
 func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandbox, error) {
-	if req.Template == "" {
-		req.Template = m.cfg.DefaultTemplate
-	}
 	if req.Name != "" {
 		if err := ValidName(req.Name); err != nil {
 			return nil, err
@@ -44,18 +42,43 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 	if err := checkMeta(req.Meta); err != nil {
 		return nil, err
 	}
-	rootfs, err := m.cfg.Templates.Rootfs(req.Template)
-	if err != nil {
-		return nil, err
-	}
-	// runsc mounts safely: every path it is given must be free of symlinks.
-	if rootfs, err = filepath.EvalSymlinks(rootfs); err != nil {
-		return nil, fmt.Errorf("template %s: %w", req.Template, err)
-	}
 	now := m.now()
 	sb := &store.Sandbox{
 		ID: newID("sb_"), Name: req.Name, Template: req.Template, State: api.StateCreating,
 		CreatedAt: now, TTL: ttl, Meta: req.Meta, CPUs: req.CPUs, Memory: mem, LastActivity: now,
+	}
+	var b bootSpec
+	if req.From != "" {
+		sn, err := m.cfg.Store.Snapshot(ctx, req.From)
+		if err != nil {
+			return nil, err
+		}
+		if req.Template != "" && req.Template != sn.Template {
+			return nil, api.Errorf(api.ErrInvalid, "template: snapshot %s is of template %s; leave --template out", sn.Name, sn.Template)
+		}
+		if !m.imageComplete(sn.ID) {
+			return nil, api.Errorf(api.ErrUnavailable, "snapshot %s has no complete image on disk", sn.Name)
+		}
+		// A memory image carries its limits; a disk one takes the snapshot's unless asked.
+		sb.Template, sb.Source = sn.Template, sn.Name
+		if sn.Memory || req.CPUs == 0 {
+			sb.CPUs = sn.CPUs
+		}
+		if sn.Memory || mem == 0 {
+			sb.Memory = sn.MemLimit
+		}
+		if sn.Memory {
+			b.image = m.imageMem(sn.ID)
+			sb.MemoryRestored = true
+		} else {
+			b.upperTar = m.imageDisk(sn.ID)
+		}
+	}
+	if sb.Template == "" {
+		sb.Template = m.cfg.DefaultTemplate
+	}
+	if b.rootfs, err = m.rootfs(sb.Template); err != nil {
+		return nil, err
 	}
 	if err := m.cfg.Store.CreateSandbox(ctx, sb); err != nil {
 		return nil, err
@@ -64,26 +87,66 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 	defer unlock()
 	// Once started, a create finishes or is undone whatever the client does.
 	ctx = context.WithoutCancel(ctx)
-	if err := m.boot(ctx, sb, rootfs); err != nil {
+	if err := m.boot(ctx, sb, b); err != nil {
 		if derr := m.destroy(ctx, sb.ID); derr != nil {
 			m.log.Error("undo failed create", "sandbox", sb.ID, "err", derr)
 		}
 		return nil, fmt.Errorf("create %s: %w", sb.ID, err)
 	}
-	sb.State = api.StateRunning
-	if err := m.cfg.Store.SetState(ctx, sb.ID, api.StateRunning, ""); err != nil {
+	if err := m.started(ctx, sb, "created", map[string]any{"template": sb.Template, "from": sb.Source}); err != nil {
 		return nil, err
 	}
-	m.watch(ctx, sb.ID)
-	m.event(ctx, sb.ID, "created", map[string]any{"template": sb.Template})
 	return toAPI(sb), nil
 }
 
-// boot gives the sandbox its network, files and runsc sandbox.
-func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, rootfs string) error {
+// rootfs returns a template's root filesystem, free of symlinks (runsc
+// mounts safely: every path it is given must be free of them).
+func (m *Manager) rootfs(template string) (string, error) {
+	rootfs, err := m.cfg.Templates.Rootfs(template)
+	if err != nil {
+		return "", err
+	}
+	if rootfs, err = filepath.EvalSymlinks(rootfs); err != nil {
+		return "", fmt.Errorf("template %s: %w", template, err)
+	}
+	return rootfs, nil
+}
+
+// started records a booted sandbox as running and watches it, with an
+// event unless event is "".
+func (m *Manager) started(ctx context.Context, sb *store.Sandbox, event string, detail map[string]any) error {
+	sb.State = api.StateRunning
+	if err := m.cfg.Store.SetRuntime(ctx, sb.ID, api.StateRunning, sb.MemoryRestored, sb.ResumeReason, sb.Image); err != nil {
+		return err
+	}
+	m.watch(ctx, sb.ID)
+	if event != "" {
+		detail["memoryRestored"] = sb.MemoryRestored
+		m.event(ctx, sb.ID, event, detail)
+	}
+	return nil
+}
+
+// bootSpec says what a sandbox boots from: a template's rootfs, optionally
+// with a disk (upperTar) to start from, or a memory image to restore.
+type bootSpec struct {
+	rootfs   string
+	upperTar string
+	image    string
+	// background lets runsc load a restored image's pages after it returns.
+	background bool
+}
+
+// boot gives the sandbox its network, files and runsc sandbox. A network
+// that exists already (a stopped sandbox's) is kept.
+func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, b bootSpec) error {
 	dir := m.sandboxDir(sb.ID)
-	etc := filepath.Join(dir, "etc")
-	for _, d := range []string{etc, filepath.Join(dir, "upper"), filepath.Join(dir, "execs")} {
+	etc, upper := filepath.Join(dir, "etc"), filepath.Join(dir, "upper")
+	// A stale overlay store (of a stopped sandbox) must not be reused.
+	if err := os.RemoveAll(upper); err != nil {
+		return err
+	}
+	for _, d := range []string{etc, upper, filepath.Join(dir, "execs")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
@@ -91,20 +154,27 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, rootfs string) er
 	if err := writeEtc(etc, sb.ID); err != nil {
 		return err
 	}
-	nw, err := m.cfg.Networks.Create(sb.ID)
+	nw, err := m.cfg.Networks.Get(sb.ID)
 	if err != nil {
-		return fmt.Errorf("network: %w", err)
+		if nw, err = m.cfg.Networks.Create(sb.ID); err != nil {
+			return fmt.Errorf("network: %w", err)
+		}
+	}
+	var annotations map[string]string
+	if b.upperTar != "" {
+		annotations = map[string]string{"dev.gvisor.tar.rootfs.upper": b.upperTar}
 	}
 	bundle := filepath.Join(dir, "bundle")
 	err = runsc.WriteBundle(bundle, runsc.SpecOptions{
 		Hostname:    sb.ID,
-		Rootfs:      rootfs,
+		Rootfs:      b.rootfs,
 		AgentDir:    m.agentDir(),
 		EtcDir:      etc,
 		NetNS:       nw.Path,
 		CgroupsPath: m.cgroupsPath(sb.ID),
 		CPUs:        sb.CPUs,
 		Memory:      sb.Memory,
+		Annotations: annotations,
 	})
 	if err != nil {
 		return err
@@ -114,7 +184,11 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, rootfs string) er
 		return err
 	}
 	defer console.Close()
-	return m.cfg.Runtime.Run(ctx, sb.ID, runsc.RunOptions{Bundle: bundle, Console: console, Overlay: filepath.Join(dir, "upper")})
+	run := runsc.RunOptions{Bundle: bundle, Console: console, Overlay: upper}
+	if b.image != "" {
+		return m.cfg.Runtime.Restore(ctx, sb.ID, runsc.RestoreOptions{RunOptions: run, ImageDir: b.image, Background: b.background})
+	}
+	return m.cfg.Runtime.Run(ctx, sb.ID, run)
 }
 
 // writeEtc writes the files bound over the template's /etc.
@@ -137,8 +211,9 @@ func writeEtc(dir, id string) error {
 }
 
 // Delete removes a sandbox whatever its state: its runsc sandbox, network,
-// files and record. Its events stay.
-func (m *Manager) Delete(ctx context.Context, ref string) (*api.DeleteResult, error) {
+// files and record. Its events stay. Named snapshots stay unless
+// withSnapshots; its hibernation image becomes an orphan, swept later.
+func (m *Manager) Delete(ctx context.Context, ref string, withSnapshots bool) (*api.DeleteResult, error) {
 	sb, err := m.cfg.Store.Sandbox(ctx, ref)
 	if err != nil {
 		return nil, err
@@ -149,8 +224,24 @@ func (m *Manager) Delete(ctx context.Context, ref string) (*api.DeleteResult, er
 	if err := m.destroy(ctx, sb.ID); err != nil {
 		return nil, fmt.Errorf("delete %s: %w", sb.ID, err)
 	}
-	m.event(ctx, sb.ID, "deleted", nil)
-	return &api.DeleteResult{ID: sb.ID}, nil
+	if err := m.cfg.Store.OrphanImages(ctx, sb.ID, m.now()); err != nil {
+		m.log.Error("mark images orphaned", "sandbox", sb.ID, "err", err)
+	}
+	res := &api.DeleteResult{ID: sb.ID}
+	if withSnapshots {
+		sns, err := m.cfg.Store.Snapshots(ctx, sb.ID)
+		if err != nil {
+			return nil, err
+		}
+		for _, sn := range sns {
+			if err := m.deleteSnapshot(ctx, sn); err != nil {
+				return res, fmt.Errorf("delete %s: snapshot %s: %w", sb.ID, sn.Name, err)
+			}
+			res.Snapshots = append(res.Snapshots, sn.Name)
+		}
+	}
+	m.event(ctx, sb.ID, "deleted", map[string]any{"snapshotsRemoved": res.Snapshots})
+	return res, nil
 }
 
 // destroy removes everything of a sandbox; each step tolerates a missing part.

@@ -71,70 +71,181 @@ func (m *Manager) Exec(ctx context.Context, ref string, req api.ExecRequest) (*a
 	if err != nil {
 		return nil, err
 	}
-	e := api.Exec{ID: newID("ex_"), SandboxID: sb.ID, Cmd: req.Cmd, State: api.ExecRunning, StartedAt: m.now()}
+	e := api.Exec{ID: newID("ex_"), SandboxID: sb.ID, Cmd: req.Cmd, State: api.ExecRunning, StartedAt: m.now(), Detached: req.Detach}
 	dir := m.execDir(sb.ID, e.ID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("exec in %s: %w", sb.ID, err)
 	}
-	stdout, err := os.OpenFile(filepath.Join(dir, "stdout"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	defer stdout.Close()
-	stderr, err := os.OpenFile(filepath.Join(dir, "stderr"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	defer stderr.Close()
-
-	opts := runsc.ExecOptions{InternalPidFile: filepath.Join(dir, "pid")}
-	if timeout > 0 {
+	var opts runsc.ExecOptions
+	switch {
+	case req.Detach:
+		// The sandbox's init starts the command, so that it lives on
+		// through stop and resume and is carried into memory captures
+		// (gVisor kills what descends from a runsc exec on restore). The
+		// exec'd agent only copies its output out, and can be replaced.
+		args := append([]string{runsc.AgentPath, "spawn", "--id", e.ID, "--pid-fd", "3"}, agentFlags(timeout, req)...)
+		opts = runsc.ExecOptions{Args: append(append(args, "--"), req.Cmd...), PassFDs: []int{3}}
+	case timeout > 0:
 		// The agent enforces the timeout inside the sandbox: it kills the
 		// command's whole tree and exits 124.
-		args := []string{runsc.AgentPath, "exec", "--timeout", timeout.String()}
-		if req.Cwd != "" {
-			args = append(args, "--cwd", req.Cwd)
-		}
-		for _, kv := range req.Env {
-			args = append(args, "--env", kv)
-		}
-		opts.Args = append(append(args, "--"), req.Cmd...)
-	} else {
+		args := append([]string{runsc.AgentPath, "exec"}, agentFlags(timeout, req)...)
+		opts = runsc.ExecOptions{Args: append(append(args, "--"), req.Cmd...), InternalPidFile: filepath.Join(dir, "pid")}
+	default:
 		// Without a timeout runsc starts the command itself: a second
 		// execve inside gVisor would cost a third of the exec's time.
-		opts.Process = filepath.Join(dir, "process.json")
+		opts = runsc.ExecOptions{Process: filepath.Join(dir, "process.json"), InternalPidFile: filepath.Join(dir, "pid")}
 		if err := runsc.WriteProcess(opts.Process, runsc.Process(req.Cmd, req.Env, req.Cwd)); err != nil {
 			return nil, fmt.Errorf("exec in %s: %w", sb.ID, err)
 		}
 	}
-	rc := m.cfg.Runtime.ExecCommand(context.Background(), sb.ID, opts)
-	shim := newShim(filepath.Join(dir, "exit"), rc.Args)
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		return nil, err
-	}
-	defer devnull.Close()
-	shim.Stdin, shim.Stdout, shim.Stderr = devnull, stdout, stderr
 	if err := m.cfg.Store.CreateExec(ctx, &e, m.now()); err != nil {
 		return nil, err
 	}
-	if err := shim.Start(); err != nil {
-		m.finishExec(context.WithoutCancel(ctx), &execRun{exec: e, done: make(chan struct{})}, -1)
+	run := &execRun{dir: dir, done: make(chan struct{}), exec: e}
+	if err := m.startShim(sb.ID, run, opts); err != nil {
+		m.finishExec(context.WithoutCancel(ctx), run, -1)
 		return nil, fmt.Errorf("exec in %s: start: %w", sb.ID, err)
 	}
-	_ = os.WriteFile(filepath.Join(dir, "shim.pid"), []byte(strconv.Itoa(shim.Process.Pid)), 0o600)
-	run := &execRun{dir: dir, done: make(chan struct{}), exec: e}
-	m.mu.Lock()
-	m.execs[e.ID] = run
-	m.mu.Unlock()
-	go func() {
-		_ = shim.Wait()
-		m.finishExec(context.Background(), run, startFailure(dir, readExit(dir)))
-	}()
 	if req.Detach {
 		m.waitPid(run, 5*time.Second)
 	}
 	return run.snapshot(), nil
+}
+
+// agentFlags are the agent's flags for an exec's timeout, cwd and env.
+func agentFlags(timeout time.Duration, req api.ExecRequest) []string {
+	var args []string
+	if timeout > 0 {
+		args = append(args, "--timeout", timeout.String())
+	}
+	if req.Cwd != "" {
+		args = append(args, "--cwd", req.Cwd)
+	}
+	for _, kv := range req.Env {
+		args = append(args, "--env", kv)
+	}
+	return args
+}
+
+// startShim starts the host-side shim of an exec (or of a re-attach to a
+// detached one) and watches it: its output goes to the exec's files, its
+// end is recorded by finishExec.
+func (m *Manager) startShim(sandboxID string, run *execRun, opts runsc.ExecOptions) error {
+	dir := run.dir
+	stdout, err := os.OpenFile(filepath.Join(dir, "stdout"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer stdout.Close()
+	stderr, err := os.OpenFile(filepath.Join(dir, "stderr"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer stderr.Close()
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer devnull.Close()
+	_ = os.Remove(filepath.Join(dir, "exit"))
+	rc := m.cfg.Runtime.ExecCommand(context.Background(), sandboxID, opts)
+	shim := newShim(filepath.Join(dir, "exit"), rc.Args)
+	shim.Stdin, shim.Stdout, shim.Stderr = devnull, stdout, stderr
+	if len(opts.PassFDs) > 0 {
+		// fd 3 of the shim, and so of runsc, receives the command's pid.
+		pid, err := os.OpenFile(filepath.Join(dir, "pid"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+		if err != nil {
+			return err
+		}
+		defer pid.Close()
+		shim.ExtraFiles = []*os.File{pid}
+	}
+	if err := shim.Start(); err != nil {
+		return err
+	}
+	_ = os.WriteFile(filepath.Join(dir, "shim.pid"), []byte(strconv.Itoa(shim.Process.Pid)), 0o600)
+	m.mu.Lock()
+	m.execs[run.exec.ID] = run
+	m.mu.Unlock()
+	go func() {
+		_ = shim.Wait()
+		m.shimEnded(run)
+	}()
+	return nil
+}
+
+// shimEnded records how an exec ended when its shim does. A detached exec
+// whose sandbox is stopping or stopped has not ended: its command is frozen
+// in the hibernation image, and a resume attaches to it again.
+func (m *Manager) shimEnded(run *execRun) {
+	ctx := context.Background()
+	code := startFailure(run.dir, readExit(run.dir))
+	if run.exec.Detached {
+		sb, err := m.cfg.Store.Sandbox(ctx, run.exec.SandboxID)
+		if err == nil && (sb.State == api.StateStopping || sb.State == api.StateStopped) {
+			m.mu.Lock()
+			delete(m.execs, run.exec.ID)
+			m.mu.Unlock()
+			close(run.done)
+			return
+		}
+	}
+	m.finishExec(ctx, run, code)
+}
+
+// reattach starts copying a detached exec's output out of a running sandbox
+// again, from where the copy stopped: after a resume, or a restart of sbxd
+// that found its copier gone.
+func (m *Manager) reattach(ctx context.Context, e *api.Exec) error {
+	dir := m.execDir(e.SandboxID, e.ID)
+	size := func(name string) int64 {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			return 0
+		}
+		return fi.Size()
+	}
+	args := []string{runsc.AgentPath, "attach", "--id", e.ID,
+		"--stdout-offset", strconv.FormatInt(size("stdout"), 10), "--stderr-offset", strconv.FormatInt(size("stderr"), 10)}
+	run := &execRun{dir: dir, done: make(chan struct{}), exec: *e}
+	return m.startShim(e.SandboxID, run, runsc.ExecOptions{Args: args})
+}
+
+// loseDetached records the detached execs of a sandbox that booted from its
+// disk instead of its memory: their commands are gone.
+func (m *Manager) loseDetached(ctx context.Context, sandboxID string) {
+	execs, err := m.cfg.Store.Execs(ctx, sandboxID)
+	if err != nil {
+		return
+	}
+	for _, e := range execs {
+		if e.State == api.ExecRunning && e.Detached {
+			m.finishExec(ctx, &execRun{dir: m.execDir(sandboxID, e.ID), done: make(chan struct{}), exec: *e}, -1)
+		}
+	}
+}
+
+// reattachAll re-attaches every detached exec of a sandbox still running.
+func (m *Manager) reattachAll(ctx context.Context, sandboxID string) {
+	execs, err := m.cfg.Store.Execs(ctx, sandboxID)
+	if err != nil {
+		m.log.Error("list execs to re-attach", "sandbox", sandboxID, "err", err)
+		return
+	}
+	for _, e := range execs {
+		if e.State != api.ExecRunning || !e.Detached {
+			continue
+		}
+		m.mu.Lock()
+		_, watched := m.execs[e.ID]
+		m.mu.Unlock()
+		if watched {
+			continue
+		}
+		if err := m.reattach(ctx, e); err != nil {
+			m.log.Error("re-attach to a detached exec", "exec", e.ID, "err", err)
+		}
+	}
 }
 
 func newShim(exitFile string, runscArgs []string) *exec.Cmd {
@@ -256,7 +367,8 @@ func (m *Manager) finishExec(ctx context.Context, run *execRun, code int) {
 }
 
 // recoverExecs picks up the execs a previous sbxd left running: ended ones
-// are recorded from their exit file, live ones are watched again.
+// are recorded from their exit file, live ones are watched again, and
+// detached ones whose copier is gone get a new one.
 func (m *Manager) recoverExecs(ctx context.Context) error {
 	execs, err := m.cfg.Store.Execs(ctx, "")
 	if err != nil {
@@ -265,25 +377,32 @@ func (m *Manager) recoverExecs(ctx context.Context) error {
 	for _, e := range execs {
 		dir := m.execDir(e.SandboxID, e.ID)
 		run := &execRun{dir: dir, done: make(chan struct{}), exec: *e}
-		if code := startFailure(dir, readExit(dir)); code >= 0 {
-			m.finishExec(ctx, run, code)
-			continue
-		}
 		b, _ := os.ReadFile(filepath.Join(dir, "shim.pid"))
 		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-		if !processAlive(pid, e.ID) {
-			m.finishExec(ctx, run, -1)
-			continue
-		}
-		m.mu.Lock()
-		m.execs[e.ID] = run
-		m.mu.Unlock()
-		go func() {
-			for processAlive(pid, e.ID) {
-				time.Sleep(100 * time.Millisecond)
+		switch {
+		case processAlive(pid, e.ID):
+			m.mu.Lock()
+			m.execs[e.ID] = run
+			m.mu.Unlock()
+			go func() {
+				for processAlive(pid, e.ID) {
+					time.Sleep(100 * time.Millisecond)
+				}
+				m.shimEnded(run)
+			}()
+		case e.Detached:
+			sb, err := m.cfg.Store.Sandbox(ctx, e.SandboxID)
+			if err != nil {
+				m.finishExec(ctx, run, -1)
+			} else if sb.State == api.StateRunning {
+				if err := m.reattach(ctx, e); err != nil {
+					m.log.Error("re-attach to a detached exec", "exec", e.ID, "err", err)
+				}
 			}
-			m.finishExec(context.Background(), run, startFailure(dir, readExit(dir)))
-		}()
+			// stopped: frozen in the image; a resume attaches again.
+		default:
+			m.finishExec(ctx, run, startFailure(dir, readExit(dir)))
+		}
 	}
 	return nil
 }
@@ -353,24 +472,10 @@ func (m *Manager) Output(ctx context.Context, ref, execID string, follow bool, e
 	if err != nil {
 		return err
 	}
-	e, err := m.cfg.Store.Exec(ctx, sb.ID, execID)
-	if err != nil {
+	if _, err := m.cfg.Store.Exec(ctx, sb.ID, execID); err != nil {
 		return err
 	}
 	dir := m.execDir(sb.ID, execID)
-	var done <-chan struct{}
-	m.mu.Lock()
-	if run, ok := m.execs[execID]; ok {
-		done = run.done
-	}
-	m.mu.Unlock()
-	if done == nil && e.State == api.ExecRunning {
-		// Not watched (it ended between the two reads): read it again.
-		if e, err = m.cfg.Store.Exec(ctx, sb.ID, execID); err != nil {
-			return err
-		}
-	}
-	ended := done == nil
 	streams := []*tail{{name: "stdout", path: filepath.Join(dir, "stdout")}, {name: "stderr", path: filepath.Join(dir, "stderr")}}
 	defer func() {
 		for _, s := range streams {
@@ -380,25 +485,26 @@ func (m *Manager) Output(ctx context.Context, ref, execID string, follow bool, e
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if !ended && done != nil {
-			select {
-			case <-done:
-				ended = true
-			default:
-			}
+		// The store says whether the exec has ended; the watcher's done
+		// channel only wakes us early. Whatever was written before the end
+		// is in the files by then.
+		var done <-chan struct{}
+		m.mu.Lock()
+		if run, ok := m.execs[execID]; ok {
+			done = run.done
 		}
-		wasEnded := ended
-		n, err := drain(streams, wasEnded, emit)
+		m.mu.Unlock()
+		cur, err := m.cfg.Store.Exec(context.WithoutCancel(ctx), sb.ID, execID)
 		if err != nil {
 			return err
 		}
-		if wasEnded {
-			// Everything written before the end has been sent.
-			final, err := m.cfg.Store.Exec(context.WithoutCancel(ctx), sb.ID, execID)
-			if err != nil {
-				return err
-			}
-			return emit(api.ExecEvent{Event: "exit", Exec: final})
+		ended := cur.State != api.ExecRunning
+		n, err := drain(streams, ended, emit)
+		if err != nil {
+			return err
+		}
+		if ended {
+			return emit(api.ExecEvent{Event: "exit", Exec: cur})
 		}
 		if n > 0 {
 			continue

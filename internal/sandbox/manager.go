@@ -27,6 +27,10 @@ import (
 // Runtime is the slice of the runsc driver the manager uses.
 type Runtime interface {
 	Run(ctx context.Context, id string, o runsc.RunOptions) error
+	Restore(ctx context.Context, id string, o runsc.RestoreOptions) error
+	Checkpoint(ctx context.Context, id, imageDir string, leaveRunning bool) error
+	TarUpper(ctx context.Context, id, file string) error
+	Resume(ctx context.Context, id string) error
 	State(ctx context.Context, id string) (runsc.State, error)
 	Delete(ctx context.Context, id string) error
 	Exec(ctx context.Context, id string, o runsc.ExecOptions, stdin io.Reader, stdout, stderr io.Writer) (int, error)
@@ -67,6 +71,8 @@ type Config struct {
 	Logger          *slog.Logger
 	// Now is the clock (tests inject one).
 	Now func() time.Time
+	// OrphanGrace is how long an image whose sandbox is gone is kept.
+	OrphanGrace time.Duration
 }
 
 // Manager owns the sandboxes of one daemon.
@@ -90,11 +96,14 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.OrphanGrace == 0 {
+		cfg.OrphanGrace = DefaultOrphanGrace
+	}
 	if cfg.DefaultTemplate == "" {
 		cfg.DefaultTemplate = "base"
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, now: cfg.Now, locks: map[string]*sync.Mutex{}, execs: map[string]*execRun{}, watching: map[string]watched{}}
-	for _, d := range []string{m.sandboxesDir(), m.agentDir()} {
+	for _, d := range []string{m.sandboxesDir(), m.agentDir(), m.imagesDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
@@ -124,6 +133,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		return err
 	}
 	go m.watchLoop(context.WithoutCancel(ctx))
+	go m.sweepLoop(context.WithoutCancel(ctx))
 	return nil
 }
 
@@ -222,6 +232,7 @@ func toAPI(sb *store.Sandbox) *api.Sandbox {
 		ID: sb.ID, Name: sb.Name, Template: sb.Template, State: sb.State, Reason: sb.Reason,
 		CreatedAt: sb.CreatedAt, Meta: sb.Meta, CPUs: sb.CPUs, Memory: sb.Memory,
 		LastActivity: sb.LastActivity, Address: strings.TrimSuffix(netns.InsideAddr.String(), "/30"),
+		From: sb.Source, Parent: sb.Parent, MemoryRestored: sb.MemoryRestored, ResumeReason: sb.ResumeReason,
 	}
 	if sb.TTL > 0 {
 		a.TTL = sb.TTL.String()

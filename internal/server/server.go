@@ -21,7 +21,15 @@ type Manager interface {
 	Create(ctx context.Context, req api.CreateRequest) (*api.Sandbox, error)
 	Get(ctx context.Context, ref string) (*api.Sandbox, error)
 	List(ctx context.Context) ([]api.Sandbox, error)
-	Delete(ctx context.Context, ref string) (*api.DeleteResult, error)
+	Delete(ctx context.Context, ref string, withSnapshots bool) (*api.DeleteResult, error)
+	Snapshot(ctx context.Context, ref string, req api.SnapshotRequest) (*api.Snapshot, error)
+	Snapshots(ctx context.Context) ([]api.Snapshot, error)
+	GetSnapshot(ctx context.Context, name string) (*api.Snapshot, error)
+	DeleteSnapshot(ctx context.Context, name string) error
+	Fork(ctx context.Context, ref string, req api.ForkRequest, emit func(api.ForkEvent) error) ([]api.Sandbox, error)
+	Stop(ctx context.Context, ref string, wait bool) (*api.Sandbox, error)
+	Resume(ctx context.Context, ref string, requireMemory bool) (*api.Sandbox, error)
+	Events(ctx context.Context, ref string, follow bool, emit func(api.Event) error) error
 	Exec(ctx context.Context, ref string, req api.ExecRequest) (*api.Exec, error)
 	Execs(ctx context.Context, ref string) ([]api.Exec, error)
 	GetExec(ctx context.Context, ref, execID string) (*api.Exec, error)
@@ -86,6 +94,14 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("PUT /v1/sandboxes/{id}/files", s.writeFile)
 	mux.HandleFunc("GET /v1/sandboxes/{id}/fs/stat", s.stat)
 	mux.HandleFunc("GET /v1/sandboxes/{id}/fs/ls", s.readDir)
+	mux.HandleFunc("POST /v1/sandboxes/{id}/snapshots", s.snapshot)
+	mux.HandleFunc("POST /v1/sandboxes/{id}/fork", s.fork)
+	mux.HandleFunc("POST /v1/sandboxes/{id}/stop", s.stop)
+	mux.HandleFunc("POST /v1/sandboxes/{id}/resume", s.resume)
+	mux.HandleFunc("GET /v1/sandboxes/{id}/events", s.events)
+	mux.HandleFunc("GET /v1/snapshots", s.snapshots)
+	mux.HandleFunc("GET /v1/snapshots/{name}", s.getSnapshot)
+	mux.HandleFunc("DELETE /v1/snapshots/{name}", s.deleteSnapshot)
 	mux.HandleFunc("GET /v1/templates", s.templates)
 	mux.HandleFunc("POST /v1/templates/{name}/build", s.buildTemplate)
 	mux.HandleFunc("PUT /v1/templates/{name}", s.importTemplate)
@@ -250,7 +266,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
-	res, err := s.m.Delete(r.Context(), r.PathValue("id"))
+	res, err := s.m.Delete(r.Context(), r.PathValue("id"), boolParam(r, "withSnapshots"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -469,4 +485,112 @@ func (s *Server) removeTemplate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {
+	var req api.SnapshotRequest
+	if err := decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sn, err := s.m.Snapshot(r.Context(), r.PathValue("id"), req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, sn)
+}
+
+func (s *Server) snapshots(w http.ResponseWriter, r *http.Request) {
+	sns, err := s.m.Snapshots(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sns)
+}
+
+func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
+	sn, err := s.m.GetSnapshot(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sn)
+}
+
+func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
+	if err := s.m.DeleteSnapshot(r.Context(), r.PathValue("name")); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// fork streams a fork's progress. Errors found before the fork starts
+// (bad count, unknown parent) are plain error responses.
+func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
+	var req api.ForkRequest
+	if err := decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := newSSE(w)
+	_, err := s.m.Fork(r.Context(), r.PathValue("id"), req, func(ev api.ForkEvent) error {
+		return out.send(ev.Event, ev)
+	})
+	switch {
+	case err != nil && !out.started:
+		s.fail(w, r, err)
+	case err != nil:
+		_ = out.send("error", api.ForkEvent{Event: "error", Error: err.Error()})
+	}
+}
+
+func (s *Server) stop(w http.ResponseWriter, r *http.Request) {
+	wait := boolParam(r, "wait")
+	sb, err := s.m.Stop(r.Context(), r.PathValue("id"), wait)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if !wait {
+		status = http.StatusAccepted
+	}
+	writeJSON(w, status, sb)
+}
+
+func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
+	var req api.ResumeRequest
+	if r.ContentLength != 0 {
+		if err := decode(w, r, &req); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	sb, err := s.m.Resume(r.Context(), r.PathValue("id"), req.RequireMemory)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sb)
+}
+
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if _, err := s.m.Get(r.Context(), id); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := newSSE(w)
+	err := s.m.Events(r.Context(), id, boolParam(r, "follow"), func(ev api.Event) error {
+		return out.send("event", ev)
+	})
+	switch {
+	case err != nil && r.Context().Err() == nil:
+		_ = out.send("error", map[string]string{"error": err.Error()})
+	case err == nil:
+		_ = out.send("eof", map[string]string{})
+	}
 }

@@ -22,7 +22,11 @@ type Store struct {
 	db *sql.DB
 }
 
-const schema = `
+// migrations bring a database from user_version i to i+1; a database is
+// never opened by an sbx that does not know its version.
+var migrations = []string{schemaV1, schemaV2, schemaV3}
+
+const schemaV1 = `
 CREATE TABLE IF NOT EXISTS sandboxes (
 	id            TEXT PRIMARY KEY,
 	name          TEXT UNIQUE,
@@ -58,6 +62,41 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_sandbox ON events(sandbox_id, seq);
 `
 
+// schemaV3 marks the execs started by the sandbox's init (detached ones),
+// which live on through stops, resumes and memory captures.
+const schemaV3 = `
+ALTER TABLE execs ADD COLUMN detached INTEGER NOT NULL DEFAULT 0;
+`
+
+// schemaV2 adds captures: where a sandbox came from, whether its memory was
+// carried over, its hibernation image; snapshots; and the images on disk.
+const schemaV2 = `
+ALTER TABLE sandboxes ADD COLUMN source TEXT NOT NULL DEFAULT '';
+ALTER TABLE sandboxes ADD COLUMN parent TEXT NOT NULL DEFAULT '';
+ALTER TABLE sandboxes ADD COLUMN memory_restored INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sandboxes ADD COLUMN resume_reason TEXT NOT NULL DEFAULT '';
+ALTER TABLE sandboxes ADD COLUMN image TEXT NOT NULL DEFAULT '';
+CREATE TABLE snapshots (
+	name        TEXT PRIMARY KEY,
+	id          TEXT NOT NULL UNIQUE,
+	sandbox_id  TEXT NOT NULL,
+	template    TEXT NOT NULL,
+	memory      INTEGER NOT NULL,
+	cpus        REAL NOT NULL DEFAULT 0,
+	mem_limit   INTEGER NOT NULL DEFAULT 0,
+	created_at  INTEGER NOT NULL,
+	size        INTEGER NOT NULL DEFAULT 0,
+	paused_ns   INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE images (
+	id          TEXT PRIMARY KEY,
+	sandbox_id  TEXT NOT NULL,
+	kind        TEXT NOT NULL,
+	created_at  INTEGER NOT NULL,
+	orphaned_at INTEGER
+);
+`
+
 // Open opens (creating if needed) the database at path.
 func Open(path string) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
@@ -71,11 +110,41 @@ func Open(path string) (*Store, error) {
 	// One writer: SQLite serializes writes anyway, and one connection keeps
 	// the pragmas and avoids SQLITE_BUSY between our own connections.
 	db.SetMaxOpenConns(1)
-	if _, err := db.Exec(schema); err != nil {
+	if err := migrate(db); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("open store %s: schema: %w", path, err)
+		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	return &Store{db: db}, nil
+}
+
+// migrate applies the migrations the database lacks, each in a transaction
+// with its new user_version.
+func migrate(db *sql.DB) error {
+	var v int
+	if err := db.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil {
+		return err
+	}
+	if v > len(migrations) {
+		return fmt.Errorf("database schema version %d is newer than this sbxd knows (%d); use a newer sbxd", v, len(migrations))
+	}
+	for ; v < len(migrations); v++ {
+		tx, err := db.Begin()
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(migrations[v]); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("schema version %d: %w", v+1, err)
+		}
+		if _, err := tx.Exec(fmt.Sprintf(`PRAGMA user_version = %d`, v+1)); err != nil {
+			tx.Rollback()
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Close closes the database.
@@ -94,6 +163,13 @@ type Sandbox struct {
 	CPUs         float64
 	Memory       int64
 	LastActivity time.Time
+	// Source is the snapshot it was made from; Parent the sandbox it was forked from.
+	Source         string
+	Parent         string
+	MemoryRestored bool
+	ResumeReason   string
+	// Image is the hibernation image of a stopped sandbox.
+	Image string
 }
 
 func nullable(s string) any {
@@ -107,10 +183,11 @@ func nullable(s string) any {
 func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 	meta, _ := json.Marshal(sb.Meta)
 	_, err := s.db.ExecContext(ctx, `INSERT INTO sandboxes
-		(id, name, template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		(id, name, template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, nullable(sb.Name), sb.Template, string(sb.State), sb.Reason, sb.CreatedAt.UnixNano(),
-		int64(sb.TTL), string(meta), sb.CPUs, sb.Memory, sb.LastActivity.UnixNano())
+		int64(sb.TTL), string(meta), sb.CPUs, sb.Memory, sb.LastActivity.UnixNano(),
+		sb.Source, sb.Parent, sb.MemoryRestored, sb.ResumeReason, sb.Image)
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: sandboxes.name") {
 		return api.Errorf(api.ErrConflict, "name %q is taken", sb.Name)
 	}
@@ -123,6 +200,17 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 // SetState records a sandbox's state and the reason for it.
 func (s *Store) SetState(ctx context.Context, id string, state api.State, reason string) error {
 	_, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET state = ?, reason = ? WHERE id = ?`, string(state), reason, id)
+	if err != nil {
+		return fmt.Errorf("store state of %s: %w", id, err)
+	}
+	return nil
+}
+
+// SetRuntime records how a sandbox (re)started and its hibernation image:
+// after a restore, a resume, or a stop.
+func (s *Store) SetRuntime(ctx context.Context, id string, state api.State, memoryRestored bool, resumeReason, image string) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET state = ?, reason = '', memory_restored = ?, resume_reason = ?, image = ? WHERE id = ?`,
+		string(state), memoryRestored, resumeReason, image, id)
 	if err != nil {
 		return fmt.Errorf("store state of %s: %w", id, err)
 	}
@@ -151,13 +239,14 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	return tx.Commit()
 }
 
-const sandboxCols = `id, COALESCE(name, ''), template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity`
+const sandboxCols = `id, COALESCE(name, ''), template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image`
 
 func scanSandbox(row interface{ Scan(...any) error }) (*Sandbox, error) {
 	var sb Sandbox
 	var state, meta string
 	var created, ttl, last int64
-	if err := row.Scan(&sb.ID, &sb.Name, &sb.Template, &state, &sb.Reason, &created, &ttl, &meta, &sb.CPUs, &sb.Memory, &last); err != nil {
+	if err := row.Scan(&sb.ID, &sb.Name, &sb.Template, &state, &sb.Reason, &created, &ttl, &meta, &sb.CPUs, &sb.Memory, &last,
+		&sb.Source, &sb.Parent, &sb.MemoryRestored, &sb.ResumeReason, &sb.Image); err != nil {
 		return nil, err
 	}
 	sb.State = api.State(state)
@@ -203,8 +292,8 @@ func (s *Store) Sandboxes(ctx context.Context) ([]*Sandbox, error) {
 func (s *Store) CreateExec(ctx context.Context, e *api.Exec, activity time.Time) error {
 	cmd, _ := json.Marshal(e.Cmd)
 	return s.withActivity(ctx, e.SandboxID, activity, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO execs (id, sandbox_id, cmd, state, pid, started_at) VALUES (?, ?, ?, ?, ?, ?)`,
-			e.ID, e.SandboxID, string(cmd), string(e.State), e.Pid, e.StartedAt.UnixNano())
+		_, err := tx.ExecContext(ctx, `INSERT INTO execs (id, sandbox_id, cmd, state, pid, started_at, detached) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			e.ID, e.SandboxID, string(cmd), string(e.State), e.Pid, e.StartedAt.UnixNano(), e.Detached)
 		if err != nil {
 			return fmt.Errorf("store exec %s: %w", e.ID, err)
 		}
@@ -250,14 +339,14 @@ func (s *Store) UpdateExec(ctx context.Context, e *api.Exec, activity time.Time)
 	})
 }
 
-const execCols = `id, sandbox_id, cmd, state, pid, exit_code, timed_out, started_at, ended_at`
+const execCols = `id, sandbox_id, cmd, state, pid, exit_code, timed_out, started_at, ended_at, detached`
 
 func scanExec(row interface{ Scan(...any) error }) (*api.Exec, error) {
 	var e api.Exec
 	var cmd, state string
 	var code, ended sql.NullInt64
 	var started int64
-	if err := row.Scan(&e.ID, &e.SandboxID, &cmd, &state, &e.Pid, &code, &e.TimedOut, &started, &ended); err != nil {
+	if err := row.Scan(&e.ID, &e.SandboxID, &cmd, &state, &e.Pid, &code, &e.TimedOut, &started, &ended, &e.Detached); err != nil {
 		return nil, err
 	}
 	e.State = api.ExecState(state)
@@ -309,15 +398,6 @@ func (s *Store) Execs(ctx context.Context, sandboxID string) ([]*api.Exec, error
 	return out, rows.Err()
 }
 
-// Event is one lifecycle event of a sandbox.
-type Event struct {
-	Seq       int64          `json:"seq"`
-	SandboxID string         `json:"sandboxId"`
-	Time      time.Time      `json:"time"`
-	Type      string         `json:"type"`
-	Detail    map[string]any `json:"detail,omitempty"`
-}
-
 // AddEvent appends an event.
 func (s *Store) AddEvent(ctx context.Context, sandboxID, typ string, detail map[string]any) error {
 	d, _ := json.Marshal(detail)
@@ -327,15 +407,15 @@ func (s *Store) AddEvent(ctx context.Context, sandboxID, typ string, detail map[
 }
 
 // Events returns a sandbox's events after seq.
-func (s *Store) Events(ctx context.Context, sandboxID string, after int64) ([]Event, error) {
+func (s *Store) Events(ctx context.Context, sandboxID string, after int64) ([]api.Event, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT seq, sandbox_id, time, type, detail FROM events WHERE sandbox_id = ? AND seq > ? ORDER BY seq`, sandboxID, after)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []Event
+	var out []api.Event
 	for rows.Next() {
-		var e Event
+		var e api.Event
 		var t int64
 		var d string
 		if err := rows.Scan(&e.Seq, &e.SandboxID, &t, &e.Type, &d); err != nil {

@@ -31,8 +31,10 @@ var skeletonDirs = []struct {
 	{".sbx", 0o755},
 }
 
-// skeletonFiles are bind-mount targets; they may be empty.
-var skeletonFiles = []string{"etc/resolv.conf", "etc/hosts", "etc/hostname"}
+// skeletonFiles are bind-mount targets; they may be empty. tmp/.sbx-keep
+// keeps /tmp non-empty: runsc mounts its own tmpfs over an empty /tmp, and
+// then what a sandbox writes there would be in no disk snapshot or fork.
+var skeletonFiles = []string{"etc/resolv.conf", "etc/hosts", "etc/hostname", "tmp/.sbx-keep"}
 
 // addSkeleton adds the skeleton directories and files a rootfs lacks. It
 // works through an os.Root, so a rootfs whose /etc is a symlink out of it

@@ -75,6 +75,13 @@ func (s *Store) recover() error {
 		n := e.Name()
 		p := filepath.Join(s.dir, n)
 		switch {
+		case ValidName(n) == nil:
+			// A template made by an older sbx gets what this one expects.
+			if _, err := os.Stat(filepath.Join(p, "template.json")); err == nil {
+				if err := addSkeleton(filepath.Join(p, "rootfs")); err != nil {
+					return fmt.Errorf("update template %s: %w", n, err)
+				}
+			}
 		case strings.HasPrefix(n, tmpPrefix), strings.HasPrefix(n, rmPrefix):
 			if err := removeTree(p); err != nil {
 				return fmt.Errorf("remove leftover %s: %w", n, err)

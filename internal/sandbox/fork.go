@@ -1,0 +1,150 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/store"
+)
+
+// Fork makes 1 to api.MaxForks new sandboxes from a running one, now. By
+// default each boots fresh on a copy of the parent's disk; with req.Memory
+// each carries on the parent's processes and memory. It emits
+// "sandbox.forking" with the new ids before any work, "sandbox.ready" for
+// each child, then "done". All or nothing: if one child fails, none is
+// left and the error names the cause. The parent keeps running. The fork
+// goes on when emit fails (the client left).
+func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emit func(api.ForkEvent) error) ([]api.Sandbox, error) {
+	count := req.Count
+	if count == 0 {
+		count = 1
+	}
+	if count < 1 || count > api.MaxForks {
+		return nil, api.Errorf(api.ErrInvalid, "count: %d is out of range: a fork makes 1 to %d sandboxes per call (grow a wider tree from the children, as client.ForkTree does)", req.Count, api.MaxForks)
+	}
+	if req.Name != "" {
+		if count > 1 {
+			return nil, api.Errorf(api.ErrInvalid, "name: only a single fork can be named")
+		}
+		if err := ValidName(req.Name); err != nil {
+			return nil, err
+		}
+	}
+	ttl, err := ParseDuration("ttl", req.TTL)
+	if err != nil {
+		return nil, err
+	}
+	parent, err := m.running(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	if ttl == 0 {
+		ttl = parent.TTL
+	}
+	rootfs, err := m.rootfs(parent.Template)
+	if err != nil {
+		return nil, err
+	}
+	// Records first: names are claimed and ids exist before anyone is told.
+	now := m.now()
+	children := make([]*store.Sandbox, count)
+	ids := make([]string, count)
+	for i := range children {
+		c := &store.Sandbox{
+			ID: newID("sb_"), Template: parent.Template, State: api.StateCreating, CreatedAt: now,
+			TTL: ttl, Meta: parent.Meta, CPUs: parent.CPUs, Memory: parent.Memory, LastActivity: now,
+			Parent: parent.ID, MemoryRestored: req.Memory,
+		}
+		if i == 0 {
+			c.Name = req.Name
+		}
+		if err := m.cfg.Store.CreateSandbox(ctx, c); err != nil {
+			for _, made := range children[:i] {
+				_ = m.cfg.Store.DeleteSandbox(context.WithoutCancel(ctx), made.ID)
+			}
+			return nil, err
+		}
+		children[i], ids[i] = c, c.ID
+	}
+	ctx = context.WithoutCancel(ctx)
+	gone := false
+	send := func(ev api.ForkEvent) {
+		if !gone && emit(ev) != nil {
+			gone = true // the client left; the fork goes on
+		}
+	}
+	send(api.ForkEvent{Event: "sandbox.forking", IDs: ids})
+
+	start := m.now()
+	out, size, err := m.fork(ctx, parent, children, rootfs, req.Memory, send)
+	m.captureEvent(ctx, parent.ID, "forked", start, size, err, map[string]any{"children": ids, "memory": req.Memory})
+	if err != nil {
+		return nil, fmt.Errorf("fork %s: %w", parent.ID, err)
+	}
+	return out, nil
+}
+
+func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*store.Sandbox, rootfs string, withMemory bool, send func(api.ForkEvent)) ([]api.Sandbox, int64, error) {
+	undo := func() {
+		for _, c := range children {
+			if err := m.destroy(ctx, c.ID); err != nil {
+				m.log.Error("undo failed fork", "sandbox", c.ID, "err", err)
+			}
+		}
+	}
+	// Capture the parent under its lock: no other capture, stop or delete
+	// of it meanwhile. The children boot from the image after.
+	unlock := m.lock(parent.ID)
+	if _, err := m.running(ctx, parent.ID); err != nil {
+		unlock()
+		undo()
+		return nil, 0, err
+	}
+	img, size, _, err := m.capture(ctx, parent.ID, withMemory)
+	unlock()
+	if err != nil {
+		undo()
+		return nil, 0, err
+	}
+	defer m.removeImage(img)
+	m.touch(ctx, parent.ID)
+
+	b := bootSpec{rootfs: rootfs, upperTar: m.imageDisk(img)}
+	if withMemory {
+		b = bootSpec{rootfs: rootfs, image: m.imageMem(img)}
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	errs := make([]error, len(children))
+	out := make([]api.Sandbox, len(children))
+	for i, c := range children {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			unlock := m.lock(c.ID)
+			defer unlock()
+			if err := m.boot(ctx, c, b); err != nil {
+				errs[i] = fmt.Errorf("child %s: %w", c.ID, err)
+				return
+			}
+			if err := m.started(ctx, c, "created", map[string]any{"parent": parent.ID, "memory": withMemory}); err != nil {
+				errs[i] = err
+				return
+			}
+			out[i] = *toAPI(c)
+			mu.Lock()
+			send(api.ForkEvent{Event: "sandbox.ready", Sandbox: &out[i]})
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		undo()
+		return nil, 0, err
+	}
+	send(api.ForkEvent{Event: "done", Sandboxes: out})
+	return out, size, nil
+}

@@ -1,0 +1,115 @@
+package sandbox
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// An image is a capture on disk, under DATA_DIR/images/ID: disk.tar (the
+// sandbox's disk changes), memory/ (a runsc checkpoint, for captures with
+// memory), and COMPLETE, written and synced last. An image without
+// COMPLETE is never offered as restorable.
+
+const (
+	diskTar      = "disk.tar"
+	memoryDir    = "memory"
+	completeFile = "COMPLETE"
+)
+
+func (m *Manager) imagesDir() string          { return filepath.Join(m.cfg.DataDir, "images") }
+func (m *Manager) imageDir(id string) string  { return filepath.Join(m.imagesDir(), id) }
+func (m *Manager) imageDisk(id string) string { return filepath.Join(m.imageDir(id), diskTar) }
+func (m *Manager) imageMem(id string) string  { return filepath.Join(m.imageDir(id), memoryDir) }
+
+// newImage makes an empty image directory.
+func (m *Manager) newImage(withMemory bool) (string, error) {
+	id := newID("im_")
+	dir := m.imageDir(id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	if withMemory {
+		if err := os.Mkdir(filepath.Join(dir, memoryDir), 0o700); err != nil {
+			return "", err
+		}
+	}
+	return id, nil
+}
+
+// completeImage syncs every file of an image, then writes and syncs its
+// COMPLETE marker: the image must be on disk before anyone relies on it.
+func (m *Manager) completeImage(id string) (size int64, err error) {
+	dir := m.imageDir(id)
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if !d.IsDir() {
+			fi, err := f.Stat()
+			if err != nil {
+				return err
+			}
+			size += fi.Size()
+		}
+		return f.Sync()
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sync image %s: %w", id, err)
+	}
+	if err := writeSynced(filepath.Join(dir, completeFile), []byte(time.Now().UTC().Format(time.RFC3339Nano)+"\n")); err != nil {
+		return 0, fmt.Errorf("complete image %s: %w", id, err)
+	}
+	return size, syncDir(dir)
+}
+
+// imageComplete reports whether an image was completed.
+func (m *Manager) imageComplete(id string) bool {
+	_, err := os.Stat(filepath.Join(m.imageDir(id), completeFile))
+	return id != "" && err == nil
+}
+
+// removeImage removes an image directory; a missing one is fine.
+func (m *Manager) removeImage(id string) error {
+	if id == "" {
+		return nil
+	}
+	return os.RemoveAll(m.imageDir(id))
+}
+
+func writeSynced(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}

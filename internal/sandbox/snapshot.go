@@ -1,0 +1,165 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/store"
+)
+
+// capture writes a running sandbox's disk, and with withMemory its
+// processes and memory, into a new complete image, and leaves the sandbox
+// running. paused is how long the sandbox was paused. On any failure the
+// partial image is removed and the sandbox is running again.
+func (m *Manager) capture(ctx context.Context, id string, withMemory bool) (img string, size int64, paused time.Duration, err error) {
+	img, err = m.newImage(withMemory)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	defer func() {
+		if err != nil {
+			_ = m.removeImage(img)
+			m.ensureRunning(ctx, id)
+		}
+	}()
+	if err := m.cfg.Runtime.TarUpper(ctx, id, m.imageDisk(img)); err != nil {
+		return "", 0, 0, fmt.Errorf("write disk: %w", err)
+	}
+	if withMemory {
+		start := time.Now()
+		err := m.cfg.Runtime.Checkpoint(ctx, id, m.imageMem(img), true)
+		paused = time.Since(start)
+		if err != nil {
+			return "", 0, 0, fmt.Errorf("write memory: %w", err)
+		}
+	}
+	if size, err = m.completeImage(img); err != nil {
+		return "", 0, 0, err
+	}
+	return img, size, paused, nil
+}
+
+// ensureRunning resumes a sandbox a failed capture left paused.
+func (m *Manager) ensureRunning(ctx context.Context, id string) {
+	st, err := m.cfg.Runtime.State(ctx, id)
+	if err != nil || st.Status != "paused" {
+		return
+	}
+	if err := m.cfg.Runtime.Resume(ctx, id); err != nil {
+		m.log.Error("resume a sandbox after a failed capture", "sandbox", id, "err", err)
+	}
+}
+
+// captureEvent records a capture's start, end, duration, size and outcome.
+func (m *Manager) captureEvent(ctx context.Context, id, typ string, start time.Time, size int64, err error, extra map[string]any) {
+	end := m.now()
+	d := map[string]any{
+		"start": start.UTC().Format(time.RFC3339Nano), "end": end.UTC().Format(time.RFC3339Nano),
+		"durationMs": end.Sub(start).Milliseconds(), "sizeBytes": size, "outcome": "ok",
+	}
+	if err != nil {
+		d["outcome"], d["error"] = "error", err.Error()
+	}
+	for k, v := range extra {
+		d[k] = v
+	}
+	m.event(ctx, id, typ, d)
+}
+
+// Snapshot saves a running sandbox's disk, and with req.Memory its
+// processes and memory, under a unique name. The sandbox keeps running (with
+// memory it is paused while the memory is written). A taken name is
+// api.ErrConflict; a sandbox that is not running, api.ErrConflict saying why.
+func (m *Manager) Snapshot(ctx context.Context, ref string, req api.SnapshotRequest) (*api.Snapshot, error) {
+	if err := ValidName(req.Name); err != nil {
+		return nil, err
+	}
+	if taken, err := m.cfg.Store.SnapshotNameTaken(ctx, req.Name); err != nil {
+		return nil, err
+	} else if taken {
+		return nil, api.Errorf(api.ErrConflict, "snapshot name %q is taken", req.Name)
+	}
+	sb, err := m.running(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	unlock := m.lock(sb.ID)
+	defer unlock()
+	ctx = context.WithoutCancel(ctx)
+	if sb, err = m.running(ctx, sb.ID); err != nil {
+		return nil, err
+	}
+	start := m.now()
+	img, size, paused, err := m.capture(ctx, sb.ID, req.Memory)
+	extra := map[string]any{"name": req.Name, "memory": req.Memory, "pausedMs": paused.Milliseconds()}
+	if err != nil {
+		m.captureEvent(ctx, sb.ID, "snapshot", start, 0, err, extra)
+		return nil, fmt.Errorf("snapshot %s: %w", sb.ID, err)
+	}
+	sn := &store.Snapshot{
+		Name: req.Name, ID: img, SandboxID: sb.ID, Template: sb.Template, Memory: req.Memory,
+		CPUs: sb.CPUs, MemLimit: sb.Memory, CreatedAt: m.now(), Size: size, Paused: paused,
+	}
+	if err := m.cfg.Store.CreateSnapshot(ctx, sn); err != nil {
+		_ = m.removeImage(img)
+		m.captureEvent(ctx, sb.ID, "snapshot", start, 0, err, extra)
+		return nil, err
+	}
+	m.touch(ctx, sb.ID)
+	m.captureEvent(ctx, sb.ID, "snapshot", start, size, nil, extra)
+	return snapshotAPI(sn), nil
+}
+
+func snapshotAPI(sn *store.Snapshot) *api.Snapshot {
+	a := &api.Snapshot{
+		Name: sn.Name, ID: sn.ID, SandboxID: sn.SandboxID, Template: sn.Template,
+		Memory: sn.Memory, CreatedAt: sn.CreatedAt, Size: sn.Size,
+	}
+	if sn.Memory {
+		a.Paused = sn.Paused.Round(time.Millisecond).String()
+	}
+	return a
+}
+
+// Snapshots lists every snapshot.
+func (m *Manager) Snapshots(ctx context.Context) ([]api.Snapshot, error) {
+	sns, err := m.cfg.Store.Snapshots(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Snapshot, 0, len(sns))
+	for _, sn := range sns {
+		out = append(out, *snapshotAPI(sn))
+	}
+	return out, nil
+}
+
+// GetSnapshot returns one snapshot (api.ErrNotFound if none).
+func (m *Manager) GetSnapshot(ctx context.Context, name string) (*api.Snapshot, error) {
+	sn, err := m.cfg.Store.Snapshot(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return snapshotAPI(sn), nil
+}
+
+// DeleteSnapshot removes a snapshot and its image. Sandboxes made from it
+// are not affected.
+func (m *Manager) DeleteSnapshot(ctx context.Context, name string) error {
+	sn, err := m.cfg.Store.Snapshot(ctx, name)
+	if err != nil {
+		return err
+	}
+	return m.deleteSnapshot(context.WithoutCancel(ctx), sn)
+}
+
+func (m *Manager) deleteSnapshot(ctx context.Context, sn *store.Snapshot) error {
+	// The record goes first: a snapshot is never listed without its image.
+	if err := m.cfg.Store.DeleteSnapshot(ctx, sn.Name); err != nil {
+		return err
+	}
+	return m.removeImage(sn.ID)
+}
+

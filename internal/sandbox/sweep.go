@@ -1,0 +1,76 @@
+package sandbox
+
+import (
+	"context"
+	"time"
+
+	"sbx.dev/sbx/api"
+)
+
+// DefaultOrphanGrace is how long an image without its sandbox is kept.
+const DefaultOrphanGrace = 7 * 24 * time.Hour
+
+// sweepInterval is how often orphaned images are looked for.
+const sweepInterval = 10 * time.Minute
+
+// sweepLoop removes orphaned images once their grace period has passed.
+func (m *Manager) sweepLoop(ctx context.Context) {
+	for {
+		m.sweep(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(sweepInterval):
+		}
+	}
+}
+
+// sweep removes the images orphaned for longer than the grace period.
+func (m *Manager) sweep(ctx context.Context) {
+	ims, err := m.cfg.Store.OrphansBefore(ctx, m.now().Add(-m.cfg.OrphanGrace))
+	if err != nil {
+		m.log.Error("list orphaned images", "err", err)
+		return
+	}
+	for _, im := range ims {
+		if err := m.removeImage(im.ID); err != nil {
+			m.log.Error("sweep orphaned image", "image", im.ID, "err", err)
+			continue
+		}
+		if err := m.cfg.Store.DeleteImage(ctx, im.ID); err != nil {
+			m.log.Error("sweep orphaned image", "image", im.ID, "err", err)
+			continue
+		}
+		m.log.Info("swept orphaned image", "image", im.ID, "sandbox", im.SandboxID, "orphaned", im.OrphanedAt)
+	}
+}
+
+// Events sends a sandbox's events: those recorded so far, then, with
+// follow, new ones as they come, until ctx ends or emit fails.
+func (m *Manager) Events(ctx context.Context, ref string, follow bool, emit func(api.Event) error) error {
+	sb, err := m.cfg.Store.Sandbox(ctx, ref)
+	if err != nil {
+		return err
+	}
+	var after int64
+	for {
+		evs, err := m.cfg.Store.Events(ctx, sb.ID, after)
+		if err != nil {
+			return err
+		}
+		for _, ev := range evs {
+			if err := emit(ev); err != nil {
+				return err
+			}
+			after = ev.Seq
+		}
+		if !follow {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

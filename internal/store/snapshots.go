@@ -1,0 +1,153 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"sbx.dev/sbx/api"
+)
+
+// Snapshot is the durable record of a named capture.
+type Snapshot struct {
+	Name      string
+	ID        string // also the id of its image
+	SandboxID string
+	Template  string
+	Memory    bool
+	CPUs      float64
+	MemLimit  int64
+	CreatedAt time.Time
+	Size      int64
+	Paused    time.Duration
+}
+
+// CreateSnapshot inserts a snapshot; a taken name is api.ErrConflict.
+func (s *Store) CreateSnapshot(ctx context.Context, sn *Snapshot) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (name, id, sandbox_id, template, memory, cpus, mem_limit, created_at, size, paused_ns)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		sn.Name, sn.ID, sn.SandboxID, sn.Template, sn.Memory, sn.CPUs, sn.MemLimit, sn.CreatedAt.UnixNano(), sn.Size, int64(sn.Paused))
+	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: snapshots.name") {
+		return api.Errorf(api.ErrConflict, "snapshot name %q is taken", sn.Name)
+	}
+	if err != nil {
+		return fmt.Errorf("store snapshot %s: %w", sn.Name, err)
+	}
+	return nil
+}
+
+// SnapshotNameTaken reports whether a snapshot has this name.
+func (s *Store) SnapshotNameTaken(ctx context.Context, name string) (bool, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM snapshots WHERE name = ?`, name).Scan(&n)
+	return n > 0, err
+}
+
+const snapshotCols = `name, id, sandbox_id, template, memory, cpus, mem_limit, created_at, size, paused_ns`
+
+func scanSnapshot(row interface{ Scan(...any) error }) (*Snapshot, error) {
+	var sn Snapshot
+	var created, paused int64
+	if err := row.Scan(&sn.Name, &sn.ID, &sn.SandboxID, &sn.Template, &sn.Memory, &sn.CPUs, &sn.MemLimit, &created, &sn.Size, &paused); err != nil {
+		return nil, err
+	}
+	sn.CreatedAt = time.Unix(0, created)
+	sn.Paused = time.Duration(paused)
+	return &sn, nil
+}
+
+// Snapshot returns the snapshot called name (api.ErrNotFound if none).
+func (s *Store) Snapshot(ctx context.Context, name string) (*Snapshot, error) {
+	sn, err := scanSnapshot(s.db.QueryRowContext(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE name = ?`, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, api.Errorf(api.ErrNotFound, "snapshot %s not found", name)
+	}
+	return sn, err
+}
+
+// Snapshots returns every snapshot, or those of one sandbox, oldest first.
+func (s *Store) Snapshots(ctx context.Context, sandboxID string) ([]*Snapshot, error) {
+	q, args := `SELECT `+snapshotCols+` FROM snapshots ORDER BY created_at`, []any{}
+	if sandboxID != "" {
+		q, args = `SELECT `+snapshotCols+` FROM snapshots WHERE sandbox_id = ? ORDER BY created_at`, []any{sandboxID}
+	}
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Snapshot
+	for rows.Next() {
+		sn, err := scanSnapshot(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sn)
+	}
+	return out, rows.Err()
+}
+
+// DeleteSnapshot removes a snapshot's record.
+func (s *Store) DeleteSnapshot(ctx context.Context, name string) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM snapshots WHERE name = ?`, name)
+	return err
+}
+
+// Image is the record of a capture on disk that no snapshot owns: a stop's
+// hibernation image. Once its sandbox is gone it is an orphan, swept after
+// a grace period.
+type Image struct {
+	ID         string
+	SandboxID  string
+	Kind       string
+	CreatedAt  time.Time
+	OrphanedAt time.Time // zero while its sandbox exists
+}
+
+// AddImage records an image.
+func (s *Store) AddImage(ctx context.Context, im *Image) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO images (id, sandbox_id, kind, created_at) VALUES (?, ?, ?, ?)`,
+		im.ID, im.SandboxID, im.Kind, im.CreatedAt.UnixNano())
+	return err
+}
+
+// OrphanImages marks every image of a sandbox an orphan as of now.
+func (s *Store) OrphanImages(ctx context.Context, sandboxID string, now time.Time) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE images SET orphaned_at = ? WHERE sandbox_id = ? AND orphaned_at IS NULL`, now.UnixNano(), sandboxID)
+	return err
+}
+
+// OrphanImage marks one image an orphan as of now.
+func (s *Store) OrphanImage(ctx context.Context, id string, now time.Time) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE images SET orphaned_at = ? WHERE id = ? AND orphaned_at IS NULL`, now.UnixNano(), id)
+	return err
+}
+
+// DeleteImage removes an image's record.
+func (s *Store) DeleteImage(ctx context.Context, id string) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM images WHERE id = ?`, id)
+	return err
+}
+
+// OrphansBefore returns the images orphaned before t.
+func (s *Store) OrphansBefore(ctx context.Context, t time.Time) ([]*Image, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, sandbox_id, kind, created_at, orphaned_at FROM images WHERE orphaned_at IS NOT NULL AND orphaned_at < ?`, t.UnixNano())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Image
+	for rows.Next() {
+		var im Image
+		var created, orphaned int64
+		if err := rows.Scan(&im.ID, &im.SandboxID, &im.Kind, &created, &orphaned); err != nil {
+			return nil, err
+		}
+		im.CreatedAt, im.OrphanedAt = time.Unix(0, created), time.Unix(0, orphaned)
+		out = append(out, &im)
+	}
+	return out, rows.Err()
+}
