@@ -4,8 +4,10 @@
 //
 // The daemon mounts the sbx-agent binary read-only at /.sbx/sbx-agent and
 // starts it as root through `runsc exec`. It is a one-shot process: Main runs
-// one subcommand and returns the process exit code. It uses the standard
-// library only, so it starts quickly and builds as a static binary.
+// one subcommand and returns the process exit code. The exception is init,
+// the sandbox's first process, which starts the commands that must survive a
+// checkpoint (spawn) and keeps their output for attach. It uses the standard
+// library and x/sys only, so it starts quickly and builds as a static binary.
 package agent
 
 import (
@@ -35,7 +37,8 @@ const (
 
 // Exit codes of exec for its own failures, as timeout(1), env(1) and a POSIX
 // shell use them. The agent writes a line starting with "sbx: " on stderr
-// with each of them.
+// with each of them. spawn and attach exit with them too; attach exits with
+// ExitUsageExec for an unknown exec id.
 const (
 	ExitTimeoutExec  = 124 // the command ran past --timeout and was killed
 	ExitUsageExec    = 125 // exec itself was called with bad arguments
@@ -45,7 +48,10 @@ const (
 
 const usage = `usage:
   sbx-agent init
-  sbx-agent exec [--timeout DURATION] [--cwd DIR] -- PROG [ARGS...]
+  sbx-agent exec [--timeout DURATION] [--cwd DIR] [--env K=V]... -- PROG [ARGS...]
+  sbx-agent spawn --id ID [--timeout DURATION] [--cwd DIR] [--env K=V]... [--pid-fd N] -- PROG [ARGS...]
+  sbx-agent attach --id ID [--stdout-offset N] [--stderr-offset N]
+  sbx-agent kill --id ID [--signal N]
   sbx-agent get [--tar] PATH
   sbx-agent put --size N [--mode 0644] PATH
   sbx-agent untar PATH
@@ -69,8 +75,12 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "exec":
 		return runExec(args, stdin, stdout, stderr)
+	case "spawn":
+		return runSpawn(args, stdout, stderr)
+	case "attach":
+		return runAttach(args, stdout, stderr)
 	case "init":
-		return runInit()
+		return runInit(stderr)
 	}
 	var err error
 	switch cmd {
@@ -86,6 +96,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = runLs(args, stdout)
 	case "ports":
 		err = runPorts(args, stdout)
+	case "kill":
+		err = runKill(args)
 	case "help", "-h", "--help":
 		fmt.Fprintln(stdout, usage)
 		return ExitOK

@@ -15,6 +15,10 @@ import (
 // a process of their own (signals, process groups, a subreaper).
 var agentBin string
 
+// binSocket and binExecsDir are where agentBin's init listens and keeps its
+// commands, set at build time so that its tests touch nothing of the host's.
+var binSocket, binExecsDir string
+
 func TestMain(m *testing.M) {
 	os.Exit(testMain(m))
 }
@@ -27,7 +31,11 @@ func testMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	agentBin = filepath.Join(dir, "sbx-agent")
-	build := exec.Command("go", "build", "-o", agentBin, "sbx.dev/sbx/cmd/sbx-agent")
+	binSocket = fmt.Sprintf("@sbx-agent-test-%d", os.Getpid())
+	binExecsDir = filepath.Join(dir, "execs")
+	build := exec.Command("go", "build", "-o", agentBin, "-ldflags",
+		"-X sbx.dev/sbx/internal/agent.initSocket="+binSocket+" -X sbx.dev/sbx/internal/agent.execsDir="+binExecsDir,
+		"sbx.dev/sbx/cmd/sbx-agent")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build sbx-agent: %s\n%s", err, out)

@@ -31,8 +31,15 @@ type rawRunsc struct {
 
 func newRawRunsc(b *testing.B) *rawRunsc {
 	b.Helper()
+	return newRawRunscTemplate(b, "tiny", nil)
+}
+
+// newRawRunscTemplate prepares raw runsc sandboxes of a template whose
+// first process is args (default: the agent's init, as sbx's are).
+func newRawRunscTemplate(b *testing.B, template string, args []string) *rawRunsc {
+	b.Helper()
 	dir := b.TempDir()
-	rootfs, err := filepath.EvalSymlinks(filepath.Join(templateCache(), "tiny", "rootfs"))
+	rootfs, err := filepath.EvalSymlinks(filepath.Join(templateCache(), template, "rootfs"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -51,6 +58,9 @@ func newRawRunsc(b *testing.B) *rawRunsc {
 	agent, _ := os.ReadFile(filepath.Join(binDir, "sbx-agent"))
 	os.WriteFile(filepath.Join(agentDir, "sbx-agent"), agent, 0o755)
 	spec := runsc.Spec(runsc.SpecOptions{Hostname: "raw", Rootfs: rootfs, AgentDir: agentDir, EtcDir: etc, NetNS: "/run/netns/" + ns})
+	if args != nil {
+		spec.Process.Args = args
+	}
 	bundle := filepath.Join(dir, "bundle")
 	os.MkdirAll(bundle, 0o700)
 	js, _ := json.Marshal(spec)
@@ -65,6 +75,23 @@ func (r *rawRunsc) run(b *testing.B, id string) {
 	upper := filepath.Join(r.dir, id+".upper")
 	os.MkdirAll(upper, 0o700)
 	if err := r.d.Run(context.Background(), id, runsc.RunOptions{Bundle: r.bundle, Console: console, Overlay: upper}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// restore restores image into a new raw sandbox id.
+func (r *rawRunsc) restore(b *testing.B, id, image string, background bool) {
+	b.Helper()
+	console, _ := os.OpenFile(filepath.Join(r.dir, id+".log"), os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o600)
+	defer console.Close()
+	upper := filepath.Join(r.dir, id+".upper")
+	os.RemoveAll(upper)
+	os.MkdirAll(upper, 0o700)
+	err := r.d.Restore(context.Background(), id, runsc.RestoreOptions{
+		RunOptions: runsc.RunOptions{Bundle: r.bundle, Console: console, Overlay: upper},
+		ImageDir:   image, Background: background,
+	})
+	if err != nil {
 		b.Fatal(err)
 	}
 }

@@ -96,14 +96,47 @@ func (d *Driver) run(ctx context.Context, global []string, verb, id string, args
 	return stdout.Bytes(), nil
 }
 
-// tail returns the last line-ish part of runsc's stderr, enough to say why.
+// tail returns what runsc's stderr says about why it failed: its own
+// messages, without the stack traces a crash prints, the lines that name a
+// failure first.
 func tail(b []byte) string {
-	s := strings.TrimSpace(string(b))
+	var all, failures []string
+	for _, line := range strings.Split(string(b), "\n") {
+		t := strings.TrimSpace(line)
+		switch {
+		case t == "", strings.HasPrefix(line, "\t"), strings.HasPrefix(t, "goroutine "),
+			strings.HasPrefix(t, "created by "), strings.Contains(t, ".go:"), isFrame(t):
+			continue
+		}
+		all = append(all, t)
+		l := strings.ToLower(t)
+		if strings.Contains(l, "fail") || strings.Contains(l, "error") || strings.Contains(l, "panic") || strings.Contains(l, "no space") {
+			failures = append(failures, t)
+		}
+	}
+	// The first failure is the cause; what follows is its consequences.
+	pick := failures
+	if len(pick) > 2 {
+		pick = pick[:2]
+	}
+	if len(pick) == 0 {
+		pick = all
+		if len(pick) > 3 {
+			pick = pick[len(pick)-3:]
+		}
+	}
+	s := strings.Join(pick, "; ")
 	const max = 600
 	if len(s) > max {
 		s = "..." + s[len(s)-max:]
 	}
 	return s
+}
+
+// isFrame reports whether a line is a Go stack frame ("pkg.F(0x1, ...)").
+func isFrame(t string) bool {
+	i := strings.IndexByte(t, '(')
+	return i > 0 && strings.HasSuffix(t, ")") && !strings.ContainsAny(t[:i], " :")
 }
 
 // RunOptions says how to start a sandbox.

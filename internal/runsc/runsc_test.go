@@ -150,3 +150,21 @@ func writeSpec(t *testing.T, bundle string, spec any) {
 		t.Fatal(err)
 	}
 }
+
+func TestTail(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+	}{
+		{"plain", "checkpoint failed: statefile.NewWriter failed: no space left on device\n", "checkpoint failed: statefile.NewWriter failed: no space left on device"},
+		{"stack trace", "panic: write: no space left on device\n\ngoroutine 12 [running]:\ngvisor.dev/gvisor/pkg/urpc.(*Server).handleOne(0xc000, 0xc001)\n\t/root/go/pkg/mod/gvisor.dev/urpc.go:343 +0x69f\ncreated by gvisor.dev/gvisor/pkg/urpc.(*Server).StartHandling in goroutine 16\n", "panic: write: no space left on device"},
+		{"no failure words", "line one\nline two\n", "line one; line two"},
+		{"checkpoint on a full disk", "checkpoint failed: checkpointing container \"sb_x\": error serializing object &wire.Struct{TypeID:0x201}: no space left on device:\n\ngoroutine 1 [running]:\npanic({0x131df60?, 0x15cb2e0?})\n\t/usr/local/go/src/runtime/panic.go:860 +0x13a\ngvisor.dev/gvisor/pkg/state.Failf({0x1524a37, 0x20}, {0x2e6?})\n", "checkpoint failed: checkpointing container \"sb_x\": error serializing object &wire.Struct{TypeID:0x201}: no space left on device:"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tail([]byte(tc.in)); got != tc.want {
+				t.Errorf("tail = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

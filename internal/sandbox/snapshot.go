@@ -14,16 +14,20 @@ import (
 // running. paused is how long the sandbox was paused. On any failure the
 // partial image is removed and the sandbox is running again.
 func (m *Manager) capture(ctx context.Context, id string, withMemory bool) (img string, size int64, paused time.Duration, err error) {
-	img, err = m.newImage(withMemory)
+	partial, err := m.newImage(withMemory)
 	if err != nil {
 		return "", 0, 0, err
 	}
 	defer func() {
+		// (not img: the failing return has set it to "")
 		if err != nil {
-			_ = m.removeImage(img)
+			if rerr := m.removeImage(partial); rerr != nil {
+				m.log.Error("remove a partial image", "image", partial, "err", rerr)
+			}
 			m.ensureRunning(ctx, id)
 		}
 	}()
+	img = partial
 	if err := m.cfg.Runtime.TarUpper(ctx, id, m.imageDisk(img)); err != nil {
 		return "", 0, 0, fmt.Errorf("write disk: %w", err)
 	}

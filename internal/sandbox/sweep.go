@@ -15,12 +15,16 @@ const sweepInterval = 10 * time.Minute
 
 // sweepLoop removes orphaned images once their grace period has passed.
 func (m *Manager) sweepLoop(ctx context.Context) {
+	every := sweepInterval
+	if half := m.cfg.OrphanGrace / 2; half < every {
+		every = max(half, time.Second)
+	}
 	for {
 		m.sweep(ctx)
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(sweepInterval):
+		case <-time.After(every):
 		}
 	}
 }

@@ -1,0 +1,159 @@
+package agent
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const attachSyntax = "attach --id ID [--stdout-offset N] [--stderr-offset N]"
+
+// attachPoll is how often attach looks for new output and the exit file.
+const attachPoll = 10 * time.Millisecond
+
+// lostAfter is how long attach waits for the exit file of a command whose
+// process is gone before it gives up on it (init was not there to reap it).
+const lostAfter = 10 * time.Second
+
+// runAttach follows the output of a command init started, from the given
+// byte offsets, until it ends, and exits with its exit code. An unknown id
+// exits 125.
+func runAttach(args []string, stdout, stderr io.Writer) int {
+	fset := flag.NewFlagSet("attach", flag.ContinueOnError)
+	fset.SetOutput(io.Discard)
+	id := fset.String("id", "", "the exec id")
+	outOff := fset.Int64("stdout-offset", 0, "bytes of stdout already read")
+	errOff := fset.Int64("stderr-offset", 0, "bytes of stderr already read")
+	err := fset.Parse(args)
+	switch {
+	case err != nil:
+	case fset.NArg() != 0:
+		err = fmt.Errorf("unexpected argument %q", fset.Arg(0))
+	case *id == "":
+		err = errors.New("--id is required")
+	case *outOff < 0 || *errOff < 0:
+		err = errors.New("negative offset")
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "sbx-agent: attach: %s; usage: sbx-agent %s\n", err, attachSyntax)
+		return ExitUsageExec
+	}
+	return attach(*id, *outOff, *errOff, stdout, stderr)
+}
+
+// attach copies the output files of exec id, from the offsets, to stdout and
+// stderr as they grow, until the exit file appears; then it copies the rest
+// and returns the exit code recorded there. If stdout or stderr cannot be
+// written it returns 141 (as SIGPIPE would) without a word: the command is
+// init's child and goes on.
+func attach(id string, outOff, errOff int64, stdout, stderr io.Writer) int {
+	dir := filepath.Join(execsDir, id)
+	notFound := func() int {
+		fmt.Fprintf(stderr, "sbx-agent: exec %s not found\n", id)
+		return ExitUsageExec
+	}
+	if !validExecID(id) {
+		return notFound()
+	}
+	var srcs [2]*os.File
+	for i, name := range []string{"stdout", "stderr"} {
+		f, err := os.Open(filepath.Join(dir, name))
+		if errors.Is(err, os.ErrNotExist) {
+			return notFound()
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "sbx-agent: attach %s: %s\n", id, err)
+			return ExitError
+		}
+		defer f.Close()
+		srcs[i] = f
+	}
+	if _, err := srcs[0].Seek(outOff, io.SeekStart); err != nil {
+		fmt.Fprintf(stderr, "sbx-agent: attach %s: %s\n", id, err)
+		return ExitError
+	}
+	if _, err := srcs[1].Seek(errOff, io.SeekStart); err != nil {
+		fmt.Fprintf(stderr, "sbx-agent: attach %s: %s\n", id, err)
+		return ExitError
+	}
+	if stdout == io.Writer(os.Stdout) || stderr == io.Writer(os.Stderr) {
+		// a closed pipe must fail the write, not kill the process mid-copy
+		signal.Ignore(syscall.SIGPIPE)
+	}
+	dsts := [2]io.Writer{stdout, stderr}
+	pid, _ := readExecPid(execsDir, id)
+	buf := make([]byte, 64<<10)
+	var goneSince time.Time
+	for tick := 0; ; tick++ {
+		// looked at before the copy: once it exists the command has
+		// written all it will
+		_, err := os.Stat(filepath.Join(dir, "exit"))
+		ended := err == nil
+		for i := range srcs {
+			writeFailed, err := copyNew(dsts[i], srcs[i], buf)
+			if writeFailed {
+				return 128 + int(syscall.SIGPIPE)
+			}
+			if err != nil {
+				fmt.Fprintf(stderr, "sbx-agent: attach %s: read %s: %s\n", id, srcs[i].Name(), err)
+				return ExitError
+			}
+		}
+		if ended {
+			b, err := os.ReadFile(filepath.Join(dir, "exit"))
+			code, err2 := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil || err2 != nil {
+				fmt.Fprintf(stderr, "sbx-agent: attach %s: bad exit file %q\n", id, b)
+				return ExitError
+			}
+			return code
+		}
+		if tick%100 == 0 && pid > 0 {
+			// a command whose process is gone with no exit recorded was
+			// not reaped by this init (a sandbox restarted from scratch)
+			switch {
+			case processExists(pid):
+				goneSince = time.Time{}
+			case goneSince.IsZero():
+				goneSince = time.Now()
+			case time.Since(goneSince) > lostAfter:
+				fmt.Fprintf(stderr, "sbx-agent: exec %s: its process is gone and no exit code was recorded\n", id)
+				return ExitError
+			}
+		}
+		time.Sleep(attachPoll)
+	}
+}
+
+// copyNew copies what src holds past its offset to dst. It tells a failed
+// write, which ends attach quietly, from a failed read.
+func copyNew(dst io.Writer, src *os.File, buf []byte) (writeFailed bool, err error) {
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return true, werr
+			}
+		}
+		if err == io.EOF {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+}
+
+// processExists says whether pid names a process, a zombie included.
+func processExists(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}

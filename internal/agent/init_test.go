@@ -1,0 +1,564 @@
+package agent
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var testSeq atomic.Int64
+
+// newExecID returns an exec id no other test uses.
+func newExecID() string {
+	return fmt.Sprintf("ex_test%d", testSeq.Add(1))
+}
+
+// startSupervisor runs init's supervisor in this process on a socket and a
+// directory of the test's own, which the in-process clients (Main) use too.
+// It is stopped, with the commands it still runs killed, when the test ends.
+func startSupervisor(t *testing.T) *supervisor {
+	t.Helper()
+	socket := fmt.Sprintf("@sbx-agent-unit-%d-%d", os.Getpid(), testSeq.Add(1))
+	s := newSupervisor(socket, t.TempDir(), false, io.Discard)
+	oldSocket, oldDir := initSocket, execsDir
+	initSocket, execsDir = s.socket, s.dir
+	s.start()
+	t.Cleanup(func() {
+		s.stop()
+		initSocket, execsDir = oldSocket, oldDir
+	})
+	waitListening(t, socket)
+	return s
+}
+
+// waitListening waits until something accepts connections on socket.
+func waitListening(t *testing.T, socket string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := dialUnix(socket)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing listens on %s: %v", socket, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after 5s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestSpawn(t *testing.T) {
+	startSupervisor(t)
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "noexec"), "#!/bin/sh\necho hi\n", 0o644)
+	writeFile(t, filepath.Join(dir, "bin", "hello"), "#!/bin/sh\necho hello \"$@\"\n", 0o755)
+
+	tests := []struct {
+		name       string
+		args       []string
+		code       int
+		wantOut    string
+		wantStderr string
+	}{
+		{"output and exit code", []string{"--", "/bin/sh", "-c", "echo out; echo err >&2; exit 7"}, 7, "out\n", "err\n"},
+		{"PATH lookup", []string{"--", "sh", "-c", "exit 3"}, 3, "", ""},
+		{"env overrides, later wins", []string{"--env", "SBX_T=1", "--env", "SBX_T=2", "--", "/bin/sh", "-c", "echo $SBX_T"}, 0, "2\n", ""},
+		{"env PATH is searched", []string{"--env", "PATH=" + dir + "/bin", "--", "hello", "a"}, 0, "hello a\n", ""},
+		{"stdin is /dev/null", []string{"--", "/bin/cat"}, 0, "", ""},
+		{"cwd", []string{"--cwd", dir + "/bin", "--", "/bin/pwd"}, 0, dir + "/bin\n", ""},
+		{"relative program from cwd", []string{"--cwd", dir + "/bin", "--", "./hello"}, 0, "hello\n", ""},
+		{"signal death", []string{"--", "/bin/sh", "-c", "kill -TERM $$"}, 143, "", ""},
+		{"not found", []string{"--", "no-such-command-sbx"}, ExitNotFoundExec, "", "sbx: no-such-command-sbx: command not found\n"},
+		{"not executable", []string{"--", dir + "/noexec"}, ExitCannotExec, "", "sbx: " + dir + "/noexec: permission denied\n"},
+		{"directory", []string{"--", dir}, ExitCannotExec, "", "is a directory"},
+		{"missing cwd", []string{"--cwd", dir + "/nope", "--", "/bin/true"}, ExitError, "", "sbx: cwd " + dir + "/nope: no such directory\n"},
+		{"no command", []string{}, ExitUsageExec, "", "no command given"},
+		{"bad env", []string{"--env", "=x", "--", "/bin/true"}, ExitUsageExec, "", "is not KEY=VALUE"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"spawn", "--id", newExecID()}, tc.args...)
+			code, stdout, stderr := run(t, nil, args...)
+			if code != tc.code {
+				t.Errorf("exit code: got %d, want %d (stderr %q)", code, tc.code, stderr)
+			}
+			if stdout != tc.wantOut {
+				t.Errorf("stdout: got %q, want %q", stdout, tc.wantOut)
+			}
+			if tc.wantStderr == "" && stderr != "" || !strings.Contains(stderr, tc.wantStderr) {
+				t.Errorf("stderr: got %q, want it to contain %q", stderr, tc.wantStderr)
+			}
+		})
+	}
+}
+
+func TestSpawnFailureLeavesNoExec(t *testing.T) {
+	s := startSupervisor(t)
+	id := newExecID()
+	if code, _, _ := run(t, nil, "spawn", "--id", id, "--", "no-such-command-sbx"); code != ExitNotFoundExec {
+		t.Fatalf("exit code: got %d, want %d", code, ExitNotFoundExec)
+	}
+	if _, err := os.Stat(filepath.Join(s.dir, id)); !os.IsNotExist(err) {
+		t.Errorf("exec dir of a failed spawn: got %v, want it not to exist", err)
+	}
+	// and the id is still free
+	if code, stdout, stderr := run(t, nil, "spawn", "--id", id, "--", "/bin/echo", "ok"); code != 0 || stdout != "ok\n" {
+		t.Errorf("spawn after failure: got %d %q %q, want 0 \"ok\\n\"", code, stdout, stderr)
+	}
+}
+
+func TestSpawnDuplicateID(t *testing.T) {
+	startSupervisor(t)
+	id := newExecID()
+	if code, _, stderr := run(t, nil, "spawn", "--id", id, "--", "/bin/true"); code != 0 {
+		t.Fatalf("first spawn: exit code %d (stderr %q)", code, stderr)
+	}
+	code, _, stderr := run(t, nil, "spawn", "--id", id, "--", "/bin/true")
+	if code != ExitUsageExec || !strings.Contains(stderr, "already exists") {
+		t.Errorf("second spawn: got %d %q, want %d and \"already exists\"", code, stderr, ExitUsageExec)
+	}
+}
+
+func TestSpawnTimeoutKillsTree(t *testing.T) {
+	s := startSupervisor(t)
+	dir := t.TempDir()
+	child, grandchild := filepath.Join(dir, "child.pid"), filepath.Join(dir, "grandchild.pid")
+	killPidFiles(t, child, grandchild)
+	// the grandchild leaves the session, so only the /proc walk can find it
+	script := `echo started; setsid /bin/sh -c 'echo $$ > grandchild.pid.tmp; mv grandchild.pid.tmp grandchild.pid; exec sleep 100' &
+echo $$ > child.pid
+exec sleep 100`
+	id := newExecID()
+	start := time.Now()
+	code, stdout, stderr := run(t, nil, "spawn", "--id", id, "--timeout", "700ms", "--cwd", dir,
+		"--env", "PATH=/usr/bin:/bin", "--", "/bin/sh", "-c", script)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("took %s after a 700ms timeout", took)
+	}
+	if code != ExitTimeoutExec {
+		t.Errorf("exit code: got %d, want %d", code, ExitTimeoutExec)
+	}
+	if stdout != "started\n" {
+		t.Errorf("stdout: got %q, want %q", stdout, "started\n")
+	}
+	if want := "sbx: command timed out after 700ms\n"; stderr != want {
+		t.Errorf("stderr: got %q, want %q", stderr, want)
+	}
+	if b, _ := os.ReadFile(filepath.Join(s.dir, id, "exit")); string(b) != "124\n" {
+		t.Errorf("exit file: got %q, want %q", b, "124\n")
+	}
+	for _, f := range []string{child, grandchild} {
+		pid := readPid(t, f)
+		deadline := time.Now().Add(2 * time.Second)
+		for alive(pid) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if alive(pid) {
+			t.Errorf("%s: process %d is still alive", filepath.Base(f), pid)
+		}
+	}
+}
+
+func TestAttach(t *testing.T) {
+	s := startSupervisor(t)
+	id := newExecID()
+	if code, _, stderr := run(t, nil, "spawn", "--id", id, "--", "/bin/sh", "-c", "echo hello world; printf abcdef >&2; exit 4"); code != 4 {
+		t.Fatalf("spawn: exit code %d, want 4 (stderr %q)", code, stderr)
+	}
+	tests := []struct {
+		name             string
+		args             []string
+		code             int
+		wantOut, wantErr string
+	}{
+		{"from the start", []string{"--id", id}, 4, "hello world\n", "abcdef"},
+		{"offsets", []string{"--id", id, "--stdout-offset", "6", "--stderr-offset", "3"}, 4, "world\n", "def"},
+		{"offsets past the end", []string{"--id", id, "--stdout-offset", "100", "--stderr-offset", "100"}, 4, "", ""},
+		{"unknown id", []string{"--id", "ex_nope"}, ExitUsageExec, "", "sbx-agent: exec ex_nope not found\n"},
+		{"id that escapes", []string{"--id", "../" + filepath.Base(s.dir)}, ExitUsageExec, "", "not found"},
+		{"no id", []string{}, ExitUsageExec, "", "--id is required"},
+		{"negative offset", []string{"--id", id, "--stdout-offset", "-1"}, ExitUsageExec, "", "negative offset"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := run(t, nil, append([]string{"attach"}, tc.args...)...)
+			if code != tc.code {
+				t.Errorf("exit code: got %d, want %d (stderr %q)", code, tc.code, stderr)
+			}
+			if stdout != tc.wantOut {
+				t.Errorf("stdout: got %q, want %q", stdout, tc.wantOut)
+			}
+			if tc.code == 4 && stderr != tc.wantErr || !strings.Contains(stderr, tc.wantErr) {
+				t.Errorf("stderr: got %q, want %q", stderr, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestAttachFollowsOutput(t *testing.T) {
+	s := startSupervisor(t)
+	id := newExecID()
+	gate := filepath.Join(t.TempDir(), "gate")
+	script := `echo one; while [ ! -e "$1" ]; do sleep 0.01; done; echo two; exit 3`
+	type result struct {
+		code           int
+		stdout, stderr string
+	}
+	var r result
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		var out, errb syncBuffer
+		code := Main([]string{"spawn", "--id", id, "--", "/bin/sh", "-c", script, "sh", gate}, nil, &out, &errb)
+		r = result{code, out.String(), errb.String()}
+	}()
+	t.Cleanup(func() {
+		writeFile(t, gate, "", 0o644)
+		<-finished
+	})
+	waitFor(t, "the first line", func() bool {
+		b, _ := os.ReadFile(filepath.Join(s.dir, id, "stdout"))
+		return string(b) == "one\n"
+	})
+	select {
+	case <-finished:
+		t.Fatalf("attach ended before the command: %+v", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	writeFile(t, gate, "", 0o644)
+	<-finished
+	if r.code != 3 || r.stdout != "one\ntwo\n" || r.stderr != "" {
+		t.Errorf("got %d %q %q, want 3 \"one\\ntwo\\n\" \"\"", r.code, r.stdout, r.stderr)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe to read while another goroutine writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func TestSpawnLeavesDaemon(t *testing.T) {
+	startSupervisor(t)
+	dir := t.TempDir()
+	bg := filepath.Join(dir, "bg.pid")
+	killPidFiles(t, bg)
+	code, _, stderr := run(t, nil, "spawn", "--id", newExecID(), "--timeout", "10s", "--cwd", dir, "--",
+		"/bin/sh", "-c", `/bin/sleep 100 & echo $! > bg.pid`)
+	if code != 0 {
+		t.Fatalf("exit code: got %d, want 0 (stderr %q)", code, stderr)
+	}
+	pid := readPid(t, bg)
+	time.Sleep(50 * time.Millisecond)
+	if !alive(pid) {
+		t.Errorf("background process %d died with the command", pid)
+	}
+}
+
+func TestKill(t *testing.T) {
+	s := startSupervisor(t)
+	id := newExecID()
+	var code int
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		code = Main([]string{"spawn", "--id", id, "--", "/bin/sleep", "100"}, nil, io.Discard, io.Discard)
+	}()
+	t.Cleanup(func() {
+		if pid, err := readExecPid(s.dir, id); err == nil {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+		<-finished
+	})
+	waitFor(t, "the pid file", func() bool { _, err := readExecPid(s.dir, id); return err == nil })
+
+	if code, _, stderr := run(t, nil, "kill", "--id", id, "--signal", "15"); code != 0 {
+		t.Fatalf("kill: exit code %d (stderr %q)", code, stderr)
+	}
+	select {
+	case <-finished:
+		if code != 143 {
+			t.Errorf("exit code: got %d, want 143", code)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the command outlived SIGTERM")
+	}
+
+	tests := []struct {
+		name    string
+		args    []string
+		code    int
+		wantErr string
+	}{
+		{"unknown id", []string{"--id", "ex_nope"}, ExitNotFound, "sbx-agent: exec ex_nope not found\n"},
+		{"bad id", []string{"--id", "../x"}, ExitInvalid, "bad exec id"},
+		{"bad signal", []string{"--id", id, "--signal", "99"}, ExitInvalid, "bad signal 99"},
+		{"exited", []string{"--id", id}, ExitError, "no process of it is left"},
+		{"no id", []string{}, ExitInvalid, "--id is required"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := run(t, nil, append([]string{"kill"}, tc.args...)...)
+			if code != tc.code || !strings.Contains(stderr, tc.wantErr) {
+				t.Errorf("got %d %q, want %d and %q", code, stderr, tc.code, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestInitSurvivesBadRequests(t *testing.T) {
+	s := startSupervisor(t)
+	for _, req := range []string{"nonsense\n", `{"op":"frob"}` + "\n", `{"op":"spawn","id":"x"}` + "\n", ""} {
+		c, err := dialUnix(s.socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(c, req)
+		if rc, err := c.SyscallConn(); err == nil {
+			rc.Control(func(fd uintptr) { syscall.Shutdown(int(fd), syscall.SHUT_WR) })
+		}
+		var rep initReply
+		err = json.NewDecoder(c).Decode(&rep)
+		c.Close()
+		if err != nil || rep.Code != ExitUsageExec || rep.Error == "" {
+			t.Errorf("request %q: got %+v, %v; want code %d and an error", req, rep, err, ExitUsageExec)
+		}
+	}
+	// a client that never sends does not hold up the others
+	idle, err := dialUnix(s.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	if code, stdout, _ := run(t, nil, "spawn", "--id", newExecID(), "--", "/bin/echo", "ok"); code != 0 || stdout != "ok\n" {
+		t.Errorf("spawn after bad requests: got %d %q, want 0 \"ok\\n\"", code, stdout)
+	}
+}
+
+func TestSpawnNoInit(t *testing.T) {
+	old := initSocket
+	initSocket = fmt.Sprintf("@sbx-agent-nobody-%d", os.Getpid())
+	t.Cleanup(func() { initSocket = old })
+	code, _, stderr := run(t, nil, "spawn", "--id", newExecID(), "--", "/bin/true")
+	if code != ExitUsageExec || !strings.Contains(stderr, "cannot reach init") {
+		t.Errorf("got %d %q, want %d and \"cannot reach init\"", code, stderr, ExitUsageExec)
+	}
+}
+
+func TestMergeEnv(t *testing.T) {
+	got := mergeEnv([]string{"A=1", "B=2", "A=3"}, []string{"B=x", "C=y", "C=z"})
+	want := []string{"A=3", "B=x", "C=z"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// The tests below run the built binary: init as the sandbox's first process
+// would (a subreaper reaping every child), and spawn, attach and kill as the
+// `runsc exec` clients they are.
+
+// startInit runs `sbx-agent init` and waits until it listens. When the test
+// ends it kills init with every process below it.
+func startInit(t *testing.T) *exec.Cmd {
+	t.Helper()
+	cmd := agentCmd(t, "init")
+	var errb syncBuffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// init is a subreaper: everything the commands left is below it
+		killTree(cmd.Process.Pid, cmd.Process.Pid)
+		_ = cmd.Wait()
+		if s := errb.String(); s != "" {
+			t.Logf("init stderr: %s", s)
+		}
+	})
+	waitListening(t, binSocket)
+	return cmd
+}
+
+func TestBinarySpawnPidFd(t *testing.T) {
+	startInit(t)
+	id := newExecID()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd := agentCmd(t, "spawn", "--id", id, "--pid-fd", "3", "--", "/bin/sh", "-c", "echo out; echo err >&2; exit 9")
+	cmd.ExtraFiles = []*os.File{w}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, rerr := bufio.NewReader(r).ReadString('\n')
+	_ = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 9 || out.String() != "out\n" || errb.String() != "err\n" {
+		t.Errorf("got %d %q %q, want 9 \"out\\n\" \"err\\n\"", code, out.String(), errb.String())
+	}
+	want, err := readExecPid(binExecsDir, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rerr != nil || line != strconv.Itoa(want)+"\n" {
+		t.Errorf("pid fd: got %q, %v; want %q", line, rerr, strconv.Itoa(want)+"\n")
+	}
+}
+
+func TestBinaryConcurrentSpawns(t *testing.T) {
+	startInit(t)
+	// init reaps any child: a command that ends at once must still be
+	// matched to its exec, whichever of fork and reap comes first
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			code, stdout, stderr := runAgent(t, nil, "spawn", "--id", newExecID(), "--", "/bin/sh", "-c", fmt.Sprintf("echo %d; exit %d", i, i))
+			if code != i || stdout != fmt.Sprintf("%d\n", i) {
+				t.Errorf("spawn %d: got %d %q (stderr %q)", i, code, stdout, stderr)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestBinaryInitReapsDaemons(t *testing.T) {
+	initCmd := startInit(t)
+	dir := t.TempDir()
+	bg := filepath.Join(dir, "bg.pid")
+	killPidFiles(t, bg)
+	code, _, stderr := runAgent(t, nil, "spawn", "--id", newExecID(), "--cwd", dir, "--",
+		"/bin/sh", "-c", `/bin/sleep 100 & echo $! > bg.pid`)
+	if code != 0 {
+		t.Fatalf("exit code: got %d, want 0 (stderr %q)", code, stderr)
+	}
+	pid := readPid(t, bg)
+	waitFor(t, "the daemon to be re-parented to init", func() bool {
+		ppid, _, ok := procStat(pid)
+		return ok && ppid == initCmd.Process.Pid
+	})
+	if !alive(pid) {
+		t.Fatalf("daemon %d died with the command", pid)
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	// a zombie still answers kill(pid, 0): gone means reaped
+	waitFor(t, "init to reap the daemon", func() bool { return !processExists(pid) })
+}
+
+func TestBinaryClientGoesAway(t *testing.T) {
+	startInit(t)
+	id := newExecID()
+	script := `i=0; while :; do echo $i; i=$((i+1)); sleep 0.02; done`
+	client := agentCmd(t, "spawn", "--id", id, "--", "/bin/sh", "-c", script)
+	stdout, err := client.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Start(); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(stdout)
+	if line, err := br.ReadString('\n'); err != nil || line != "0\n" {
+		t.Fatalf("first line: got %q, %v", line, err)
+	}
+	_ = client.Process.Kill()
+	_ = client.Wait()
+	pid, err := readExecPid(binExecsDir, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outFile := filepath.Join(binExecsDir, id, "stdout")
+	size := func() int64 { fi, _ := os.Stat(outFile); return fi.Size() }
+	before := size()
+	waitFor(t, "output after the client died", func() bool { return size() > before })
+	if !alive(pid) {
+		t.Fatalf("command %d died with its client", pid)
+	}
+
+	// an attach whose reader goes away ends quietly, and the command goes on
+	att := agentCmd(t, "attach", "--id", id)
+	attOut, err := att.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var attErr bytes.Buffer
+	att.Stderr = &attErr
+	if err := att.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(attOut).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	attOut.Close()
+	_ = att.Wait()
+	if code := att.ProcessState.ExitCode(); code != 141 || attErr.String() != "" {
+		t.Errorf("attach with its stdout closed: got %d %q, want 141 and no message", code, attErr.String())
+	}
+	before = size()
+	waitFor(t, "output after attach went away", func() bool { return size() > before })
+
+	// a new attach from the offset reached picks up where the first left
+	// off, and sees the kill
+	offset := size()
+	att2 := agentCmd(t, "attach", "--id", id, "--stdout-offset", strconv.FormatInt(offset, 10))
+	var out2 bytes.Buffer
+	att2.Stdout = &out2
+	if err := att2.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runAgent(t, nil, "kill", "--id", id); code != 0 {
+		t.Fatalf("kill: exit code %d (stderr %q)", code, stderr)
+	}
+	_ = att2.Wait()
+	if code := att2.ProcessState.ExitCode(); code != 143 {
+		t.Errorf("attach after kill: exit code %d, want 143", code)
+	}
+	all, err := os.ReadFile(outFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := string(all[offset:]); out2.String() != want {
+		t.Errorf("attach from %d: got %q, want %q", offset, out2.String(), want)
+	}
+}
