@@ -166,4 +166,3 @@ func (m *Manager) deleteSnapshot(ctx context.Context, sn *store.Snapshot) error 
 	}
 	return m.removeImage(sn.ID)
 }
-
