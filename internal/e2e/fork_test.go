@@ -1,0 +1,175 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/netns"
+)
+
+// TestDiskFork: a child boots fresh on a copy of the parent's disk as of
+// now; the parent is untouched; `sbx --json fork` names the child at once.
+func TestDiskFork(t *testing.T) {
+	d := shared
+	parent := d.newSandbox(t, "--template", "tiny")
+	d.must(t, "exec", parent, "--", "sh", "-c", "echo before > /root/f")
+	d.must(t, "exec", parent, "--detach", "--", "sleep", "1000")
+
+	cmd := exec.Command(filepath.Join(binDir, "sbx"), "--json", "fork", parent, "--name", "dfork-"+randHex(3), "--wait")
+	cmd.Env = append(cmd.Environ(), "SBX_HOST=unix://"+d.socket)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(out)
+	var first struct {
+		Event string `json:"event"`
+		ID    string `json:"id"`
+	}
+	if !lines.Scan() || json.Unmarshal(lines.Bytes(), &first) != nil || first.Event != "sandbox.forking" || !idRE.MatchString(first.ID) {
+		t.Fatalf("first line of fork --json = %q, want {\"event\":\"sandbox.forking\",\"id\":\"sb_...\"}", lines.Text())
+	}
+	child := first.ID
+	t.Cleanup(func() { d.sbx(t, "delete", "--yes", child) })
+	var last string
+	for lines.Scan() {
+		last = lines.Text()
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("fork --wait: %v", err)
+	}
+	if !strings.Contains(last, "sandbox.ready") || !strings.Contains(last, child) {
+		t.Errorf("last line of fork --wait = %q, want the child ready", last)
+	}
+
+	if out := d.must(t, "exec", child, "--", "cat", "/root/f"); out != "before\n" {
+		t.Errorf("child's /root/f = %q", out)
+	}
+	if out := d.must(t, "exec", child, "--", "ps"); strings.Contains(out, "sleep 1000") {
+		t.Errorf("a disk fork carried a process over:\n%s", out)
+	}
+	d.must(t, "exec", child, "--", "sh", "-c", "echo child > /root/f")
+	if out := d.must(t, "exec", parent, "--", "cat", "/root/f"); out != "before\n" {
+		t.Errorf("the child's write reached the parent: %q", out)
+	}
+	if out := d.must(t, "exec", parent, "--", "ps"); !strings.Contains(out, "sleep 1000") {
+		t.Errorf("the parent lost its process:\n%s", out)
+	}
+	var sb api.Sandbox
+	d.jsonOut(t, &sb, "info", child)
+	if sb.Parent != parent || sb.MemoryRestored {
+		t.Errorf("child = %+v, want parent %s and no memory", sb, parent)
+	}
+}
+
+// TestForkAllOrNothing: when one child of a fork fails (here: the
+// daemon's address pool has room for one more network only), no child is
+// left, and the parent runs on.
+func TestForkAllOrNothing(t *testing.T) {
+	pool := fmt.Sprintf("10.251.%d.0/29", int(randHex(1)[0])%200+20) // room for two sandboxes
+	d, err := startDaemon([]string{"--pool", pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.stop(true) })
+	parent := d.newSandbox(t, "--template", "tiny")
+	r := d.sbx(t, "fork", parent, "--memory", "--count", "3", "--wait")
+	if r.code != 1 {
+		t.Fatalf("fork of 3 with room for 1: exit %d %q", r.code, r.stderr)
+	}
+	var list []api.Sandbox
+	d.jsonOut(t, &list, "list")
+	if len(list) != 1 || list[0].ID != parent {
+		t.Errorf("after a failed fork: %d sandboxes %+v, want only the parent", len(list), list)
+	}
+	nm, _ := netns.New(netns.Config{Tag: d.tag})
+	if ids, _ := nm.List(); len(ids) != 1 {
+		t.Errorf("after a failed fork: networks %v, want only the parent's", ids)
+	}
+	if out := d.must(t, "exec", parent, "--", "echo", "alive"); out != "alive\n" {
+		t.Errorf("parent after a failed fork: %q", out)
+	}
+	// With room again, the same fork works.
+	kids := forkMemory(t, d, parent, 1)
+	if len(kids) != 1 {
+		t.Errorf("fork after the failure: %v", kids)
+	}
+}
+
+// TestCaptureEvents: every capture, fork, stop and resume is an event with
+// its start, end, duration, size and outcome.
+func TestCaptureEvents(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny")
+	snap := "ev-" + randHex(3)
+	d.must(t, "snapshot", id, snap, "--memory")
+	t.Cleanup(func() { d.sbx(t, "snapshot", "rm", snap) })
+	forkMemory(t, d, id, 1)
+	d.must(t, "stop", id, "--wait")
+	// A stopped sandbox holds no runsc sandbox: no CPU, no memory.
+	if out, _ := exec.Command(filepath.Join(binDir, "runsc"), "--root", filepath.Join(d.dir, "runsc"), "list", "-quiet").Output(); strings.Contains(string(out), id) {
+		t.Errorf("a stopped sandbox still has a runsc sandbox")
+	}
+	d.must(t, "resume", id)
+	out := d.must(t, "--json", "events", id)
+	seen := map[string]map[string]any{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var ev api.Event
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("events --json line %q: %v", line, err)
+		}
+		seen[ev.Type] = ev.Detail
+	}
+	for _, typ := range []string{"created", "snapshot", "forked", "stopped", "resumed"} {
+		detail, ok := seen[typ]
+		if !ok {
+			t.Errorf("no %q event in %v", typ, out)
+			continue
+		}
+		if typ == "created" {
+			continue
+		}
+		for _, key := range []string{"start", "end", "durationMs", "sizeBytes", "outcome"} {
+			if _, ok := detail[key]; !ok {
+				t.Errorf("%s event lacks %s: %v", typ, key, detail)
+			}
+		}
+		if detail["outcome"] != "ok" {
+			t.Errorf("%s event outcome %v", typ, detail["outcome"])
+		}
+	}
+	// --follow delivers new events as they happen.
+	cmd := exec.Command(filepath.Join(binDir, "sbx"), "--json", "events", id, "--follow")
+	cmd.Env = append(cmd.Environ(), "SBX_HOST=unix://"+d.socket)
+	pipe, _ := cmd.StdoutPipe()
+	cmd.Start()
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	got := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), `"type":"snapshot"`) && strings.Contains(sc.Text(), "ev2-") {
+				got <- true
+				return
+			}
+		}
+	}()
+	snap2 := "ev2-" + randHex(3)
+	d.must(t, "snapshot", id, snap2)
+	t.Cleanup(func() { d.sbx(t, "snapshot", "rm", snap2) })
+	select {
+	case <-got:
+	case <-time.After(15 * time.Second):
+		t.Errorf("events --follow did not show the new snapshot")
+	}
+}
