@@ -23,6 +23,7 @@ import (
 
 	"sbx.dev/sbx/client"
 	"sbx.dev/sbx/internal/netns"
+	"sbx.dev/sbx/internal/runsc"
 )
 
 // daemon is one sbxd started by a test, with its own data dir, socket,
@@ -58,6 +59,11 @@ func TestMain(m *testing.M) {
 			fmt.Printf("e2e: bin/%s missing: run `make build` first\n", b)
 			os.Exit(1)
 		}
+	}
+	// Raw runsc sandboxes of the benchmarks are reaped as sbxd reaps its
+	// own, so that neither side waits for a slow init.
+	if err := runsc.ReapSandboxes(context.Background()); err != nil {
+		fmt.Println("e2e: cannot reap raw sandboxes:", err)
 	}
 	// An interrupted run (^C, a CI timeout) still removes what it made.
 	sigs := make(chan os.Signal, 1)

@@ -103,7 +103,7 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 		undo()
 		return nil, 0, err
 	}
-	img, size, _, err := m.capture(ctx, parent.ID, withMemory)
+	img, size, _, err := m.capture(ctx, parent.ID, captureKind{memory: withMemory, scratch: true})
 	unlock()
 	if err != nil {
 		undo()

@@ -39,13 +39,20 @@ func (m *Manager) newImage(withMemory bool) (string, error) {
 	return id, nil
 }
 
-// completeImage syncs every file of an image, then writes and syncs its
-// COMPLETE marker: the image must be on disk before anyone relies on it.
-func (m *Manager) completeImage(id string) (size int64, err error) {
+// completeImage syncs every file of an image (unless !durable), then
+// writes and syncs its COMPLETE marker: the image must be on disk before
+// anyone relies on it.
+func (m *Manager) completeImage(id string, durable bool) (size int64, err error) {
 	dir := m.imageDir(id)
 	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
+		}
+		if !durable {
+			if fi, err := d.Info(); err == nil && !d.IsDir() {
+				size += fi.Size()
+			}
+			return nil
 		}
 		f, err := os.Open(p)
 		if err != nil {

@@ -9,11 +9,21 @@ import (
 	"sbx.dev/sbx/internal/store"
 )
 
-// capture writes a running sandbox's disk, and with withMemory its
-// processes and memory, into a new complete image, and leaves the sandbox
-// running. paused is how long the sandbox was paused. On any failure the
-// partial image is removed and the sandbox is running again.
-func (m *Manager) capture(ctx context.Context, id string, withMemory bool) (img string, size int64, paused time.Duration, err error) {
+// captureKind says what a capture writes and how durably.
+type captureKind struct {
+	memory bool
+	// scratch images live only while a fork boots its children: no disk
+	// tar beside a memory image (the checkpoint holds the disk too), and
+	// no sync (a crash loses nothing anyone was promised).
+	scratch bool
+}
+
+// capture writes a running sandbox's disk, and with memory its processes
+// and memory, into a new complete image, and leaves the sandbox running.
+// paused is how long the sandbox was paused. On any failure the partial
+// image is removed and the sandbox is running again.
+func (m *Manager) capture(ctx context.Context, id string, kind captureKind) (img string, size int64, paused time.Duration, err error) {
+	withMemory := kind.memory
 	partial, err := m.newImage(withMemory)
 	if err != nil {
 		return "", 0, 0, err
@@ -28,8 +38,10 @@ func (m *Manager) capture(ctx context.Context, id string, withMemory bool) (img 
 		}
 	}()
 	img = partial
-	if err := m.cfg.Runtime.TarUpper(ctx, id, m.imageDisk(img)); err != nil {
-		return "", 0, 0, fmt.Errorf("write disk: %w", err)
+	if !(kind.scratch && withMemory) {
+		if err := m.cfg.Runtime.TarUpper(ctx, id, m.imageDisk(img)); err != nil {
+			return "", 0, 0, fmt.Errorf("write disk: %w", err)
+		}
 	}
 	if withMemory {
 		start := time.Now()
@@ -39,7 +51,7 @@ func (m *Manager) capture(ctx context.Context, id string, withMemory bool) (img 
 			return "", 0, 0, fmt.Errorf("write memory: %w", err)
 		}
 	}
-	if size, err = m.completeImage(img); err != nil {
+	if size, err = m.completeImage(img, !kind.scratch); err != nil {
 		return "", 0, 0, err
 	}
 	return img, size, paused, nil
@@ -96,7 +108,7 @@ func (m *Manager) Snapshot(ctx context.Context, ref string, req api.SnapshotRequ
 		return nil, err
 	}
 	start := m.now()
-	img, size, paused, err := m.capture(ctx, sb.ID, req.Memory)
+	img, size, paused, err := m.capture(ctx, sb.ID, captureKind{memory: req.Memory})
 	extra := map[string]any{"name": req.Name, "memory": req.Memory, "pausedMs": paused.Milliseconds()}
 	if err != nil {
 		m.captureEvent(ctx, sb.ID, "snapshot", start, 0, err, extra)

@@ -49,7 +49,7 @@ func (m *Manager) Stop(ctx context.Context, ref string, wait bool) (*api.Sandbox
 // stop does a stop under the sandbox's lock.
 func (m *Manager) stop(ctx context.Context, sb *store.Sandbox) error {
 	start := m.now()
-	img, size, paused, err := m.capture(ctx, sb.ID, true)
+	img, size, paused, err := m.capture(ctx, sb.ID, captureKind{memory: true})
 	extra := map[string]any{"pausedMs": paused.Milliseconds()}
 	if err != nil {
 		// capture left it running; say so in its state too.
