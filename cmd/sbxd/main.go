@@ -68,7 +68,7 @@ func main() {
 	fs.StringVar(&c.runscLog, "runsc-debug-log", "", "directory for runsc's debug logs (debugging runsc itself; large)")
 	fs.DurationVar(&c.orphans, "orphan-grace", sandbox.DefaultOrphanGrace, "how long a hibernation image is kept after its sandbox is deleted")
 	fs.BoolVar(&c.cleanup, "cleanup", false, "remove this daemon's firewall rules and exit (refused while it has sandboxes)")
-	fs.DurationVar(&c.shutdown, "shutdown-timeout", 30*time.Second, "how long a clean shutdown waits for requests in flight")
+	fs.DurationVar(&c.shutdown, "shutdown-timeout", 30*time.Second, "how long a clean shutdown waits for captures and requests in flight")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
@@ -219,9 +219,14 @@ func run(c config) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdown)
 	defer cancel()
+	// Captures in flight finish (bounded); new ones are refused meanwhile.
+	if err := mgr.Shutdown(sctx); err != nil {
+		log.Warn("captures still in flight at the shutdown deadline; a restart reconciles them", "err", err)
+	}
 	for _, s := range servers {
 		_ = s.Shutdown(sctx)
 	}
+	log.Info("stopped")
 	return nil
 }
 

@@ -103,13 +103,28 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 		undo()
 		return nil, 0, err
 	}
-	img, size, _, err := m.capture(ctx, parent.ID, captureKind{memory: withMemory, scratch: true})
+	ids := make([]string, len(children))
+	for i, c := range children {
+		ids[i] = c.ID
+	}
+	c, err := m.beginCapture(ctx, "fork", parent.ID, withMemory, map[string]any{"children": ids})
+	if err != nil {
+		unlock()
+		undo()
+		return nil, 0, err
+	}
+	defer c.end()
+	size, _, err := m.capture(ctx, c, parent.ID, captureKind{memory: withMemory, scratch: true})
 	unlock()
 	if err != nil {
 		undo()
 		return nil, 0, err
 	}
-	defer m.removeImage(img)
+	img := c.img
+	defer func() {
+		_ = m.removeImage(img)
+		c.finish(ctx)
+	}()
 	m.touch(ctx, parent.ID)
 
 	b := bootSpec{rootfs: rootfs, upperTar: m.imageDisk(img)}
@@ -120,9 +135,10 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 	var mu sync.Mutex
 	errs := make([]error, len(children))
 	out := make([]api.Sandbox, len(children))
-	for i, c := range children {
+	for i, child := range children {
 		wg.Add(1)
 		go func() {
+			c := child
 			defer wg.Done()
 			unlock := m.lock(c.ID)
 			defer unlock()

@@ -86,6 +86,9 @@ type Manager struct {
 	execs map[string]*execRun    // running execs by exec id
 	// watching are the running sandboxes' runsc processes.
 	watching map[string]watched
+	// closing refuses new captures; inflight counts those under way.
+	closing  bool
+	inflight sync.WaitGroup
 }
 
 // New returns a Manager; call Start before using it.
@@ -122,6 +125,9 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.installAgent(); err != nil {
 		return err
 	}
+	if err := m.reconcileCaptures(ctx); err != nil {
+		return err
+	}
 	sbs, err := m.cfg.Store.Sandboxes(ctx)
 	if err != nil {
 		return fmt.Errorf("start: list sandboxes: %w", err)
@@ -153,30 +159,6 @@ func (m *Manager) installAgent() error {
 		return fmt.Errorf("install agent: %w", err)
 	}
 	return os.Rename(tmp, dst)
-}
-
-// reconcile brings one stored sandbox in line with runsc's view after a restart.
-func (m *Manager) reconcile(ctx context.Context, sb *store.Sandbox) {
-	switch sb.State {
-	case api.StateRunning:
-		st, err := m.cfg.Runtime.State(ctx, sb.ID)
-		switch {
-		case err != nil:
-			m.setState(ctx, sb.ID, api.StateError, fmt.Sprintf("runsc cannot report the sandbox after a restart of sbxd: %v", err))
-		case st.Status != "running":
-			reason := fmt.Sprintf("runsc reports the sandbox %s after a restart of sbxd", st.Status)
-			if oomKilled(m.cgroupsPath(sb.ID)) {
-				reason = "out of memory: the kernel stopped the sandbox while sbxd was away"
-			}
-			m.setState(ctx, sb.ID, api.StateError, reason)
-		default:
-			m.watch(ctx, sb.ID)
-		}
-	case api.StateCreating:
-		// A create that sbxd did not finish: nobody was told of it, so undo it.
-		m.log.Info("removing a sandbox whose creation was interrupted", "sandbox", sb.ID)
-		_ = m.destroy(ctx, sb.ID)
-	}
 }
 
 func (m *Manager) setState(ctx context.Context, id string, st api.State, reason string) {

@@ -3,6 +3,8 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"sbx.dev/sbx/api"
@@ -19,42 +21,61 @@ type captureKind struct {
 }
 
 // capture writes a running sandbox's disk, and with memory its processes
-// and memory, into a new complete image, and leaves the sandbox running.
-// paused is how long the sandbox was paused. On any failure the partial
-// image is removed and the sandbox is running again.
-func (m *Manager) capture(ctx context.Context, id string, kind captureKind) (img string, size int64, paused time.Duration, err error) {
-	withMemory := kind.memory
-	partial, err := m.newImage(withMemory)
-	if err != nil {
-		return "", 0, 0, err
-	}
+// and memory, into the image of a journaled capture (see beginCapture),
+// stepping the journal as it goes, and leaves the sandbox running. paused is
+// how long the sandbox was paused. On any failure the partial image and the
+// journal entry are removed and the sandbox is running again.
+func (m *Manager) capture(ctx context.Context, c *inFlight, id string, kind captureKind) (size int64, paused time.Duration, err error) {
+	img := c.img
 	defer func() {
-		// (not img: the failing return has set it to "")
 		if err != nil {
-			if rerr := m.removeImage(partial); rerr != nil {
-				m.log.Error("remove a partial image", "image", partial, "err", rerr)
+			if rerr := m.removeImage(img); rerr != nil {
+				m.log.Error("remove a partial image", "image", img, "err", rerr)
 			}
 			m.ensureRunning(ctx, id)
+			c.abandon(ctx)
 		}
 	}()
-	img = partial
-	if !(kind.scratch && withMemory) {
+	if !(kind.scratch && kind.memory) {
 		if err := m.cfg.Runtime.TarUpper(ctx, id, m.imageDisk(img)); err != nil {
-			return "", 0, 0, fmt.Errorf("write disk: %w", err)
+			return 0, 0, fmt.Errorf("write disk: %w", err)
 		}
+		c.step(ctx, "disk-written")
 	}
-	if withMemory {
+	if kind.memory {
+		crashPoint(c.kind + ":writing-memory")
 		start := time.Now()
 		err := m.cfg.Runtime.Checkpoint(ctx, id, m.imageMem(img), true)
 		paused = time.Since(start)
 		if err != nil {
-			return "", 0, 0, fmt.Errorf("write memory: %w", err)
+			return 0, 0, fmt.Errorf("write memory: %w", err)
 		}
+		if err := verifyCheckpoint(m.imageMem(img)); err != nil {
+			return 0, 0, err
+		}
+		c.step(ctx, "memory-written")
 	}
 	if size, err = m.completeImage(img, !kind.scratch); err != nil {
-		return "", 0, 0, err
+		return 0, 0, err
 	}
-	return img, size, paused, nil
+	c.step(ctx, "complete")
+	crashPoint(c.kind + ":after-sync")
+	return size, paused, nil
+}
+
+// verifyCheckpoint checks that runsc left a whole checkpoint: its state
+// file and its pages, none of them empty.
+func verifyCheckpoint(dir string) error {
+	for _, f := range []string{"checkpoint.img", "pages_meta.img", "pages.img"} {
+		fi, err := os.Stat(filepath.Join(dir, f))
+		if err != nil {
+			return fmt.Errorf("verify image: %w", err)
+		}
+		if fi.Size() == 0 && f == "checkpoint.img" {
+			return fmt.Errorf("verify image: %s is empty", f)
+		}
+	}
+	return nil
 }
 
 // ensureRunning resumes a sandbox a failed capture left paused.
@@ -108,7 +129,13 @@ func (m *Manager) Snapshot(ctx context.Context, ref string, req api.SnapshotRequ
 		return nil, err
 	}
 	start := m.now()
-	img, size, paused, err := m.capture(ctx, sb.ID, captureKind{memory: req.Memory})
+	c, err := m.beginCapture(ctx, "snapshot", sb.ID, req.Memory, map[string]any{"name": req.Name})
+	if err != nil {
+		return nil, err
+	}
+	defer c.end()
+	size, paused, err := m.capture(ctx, c, sb.ID, captureKind{memory: req.Memory})
+	img := c.img
 	extra := map[string]any{"name": req.Name, "memory": req.Memory, "pausedMs": paused.Milliseconds()}
 	if err != nil {
 		m.captureEvent(ctx, sb.ID, "snapshot", start, 0, err, extra)
@@ -120,9 +147,11 @@ func (m *Manager) Snapshot(ctx context.Context, ref string, req api.SnapshotRequ
 	}
 	if err := m.cfg.Store.CreateSnapshot(ctx, sn); err != nil {
 		_ = m.removeImage(img)
+		c.abandon(ctx)
 		m.captureEvent(ctx, sb.ID, "snapshot", start, 0, err, extra)
 		return nil, err
 	}
+	c.finish(ctx)
 	m.touch(ctx, sb.ID)
 	m.captureEvent(ctx, sb.ID, "snapshot", start, size, nil, extra)
 	return snapshotAPI(sn), nil

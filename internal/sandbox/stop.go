@@ -49,7 +49,14 @@ func (m *Manager) Stop(ctx context.Context, ref string, wait bool) (*api.Sandbox
 // stop does a stop under the sandbox's lock.
 func (m *Manager) stop(ctx context.Context, sb *store.Sandbox) error {
 	start := m.now()
-	img, size, paused, err := m.capture(ctx, sb.ID, captureKind{memory: true})
+	c, err := m.beginCapture(ctx, "stop", sb.ID, true, nil)
+	if err != nil {
+		_ = m.cfg.Store.SetState(ctx, sb.ID, api.StateRunning, "")
+		return err
+	}
+	defer c.end()
+	size, paused, err := m.capture(ctx, c, sb.ID, captureKind{memory: true})
+	img := c.img
 	extra := map[string]any{"pausedMs": paused.Milliseconds()}
 	if err != nil {
 		// capture left it running; say so in its state too.
@@ -58,23 +65,30 @@ func (m *Manager) stop(ctx context.Context, sb *store.Sandbox) error {
 		return fmt.Errorf("stop %s: %w", sb.ID, err)
 	}
 	// The image is complete and synced: now, and only now, the source goes.
-	if err := m.cfg.Store.AddImage(ctx, &store.Image{ID: img, SandboxID: sb.ID, Kind: "hibernation", CreatedAt: m.now()}); err != nil {
+	undo := func(err error) error {
 		_ = m.removeImage(img)
-		_ = m.cfg.Store.SetState(ctx, sb.ID, api.StateRunning, "")
-		return fmt.Errorf("stop %s: %w", sb.ID, err)
-	}
-	old := sb.Image
-	m.unwatch(sb.ID)
-	if err := m.cfg.Runtime.Delete(ctx, sb.ID); err != nil {
+		c.abandon(ctx)
 		m.watch(ctx, sb.ID)
 		_ = m.cfg.Store.SetState(ctx, sb.ID, api.StateRunning, "")
 		m.captureEvent(ctx, sb.ID, "stopped", start, 0, err, extra)
 		return fmt.Errorf("stop %s: %w", sb.ID, err)
 	}
+	if err := m.cfg.Store.AddImage(ctx, &store.Image{ID: img, SandboxID: sb.ID, Kind: "hibernation", CreatedAt: m.now()}); err != nil {
+		return undo(err)
+	}
+	old := sb.Image
+	m.unwatch(sb.ID)
+	if err := m.cfg.Runtime.Delete(ctx, sb.ID); err != nil {
+		_ = m.cfg.Store.DeleteImage(ctx, img)
+		return undo(err)
+	}
+	c.step(ctx, "source-destroyed")
+	crashPoint("stop:after-destroy")
 	m.removeCgroups(sb.ID)
 	if err := m.cfg.Store.SetRuntime(ctx, sb.ID, api.StateStopped, sb.MemoryRestored, sb.ResumeReason, img); err != nil {
 		return err
 	}
+	c.finish(ctx)
 	m.retireImage(ctx, old)
 	m.touch(ctx, sb.ID)
 	m.captureEvent(ctx, sb.ID, "stopped", start, size, nil, extra)

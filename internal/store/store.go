@@ -24,7 +24,7 @@ type Store struct {
 
 // migrations bring a database from user_version i to i+1; a database is
 // never opened by an sbx that does not know its version.
-var migrations = []string{schemaV1, schemaV2, schemaV3}
+var migrations = []string{schemaV1, schemaV2, schemaV3, schemaV4}
 
 const schemaV1 = `
 CREATE TABLE IF NOT EXISTS sandboxes (
@@ -60,6 +60,21 @@ CREATE TABLE IF NOT EXISTS events (
 	detail      TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS events_sandbox ON events(sandbox_id, seq);
+`
+
+// schemaV4 is the capture journal: the intent of every capture, written
+// before it starts and updated at each step, so that a restarted sbxd can
+// tell what was happening.
+const schemaV4 = `
+CREATE TABLE intents (
+	id          TEXT PRIMARY KEY,
+	kind        TEXT NOT NULL,
+	sandbox_id  TEXT NOT NULL,
+	step        TEXT NOT NULL,
+	detail      TEXT NOT NULL DEFAULT '{}',
+	started_at  INTEGER NOT NULL,
+	updated_at  INTEGER NOT NULL
+);
 `
 
 // schemaV3 marks the execs started by the sandbox's init (detached ones),
