@@ -89,3 +89,17 @@ type kindError struct {
 
 func (e *kindError) Error() string { return e.msg }
 func (e *kindError) Unwrap() error { return e.kind }
+
+// StreamError is the error an "error" event of a stream carries: of the
+// kind its code names (so errors.Is works), or of no kind without one.
+func StreamError(code, message string) error {
+	if message == "" {
+		message = "the server reported an error without a message"
+	}
+	for _, k := range kinds {
+		if k.code == code {
+			return &Error{Status: k.status, Code: code, Message: message}
+		}
+	}
+	return errors.New(message)
+}

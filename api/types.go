@@ -112,6 +112,8 @@ type ForkEvent struct {
 	Sandbox   *Sandbox  `json:"sandbox,omitempty"`
 	Sandboxes []Sandbox `json:"sandboxes,omitempty"`
 	Error     string    `json:"error,omitempty"`
+	// Code is the error's kind (as in ErrorDetail), for "error".
+	Code string `json:"code,omitempty"`
 }
 
 // ResumeRequest is the body of POST /v1/sandboxes/{id}/resume.
@@ -181,6 +183,8 @@ type ExecEvent struct {
 	Data  []byte `json:"data,omitempty"`
 	Exec  *Exec  `json:"exec,omitempty"`
 	Error string `json:"error,omitempty"`
+	// Code is the error's kind (as in ErrorDetail), for "error".
+	Code string `json:"code,omitempty"`
 }
 
 // FileInfo describes one file inside a sandbox.

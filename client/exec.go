@@ -153,11 +153,7 @@ func readExecStream(r io.Reader, fn func(api.ExecEvent) error) (*api.Exec, error
 			}
 			return ev.Exec, nil
 		case "error":
-			msg := ev.Error
-			if msg == "" {
-				msg = "the server reported an error without a message"
-			}
-			return nil, errors.New(msg)
+			return nil, api.StreamError(ev.Code, ev.Error)
 		}
 	}
 }

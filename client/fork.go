@@ -60,10 +60,7 @@ func readForkStream(r io.Reader, fn func(api.ForkEvent) error) error {
 		case "done":
 			return nil
 		case "error":
-			if ev.Error == "" {
-				return errors.New("the server reported an error without a message")
-			}
-			return errors.New(ev.Error)
+			return api.StreamError(ev.Code, ev.Error)
 		}
 	}
 }

@@ -176,7 +176,9 @@ func run(c config) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := runsc.ReapSandboxes(ctx); err != nil {
+	// The reaper outlives the signal: a clean shutdown still deletes sandboxes
+	// (a stop in flight), and runsc waits until they are reaped.
+	if err := runsc.ReapSandboxes(context.Background()); err != nil {
 		log.Warn("cannot reap sandbox processes; deletes and stops wait for init to reap them", "err", err)
 	}
 	// Reconcile before serving: nobody sees a state sbxd has not checked.

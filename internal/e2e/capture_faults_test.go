@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -183,4 +184,14 @@ func TestCaptureDiskFull(t *testing.T) {
 	if len(left) != 0 {
 		t.Errorf("failed captures left %d entries in the images dir", len(left))
 	}
+	// The space is given back: nothing holds the partial files open.
+	var used uint64
+	waitFor(t, "the space of the failed captures to be given back", 20*time.Second, func() bool {
+		var fs syscall.Statfs_t
+		if err := syscall.Statfs(images, &fs); err != nil {
+			return false
+		}
+		used = (fs.Blocks - fs.Bfree) * uint64(fs.Bsize)
+		return used < 256<<10
+	})
 }

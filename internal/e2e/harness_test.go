@@ -37,8 +37,52 @@ type daemon struct {
 	cmd     *exec.Cmd
 	logPath string
 	client  *client.Client
+	// bin is the sbxd to run (default bin/sbxd); env is added to its environment.
+	bin string
+	env []string
 
 	stopOnce sync.Once
+	exited   chan struct{}
+}
+
+// waitExit waits for sbxd to end by itself (a crash hook) and forgets it.
+func (d *daemon) waitExit(t *testing.T, limit time.Duration) {
+	t.Helper()
+	select {
+	case <-d.exited:
+		d.cmd = nil
+	case <-time.After(limit):
+		t.Fatalf("sbxd did not exit within %s", limit)
+	}
+}
+
+var (
+	testBuildOnce sync.Once
+	testBuildPath string
+	testBuildErr  error
+)
+
+// sbxdTestBuild returns an sbxd built with the sbxtest tag, which has the
+// crash hook (SBX_TEST_CRASH_AT) normal builds lack.
+func sbxdTestBuild(t *testing.T) string {
+	t.Helper()
+	testBuildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "sbxd-sbxtest-")
+		if err != nil {
+			testBuildErr = err
+			return
+		}
+		testBuildPath = filepath.Join(dir, "sbxd")
+		cmd := exec.Command("go", "build", "-tags", "sbxtest", "-o", testBuildPath, "sbx.dev/sbx/cmd/sbxd")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			testBuildErr = fmt.Errorf("build sbxd with the sbxtest tag: %v\n%s", err, out)
+		}
+	})
+	if testBuildErr != nil {
+		t.Fatal(testBuildErr)
+	}
+	return testBuildPath
 }
 
 var (
@@ -86,6 +130,11 @@ func TestMain(m *testing.M) {
 			fmt.Println("e2e:", err)
 			return 1
 		}
+		defer func() {
+			if testBuildPath != "" {
+				os.RemoveAll(filepath.Dir(testBuildPath))
+			}
+		}()
 		return m.Run()
 	}()
 	os.Exit(code)
@@ -130,8 +179,29 @@ func stopAll() {
 	}
 }
 
+const syscallSIGTERM = syscall.SIGTERM
+
+// startDaemonWith starts sbxd as d says (bin, env) on a fresh data dir.
+func startDaemonWith(d *daemon) (*daemon, error) {
+	fresh, err := newDaemon()
+	if err != nil {
+		return nil, err
+	}
+	fresh.bin, fresh.env = d.bin, d.env
+	return fresh, fresh.start(nil)
+}
+
 // startDaemon starts sbxd on a fresh data dir; extra flags are appended.
 func startDaemon(extra []string) (*daemon, error) {
+	d, err := newDaemon()
+	if err != nil {
+		return nil, err
+	}
+	return d, d.start(extra)
+}
+
+// newDaemon prepares (does not start) a daemon on a fresh data dir.
+func newDaemon() (*daemon, error) {
 	dir, err := os.MkdirTemp("", "sbx-e2e-")
 	if err != nil {
 		return nil, err
@@ -152,7 +222,7 @@ func startDaemon(extra []string) (*daemon, error) {
 	daemonsMu.Lock()
 	daemons = append(daemons, d)
 	daemonsMu.Unlock()
-	return d, d.start(extra)
+	return d, nil
 }
 
 func (d *daemon) start(extra []string) error {
@@ -161,15 +231,25 @@ func (d *daemon) start(extra []string) error {
 	if err != nil {
 		return err
 	}
-	args := append([]string{"--data-dir", d.dir, "--socket", d.socket, "--listen", d.tcp, "--tag", d.tag, "--log-level", "debug", "--default-template", "tiny"}, extra...)
-	d.cmd = exec.Command(filepath.Join(binDir, "sbxd"), args...)
-	d.cmd.Env = append(os.Environ(), "SBX_TOKEN="+d.token)
+	args := append([]string{"--data-dir", d.dir, "--socket", d.socket, "--listen", d.tcp, "--tag", d.tag, "--log-level", "debug", "--default-template", "tiny",
+		"--runsc", filepath.Join(binDir, "runsc"), "--agent", filepath.Join(binDir, "sbx-agent")}, extra...)
+	bin := d.bin
+	if bin == "" {
+		bin = filepath.Join(binDir, "sbxd")
+	}
+	d.cmd = exec.Command(bin, args...)
+	d.cmd.Env = append(append(os.Environ(), "SBX_TOKEN="+d.token), d.env...)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := d.cmd.Start(); err != nil {
 		return err
 	}
 	logf.Close()
+	d.exited = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) {
+		cmd.Wait()
+		close(done)
+	}(d.cmd, d.exited)
 	d.client, err = client.New("unix://" + d.socket)
 	if err != nil {
 		return err
@@ -182,13 +262,43 @@ func (d *daemon) start(extra []string) error {
 		if err == nil {
 			return nil
 		}
-		if d.cmd.ProcessState != nil {
-			break
+		select {
+		case <-d.exited:
+			log, _ := os.ReadFile(d.logPath)
+			return fmt.Errorf("sbxd exited at start:\n%s", log)
+		default:
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	log, _ := os.ReadFile(d.logPath)
 	return fmt.Errorf("sbxd did not come up: %v\n%s", err, log)
+}
+
+// startNoWait starts sbxd without waiting for it to serve.
+func (d *daemon) startNoWait(t *testing.T) {
+	t.Helper()
+	bin := d.bin
+	if bin == "" {
+		bin = filepath.Join(binDir, "sbxd")
+	}
+	logf, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	d.cmd = exec.Command(bin, "--data-dir", d.dir, "--socket", d.socket, "--tag", d.tag, "--log-level", "debug",
+		"--runsc", filepath.Join(binDir, "runsc"), "--agent", filepath.Join(binDir, "sbx-agent"))
+	d.cmd.Env = append(os.Environ(), d.env...)
+	d.cmd.Stdout, d.cmd.Stderr = logf, logf
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d.exited = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) {
+		cmd.Wait()
+		close(done)
+	}(d.cmd, d.exited)
 }
 
 // kill ends sbxd abruptly (SIGKILL) or cleanly (SIGTERM), leaving sandboxes.
@@ -197,7 +307,7 @@ func (d *daemon) kill(sig syscall.Signal) {
 		return
 	}
 	_ = d.cmd.Process.Signal(sig)
-	_ = d.cmd.Wait()
+	<-d.exited
 	d.cmd = nil
 }
 

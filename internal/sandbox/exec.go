@@ -71,6 +71,13 @@ func (m *Manager) Exec(ctx context.Context, ref string, req api.ExecRequest) (*a
 	if err != nil {
 		return nil, err
 	}
+	// Starting is serialized with the sandbox's lifecycle (a delete or stop
+	// in between would pull the ground away); running is not.
+	unlock := m.lock(sb.ID)
+	defer unlock()
+	if sb, err = m.running(ctx, sb.ID); err != nil {
+		return nil, err
+	}
 	e := api.Exec{ID: newID("ex_"), SandboxID: sb.ID, Cmd: req.Cmd, State: api.ExecRunning, StartedAt: m.now(), Detached: req.Detach}
 	dir := m.execDir(sb.ID, e.ID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {

@@ -39,6 +39,10 @@ func (m *Manager) agentCall(ctx context.Context, ref string, stdin io.Reader, st
 	var stderr bytes.Buffer
 	code, err := m.cfg.Runtime.Exec(ctx, sb.ID, runsc.ExecOptions{Args: append([]string{runsc.AgentPath}, args...)}, stdin, stdout, &stderr)
 	if err != nil {
+		// Deleted or stopped meanwhile: say that, not how runsc failed.
+		if _, rerr := m.running(context.WithoutCancel(ctx), sb.ID); rerr != nil {
+			return rerr
+		}
 		return fmt.Errorf("%s in %s: %w", args[0], sb.ID, err)
 	}
 	msg := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(stderr.String()), "sbx-agent: "))

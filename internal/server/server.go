@@ -313,7 +313,8 @@ func (s *Server) stream(r *http.Request, out *sse, id, execID string, follow boo
 	case err != nil && !out.started:
 		s.fail(out.w, r, err)
 	case err != nil:
-		_ = out.send("error", api.ExecEvent{Event: "error", Error: err.Error()})
+		_, code := api.StatusOf(err)
+		_ = out.send("error", api.ExecEvent{Event: "error", Error: err.Error(), Code: code})
 	case !exited:
 		_ = out.send("eof", api.ExecEvent{Event: "eof"})
 	}
@@ -543,7 +544,8 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	case err != nil && !out.started:
 		s.fail(w, r, err)
 	case err != nil:
-		_ = out.send("error", api.ForkEvent{Event: "error", Error: err.Error()})
+		_, code := api.StatusOf(err)
+		_ = out.send("error", api.ForkEvent{Event: "error", Error: err.Error(), Code: code})
 	}
 }
 
