@@ -16,6 +16,19 @@
 //	POST   /v1/sandboxes/{id}/stop?wait=1              202 Sandbox (stopping), or with wait 200 Sandbox (stopped)
 //	POST   /v1/sandboxes/{id}/resume       ResumeRequest -> 200 Sandbox
 //	GET    /v1/sandboxes/{id}/events?follow=1          stream of Event ("event" events), live with follow
+//	POST   /v1/sandboxes/{id}/ttl          TTLRequest -> Sandbox
+//	POST   /v1/sandboxes/{id}/persist      PersistRequest -> Sandbox (403 where a lifetime cap is set)
+//	GET    /v1/sandboxes/{id}/logs?stream=console|events|runtime|exec/ID&follow=1&tail=N
+//	                                                   stream of LogEvent ("log" events), then "eof" unless following
+//	GET    /v1/sandboxes/{id}/metrics                  Metrics
+//	GET    /v1/sandboxes/{id}/ports                    []Port
+//	POST   /v1/sandboxes/{id}/preview      PreviewRequest -> Preview
+//	GET    /v1/sandboxes/{id}/exec/pty?cmd=...&cols=N&rows=N
+//	                                                   WebSocket: binary frames are bytes both ways; a text frame
+//	                                                   {"type":"resize","cols":N,"rows":N} resizes; the server's last
+//	                                                   text frame is {"type":"exit","code":N}
+//	GET    /v1/sandboxes/{id}/execs/{exec}/attach?from=start|tail
+//	                                                   WebSocket re-attached to a running exec's output (and stdin)
 //	GET    /v1/snapshots                               []Snapshot
 //	GET    /v1/snapshots/{name}                        Snapshot
 //	DELETE /v1/snapshots/{name}                        204
@@ -37,4 +50,8 @@
 //	POST   /v1/templates/{name}/build?force=1          stream of Progress, the last with Done or Error
 //	PUT    /v1/templates/{name}                        body: a tar of a root filesystem; stream of Progress
 //	DELETE /v1/templates/{name}                        204
+//	GET    /metrics                                    Prometheus text (sandboxes by state, captures, reaper, API)
+//
+// The preview proxy listens apart (sbxd --preview-listen): a request to
+// http://PORT-ID.DOMAIN:PROXYPORT/ is proxied to PORT inside sandbox ID.
 package api

@@ -43,6 +43,64 @@ type Sandbox struct {
 	// that fell back to booting from the disk.
 	MemoryRestored bool   `json:"memoryRestored"`
 	ResumeReason   string `json:"resumeReason,omitempty"`
+	// Persistent sandboxes are exempt from the idle reaper.
+	Persistent bool `json:"persistent,omitempty"`
+	// Idle is how long the sandbox has done nothing that counts as
+	// activity; ReapAt when the reaper will delete it and ReapReason why
+	// (idle ttl or lifetime cap), or why not (persistent, an exec running).
+	Idle       string     `json:"idle,omitempty"`
+	ReapAt     *time.Time `json:"reapAt,omitempty"`
+	ReapReason string     `json:"reapReason,omitempty"`
+}
+
+// TTLRequest is the body of POST /v1/sandboxes/{id}/ttl.
+type TTLRequest struct {
+	TTL string `json:"ttl"`
+}
+
+// PersistRequest is the body of POST /v1/sandboxes/{id}/persist.
+type PersistRequest struct {
+	Persistent bool `json:"persistent"`
+}
+
+// Port is a TCP port listening inside a sandbox.
+type Port struct {
+	Proto   string `json:"proto"`
+	Address string `json:"address"`
+	Port    int    `json:"port"`
+	Pid     int    `json:"pid,omitempty"`
+	Command string `json:"command,omitempty"`
+}
+
+// PreviewRequest is the body of POST /v1/sandboxes/{id}/preview.
+type PreviewRequest struct {
+	Port int `json:"port"`
+	// Private adds a signed token that expires after TTL (default 1h).
+	Private bool   `json:"private,omitempty"`
+	TTL     string `json:"ttl,omitempty"`
+}
+
+// Preview is a URL that reaches a port inside a sandbox through the proxy.
+type Preview struct {
+	URL       string     `json:"url"`
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+}
+
+// LogEvent is one server-sent event of a log stream: Data holds bytes of
+// the stream named Stream (console, events, runtime, exec/ID; for an exec,
+// stdout and stderr are exec/ID/stdout and exec/ID/stderr).
+type LogEvent struct {
+	Stream string    `json:"stream"`
+	Data   []byte    `json:"data,omitempty"`
+	Time   time.Time `json:"time,omitempty"`
+}
+
+// Metrics are a sandbox's resource use now.
+type Metrics struct {
+	CPUSeconds  float64 `json:"cpuSeconds"`
+	MemoryBytes int64   `json:"memoryBytes"`
+	Processes   int     `json:"processes"`
+	DiskBytes   int64   `json:"diskBytes"`
 }
 
 // CreateRequest is the body of POST /v1/sandboxes. Durations and sizes are

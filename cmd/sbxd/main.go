@@ -48,6 +48,7 @@ type config struct {
 	runscLog  string
 	cleanup   bool
 	orphans   time.Duration
+	lifetime  time.Duration
 	shutdown  time.Duration
 }
 
@@ -67,6 +68,7 @@ func main() {
 	fs.BoolVar(&c.logJSON, "log-json", false, "log JSON lines instead of text")
 	fs.StringVar(&c.runscLog, "runsc-debug-log", "", "directory for runsc's debug logs (debugging runsc itself; large)")
 	fs.DurationVar(&c.orphans, "orphan-grace", sandbox.DefaultOrphanGrace, "how long a hibernation image is kept after its sandbox is deleted")
+	fs.DurationVar(&c.lifetime, "max-lifetime", 0, "cap every sandbox's life at this long from its creation (0: no cap); persistent sandboxes are then refused")
 	fs.BoolVar(&c.cleanup, "cleanup", false, "remove this daemon's firewall rules and exit (refused while it has sandboxes)")
 	fs.DurationVar(&c.shutdown, "shutdown-timeout", 30*time.Second, "how long a clean shutdown waits for captures and requests in flight")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -169,7 +171,7 @@ func run(c config) error {
 	}
 	mgr, err := sandbox.New(sandbox.Config{
 		DataDir: c.dataDir, Tag: c.tag, Runtime: driver, Networks: nets, Templates: templates,
-		Store: st, AgentBinary: c.agent, DefaultTemplate: c.template, Logger: log, OrphanGrace: c.orphans,
+		Store: st, AgentBinary: c.agent, DefaultTemplate: c.template, Logger: log, OrphanGrace: c.orphans, MaxLifetime: c.lifetime,
 	})
 	if err != nil {
 		return err

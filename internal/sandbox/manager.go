@@ -73,6 +73,10 @@ type Config struct {
 	Now func() time.Time
 	// OrphanGrace is how long an image whose sandbox is gone is kept.
 	OrphanGrace time.Duration
+	// MaxLifetime caps every sandbox's life (wall clock from creation); 0: none.
+	MaxLifetime time.Duration
+	// After is the reaper's timer (tests inject one).
+	After func(time.Duration) <-chan time.Time
 }
 
 // Manager owns the sandboxes of one daemon.
@@ -89,6 +93,9 @@ type Manager struct {
 	// closing refuses new captures; inflight counts those under way.
 	closing  bool
 	inflight sync.WaitGroup
+	// leases count open PTYs and preview connections per sandbox.
+	leases map[string]int
+	reaped int64
 }
 
 // New returns a Manager; call Start before using it.
@@ -99,13 +106,16 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.After == nil {
+		cfg.After = time.After
+	}
 	if cfg.OrphanGrace == 0 {
 		cfg.OrphanGrace = DefaultOrphanGrace
 	}
 	if cfg.DefaultTemplate == "" {
 		cfg.DefaultTemplate = "base"
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, now: cfg.Now, locks: map[string]*sync.Mutex{}, execs: map[string]*execRun{}, watching: map[string]watched{}}
+	m := &Manager{cfg: cfg, log: cfg.Logger, now: cfg.Now, locks: map[string]*sync.Mutex{}, execs: map[string]*execRun{}, watching: map[string]watched{}, leases: map[string]int{}}
 	for _, d := range []string{m.sandboxesDir(), m.agentDir(), m.imagesDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
@@ -140,6 +150,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 	go m.watchLoop(context.WithoutCancel(ctx))
 	go m.sweepLoop(context.WithoutCancel(ctx))
+	go m.reapLoop(context.WithoutCancel(ctx))
 	return nil
 }
 
@@ -193,7 +204,23 @@ func (m *Manager) Get(ctx context.Context, ref string) (*api.Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	return toAPI(sb), nil
+	return m.withVerdict(sb), nil
+}
+
+// withVerdict is the API view of a sandbox with the reaper's view of it.
+func (m *Manager) withVerdict(sb *store.Sandbox) *api.Sandbox {
+	a := toAPI(sb)
+	now := m.now()
+	if sb.State == api.StateRunning || sb.State == api.StateStopped {
+		a.Idle = now.Sub(sb.LastActivity).Round(time.Second).String()
+		v := judge(sb, now, m.busy(sb.ID), m.cfg.MaxLifetime)
+		if !v.at.IsZero() {
+			at := v.at
+			a.ReapAt = &at
+		}
+		a.ReapReason = v.reason
+	}
+	return a
 }
 
 // List returns every sandbox.
@@ -204,7 +231,7 @@ func (m *Manager) List(ctx context.Context) ([]api.Sandbox, error) {
 	}
 	out := make([]api.Sandbox, 0, len(sbs))
 	for _, sb := range sbs {
-		out = append(out, *toAPI(sb))
+		out = append(out, *m.withVerdict(sb))
 	}
 	return out, nil
 }
@@ -215,6 +242,7 @@ func toAPI(sb *store.Sandbox) *api.Sandbox {
 		CreatedAt: sb.CreatedAt, Meta: sb.Meta, CPUs: sb.CPUs, Memory: sb.Memory,
 		LastActivity: sb.LastActivity, Address: strings.TrimSuffix(netns.InsideAddr.String(), "/30"),
 		From: sb.Source, Parent: sb.Parent, MemoryRestored: sb.MemoryRestored, ResumeReason: sb.ResumeReason,
+		Persistent: sb.Persistent,
 	}
 	if sb.TTL > 0 {
 		a.TTL = sb.TTL.String()

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -30,6 +31,14 @@ type Manager interface {
 	Stop(ctx context.Context, ref string, wait bool) (*api.Sandbox, error)
 	Resume(ctx context.Context, ref string, requireMemory bool) (*api.Sandbox, error)
 	Events(ctx context.Context, ref string, follow bool, emit func(api.Event) error) error
+	SetTTL(ctx context.Context, ref, ttl string) (*api.Sandbox, error)
+	SetPersistent(ctx context.Context, ref string, persistent bool) (*api.Sandbox, error)
+	// Lifecycle and reach (ports.go, logs.go, pty.go in internal/sandbox).
+	Ports(ctx context.Context, ref string) ([]api.Port, error)
+	Dial(ctx context.Context, ref string, port int) (net.Conn, error)
+	Lease(ctx context.Context, ref string) (release func(), err error)
+	Logs(ctx context.Context, ref, stream string, follow bool, tail int, emit func(api.LogEvent) error) error
+	Metrics(ctx context.Context, ref string) (*api.Metrics, error)
 	Exec(ctx context.Context, ref string, req api.ExecRequest) (*api.Exec, error)
 	Execs(ctx context.Context, ref string) ([]api.Exec, error)
 	GetExec(ctx context.Context, ref, execID string) (*api.Exec, error)
@@ -99,6 +108,15 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("POST /v1/sandboxes/{id}/stop", s.stop)
 	mux.HandleFunc("POST /v1/sandboxes/{id}/resume", s.resume)
 	mux.HandleFunc("GET /v1/sandboxes/{id}/events", s.events)
+	mux.HandleFunc("POST /v1/sandboxes/{id}/ttl", s.setTTL)
+	mux.HandleFunc("POST /v1/sandboxes/{id}/persist", s.setPersistent)
+	mux.HandleFunc("GET /v1/sandboxes/{id}/logs", s.logs)
+	mux.HandleFunc("GET /v1/sandboxes/{id}/metrics", s.sandboxMetrics)
+	mux.HandleFunc("GET /v1/sandboxes/{id}/ports", s.ports)
+	mux.HandleFunc("POST /v1/sandboxes/{id}/preview", s.preview)
+	mux.HandleFunc("GET /v1/sandboxes/{id}/exec/pty", s.pty)
+	mux.HandleFunc("GET /v1/sandboxes/{id}/execs/{exec}/attach", s.attach)
+	mux.HandleFunc("GET /metrics", s.prometheus)
 	mux.HandleFunc("GET /v1/snapshots", s.snapshots)
 	mux.HandleFunc("GET /v1/snapshots/{name}", s.getSnapshot)
 	mux.HandleFunc("DELETE /v1/snapshots/{name}", s.deleteSnapshot)
@@ -595,4 +613,32 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 		_ = out.send("eof", map[string]string{})
 	}
+}
+
+func (s *Server) setTTL(w http.ResponseWriter, r *http.Request) {
+	var req api.TTLRequest
+	if err := decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sb, err := s.m.SetTTL(r.Context(), r.PathValue("id"), req.TTL)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sb)
+}
+
+func (s *Server) setPersistent(w http.ResponseWriter, r *http.Request) {
+	var req api.PersistRequest
+	if err := decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sb, err := s.m.SetPersistent(r.Context(), r.PathValue("id"), req.Persistent)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sb)
 }

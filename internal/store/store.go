@@ -24,7 +24,7 @@ type Store struct {
 
 // migrations bring a database from user_version i to i+1; a database is
 // never opened by an sbx that does not know its version.
-var migrations = []string{schemaV1, schemaV2, schemaV3, schemaV4}
+var migrations = []string{schemaV1, schemaV2, schemaV3, schemaV4, schemaV5}
 
 const schemaV1 = `
 CREATE TABLE IF NOT EXISTS sandboxes (
@@ -60,6 +60,11 @@ CREATE TABLE IF NOT EXISTS events (
 	detail      TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS events_sandbox ON events(sandbox_id, seq);
+`
+
+// schemaV5 adds persistence (exemption from the idle reaper).
+const schemaV5 = `
+ALTER TABLE sandboxes ADD COLUMN persistent INTEGER NOT NULL DEFAULT 0;
 `
 
 // schemaV4 is the capture journal: the intent of every capture, written
@@ -185,6 +190,8 @@ type Sandbox struct {
 	ResumeReason   string
 	// Image is the hibernation image of a stopped sandbox.
 	Image string
+	// Persistent sandboxes are exempt from the idle reaper.
+	Persistent bool
 }
 
 func nullable(s string) any {
@@ -232,6 +239,18 @@ func (s *Store) SetRuntime(ctx context.Context, id string, state api.State, memo
 	return nil
 }
 
+// SetTTL records a sandbox's idle ttl.
+func (s *Store) SetTTL(ctx context.Context, id string, ttl time.Duration) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET ttl_ns = ? WHERE id = ?`, int64(ttl), id)
+	return err
+}
+
+// SetPersistent records whether a sandbox is exempt from the idle reaper.
+func (s *Store) SetPersistent(ctx context.Context, id string, persistent bool) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET persistent = ? WHERE id = ?`, persistent, id)
+	return err
+}
+
 // Touch records activity on a sandbox.
 func (s *Store) Touch(ctx context.Context, id string, at time.Time) error {
 	_, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET last_activity = ? WHERE id = ? AND last_activity < ?`, at.UnixNano(), id, at.UnixNano())
@@ -254,14 +273,14 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	return tx.Commit()
 }
 
-const sandboxCols = `id, COALESCE(name, ''), template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image`
+const sandboxCols = `id, COALESCE(name, ''), template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image, persistent`
 
 func scanSandbox(row interface{ Scan(...any) error }) (*Sandbox, error) {
 	var sb Sandbox
 	var state, meta string
 	var created, ttl, last int64
 	if err := row.Scan(&sb.ID, &sb.Name, &sb.Template, &state, &sb.Reason, &created, &ttl, &meta, &sb.CPUs, &sb.Memory, &last,
-		&sb.Source, &sb.Parent, &sb.MemoryRestored, &sb.ResumeReason, &sb.Image); err != nil {
+		&sb.Source, &sb.Parent, &sb.MemoryRestored, &sb.ResumeReason, &sb.Image, &sb.Persistent); err != nil {
 		return nil, err
 	}
 	sb.State = api.State(state)

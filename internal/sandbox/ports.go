@@ -1,0 +1,41 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+
+	"sbx.dev/sbx/api"
+)
+
+// Ports lists the TCP ports listening inside a running sandbox (the agent
+// reads the sandbox's /proc). Inspection: not activity.
+func (m *Manager) Ports(ctx context.Context, ref string) ([]api.Port, error) {
+	var out bytes.Buffer
+	if err := m.agentCall(ctx, ref, nil, &out, "ports"); err != nil {
+		return nil, err
+	}
+	var ps []api.Port
+	if err := json.Unmarshal(out.Bytes(), &ps); err != nil {
+		return nil, fmt.Errorf("ports: decode agent answer: %w", err)
+	}
+	if ps == nil {
+		ps = []api.Port{}
+	}
+	return ps, nil
+}
+
+// Dial connects to a TCP port inside a running sandbox, from its gateway
+// namespace. The caller accounts for activity (Lease).
+func (m *Manager) Dial(ctx context.Context, ref string, port int) (net.Conn, error) {
+	if port < 1 || port > 65535 {
+		return nil, api.Errorf(api.ErrInvalid, "port: %d is not a TCP port", port)
+	}
+	sb, err := m.running(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	return m.cfg.Networks.Dial(ctx, sb.ID, port)
+}

@@ -1,0 +1,189 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/store"
+)
+
+// The idle reaper. ttl is an IDLE ttl: a sandbox is reaped once it has done
+// nothing that counts as activity for longer than its ttl. What counts:
+// an exec, for as long as it runs; bytes through the file API; an open PTY
+// or preview connection, for as long as it is open (a lease); a fork, a
+// snapshot, a stop or a resume. What does not: status, info, list, logs,
+// events, metrics, ports, fs stat and fs ls. A daemon-wide max lifetime
+// (wall clock from creation) caps every sandbox; persistent sandboxes are
+// exempt from the idle reaper, and refused where a lifetime cap is set.
+
+// reapInterval is how often the reaper looks.
+const reapInterval = 5 * time.Second
+
+// verdict is the reaper's view of one sandbox.
+type verdict struct {
+	reap   bool
+	at     time.Time // when it will be reaped if nothing happens (zero: never)
+	reason string
+}
+
+// judge decides whether a sandbox is to be reaped at now. busy says whether
+// it has a running exec or an open lease: it is active right now.
+func judge(sb *store.Sandbox, now time.Time, busy bool, maxLifetime time.Duration) verdict {
+	var v verdict
+	if maxLifetime > 0 {
+		end := sb.CreatedAt.Add(maxLifetime)
+		v = verdict{at: end, reason: fmt.Sprintf("its lifetime cap of %s ends", maxLifetime)}
+		if !now.Before(end) {
+			return verdict{reap: true, at: end, reason: fmt.Sprintf("lifetime cap: created %s ago, the cap is %s", now.Sub(sb.CreatedAt).Round(time.Second), maxLifetime)}
+		}
+	}
+	switch {
+	case sb.Persistent:
+		if v.at.IsZero() {
+			v.reason = "persistent: exempt from the idle reaper"
+		}
+		return v
+	case sb.TTL <= 0:
+		if v.at.IsZero() {
+			v.reason = "no ttl"
+		}
+		return v
+	case busy:
+		if v.at.IsZero() {
+			v.reason = "active now (an exec runs or a terminal or preview connection is open)"
+		}
+		return v
+	}
+	idleEnd := sb.LastActivity.Add(sb.TTL)
+	if !now.Before(idleEnd) {
+		return verdict{reap: true, at: idleEnd, reason: fmt.Sprintf("idle for %s, longer than its ttl of %s", now.Sub(sb.LastActivity).Round(time.Second), sb.TTL)}
+	}
+	if v.at.IsZero() || idleEnd.Before(v.at) {
+		v = verdict{at: idleEnd, reason: fmt.Sprintf("idle ttl of %s after the last activity", sb.TTL)}
+	}
+	return v
+}
+
+// busy reports whether a sandbox has a running exec or an open lease.
+func (m *Manager) busy(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.leases[id] > 0 {
+		return true
+	}
+	for _, run := range m.execs {
+		if run.exec.SandboxID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// Lease marks a sandbox active until release is called: an open PTY or a
+// preview connection counts as activity for as long as it is open.
+func (m *Manager) Lease(ctx context.Context, ref string) (func(), error) {
+	sb, err := m.cfg.Store.Sandbox(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	m.leases[sb.ID]++
+	m.mu.Unlock()
+	m.touch(ctx, sb.ID)
+	done := false
+	return func() {
+		m.mu.Lock()
+		if !done {
+			done = true
+			m.leases[sb.ID]--
+			if m.leases[sb.ID] <= 0 {
+				delete(m.leases, sb.ID)
+			}
+		}
+		m.mu.Unlock()
+		m.touch(context.Background(), sb.ID)
+	}, nil
+}
+
+// reapLoop runs the reaper until ctx ends.
+func (m *Manager) reapLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.cfg.After(reapInterval):
+		}
+		m.reapOnce(ctx)
+	}
+}
+
+// reapOnce deletes every sandbox the reaper judges due, with an event
+// saying why. Its snapshots stay.
+func (m *Manager) reapOnce(ctx context.Context) {
+	sbs, err := m.cfg.Store.Sandboxes(ctx)
+	if err != nil {
+		m.log.Error("reaper: list sandboxes", "err", err)
+		return
+	}
+	now := m.now()
+	for _, sb := range sbs {
+		if sb.State != api.StateRunning && sb.State != api.StateStopped {
+			continue
+		}
+		v := judge(sb, now, m.busy(sb.ID), m.cfg.MaxLifetime)
+		if !v.reap {
+			continue
+		}
+		m.log.Info("reaping a sandbox", "sandbox", sb.ID, "reason", v.reason)
+		m.event(ctx, sb.ID, "reaped", map[string]any{"reason": v.reason})
+		if _, err := m.Delete(ctx, sb.ID, false); err != nil {
+			m.log.Error("reaper: delete", "sandbox", sb.ID, "err", err)
+			continue
+		}
+		m.countReaped(v.reason)
+	}
+}
+
+// countReaped is a hook for metrics; see metrics.go.
+func (m *Manager) countReaped(reason string) {
+	m.mu.Lock()
+	m.reaped++
+	m.mu.Unlock()
+}
+
+// SetTTL changes a sandbox's idle ttl ("0" or "" turns it off).
+func (m *Manager) SetTTL(ctx context.Context, ref, ttl string) (*api.Sandbox, error) {
+	d, err := ParseDuration("ttl", ttl)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := m.cfg.Store.Sandbox(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.cfg.Store.SetTTL(ctx, sb.ID, d); err != nil {
+		return nil, err
+	}
+	m.event(ctx, sb.ID, "ttl", map[string]any{"ttl": d.String()})
+	return m.Get(ctx, sb.ID)
+}
+
+// SetPersistent exempts a sandbox from the idle reaper, or not. Where a
+// lifetime cap is set it is refused (api.ErrForbidden): persistence would
+// promise what the cap takes away.
+func (m *Manager) SetPersistent(ctx context.Context, ref string, persistent bool) (*api.Sandbox, error) {
+	sb, err := m.cfg.Store.Sandbox(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	if persistent && m.cfg.MaxLifetime > 0 {
+		return nil, api.Errorf(api.ErrForbidden, "sbxd caps every sandbox's lifetime at %s (max_lifetime), so no sandbox can be persistent", m.cfg.MaxLifetime)
+	}
+	if err := m.cfg.Store.SetPersistent(ctx, sb.ID, persistent); err != nil {
+		return nil, err
+	}
+	m.event(ctx, sb.ID, "persist", map[string]any{"persistent": persistent})
+	return m.Get(ctx, sb.ID)
+}
