@@ -59,7 +59,14 @@ func infoLines(sb *api.Sandbox) [][2]string {
 	if !sb.LastActivity.IsZero() {
 		add("last activity", sb.LastActivity.Local().Format(time.RFC3339))
 	}
+	add("idle", sb.Idle)
 	add("ttl", sb.TTL)
+	if sb.Persistent {
+		add("persistent", "yes")
+	}
+	if sb.ReapReason != "" {
+		add("reaper", reapLine(sb.ReapAt, sb.ReapReason))
+	}
 	if sb.CPUs != 0 {
 		add("cpus", fmt.Sprint(sb.CPUs))
 	}

@@ -36,7 +36,7 @@ type command struct {
 // commands lists the verbs in the order usage shows them.
 var commands = []*command{
 	newCommand, listCommand, infoCommand, deleteCommand,
-	snapshotCommand, forkCommand, stopCommand, resumeCommand, eventsCommand,
+	snapshotCommand, forkCommand, stopCommand, resumeCommand, eventsCommand, ttlCommand, persistCommand,
 	execCommand, psCommand, logsCommand,
 	scpCommand, fsCommand, templateCommand,
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/metrics"
 	"sbx.dev/sbx/internal/netns"
 	"sbx.dev/sbx/internal/runsc"
 	"sbx.dev/sbx/internal/store"
@@ -77,6 +78,9 @@ type Config struct {
 	MaxLifetime time.Duration
 	// After is the reaper's timer (tests inject one).
 	After func(time.Duration) <-chan time.Time
+	// Metrics receives the manager's counters and histograms (captures,
+	// reaper); nil means metrics.Default.
+	Metrics *metrics.Registry
 }
 
 // Manager owns the sandboxes of one daemon.

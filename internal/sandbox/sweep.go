@@ -51,14 +51,21 @@ func (m *Manager) sweep(ctx context.Context) {
 
 // Events sends a sandbox's events: those recorded so far, then, with
 // follow, new ones as they come, until ctx ends or emit fails.
+//
+// A deleted sandbox's events stay readable by its id (how else would one
+// learn why the reaper took it?).
 func (m *Manager) Events(ctx context.Context, ref string, follow bool, emit func(api.Event) error) error {
-	sb, err := m.cfg.Store.Sandbox(ctx, ref)
-	if err != nil {
+	id := ref
+	if sb, err := m.cfg.Store.Sandbox(ctx, ref); err == nil {
+		id = sb.ID
+	} else if evs, eerr := m.cfg.Store.Events(ctx, ref, 0); eerr != nil || len(evs) == 0 {
 		return err
+	} else {
+		follow = false // nothing more will happen to it
 	}
 	var after int64
 	for {
-		evs, err := m.cfg.Store.Events(ctx, sb.ID, after)
+		evs, err := m.cfg.Store.Events(ctx, id, after)
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -37,6 +38,7 @@ type Manager interface {
 	Ports(ctx context.Context, ref string) ([]api.Port, error)
 	Dial(ctx context.Context, ref string, port int) (net.Conn, error)
 	Lease(ctx context.Context, ref string) (release func(), err error)
+	PTY(ctx context.Context, ref string, cmd, env []string, cwd string, cols, rows int) (master *os.File, wait func() (int, error), err error)
 	Logs(ctx context.Context, ref, stream string, follow bool, tail int, emit func(api.LogEvent) error) error
 	Metrics(ctx context.Context, ref string) (*api.Metrics, error)
 	Exec(ctx context.Context, ref string, req api.ExecRequest) (*api.Exec, error)
@@ -599,15 +601,13 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if _, err := s.m.Get(r.Context(), id); err != nil {
-		s.fail(w, r, err)
-		return
-	}
 	out := newSSE(w)
 	err := s.m.Events(r.Context(), id, boolParam(r, "follow"), func(ev api.Event) error {
 		return out.send("event", ev)
 	})
 	switch {
+	case err != nil && !out.started:
+		s.fail(w, r, err)
 	case err != nil && r.Context().Err() == nil:
 		_ = out.send("error", map[string]string{"error": err.Error()})
 	case err == nil:
