@@ -37,7 +37,7 @@ type command struct {
 var commands = []*command{
 	newCommand, listCommand, infoCommand, deleteCommand,
 	snapshotCommand, forkCommand, stopCommand, resumeCommand, eventsCommand, ttlCommand, persistCommand,
-	execCommand, psCommand, logsCommand,
+	execCommand, shellCommand, attachCommand, psCommand, logsCommand, metricsCommand, portsCommand, previewCommand,
 	scpCommand, fsCommand, templateCommand,
 }
 

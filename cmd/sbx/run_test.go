@@ -145,7 +145,7 @@ func TestRun(t *testing.T) {
 		{"exec detach", []string{"exec", "sb_1", "--detach", "--", "sleep", "9"}, 0, "ex_1 7\n", ""},
 		{"exec no command", []string{"exec", "sb_1"}, 2, "", "usage: sbx exec"},
 		{"exec missing sandbox", []string{"exec", "sb_x", "--", "ls"}, 1, "", "sbx: sandbox sb_x not found"},
-		{"logs other stream", []string{"logs", "sb_1", "--stream", "console"}, 2, "", "not supported yet"},
+		{"logs unknown stream", []string{"logs", "sb_1", "--stream", "nosuch"}, 2, "", "console, events, runtime"},
 		{"scp dir without -r", []string{"scp", "sb_1:/dir", t.TempDir()}, 2, "", "use -r"},
 		{"scp both local", []string{"scp", "a", "b"}, 2, "", "ID:/path"},
 	}

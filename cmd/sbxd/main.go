@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"sbx.dev/sbx/internal/metrics"
 	"sbx.dev/sbx/internal/netns"
 	"sbx.dev/sbx/internal/runsc"
 	"sbx.dev/sbx/internal/sandbox"
@@ -50,6 +51,10 @@ type config struct {
 	orphans   time.Duration
 	lifetime  time.Duration
 	shutdown  time.Duration
+
+	previewListen string
+	previewDomain string
+	previewSet    bool // --preview-listen was given, not defaulted
 }
 
 func main() {
@@ -71,12 +76,15 @@ func main() {
 	fs.DurationVar(&c.lifetime, "max-lifetime", 0, "cap every sandbox's life at this long from its creation (0: no cap); persistent sandboxes are then refused")
 	fs.BoolVar(&c.cleanup, "cleanup", false, "remove this daemon's firewall rules and exit (refused while it has sandboxes)")
 	fs.DurationVar(&c.shutdown, "shutdown-timeout", 30*time.Second, "how long a clean shutdown waits for captures and requests in flight")
+	fs.StringVar(&c.previewListen, "preview-listen", "127.0.0.1:8181", "serve preview URLs (http://PORT-ID.DOMAIN:PORT/) on this TCP address (\"\": off)")
+	fs.StringVar(&c.previewDomain, "preview-domain", "localhost", "domain of preview URLs; *.DOMAIN must resolve to the proxy")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
 		os.Exit(2)
 	}
+	fs.Visit(func(f *flag.Flag) { c.previewSet = c.previewSet || f.Name == "preview-listen" })
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "sbxd: unexpected argument %q\n", fs.Arg(0))
 		os.Exit(2)
@@ -172,6 +180,7 @@ func run(c config) error {
 	mgr, err := sandbox.New(sandbox.Config{
 		DataDir: c.dataDir, Tag: c.tag, Runtime: driver, Networks: nets, Templates: templates,
 		Store: st, AgentBinary: c.agent, DefaultTemplate: c.template, Logger: log, OrphanGrace: c.orphans, MaxLifetime: c.lifetime,
+		Metrics: metrics.Default,
 	})
 	if err != nil {
 		return err
@@ -190,7 +199,7 @@ func run(c config) error {
 	srv := server.New(server.Config{Manager: mgr, Templates: templates, Logger: log, Version: version})
 
 	var servers []*http.Server
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	ul, err := listenUnix(c.socket)
 	if err != nil {
 		return err
@@ -213,6 +222,18 @@ func run(c config) error {
 		servers = append(servers, ts)
 		go func() { errc <- ts.Serve(tl) }()
 		log.Info("serving", "tcp", tl.Addr().String())
+	}
+
+	if c.previewListen != "" {
+		ps, err := previewServer(c, srv, mgr, log)
+		if err != nil {
+			return err
+		}
+		if ps != nil {
+			servers = append(servers, ps.srv)
+			go func() { errc <- ps.srv.Serve(ps.l) }()
+			log.Info("serving previews", "tcp", ps.l.Addr().String(), "domain", c.previewDomain)
+		}
 	}
 
 	select {
@@ -288,6 +309,63 @@ func loadToken(c config) (string, error) {
 		return "", err
 	}
 	return t, nil
+}
+
+type preview struct {
+	srv *http.Server
+	l   net.Listener
+}
+
+// previewServer makes the preview proxy's server and listener. The default
+// address being taken (another sbxd) is a warning, not a failure: the
+// daemon runs without preview URLs. An address asked for must be had.
+func previewServer(c config, srv *server.Server, mgr *sandbox.Manager, log *slog.Logger) (*preview, error) {
+	secret, err := loadPreviewKey(c.dataDir)
+	if err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", c.previewListen)
+	if err != nil {
+		if !c.previewSet {
+			log.Warn("preview URLs are off: the default --preview-listen address is taken; pass another", "addr", c.previewListen, "err", err)
+			return nil, nil
+		}
+		return nil, fmt.Errorf("--preview-listen: %w", err)
+	}
+	proxy, err := server.NewProxy(server.ProxyConfig{
+		Manager: mgr, Domain: c.previewDomain, Port: l.Addr().(*net.TCPAddr).Port, Secret: secret,
+		StatePath: filepath.Join(c.dataDir, "preview-private.json"), Linger: 2 * time.Second, Logger: log,
+	})
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	srv.SetPreview(proxy)
+	return &preview{srv: &http.Server{Handler: proxy, ReadHeaderTimeout: 10 * time.Second}, l: l}, nil
+}
+
+// loadPreviewKey returns the secret that signs private preview tokens: made
+// once per data dir and kept in DATA_DIR/preview.key (0600), so tokens
+// outlive a restart.
+func loadPreviewKey(dataDir string) ([]byte, error) {
+	path := filepath.Join(dataDir, "preview.key")
+	if b, err := os.ReadFile(path); err == nil {
+		key, err := hex.DecodeString(strings.TrimSpace(string(b)))
+		if err != nil || len(key) < 32 {
+			return nil, fmt.Errorf("%s: want 32 or more hex-encoded bytes; remove it to make a new one (outstanding private preview URLs then stop working)", path)
+		}
+		return key, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(path, []byte(hex.EncodeToString(key)+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	return key, nil
 }
 
 // cleanup removes what a stopped sbxd leaves on the host for its sandboxes

@@ -77,6 +77,9 @@ func runInit(stderr io.Writer) int {
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	if err := serveConsole(consolePath, os.Stdout); err != nil {
+		fmt.Fprintf(stderr, "sbx-agent: init: /dev/console: %v\n", err)
+	}
 	s := newSupervisor(initSocket, execsDir, true, stderr)
 	s.start()
 	<-sigs
@@ -604,4 +607,42 @@ func dialUnix(name string) (*os.File, error) {
 		return nil, os.NewSyscallError("fcntl", err)
 	}
 	return os.NewFile(uintptr(fd), name), nil
+}
+
+// consolePath is where init provides the console device.
+var consolePath = "/dev/console"
+
+// serveConsole provides a console device: gVisor has none, and a write to
+// /dev/console would silently create a plain file in the sandbox's /dev,
+// each `echo > /dev/console` wiping the last. So init makes it a FIFO, keeps
+// it open (read and write, so it never sees the end), and copies what is
+// written to it to its own output: the sandbox's console log. A FIFO
+// ignores O_TRUNC, lives inside the sandbox (checkpoints carry it), and
+// whatever writes it needs no access to any process's stdout.
+func serveConsole(path string, out io.Writer) error {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeNamedPipe == 0 {
+		if err := os.Remove(path); err != nil {
+			return err
+		}
+	}
+	if err := unix.Mkfifo(path, 0o622); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	go func() {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := f.Read(buf)
+			if n > 0 {
+				_, _ = out.Write(buf[:n])
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return nil
 }

@@ -1,17 +1,588 @@
 package sandbox
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/metrics"
 )
 
-// Logs streams one of a sandbox's logs (not yet implemented beyond exec/ID).
+// The log streams of a sandbox. All of them live in the sandbox's directory
+// (or the store), so they survive stop and resume and go with the sandbox.
+//
+//   - console: DATA_DIR/sandboxes/ID/console.log, the first process's stdout
+//     and stderr. The same file is bound at /dev/console inside (see
+//     runsc.SpecOptions.ConsoleFile), so `echo X > /dev/console` lands here;
+//     runsc's own stderr of `runsc run`/`restore` lands here too.
+//   - runtime: runsc's own lines of console.log (glog-formatted lines and its
+//     start errors), then DATA_DIR/sandboxes/ID/runsc.log if something put
+//     one there. sbxd does not run runsc with a per-sandbox --debug-log, so
+//     this is what runsc said on stderr, not its debug log.
+//   - events: the sandbox's lifecycle events, one line each:
+//     "TIME TYPE key=value ..." with the detail sorted by key.
+//   - exec/EXEC_ID: one exec's stdout and stderr, as exec/EXEC_ID/stdout and
+//     exec/EXEC_ID/stderr.
+const (
+	StreamConsole = "console"
+	StreamEvents  = "events"
+	StreamRuntime = "runtime"
+)
+
+// logPoll is how often a followed log is looked at for more.
+const logPoll = 50 * time.Millisecond
+
+// Logs sends one of a sandbox's log streams (StreamConsole when stream is
+// empty): the last tail lines (all of it when tail is 0), then, with
+// follow, what comes until ctx ends, the sandbox is deleted, or (for an
+// exec) the exec ends. Reading a log is inspection: it is not activity.
+// An unknown stream or a negative tail is api.ErrInvalid; an unknown
+// sandbox or exec, api.ErrNotFound.
 func (m *Manager) Logs(ctx context.Context, ref, stream string, follow bool, tail int, emit func(api.LogEvent) error) error {
-	return api.Errorf(api.ErrUnavailable, "log streams are not implemented yet; use sbx logs ID --exec EXEC_ID")
+	if tail < 0 {
+		return api.Errorf(api.ErrInvalid, "tail: %d is not a count of lines", tail)
+	}
+	sb, err := m.cfg.Store.Sandbox(ctx, ref)
+	if err != nil {
+		return err
+	}
+	if stream == "" {
+		stream = StreamConsole
+	}
+	dir := m.sandboxDir(sb.ID)
+	gone := func() (bool, error) {
+		cur, err := m.cfg.Store.Sandbox(context.WithoutCancel(ctx), sb.ID)
+		if errors.Is(err, api.ErrNotFound) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return cur.State == api.StateDeleted, nil
+	}
+	switch {
+	case stream == StreamConsole:
+		files := []*logFile{{stream: StreamConsole, path: filepath.Join(dir, "console.log")}}
+		return followLogs(ctx, files, follow, tail, gone, m.now, emit)
+	case stream == StreamRuntime:
+		files := []*logFile{
+			{stream: StreamRuntime, path: filepath.Join(dir, "console.log"), match: isRuntimeLine},
+			{stream: StreamRuntime, path: filepath.Join(dir, "runsc.log")},
+		}
+		return followLogs(ctx, files, follow, tail, gone, m.now, emit)
+	case stream == StreamEvents:
+		return m.eventLog(ctx, sb.ID, follow, tail, gone, emit)
+	case strings.HasPrefix(stream, "exec/"):
+		execID := strings.TrimPrefix(stream, "exec/")
+		if execID == "" || strings.Contains(execID, "/") {
+			return api.Errorf(api.ErrInvalid, "stream %q: name an exec as exec/EXEC_ID (see `sbx ps %s`)", stream, sb.ID)
+		}
+		return m.execLog(ctx, sb.ID, execID, follow, tail, emit)
+	default:
+		return api.Errorf(api.ErrInvalid, "stream %q: the streams are console, events, runtime and exec/EXEC_ID", stream)
+	}
 }
 
-// Metrics reports a sandbox's resource use (not yet implemented).
+// execLog sends an exec's output as a log stream.
+func (m *Manager) execLog(ctx context.Context, sandboxID, execID string, follow bool, tail int, emit func(api.LogEvent) error) error {
+	prefix := "exec/" + execID + "/"
+	if tail == 0 {
+		// All of it: Output knows how an exec's output ends.
+		return m.Output(ctx, sandboxID, execID, follow, func(ev api.ExecEvent) error {
+			if ev.Event != "stdout" && ev.Event != "stderr" {
+				return nil
+			}
+			return emit(api.LogEvent{Stream: prefix + ev.Event, Data: ev.Data, Time: m.now()})
+		})
+	}
+	if _, err := m.cfg.Store.Exec(ctx, sandboxID, execID); err != nil {
+		return err
+	}
+	dir := m.execDir(sandboxID, execID)
+	files := []*logFile{
+		{stream: prefix + "stdout", path: filepath.Join(dir, "stdout")},
+		{stream: prefix + "stderr", path: filepath.Join(dir, "stderr")},
+	}
+	ended := func() (bool, error) {
+		e, err := m.cfg.Store.Exec(context.WithoutCancel(ctx), sandboxID, execID)
+		if err != nil {
+			return false, err
+		}
+		return e.State != api.ExecRunning, nil
+	}
+	return followLogs(ctx, files, follow, tail, ended, m.now, emit)
+}
+
+// eventLog sends a sandbox's events as lines.
+func (m *Manager) eventLog(ctx context.Context, sandboxID string, follow bool, tail int, gone func() (bool, error), emit func(api.LogEvent) error) error {
+	evs, err := m.cfg.Store.Events(ctx, sandboxID, 0)
+	if err != nil {
+		return err
+	}
+	var after int64
+	if n := len(evs); n > 0 {
+		after = evs[n-1].Seq
+	}
+	if tail > 0 && len(evs) > tail {
+		evs = evs[len(evs)-tail:]
+	}
+	for {
+		for _, ev := range evs {
+			if err := emit(api.LogEvent{Stream: StreamEvents, Data: []byte(EventLine(ev) + "\n"), Time: ev.Time}); err != nil {
+				return err
+			}
+			after = ev.Seq
+		}
+		if !follow {
+			return nil
+		}
+		done, err := gone()
+		if err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(4 * logPoll):
+		}
+		if evs, err = m.cfg.Store.Events(ctx, sandboxID, after); err != nil {
+			return err
+		}
+		if done && len(evs) == 0 {
+			return nil
+		}
+	}
+}
+
+// EventLine writes an event as one line: "TIME TYPE key=value ...", the
+// time in UTC, the detail sorted by key, values quoted when they would not
+// read as one word.
+func EventLine(ev api.Event) string {
+	var b strings.Builder
+	b.WriteString(ev.Time.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
+	b.WriteString(" ")
+	b.WriteString(ev.Type)
+	keys := make([]string, 0, len(ev.Detail))
+	for k := range ev.Detail {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %s=%s", k, detailValue(ev.Detail[k]))
+	}
+	return b.String()
+}
+
+func detailValue(v any) string {
+	switch v := v.(type) {
+	case string:
+		if v == "" || strings.ContainsAny(v, " \t\n\"=") {
+			return strconv.Quote(v)
+		}
+		return v
+	case float64:
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	case nil:
+		return "null"
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Sprint(v)
+		}
+		return string(b)
+	}
+}
+
+// runtimeLine matches runsc's own log lines (glog format:
+// "W0102 15:04:05.000000   1234 file.go:12] ...") and the errors runsc
+// prints when it cannot run, create or restore a container.
+var runtimeLine = regexp.MustCompile(`^([DIWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\] |(running|creating|starting|restoring|checkpointing) container|runsc: |\*\*\* )`)
+
+func isRuntimeLine(line []byte) bool { return runtimeLine.Match(line) }
+
+// logFile is one file of a log stream, read from where it was left.
+type logFile struct {
+	stream string
+	path   string
+	// match, when set, keeps only the whole lines it accepts.
+	match func(line []byte) bool
+
+	f       *os.File
+	off     int64
+	partial []byte // with match: the start of a line not ended yet
+	started bool
+}
+
+// followLogs sends the files of a stream: the last tail lines of each
+// (all when tail is 0), then with follow what they gain, polling, until
+// ctx ends or ended reports true (whatever was written before is sent).
+func followLogs(ctx context.Context, files []*logFile, follow bool, tail int, ended func() (bool, error), now func() time.Time, emit func(api.LogEvent) error) error {
+	defer func() {
+		for _, f := range files {
+			if f.f != nil {
+				f.f.Close()
+			}
+		}
+	}()
+	tick := time.NewTicker(logPoll)
+	defer tick.Stop()
+	for {
+		done := true
+		if follow {
+			var err error
+			if done, err = ended(); err != nil {
+				return err
+			}
+		}
+		n := 0
+		for _, f := range files {
+			got, err := f.drain(tail, now, emit)
+			if err != nil {
+				return err
+			}
+			n += got
+		}
+		if done {
+			for _, f := range files {
+				if err := f.flush(now, emit); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if n > 0 {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// drain sends what f has gained since it was last read and returns how
+// many bytes it read. The first read starts at the last tail lines.
+func (f *logFile) drain(tail int, now func() time.Time, emit func(api.LogEvent) error) (int, error) {
+	if f.f == nil {
+		file, err := os.Open(f.path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		f.f = file
+	}
+	fi, err := f.f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	size := fi.Size()
+	if !f.started {
+		f.started = true
+		if tail > 0 {
+			if f.match == nil {
+				f.off, err = tailStart(f.f, size, tail)
+			} else {
+				f.off, err = tailStartMatching(f.f, size, tail, f.match)
+			}
+			if err != nil {
+				return 0, err
+			}
+		}
+	}
+	if size < f.off {
+		// Truncated under us: start again from its beginning.
+		f.off, f.partial = 0, nil
+	}
+	total := 0
+	buf := make([]byte, chunkSize)
+	for f.off < size {
+		n, err := f.f.ReadAt(buf[:min(int64(len(buf)), size-f.off)], f.off)
+		if n > 0 {
+			f.off += int64(n)
+			total += n
+			if eerr := f.send(buf[:n], now, emit); eerr != nil {
+				return total, eerr
+			}
+		}
+		if err == io.EOF || n == 0 {
+			break
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// send emits b, or with a matcher the whole lines of b it accepts.
+func (f *logFile) send(b []byte, now func() time.Time, emit func(api.LogEvent) error) error {
+	if f.match == nil {
+		return emit(api.LogEvent{Stream: f.stream, Data: append([]byte(nil), b...), Time: now()})
+	}
+	data := append(f.partial, b...)
+	var out []byte
+	for {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			break
+		}
+		if line := data[:i+1]; f.match(line) {
+			out = append(out, line...)
+		}
+		data = data[i+1:]
+	}
+	f.partial = append([]byte(nil), data...)
+	if len(out) == 0 {
+		return nil
+	}
+	return emit(api.LogEvent{Stream: f.stream, Data: out, Time: now()})
+}
+
+// flush emits a last line without its newline, if the matcher accepts it.
+func (f *logFile) flush(now func() time.Time, emit func(api.LogEvent) error) error {
+	p := f.partial
+	f.partial = nil
+	if len(p) == 0 || f.match == nil || !f.match(p) {
+		return nil
+	}
+	return emit(api.LogEvent{Stream: f.stream, Data: p, Time: now()})
+}
+
+// tailStart returns the offset of the first of the last n lines of the
+// size bytes of r. A last line without its newline counts as a line.
+func tailStart(r io.ReaderAt, size int64, n int) (int64, error) {
+	if n <= 0 || size == 0 {
+		return size, nil
+	}
+	end := size
+	var last [1]byte
+	if _, err := r.ReadAt(last[:], size-1); err != nil {
+		return 0, err
+	}
+	if last[0] == '\n' {
+		end-- // the final newline ends the last line; it starts none
+	}
+	buf := make([]byte, chunkSize)
+	seen := 0
+	for end > 0 {
+		start := max(0, end-int64(len(buf)))
+		chunk := buf[:end-start]
+		if _, err := r.ReadAt(chunk, start); err != nil && err != io.EOF {
+			return 0, err
+		}
+		for i := len(chunk) - 1; i >= 0; i-- {
+			if chunk[i] == '\n' {
+				seen++
+				if seen == n {
+					return start + int64(i) + 1, nil
+				}
+			}
+		}
+		end = start
+	}
+	return 0, nil
+}
+
+// tailStartMatching returns the offset of the first of the last n lines
+// of the size bytes of r that match accepts (size when none does).
+func tailStartMatching(r io.ReaderAt, size int64, n int, match func([]byte) bool) (int64, error) {
+	br := bufio.NewReaderSize(io.NewSectionReader(r, 0, size), chunkSize)
+	starts := make([]int64, 0, n)
+	var off int64
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(line) > 0 && match(line) {
+			if len(starts) == n {
+				starts = starts[1:]
+			}
+			starts = append(starts, off)
+		}
+		off += int64(len(line))
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	if len(starts) == 0 {
+		return size, nil
+	}
+	return starts[0], nil
+}
+
+// Metrics reports a sandbox's resource use now: CPU time and memory from
+// its cgroup, processes counted in its /proc (running sandboxes only; the
+// agent that counts is left out), disk as the blocks its overlay's upper
+// layer holds on the host. A stopped sandbox reports its disk and zeros.
+// Metrics is inspection: it is not activity. An unknown sandbox is
+// api.ErrNotFound.
 func (m *Manager) Metrics(ctx context.Context, ref string) (*api.Metrics, error) {
-	return nil, api.Errorf(api.ErrUnavailable, "metrics are not implemented yet")
+	sb, err := m.cfg.Store.Sandbox(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	upper := filepath.Join(m.sandboxDir(sb.ID), "upper")
+	out := &api.Metrics{DiskBytes: diskUsage(upper)}
+	if sb.State != api.StateRunning {
+		return out, nil
+	}
+	m.mu.Lock()
+	w, ok := m.watching[sb.ID]
+	m.mu.Unlock()
+	if ok {
+		out.DiskBytes += openUnder(w.pid, upper)
+	}
+	cg := m.cgroupsPath(sb.ID)
+	if ns, ok := readCgroupInt("/sys/fs/cgroup/cpuacct", cg, "cpuacct.usage"); ok {
+		out.CPUSeconds = float64(ns) / 1e9
+	} else if us, ok := readCgroupStat("/sys/fs/cgroup", cg, "cpu.stat", "usage_usec"); ok {
+		out.CPUSeconds = float64(us) / 1e6
+	}
+	if b, ok := readCgroupInt("/sys/fs/cgroup/memory", cg, "memory.usage_in_bytes"); ok {
+		out.MemoryBytes = b
+	} else if b, ok := readCgroupInt("/sys/fs/cgroup", cg, "memory.current"); ok {
+		out.MemoryBytes = b
+	}
+	fis, err := m.ReadDir(ctx, sb.ID, "/proc")
+	if err != nil {
+		return nil, fmt.Errorf("metrics of %s: count processes: %w", sb.ID, err)
+	}
+	for _, fi := range fis {
+		if _, err := strconv.Atoi(fi.Name); err == nil {
+			out.Processes++
+		}
+	}
+	// The agent listing /proc is one of them.
+	out.Processes = max(0, out.Processes-1)
+	return out, nil
+}
+
+func readCgroupInt(root, cgroup, file string) (int64, bool) {
+	b, err := os.ReadFile(filepath.Join(root, cgroup, file))
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n, err == nil
+}
+
+func readCgroupStat(root, cgroup, file, key string) (int64, bool) {
+	b, err := os.ReadFile(filepath.Join(root, cgroup, file))
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, " "); ok && k == key {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
+}
+
+// diskUsage is what du says of dir: the bytes of the blocks its files hold.
+func diskUsage(dir string) int64 {
+	var total int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		total += allocated(fi)
+		return nil
+	})
+	return total
+}
+
+// openUnder is the blocks of the files under dir that process pid holds
+// open: runsc keeps the overlay's file store open and unlinked in the upper
+// dir, so du of the dir alone sees nothing.
+func openUnder(pid int, dir string) int64 {
+	fdDir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(fdDir)
+	if err != nil {
+		return 0
+	}
+	var total int64
+	for _, e := range ents {
+		p := filepath.Join(fdDir, e.Name())
+		target, err := os.Readlink(p)
+		if err != nil || !strings.HasPrefix(target, dir+"/") {
+			continue
+		}
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			total += allocated(fi)
+		}
+	}
+	return total
+}
+
+// allocated is the bytes of the blocks a file holds (its size where the
+// file system does not say).
+func allocated(fi fs.FileInfo) int64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Blocks * 512
+	}
+	return fi.Size()
+}
+
+// MetricsRegistry is the registry the manager counts captures and reaper
+// actions in, and that sbxd serves at /metrics.
+func (m *Manager) MetricsRegistry() *metrics.Registry {
+	if m.cfg.Metrics != nil {
+		return m.cfg.Metrics
+	}
+	return metrics.Default
+}
+
+// captureKinds names the capture events' kinds in metrics.
+var captureKinds = map[string]string{"snapshot": "snapshot", "stopped": "stop", "forked": "fork", "resumed": "resume"}
+
+// observeCapture counts a capture by kind and outcome and records its duration.
+func (m *Manager) observeCapture(typ string, d time.Duration, err error) {
+	kind, ok := captureKinds[typ]
+	if !ok {
+		kind = typ
+	}
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	}
+	r := m.MetricsRegistry()
+	r.Counter("sbx_captures_total", "Captures (snapshot, stop, fork, resume) by kind and outcome.", "kind", "outcome").Inc(kind, outcome)
+	r.Histogram("sbx_capture_duration_seconds", "How long captures took, by kind and outcome.", metrics.DurationBuckets, "kind", "outcome").
+		Observe(d.Seconds(), kind, outcome)
+}
+
+// observeReaped counts a sandbox the reaper deleted, by why: idle or lifetime.
+func (m *Manager) observeReaped(reason string) {
+	why := "other"
+	switch {
+	case strings.HasPrefix(reason, "idle"):
+		why = "idle"
+	case strings.HasPrefix(reason, "lifetime"):
+		why = "lifetime"
+	}
+	m.MetricsRegistry().Counter("sbx_reaper_actions_total", "Sandboxes the reaper deleted, by why.", "action", "reason").Inc("delete", why)
 }

@@ -146,11 +146,12 @@ func (m *Manager) reapOnce(ctx context.Context) {
 	}
 }
 
-// countReaped is a hook for metrics; see metrics.go.
+// countReaped counts a sandbox the reaper deleted (see observeReaped).
 func (m *Manager) countReaped(reason string) {
 	m.mu.Lock()
 	m.reaped++
 	m.mu.Unlock()
+	m.observeReaped(reason)
 }
 
 // SetTTL changes a sandbox's idle ttl ("0" or "" turns it off).

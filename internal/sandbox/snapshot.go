@@ -103,6 +103,7 @@ func (m *Manager) captureEvent(ctx context.Context, id, typ string, start time.T
 		d[k] = v
 	}
 	m.event(ctx, id, typ, d)
+	m.observeCapture(typ, end.Sub(start), err)
 }
 
 // Snapshot saves a running sandbox's disk, and with req.Memory its

@@ -1,10 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"net/http"
 	"strconv"
+	"time"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/metrics"
 )
 
 // logs streams one of a sandbox's logs.
@@ -44,7 +47,63 @@ func (s *Server) sandboxMetrics(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, m)
 }
 
-// prometheus serves sbxd's metrics in the Prometheus text format (not yet).
+// registry is where the server counts requests and what /metrics serves:
+// the manager's registry when it has one, else metrics.Default.
+func (s *Server) registry() *metrics.Registry {
+	if r, ok := s.m.(interface{ MetricsRegistry() *metrics.Registry }); ok {
+		if reg := r.MetricsRegistry(); reg != nil {
+			return reg
+		}
+	}
+	return metrics.Default
+}
+
+// sandboxStates are the states /metrics always reports, zero or not.
+var sandboxStates = []api.State{api.StateCreating, api.StateRunning, api.StateStopping, api.StateStopped, api.StateError, api.StateLost}
+
+// prometheus serves sbxd's metrics in the Prometheus text format: sandboxes
+// by state (read now), captures, reaper actions and API requests (counted
+// since sbxd started).
 func (s *Server) prometheus(w http.ResponseWriter, r *http.Request) {
-	s.fail(w, r, api.Errorf(api.ErrUnavailable, "/metrics is not implemented yet"))
+	sbs, err := s.m.List(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	reg := s.registry()
+	byState := map[api.State]int{}
+	for _, st := range sandboxStates {
+		byState[st] = 0
+	}
+	for _, sb := range sbs {
+		byState[sb.State]++
+	}
+	g := reg.Gauge("sbx_sandboxes", "Sandboxes by state.", "state")
+	g.Reset()
+	for st, n := range byState {
+		g.Set(float64(n), string(st))
+	}
+	var b bytes.Buffer
+	if err := reg.WriteText(&b); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", metrics.ContentType)
+	_, _ = w.Write(b.Bytes())
+}
+
+// observeRequest counts an API request by route pattern and status.
+func (s *Server) observeRequest(reg *metrics.Registry, r *http.Request, status int, d time.Duration) {
+	route := r.Pattern
+	if route == "" || route == "/" {
+		// Refused before routing (no token) or no route: one series, not one per path.
+		route = "other"
+	}
+	if status == 0 {
+		status = http.StatusOK
+	}
+	code := strconv.Itoa(status)
+	reg.Counter("sbx_api_requests_total", "API requests by route and status.", "route", "status").Inc(route, code)
+	reg.Histogram("sbx_api_request_duration_seconds", "API request latencies by route and status (streams: until they end).",
+		metrics.DurationBuckets, "route", "status").Observe(d.Seconds(), route, code)
 }

@@ -176,11 +176,15 @@ func (w *statusWriter) Flush() {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (s *Server) logged(next http.Handler) http.Handler {
+	reg := s.registry()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r)
-		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", sw.status, "duration", time.Since(start))
+		d := time.Since(start)
+		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", sw.status, "duration", d)
+		// the mux set r.Pattern on this same request: count by route, not path
+		s.observeRequest(reg, r, sw.status, d)
 	})
 }
 
