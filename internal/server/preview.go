@@ -2,7 +2,6 @@ package server
 
 import (
 	"net/http"
-	"sync"
 	"time"
 
 	"sbx.dev/sbx/api"
@@ -14,20 +13,10 @@ const maxPreviewTTL = 30 * 24 * time.Hour
 // defaultPreviewTTL is a private preview's token lifetime when none is asked.
 const defaultPreviewTTL = time.Hour
 
-// proxies holds the preview proxy of each Server that has one (SetPreview);
-// kept beside Server rather than in it so that the proxy stays optional.
-var proxies sync.Map // *Server → *Proxy
-
-// SetPreview makes s answer POST /v1/sandboxes/{id}/preview with URLs of p.
-// Without it, that route answers api.ErrUnavailable (sbxd runs without
-// --preview-listen).
-func (s *Server) SetPreview(p *Proxy) {
-	if p == nil {
-		proxies.Delete(s)
-		return
-	}
-	proxies.Store(s, p)
-}
+// SetPreview makes s answer POST /v1/sandboxes/{id}/preview with URLs of p;
+// call it before serving. Without it, that route answers api.ErrUnavailable
+// (sbxd runs without --preview-listen).
+func (s *Server) SetPreview(p *Proxy) { s.proxy = p }
 
 // ports lists the TCP ports listening inside a sandbox.
 func (s *Server) ports(w http.ResponseWriter, r *http.Request) {
@@ -43,12 +32,11 @@ func (s *Server) ports(w http.ResponseWriter, r *http.Request) {
 // marks that port private and carries a signed, expiring token. Inspection
 // only: asking for a URL is not activity, using it is.
 func (s *Server) preview(w http.ResponseWriter, r *http.Request) {
-	v, ok := proxies.Load(s)
-	if !ok {
+	p := s.proxy
+	if p == nil {
 		s.fail(w, r, api.Errorf(api.ErrUnavailable, "preview URLs are off: sbxd runs without --preview-listen"))
 		return
 	}
-	p := v.(*Proxy)
 	var req api.PreviewRequest
 	if err := decode(w, r, &req); err != nil {
 		s.fail(w, r, err)

@@ -74,6 +74,8 @@ type Server struct {
 	t   Templates
 	log *slog.Logger
 	cfg Config
+	// proxy is the preview proxy whose URLs the API hands out, if any.
+	proxy *Proxy
 }
 
 // maxJSONBody bounds every JSON request body.
