@@ -71,4 +71,33 @@ run "$BIN/sbx" scp "$work/note.txt" "$sandbox:/root/note.txt"
 run "$BIN/sbx" exec "$sandbox" -- cat /root/note.txt
 run "$BIN/sbx" fs ls "$sandbox" /root
 
+say "A process with state in memory: a tiny server holding a random token and a hit counter"
+"$BIN/sbx" exec "$sandbox" -- sh -c 'cat > /root/server.py <<EOF
+import http.server, json, os, secrets
+TOKEN, HITS = secrets.token_hex(4), 0
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        global HITS
+        HITS += 1
+        body = json.dumps({"token": TOKEN, "hits": HITS, "pid": os.getpid()}).encode()
+        self.send_response(200); self.end_headers(); self.wfile.write(body)
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", 8080), H).serve_forever()
+EOF'
+run "$BIN/sbx" exec "$sandbox" --detach -- python3 /root/server.py
+hit() { "$BIN/sbx" exec "$1" -- curl -s --retry 20 --retry-connrefused --retry-delay 0 http://127.0.0.1:8080/; echo; }
+run hit "$sandbox"
+run hit "$sandbox"
+
+say "Stop with memory: the sandbox is gone from the host, its processes kept in an image"
+run "$BIN/sbx" stop "$sandbox" --wait
+say "Resume: the same pid answers with the same token, and the counter carries on"
+run "$BIN/sbx" resume "$sandbox"
+run hit "$sandbox"
+
+say "Fork it three ways with its memory: each child carries on the same process"
+kids=$("$BIN/sbx" fork "$sandbox" --memory --count 3 --wait | grep -o 'sb_[a-z2-7]\{10\}' | sort -u)
+for k in $kids; do run hit "$k"; done
+for k in $kids; do "$BIN/sbx" delete --yes "$k" >/dev/null; done
+
 say "Done. The sandbox is deleted next; templates stay cached in $DATA/templates."
