@@ -174,6 +174,16 @@ func run(c config) error {
 		return fmt.Errorf("network setup: %w", err)
 	}
 	driver := &runsc.Driver{Path: c.runsc, Root: filepath.Join(c.dataDir, "runsc")}
+	// runsc's own errors about a sandbox go to its directory: the `runtime`
+	// log stream. Never for a sandbox whose directory is gone (runsc would
+	// fail to open the file, and say nothing else).
+	driver.LogFile = func(id string) string {
+		dir := filepath.Join(c.dataDir, "sandboxes", id)
+		if _, err := os.Stat(dir); err != nil {
+			return ""
+		}
+		return filepath.Join(dir, "runsc.log")
+	}
 	if c.runscLog != "" {
 		driver.Flags = []string{"--debug", "--debug-log=" + strings.TrimSuffix(c.runscLog, "/") + "/"}
 	}

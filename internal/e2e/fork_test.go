@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -171,5 +172,45 @@ func TestCaptureEvents(t *testing.T) {
 	case <-got:
 	case <-time.After(15 * time.Second):
 		t.Errorf("events --follow did not show the new snapshot")
+	}
+}
+
+// TestDiskDerivedCaptures: a sandbox that boots on a disk (a disk fork, or
+// one made from a disk snapshot) can be stopped, resumed and memory-forked;
+// a memory restore names the very disk its checkpoint had, which lives as
+// long as anything names it.
+func TestDiskDerivedCaptures(t *testing.T) {
+	d := shared
+	parent := d.newSandbox(t, "--template", "tiny")
+	d.must(t, "exec", parent, "--", "sh", "-c", "echo on-disk > /root/f")
+	child := regexp.MustCompile(`sb_[a-z2-7]{10}`).FindString(d.must(t, "fork", parent, "--wait"))
+	if child == "" {
+		t.Fatal("fork printed no id")
+	}
+	t.Cleanup(func() { d.sbx(t, "delete", "--yes", child) })
+	d.must(t, "exec", child, "--detach", "--", "sh", "-c", "echo $$ > /tmp/pid; exec sleep 1000")
+	waitFor(t, "the detached sleep", 10*time.Second, func() bool { return d.sbx(t, "exec", child, "--", "test", "-s", "/tmp/pid").code == 0 })
+	pid := d.must(t, "exec", child, "--", "cat", "/tmp/pid")
+
+	var sb api.Sandbox
+	d.jsonOut(t, &sb, "stop", child, "--wait")
+	d.jsonOut(t, &sb, "resume", child, "--require-memory")
+	if !sb.MemoryRestored {
+		t.Fatalf("resume of a disk fork: %+v", sb)
+	}
+	kids := forkMemory(t, d, child, 1)
+	// The disk outlives the sandbox it came from.
+	d.must(t, "delete", "--yes", parent)
+	d.must(t, "delete", "--yes", child)
+	d.jsonOut(t, &sb, "stop", kids[0], "--wait")
+	d.jsonOut(t, &sb, "resume", kids[0], "--require-memory")
+	if !sb.MemoryRestored {
+		t.Errorf("resume of a memory fork of a disk fork: %+v", sb)
+	}
+	if out := d.must(t, "exec", kids[0], "--", "sh", "-c", "cat /root/f; ps | grep -c 'sleep 1000'"); !strings.HasPrefix(out, "on-disk\n") {
+		t.Errorf("grandchild: %q", out)
+	}
+	if out := d.must(t, "exec", kids[0], "--", "cat", "/tmp/pid"); out != pid {
+		t.Errorf("grandchild's /tmp/pid = %q, want %q", out, pid)
 	}
 }

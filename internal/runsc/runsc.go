@@ -31,6 +31,21 @@ type Driver struct {
 	Root string
 	// Flags are extra global flags given to every call (tests add --debug).
 	Flags []string
+	// LogFile, if set, names the file where runsc writes its own errors for
+	// a sandbox (--log), appended to by every call about that sandbox; ""
+	// for none (for instance once the sandbox's directory is gone).
+	LogFile func(id string) string
+}
+
+// logFlag is --log for calls about sandbox id.
+func (d *Driver) logFlag(id string) []string {
+	if d.LogFile == nil || id == "" {
+		return nil
+	}
+	if f := d.LogFile(id); f != "" {
+		return []string{"--log", f}
+	}
+	return nil
 }
 
 // Error is a failed runsc call. It unwraps to the underlying exec error.
@@ -75,7 +90,7 @@ func (d *Driver) Command(ctx context.Context, verb string, global []string, args
 func (d *Driver) run(ctx context.Context, global []string, verb, id string, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
 	defer cancel()
-	cmd := d.Command(ctx, verb, global, args...)
+	cmd := d.Command(ctx, verb, append(d.logFlag(id), global...), args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout = &stdout
 	cmd.Stderr = &stderr
@@ -165,7 +180,7 @@ func sandboxFlags(o RunOptions) []string {
 func (d *Driver) Run(ctx context.Context, id string, o RunOptions) error {
 	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
 	defer cancel()
-	cmd := d.Command(ctx, "run", sandboxFlags(o), "--detach", "--bundle", o.Bundle, id)
+	cmd := d.Command(ctx, "run", append(d.logFlag(id), sandboxFlags(o)...), "--detach", "--bundle", o.Bundle, id)
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		return err
@@ -230,7 +245,7 @@ func (d *Driver) Restore(ctx context.Context, id string, o RestoreOptions) error
 	if o.Background {
 		args = append(args, "--background")
 	}
-	cmd := d.Command(ctx, "restore", sandboxFlags(o.RunOptions), append(args, id)...)
+	cmd := d.Command(ctx, "restore", append(d.logFlag(id), sandboxFlags(o.RunOptions)...), append(args, id)...)
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		return err
@@ -346,11 +361,11 @@ func (d *Driver) ExecCommand(ctx context.Context, id string, o ExecOptions) *exe
 	}
 	if o.Process != "" {
 		args = append(args, "--process", o.Process, id)
-		return d.Command(ctx, "exec", nil, args...)
+		return d.Command(ctx, "exec", d.logFlag(id), args...)
 	}
 	args = append(args, id)
 	args = append(args, o.Args...)
-	return d.Command(ctx, "exec", nil, args...)
+	return d.Command(ctx, "exec", d.logFlag(id), args...)
 }
 
 // Exec runs o.Args in sandbox id with the given stdio and returns its exit

@@ -70,8 +70,9 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 		if sn.Memory {
 			b.image = m.imageMem(sn.ID)
 			sb.MemoryRestored = true
-		} else {
-			b.upperTar = m.imageDisk(sn.ID)
+			sb.Disk = sn.Disk // the restore names the disk its checkpoint had
+		} else if sb.Disk, err = m.newDisk(m.imageDisk(sn.ID)); err != nil {
+			return nil, err
 		}
 	}
 	if sb.Template == "" {
@@ -81,6 +82,7 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 		return nil, err
 	}
 	if err := m.cfg.Store.CreateSandbox(ctx, sb); err != nil {
+		m.releaseDisk(context.WithoutCancel(ctx), sb.Disk)
 		return nil, err
 	}
 	unlock := m.lock(sb.ID)
@@ -127,12 +129,11 @@ func (m *Manager) started(ctx context.Context, sb *store.Sandbox, event string, 
 	return nil
 }
 
-// bootSpec says what a sandbox boots from: a template's rootfs, optionally
-// with a disk (upperTar) to start from, or a memory image to restore.
+// bootSpec says what a sandbox boots from: a template's rootfs (and the
+// sandbox's disk, if it has one), or a memory image to restore.
 type bootSpec struct {
-	rootfs   string
-	upperTar string
-	image    string
+	rootfs string
+	image  string
 	// background lets runsc load a restored image's pages after it returns.
 	background bool
 }
@@ -161,8 +162,8 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, b bootSpec) error
 		}
 	}
 	var annotations map[string]string
-	if b.upperTar != "" {
-		annotations = map[string]string{"dev.gvisor.tar.rootfs.upper": b.upperTar}
+	if sb.Disk != "" {
+		annotations = map[string]string{"dev.gvisor.tar.rootfs.upper": sb.Disk}
 	}
 	bundle := filepath.Join(dir, "bundle")
 	err = runsc.WriteBundle(bundle, runsc.SpecOptions{
@@ -246,6 +247,11 @@ func (m *Manager) Delete(ctx context.Context, ref string, withSnapshots bool) (*
 
 // destroy removes everything of a sandbox; each step tolerates a missing part.
 func (m *Manager) destroy(ctx context.Context, id string) error {
+	var disk string
+	if sb, err := m.cfg.Store.Sandbox(ctx, id); err == nil {
+		disk = sb.Disk
+	}
+	defer m.releaseDisk(ctx, disk)
 	var errs []error
 	m.unwatch(id)
 	if err := m.cfg.Runtime.Delete(ctx, id); err != nil {

@@ -58,6 +58,9 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 			TTL: ttl, Meta: parent.Meta, CPUs: parent.CPUs, Memory: parent.Memory, LastActivity: now,
 			Parent: parent.ID, MemoryRestored: req.Memory,
 		}
+		if req.Memory {
+			c.Disk = parent.Disk // the restore names the disk the checkpoint had
+		}
 		if i == 0 {
 			c.Name = req.Name
 		}
@@ -127,9 +130,23 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 	}()
 	m.touch(ctx, parent.ID)
 
-	b := bootSpec{rootfs: rootfs, upperTar: m.imageDisk(img)}
+	b := bootSpec{rootfs: rootfs}
 	if withMemory {
-		b = bootSpec{rootfs: rootfs, image: m.imageMem(img)}
+		b.image = m.imageMem(img)
+	} else {
+		// One disk for all the children: the parent's disk as of now.
+		disk, err := m.newDisk(m.imageDisk(img))
+		if err != nil {
+			undo()
+			return nil, 0, err
+		}
+		for _, c := range children {
+			c.Disk = disk
+			if err := m.cfg.Store.SetDisk(ctx, c.ID, disk); err != nil {
+				undo()
+				return nil, 0, err
+			}
+		}
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex

@@ -49,9 +49,19 @@ func (m *Manager) Resume(ctx context.Context, ref string, requireMemory bool) (*
 			return nil, api.Errorf(api.ErrUnavailable, "resume %s: the memory cannot be restored (%v); the image is kept; resume without --require-memory to boot from the disk", sb.ID, restoreErr)
 		}
 		sb.ResumeReason = "memory not restored: " + restoreErr.Error()
+		// Boot on the disk as the stop left it.
 		b := bootSpec{rootfs: rootfs}
 		if m.imageDiskExists(img) {
-			b.upperTar = m.imageDisk(img)
+			old := sb.Disk
+			disk, err := m.newDisk(m.imageDisk(img))
+			if err != nil {
+				return nil, fmt.Errorf("resume %s: %w", sb.ID, err)
+			}
+			sb.Disk = disk
+			if err := m.cfg.Store.SetDisk(ctx, sb.ID, disk); err != nil {
+				return nil, err
+			}
+			m.releaseDisk(ctx, old)
 		}
 		if err := m.boot(ctx, sb, b); err != nil {
 			_ = m.cfg.Runtime.Delete(ctx, sb.ID)

@@ -145,6 +145,7 @@ func (m *Manager) Snapshot(ctx context.Context, ref string, req api.SnapshotRequ
 	sn := &store.Snapshot{
 		Name: req.Name, ID: img, SandboxID: sb.ID, Template: sb.Template, Memory: req.Memory,
 		CPUs: sb.CPUs, MemLimit: sb.Memory, CreatedAt: m.now(), Size: size, Paused: paused,
+		Disk: sb.Disk,
 	}
 	if err := m.cfg.Store.CreateSnapshot(ctx, sn); err != nil {
 		_ = m.removeImage(img)
@@ -206,5 +207,6 @@ func (m *Manager) deleteSnapshot(ctx context.Context, sn *store.Snapshot) error 
 	if err := m.cfg.Store.DeleteSnapshot(ctx, sn.Name); err != nil {
 		return err
 	}
+	m.releaseDisk(ctx, sn.Disk)
 	return m.removeImage(sn.ID)
 }

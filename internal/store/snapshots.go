@@ -23,13 +23,16 @@ type Snapshot struct {
 	CreatedAt time.Time
 	Size      int64
 	Paused    time.Duration
+	// Disk is the tar the source's overlay started from: a sandbox made
+	// from a memory snapshot must name it again.
+	Disk string
 }
 
 // CreateSnapshot inserts a snapshot; a taken name is api.ErrConflict.
 func (s *Store) CreateSnapshot(ctx context.Context, sn *Snapshot) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (name, id, sandbox_id, template, memory, cpus, mem_limit, created_at, size, paused_ns)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		sn.Name, sn.ID, sn.SandboxID, sn.Template, sn.Memory, sn.CPUs, sn.MemLimit, sn.CreatedAt.UnixNano(), sn.Size, int64(sn.Paused))
+	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (name, id, sandbox_id, template, memory, cpus, mem_limit, created_at, size, paused_ns, disk)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		sn.Name, sn.ID, sn.SandboxID, sn.Template, sn.Memory, sn.CPUs, sn.MemLimit, sn.CreatedAt.UnixNano(), sn.Size, int64(sn.Paused), sn.Disk)
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: snapshots.name") {
 		return api.Errorf(api.ErrConflict, "snapshot name %q is taken", sn.Name)
 	}
@@ -46,12 +49,12 @@ func (s *Store) SnapshotNameTaken(ctx context.Context, name string) (bool, error
 	return n > 0, err
 }
 
-const snapshotCols = `name, id, sandbox_id, template, memory, cpus, mem_limit, created_at, size, paused_ns`
+const snapshotCols = `name, id, sandbox_id, template, memory, cpus, mem_limit, created_at, size, paused_ns, disk`
 
 func scanSnapshot(row interface{ Scan(...any) error }) (*Snapshot, error) {
 	var sn Snapshot
 	var created, paused int64
-	if err := row.Scan(&sn.Name, &sn.ID, &sn.SandboxID, &sn.Template, &sn.Memory, &sn.CPUs, &sn.MemLimit, &created, &sn.Size, &paused); err != nil {
+	if err := row.Scan(&sn.Name, &sn.ID, &sn.SandboxID, &sn.Template, &sn.Memory, &sn.CPUs, &sn.MemLimit, &created, &sn.Size, &paused, &sn.Disk); err != nil {
 		return nil, err
 	}
 	sn.CreatedAt = time.Unix(0, created)

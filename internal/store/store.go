@@ -24,7 +24,7 @@ type Store struct {
 
 // migrations bring a database from user_version i to i+1; a database is
 // never opened by an sbx that does not know its version.
-var migrations = []string{schemaV1, schemaV2, schemaV3, schemaV4, schemaV5}
+var migrations = []string{schemaV1, schemaV2, schemaV3, schemaV4, schemaV5, schemaV6}
 
 const schemaV1 = `
 CREATE TABLE IF NOT EXISTS sandboxes (
@@ -60,6 +60,13 @@ CREATE TABLE IF NOT EXISTS events (
 	detail      TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS events_sandbox ON events(sandbox_id, seq);
+`
+
+// schemaV6 records the disk a sandbox (or a memory snapshot) boots on: the
+// tar its overlay starts from, which a memory restore must name again.
+const schemaV6 = `
+ALTER TABLE sandboxes ADD COLUMN disk TEXT NOT NULL DEFAULT '';
+ALTER TABLE snapshots ADD COLUMN disk TEXT NOT NULL DEFAULT '';
 `
 
 // schemaV5 adds persistence (exemption from the idle reaper).
@@ -192,6 +199,8 @@ type Sandbox struct {
 	Image string
 	// Persistent sandboxes are exempt from the idle reaper.
 	Persistent bool
+	// Disk is the tar its root overlay started from ("": the bare template).
+	Disk string
 }
 
 func nullable(s string) any {
@@ -205,11 +214,11 @@ func nullable(s string) any {
 func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 	meta, _ := json.Marshal(sb.Meta)
 	_, err := s.db.ExecContext(ctx, `INSERT INTO sandboxes
-		(id, name, template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		(id, name, template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image, disk)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, nullable(sb.Name), sb.Template, string(sb.State), sb.Reason, sb.CreatedAt.UnixNano(),
 		int64(sb.TTL), string(meta), sb.CPUs, sb.Memory, sb.LastActivity.UnixNano(),
-		sb.Source, sb.Parent, sb.MemoryRestored, sb.ResumeReason, sb.Image)
+		sb.Source, sb.Parent, sb.MemoryRestored, sb.ResumeReason, sb.Image, sb.Disk)
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: sandboxes.name") {
 		return api.Errorf(api.ErrConflict, "name %q is taken", sb.Name)
 	}
@@ -237,6 +246,19 @@ func (s *Store) SetRuntime(ctx context.Context, id string, state api.State, memo
 		return fmt.Errorf("store state of %s: %w", id, err)
 	}
 	return nil
+}
+
+// SetDisk records the tar a sandbox's overlay starts from.
+func (s *Store) SetDisk(ctx context.Context, id, disk string) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET disk = ? WHERE id = ?`, disk, id)
+	return err
+}
+
+// DiskInUse reports whether a sandbox or a snapshot still boots on disk.
+func (s *Store) DiskInUse(ctx context.Context, disk string) (bool, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM sandboxes WHERE disk = ?) + (SELECT COUNT(*) FROM snapshots WHERE disk = ?)`, disk, disk).Scan(&n)
+	return n > 0, err
 }
 
 // SetTTL records a sandbox's idle ttl.
@@ -273,14 +295,14 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	return tx.Commit()
 }
 
-const sandboxCols = `id, COALESCE(name, ''), template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image, persistent`
+const sandboxCols = `id, COALESCE(name, ''), template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image, persistent, disk`
 
 func scanSandbox(row interface{ Scan(...any) error }) (*Sandbox, error) {
 	var sb Sandbox
 	var state, meta string
 	var created, ttl, last int64
 	if err := row.Scan(&sb.ID, &sb.Name, &sb.Template, &state, &sb.Reason, &created, &ttl, &meta, &sb.CPUs, &sb.Memory, &last,
-		&sb.Source, &sb.Parent, &sb.MemoryRestored, &sb.ResumeReason, &sb.Image, &sb.Persistent); err != nil {
+		&sb.Source, &sb.Parent, &sb.MemoryRestored, &sb.ResumeReason, &sb.Image, &sb.Persistent, &sb.Disk); err != nil {
 		return nil, err
 	}
 	sb.State = api.State(state)
