@@ -5,11 +5,24 @@ import (
 	"strings"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/client"
+	"sbx.dev/sbx/internal/flaky"
 )
 
 var execCommand = &command{
-	name:    "exec",
-	usage:   "exec ID [--timeout D] [--env K=V]... [--cwd DIR] [--detach] -- CMD [ARGS...]",
+	name: "exec",
+	usage: "exec ID [--timeout D] [--env K=V]... [--cwd DIR] [--detach] [--on-crash [--crash-dir DIR]] -- CMD [ARGS...]\n" +
+		"\n" +
+		"--on-crash runs CMD under gdb inside the sandbox (the template needs gdb and\n" +
+		"python3, as base has). When CMD dies of SIGSEGV, SIGABRT, SIGBUS, SIGFPE or\n" +
+		"SIGILL, sbx prints the backtrace of every thread on stderr and saves\n" +
+		"./sbx-crash-EXECID/ (or --crash-dir DIR) with backtrace.txt and crash.tar:\n" +
+		"backtrace.txt, a core written by gdb (gVisor writes no kernel cores),\n" +
+		"the binary and the shared libraries it had loaded under files/ (build-ids\n" +
+		"in buildids.txt, checked against the copies), sharedlibs.txt,\n" +
+		"mappings.txt and maps. The exit code is CMD's, or 128+signal (139 for\n" +
+		"SIGSEGV); without a crash no bundle is made. Only the top process is\n" +
+		"traced: crashes of its children are not captured.",
 	summary: "run a command in a sandbox; exits with its exit code",
 	run:     runExec,
 }
@@ -21,6 +34,8 @@ func runExec(e *env, args []string) error {
 	fs.Var(&envs, "env", "environment variable K=V (repeatable)")
 	cwd := fs.String("cwd", "", "working directory")
 	detach := fs.Bool("detach", false, "start the command and print EXEC_ID PID")
+	onCrash := fs.Bool("on-crash", false, "run under gdb; on a fatal signal print the backtrace and save a crash bundle")
+	crashDir := fs.String("crash-dir", "", "with --on-crash: the folder for the bundle (default ./sbx-crash-EXECID)")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -32,6 +47,12 @@ func runExec(e *env, args []string) error {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			return usagef("--env %q: want K=V", kv)
 		}
+	}
+	if *onCrash && *detach {
+		return usagef("--on-crash and --detach do not go together: the crash is caught while sbx waits")
+	}
+	if *crashDir != "" && !*onCrash {
+		return usagef("--crash-dir goes with --on-crash")
 	}
 	id := pos[0]
 	req := api.ExecRequest{Cmd: shellWrap(pos[1:]), Env: envs, Cwd: *cwd, Timeout: *timeout}
@@ -50,11 +71,53 @@ func runExec(e *env, args []string) error {
 		_, err = fmt.Fprintf(e.stdout, "%s %d\n", x.ID, x.Pid)
 		return err
 	}
+	if *onCrash {
+		return runExecOnCrash(e, c, id, req, *crashDir)
+	}
 	var x *api.Exec
 	if e.json {
 		x, err = c.ExecEvents(e.ctx, id, req, func(ev api.ExecEvent) error { return e.printJSONLine(ev) })
 	} else {
 		x, err = c.Exec(e.ctx, id, req, e.stdout, e.stderr)
+	}
+	if err != nil {
+		return err
+	}
+	return exitStatus(x)
+}
+
+// runExecOnCrash is exec --on-crash: see flaky.ExecOnCrash.
+func runExecOnCrash(e *env, c *client.Client, id string, req api.ExecRequest, dir string) error {
+	fn := func(ev api.ExecEvent) error {
+		if e.json {
+			return e.printJSONLine(ev)
+		}
+		var err error
+		switch ev.Event {
+		case "stdout":
+			_, err = e.stdout.Write(ev.Data)
+		case "stderr":
+			_, err = e.stderr.Write(ev.Data)
+		}
+		return err
+	}
+	x, cr, err := flaky.ExecOnCrash(e.ctx, c, id, req, dir, fn)
+	if cr != nil {
+		if e.json {
+			if perr := e.printJSONLine(map[string]any{"event": "crash", "crash": cr}); perr != nil && err == nil {
+				err = perr
+			}
+		} else {
+			fmt.Fprintf(e.stderr, "sbx: %s died of %s; backtrace:\n%s", x.ID, cr.SignalName, cr.Backtrace)
+			for _, f := range cr.Files {
+				if f.Match == "mismatch" {
+					fmt.Fprintf(e.stderr, "sbx: warning: %s changed on disk since it was mapped (build-id differs); the copy is not the binary that ran\n", f.Path)
+				}
+			}
+			if err == nil {
+				fmt.Fprintf(e.stderr, "sbx: crash bundle: %s (in the sandbox: %s)\n", cr.Tar, cr.Remote)
+			}
+		}
 	}
 	if err != nil {
 		return err
