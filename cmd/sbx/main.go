@@ -39,7 +39,7 @@ var commands = []*command{
 	snapshotCommand, forkCommand, stopCommand, resumeCommand, eventsCommand, ttlCommand, persistCommand,
 	execCommand, shellCommand, attachCommand, psCommand, logsCommand, metricsCommand, portsCommand, previewCommand,
 	scpCommand, fsCommand, templateCommand,
-	flakeRateCommand, replayCommand,
+	huntCommand, flakeRateCommand, replayCommand,
 }
 
 func lookup(name string) *command {

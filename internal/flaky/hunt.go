@@ -1,0 +1,517 @@
+package flaky
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/client"
+)
+
+// The sandbox's meta keys where Hunt notes the test and its seed variable.
+const (
+	metaTest    = "sbx.hunt.test"
+	metaSeedEnv = "sbx.hunt.seedEnv"
+)
+
+// HuntClient is the slice of *client.Client that Hunt uses.
+type HuntClient interface {
+	Create(ctx context.Context, opts ...client.CreateOption) (*api.Sandbox, error)
+	Get(ctx context.Context, id string) (*api.Sandbox, error)
+	Delete(ctx context.Context, id string) error
+	Exec(ctx context.Context, id string, req api.ExecRequest, stdout, stderr io.Writer) (*api.Exec, error)
+	ExecDetached(ctx context.Context, id string, req api.ExecRequest) (*api.Exec, error)
+	Execs(ctx context.Context, id string) ([]api.Exec, error)
+	ExecOutput(ctx context.Context, id, execID string, follow bool, stdout, stderr io.Writer) (*api.Exec, error)
+	WriteFile(ctx context.Context, id, path string, r io.Reader, size int64, mode fs.FileMode) error
+	WriteTar(ctx context.Context, id, dir string, r io.Reader) error
+	ReadTar(ctx context.Context, id, path string) (io.ReadCloser, error)
+	ReadFile(ctx context.Context, id, path string) (io.ReadCloser, error)
+	Fork(ctx context.Context, id string, req api.ForkRequest) ([]api.Sandbox, error)
+	Snapshot(ctx context.Context, id, name string, memory bool) (*api.Snapshot, error)
+	GetSnapshot(ctx context.Context, name string) (*api.Snapshot, error)
+	Stop(ctx context.Context, id string, wait bool) (*api.Sandbox, error)
+}
+
+var _ HuntClient = (*client.Client)(nil)
+
+// DefaultHuntRuns is how many runs Hunt tries unless told.
+const DefaultHuntRuns = 100
+
+// HuntOptions says where Hunt loops which test and what it keeps.
+type HuntOptions struct {
+	// Name names the sandbox and the snapshot; the fork is Name-fork.
+	Name string
+	// Template, or From (a snapshot), is what the sandbox is made from.
+	Template string
+	From     string
+	// Source, if set, is a tar extracted into /work before the setup.
+	Source io.Reader
+	// Setup is a shell command run once in /work before the loop.
+	Setup string
+	// Runs is the most runs before giving up; 0 means DefaultHuntRuns.
+	Runs int
+	// Cmd is the test's argv, run in /work with the seed in SeedEnv.
+	Cmd     []string
+	SeedEnv string
+	// Collect are paths (relative to /work or absolute) copied into the
+	// evidence on a failure.
+	Collect []string
+	// OutDir is the local folder the evidence is copied to; "" means
+	// ./sbx-hunt-NAME.
+	OutDir string
+	// Event, if set, hears of each step as it happens.
+	Event func(HuntEvent)
+
+	testLine string // the test as a shell line, for the replay command
+}
+
+// HuntEvent is one step of a hunt, as `--json` prints it: "sandbox",
+// "started", "run", "failed", "captured", "fork", "artifacts", "snapshot",
+// "stopped", "nofailure", "deleted", then "summary".
+type HuntEvent struct {
+	Event    string       `json:"event"`
+	Time     time.Time    `json:"time"`
+	Sandbox  string       `json:"sandbox,omitempty"`
+	Exec     string       `json:"exec,omitempty"`
+	Run      int          `json:"run,omitempty"`
+	Seed     string       `json:"seed,omitempty"`
+	ExitCode *int         `json:"exitCode,omitempty"`
+	Fork     string       `json:"fork,omitempty"`
+	Path     string       `json:"path,omitempty"`
+	Snapshot string       `json:"snapshot,omitempty"`
+	Message  string       `json:"message,omitempty"`
+	Summary  *HuntSummary `json:"summary,omitempty"`
+}
+
+// HuntSummary is what a hunt found and where it left it.
+type HuntSummary struct {
+	Name    string `json:"name"`
+	Sandbox string `json:"sandbox"`
+	Failed  bool   `json:"failed"`
+	// Runs is how many runs were made (the failing one included).
+	Runs     int    `json:"runs"`
+	Run      int    `json:"run,omitempty"`
+	Seed     string `json:"seed,omitempty"`
+	ExitCode int    `json:"exitCode,omitempty"`
+	// FailedAt is when the run failed (the sandbox's clock, which reads the host's).
+	FailedAt time.Time `json:"failedAt,omitzero"`
+	// CaptureMs is the time from the failure to the sandbox being stopped.
+	CaptureMs int64    `json:"captureMs,omitempty"`
+	Fork      string   `json:"fork,omitempty"`
+	Artifacts string   `json:"artifacts,omitempty"`
+	Snapshot  string   `json:"snapshot,omitempty"`
+	Stopped   bool     `json:"stopped,omitempty"`
+	Commands  []string `json:"commands,omitempty"`
+}
+
+func (o *HuntOptions) defaults() error {
+	if o.Runs == 0 {
+		o.Runs = DefaultHuntRuns
+	}
+	if o.SeedEnv == "" {
+		o.SeedEnv = DefaultSeedEnv
+	}
+	if o.OutDir == "" && o.Name != "" {
+		o.OutDir = "sbx-hunt-" + o.Name
+	}
+	switch {
+	case o.Name == "":
+		return api.Errorf(api.ErrInvalid, "hunt: no name given")
+	case o.Template != "" && o.From != "":
+		return api.Errorf(api.ErrInvalid, "hunt: give a template or a snapshot, not both")
+	case o.Runs < 1:
+		return api.Errorf(api.ErrInvalid, "hunt: want at least 1 run, got %d", o.Runs)
+	case len(o.Cmd) == 0:
+		return api.Errorf(api.ErrInvalid, "hunt: no test command given")
+	case strings.ContainsAny(o.SeedEnv, "= '\"$"):
+		return api.Errorf(api.ErrInvalid, "hunt: --seed-env %q: want a variable name", o.SeedEnv)
+	}
+	return nil
+}
+
+func (o *HuntOptions) emit(ev HuntEvent) {
+	if o.Event != nil {
+		ev.Time = time.Now().UTC()
+		o.Event(ev)
+	}
+}
+
+// Hunt makes a sandbox, copies Source into /work, and starts the loop inside
+// it with a detached exec, so the loop goes on if the client goes away (see
+// Attach). It follows the loop; on a failure it does the outside steps in
+// order — a disk fork, the evidence copied to OutDir, a disk snapshot named
+// Name, a stop that keeps memory — and returns the summary. If no run fails
+// it deletes the sandbox and says so. A setup that fails is an error, and the
+// sandbox is deleted.
+func Hunt(ctx context.Context, c HuntClient, o HuntOptions) (*HuntSummary, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	// the meta lets --attach print the replay command of a hunt it did not start
+	opts := []client.CreateOption{client.WithName(o.Name), client.WithMeta(metaSeedEnv, o.SeedEnv)}
+	if line := shellJoin(o.Cmd); len(line) <= 1024 { // the server's limit on a meta value
+		opts = append(opts, client.WithMeta(metaTest, line))
+	}
+	if o.From != "" {
+		opts = append(opts, client.WithFrom(o.From))
+	} else if o.Template != "" {
+		opts = append(opts, client.WithTemplate(o.Template))
+	}
+	sb, err := c.Create(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("hunt %s: create the sandbox: %w", o.Name, err)
+	}
+	o.emit(HuntEvent{Event: "sandbox", Sandbox: sb.ID})
+	x, err := startLoop(ctx, c, sb.ID, &o)
+	if err != nil {
+		if derr := deleteAll(ctx, c, []string{sb.ID}); derr != nil {
+			err = errors.Join(err, derr)
+		}
+		return nil, fmt.Errorf("hunt %s: %w", o.Name, err)
+	}
+	o.emit(HuntEvent{Event: "started", Sandbox: sb.ID, Exec: x.ID})
+	return follow(ctx, c, sb.ID, x.ID, &o)
+}
+
+// startLoop copies the source in, writes the loop script and starts it detached.
+func startLoop(ctx context.Context, c HuntClient, id string, o *HuntOptions) (*api.Exec, error) {
+	x, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"mkdir", "-p", HuntDir}}, io.Discard, io.Discard)
+	if err != nil {
+		return nil, fmt.Errorf("make %s in %s: %w", HuntDir, id, err)
+	}
+	if x.ExitCode == nil || *x.ExitCode != 0 {
+		return nil, fmt.Errorf("make %s in %s: mkdir failed", HuntDir, id)
+	}
+	if o.Source != nil {
+		if err := c.WriteTar(ctx, id, "/work", o.Source); err != nil {
+			return nil, fmt.Errorf("copy the source into /work of %s: %w", id, err)
+		}
+	}
+	script := loopScript(o.Setup, o.Runs, o.SeedEnv, o.Cmd, o.Collect)
+	if err := c.WriteFile(ctx, id, huntLoop, strings.NewReader(script), int64(len(script)), 0o755); err != nil {
+		return nil, fmt.Errorf("write the loop into %s: %w", id, err)
+	}
+	x, err = c.ExecDetached(ctx, id, api.ExecRequest{Cmd: []string{"/bin/sh", huntLoop}, Cwd: "/"})
+	if err != nil {
+		return nil, fmt.Errorf("start the loop in %s: %w", id, err)
+	}
+	return x, nil
+}
+
+// AttachOptions says which hunt Attach picks up and where the evidence goes.
+type AttachOptions struct {
+	Name string
+	// OutDir as in HuntOptions; "" means ./sbx-hunt-NAME.
+	OutDir string
+	// SeedEnv and Cmd only shape the replay command printed; they may be empty.
+	SeedEnv string
+	Cmd     []string
+	Event   func(HuntEvent)
+}
+
+// Attach picks up the hunt in the sandbox named Name: it follows the loop's
+// exec and then does the outside steps not yet done. An unknown name is
+// api.ErrNotFound; a sandbox without a hunt loop api.ErrInvalid.
+func Attach(ctx context.Context, c HuntClient, a AttachOptions) (*HuntSummary, error) {
+	o := HuntOptions{Name: a.Name, OutDir: a.OutDir, SeedEnv: a.SeedEnv, Cmd: a.Cmd, Event: a.Event}
+	if len(o.Cmd) == 0 {
+		o.Cmd = []string{"TEST_CMD"}
+	}
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	sb, err := c.Get(ctx, a.Name)
+	if err != nil {
+		return nil, fmt.Errorf("hunt --attach %s: %w", a.Name, err)
+	}
+	o.testLine = sb.Meta[metaTest]
+	if v := sb.Meta[metaSeedEnv]; v != "" && a.SeedEnv == "" {
+		o.SeedEnv = v
+	}
+	if sb.State == api.StateStopped {
+		// the stop is the last outside step: the rest were done before it
+		s := &HuntSummary{Name: o.Name, Sandbox: sb.ID, Failed: true, Stopped: true, Snapshot: o.Name, Fork: o.Name + "-fork"}
+		if dir, err := filepath.Abs(o.OutDir); err == nil {
+			if f, err := os.Open(filepath.Join(dir, "failed")); err == nil {
+				parseFailed(f, s)
+				f.Close()
+				s.Artifacts = dir
+			}
+		}
+		o.emit(HuntEvent{Event: "stopped", Sandbox: sb.ID, Message: "the hunt was already captured"})
+		s.Commands = commands(&o, s)
+		return s, nil
+	}
+	xs, err := c.Execs(ctx, sb.ID)
+	if err != nil {
+		return nil, fmt.Errorf("hunt --attach %s: %w", a.Name, err)
+	}
+	var loop *api.Exec
+	for i := range xs {
+		if len(xs[i].Cmd) > 0 && xs[i].Cmd[len(xs[i].Cmd)-1] == huntLoop {
+			loop = &xs[i]
+		}
+	}
+	if loop == nil {
+		return nil, api.Errorf(api.ErrInvalid, "hunt --attach %s: sandbox %s runs no hunt loop", a.Name, sb.ID)
+	}
+	o.emit(HuntEvent{Event: "attached", Sandbox: sb.ID, Exec: loop.ID})
+	return follow(ctx, c, sb.ID, loop.ID, &o)
+}
+
+// lineWriter hands each complete line written to it to fn.
+type lineWriter struct {
+	buf []byte
+	fn  func(string)
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		w.fn(string(w.buf[:i]))
+		w.buf = w.buf[i+1:]
+	}
+}
+
+// follow follows the loop's output until it ends, then acts on how it ended.
+func follow(ctx context.Context, c HuntClient, id, execID string, o *HuntOptions) (*HuntSummary, error) {
+	s := &HuntSummary{Name: o.Name, Sandbox: id}
+	var tail []string
+	lw := &lineWriter{fn: func(l string) {
+		f := strings.Fields(l)
+		switch {
+		case strings.HasPrefix(l, lineRun) && len(f) >= 7:
+			n, _ := strconv.Atoi(f[2])
+			code, _ := strconv.Atoi(f[6])
+			s.Runs = n
+			o.emit(HuntEvent{Event: "run", Sandbox: id, Run: n, Seed: f[4], ExitCode: &code})
+		case strings.HasPrefix(l, lineFailed) && len(f) >= 9:
+			n, _ := strconv.Atoi(f[2])
+			code, _ := strconv.Atoi(f[6])
+			s.Runs = n
+			o.emit(HuntEvent{Event: "failed", Sandbox: id, Run: n, Seed: f[4], ExitCode: &code})
+		case strings.HasPrefix(l, lineCaptured):
+			o.emit(HuntEvent{Event: "captured", Sandbox: id, Path: HuntDir})
+		default:
+			tail = append(tail, l)
+		}
+	}}
+	x, err := c.ExecOutput(ctx, id, execID, true, lw, io.Discard)
+	if err == nil && x == nil {
+		err = errors.New("the output stream ended before the loop did")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("hunt %s: follow the loop %s in %s (pick it up again with `sbx hunt --attach %s`): %w",
+			o.Name, execID, id, o.Name, err)
+	}
+	code := -1
+	if x.ExitCode != nil {
+		code = *x.ExitCode
+	}
+	switch code {
+	case 0:
+		o.emit(HuntEvent{Event: "nofailure", Sandbox: id, Message: fmt.Sprintf("no run failed in %d runs", s.Runs)})
+		if err := deleteAll(ctx, c, []string{id}); err != nil {
+			return nil, fmt.Errorf("hunt %s: %w", o.Name, err)
+		}
+		o.emit(HuntEvent{Event: "deleted", Sandbox: id})
+		return s, nil
+	case loopFailed:
+		return capture(ctx, c, s, o)
+	default:
+		err := fmt.Errorf("hunt %s: the loop in %s ended with exit %d: %s", o.Name, id, code, strings.Join(tail, "; "))
+		if code == loopSetupFailed {
+			err = fmt.Errorf("hunt %s: the setup failed in %s (its output is %s/setup.out there; the sandbox is kept): %s",
+				o.Name, id, HuntDir, strings.Join(tail, "; "))
+		}
+		return nil, err
+	}
+}
+
+// capture reads the failure's record and does the outside steps, in order:
+// a disk fork, the evidence copied out, a disk snapshot, a stop with memory.
+// Steps already done (by a hunt that was cut off) are not done again.
+func capture(ctx context.Context, c HuntClient, s *HuntSummary, o *HuntOptions) (*HuntSummary, error) {
+	ctx = context.WithoutCancel(ctx) // once started, finish: a half capture helps no one
+	id := s.Sandbox
+	s.Failed = true
+	if err := readFailed(ctx, c, s); err != nil {
+		return nil, fmt.Errorf("hunt %s: %w", o.Name, err)
+	}
+
+	fork := o.Name + "-fork"
+	if sb, err := c.Get(ctx, fork); err == nil {
+		s.Fork = sb.Name
+	} else {
+		kids, err := c.Fork(ctx, id, api.ForkRequest{Name: fork, Count: 1})
+		if err != nil {
+			return nil, fmt.Errorf("hunt %s: disk fork of %s: %w", o.Name, id, err)
+		}
+		if len(kids) > 0 {
+			s.Fork = fork
+		}
+	}
+	o.emit(HuntEvent{Event: "fork", Sandbox: id, Fork: s.Fork})
+
+	dir, err := filepath.Abs(o.OutDir)
+	if err != nil {
+		return nil, fmt.Errorf("hunt %s: %w", o.Name, err)
+	}
+	if err := copyEvidence(ctx, c, id, dir); err != nil {
+		return nil, fmt.Errorf("hunt %s: copy the evidence to %s: %w", o.Name, dir, err)
+	}
+	s.Artifacts = dir
+	o.emit(HuntEvent{Event: "artifacts", Sandbox: id, Path: dir})
+
+	if _, err := c.GetSnapshot(ctx, o.Name); err != nil {
+		if _, err := c.Snapshot(ctx, id, o.Name, false); err != nil {
+			return nil, fmt.Errorf("hunt %s: snapshot %s: %w", o.Name, id, err)
+		}
+	}
+	s.Snapshot = o.Name
+	o.emit(HuntEvent{Event: "snapshot", Sandbox: id, Snapshot: s.Snapshot})
+
+	if _, err := c.Stop(ctx, id, true); err != nil {
+		return nil, fmt.Errorf("hunt %s: stop %s: %w", o.Name, id, err)
+	}
+	s.Stopped = true
+	if !s.FailedAt.IsZero() {
+		s.CaptureMs = time.Since(s.FailedAt).Milliseconds()
+	}
+	o.emit(HuntEvent{Event: "stopped", Sandbox: id})
+	s.Commands = commands(o, s)
+	return s, nil
+}
+
+// commands are what to type next: resume, fork, replay.
+func commands(o *HuntOptions, s *HuntSummary) []string {
+	seed := "SEED"
+	if s != nil && s.Seed != "" {
+		seed = s.Seed
+	}
+	line := o.testLine
+	if line == "" {
+		line = shellJoin(o.Cmd)
+	}
+	test := "cd /work && " + line
+	return []string{
+		"sbx resume " + o.Name,
+		"sbx new --from " + o.Name,
+		fmt.Sprintf("sbx replay %s --seed %s --seed-env %s -- %s", o.Name, seed, o.SeedEnv, shellQuote(test)),
+	}
+}
+
+// readFailed fills s from the loop's marker file HuntDir/failed.
+func readFailed(ctx context.Context, c HuntClient, s *HuntSummary) error {
+	rc, err := c.ReadFile(ctx, s.Sandbox, HuntDir+"/failed")
+	if err != nil {
+		return fmt.Errorf("read %s/failed in %s: %w", HuntDir, s.Sandbox, err)
+	}
+	defer rc.Close()
+	return parseFailed(rc, s)
+}
+
+// parseFailed reads the marker file's key=value lines into s.
+func parseFailed(r io.Reader, s *HuntSummary) error {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), "=")
+		switch k {
+		case "run":
+			s.Run, _ = strconv.Atoi(v)
+			s.Runs = s.Run
+		case "seed":
+			s.Seed = v
+		case "exit":
+			s.ExitCode, _ = strconv.Atoi(v)
+		case "time":
+			s.FailedAt = parseEpoch(v)
+		}
+	}
+	return sc.Err()
+}
+
+// parseEpoch reads "1700000000.123456789" or "1700000000"; zero if neither.
+func parseEpoch(v string) time.Time {
+	sec, frac, _ := strings.Cut(strings.TrimSpace(v), ".")
+	n, err := strconv.ParseInt(sec, 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	var ns int64
+	if frac != "" {
+		frac = (frac + "000000000")[:9]
+		ns, _ = strconv.ParseInt(frac, 10, 64)
+	}
+	return time.Unix(n, ns).UTC()
+}
+
+// copyEvidence extracts a tar of HuntDir into dir (made if missing),
+// dropping the tar's top directory.
+func copyEvidence(ctx context.Context, c HuntClient, id, dir string) error {
+	rc, err := c.ReadTar(ctx, id, HuntDir)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		name := strings.TrimPrefix(filepath.ToSlash(filepath.Clean(h.Name)), "/")
+		if _, rest, ok := strings.Cut(name, "/"); ok {
+			name = rest
+		} else {
+			continue // the top directory itself
+		}
+		if name == "" || name == ".." || strings.HasPrefix(name, "../") {
+			continue
+		}
+		target := filepath.Join(dir, filepath.FromSlash(name))
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(target, 0o755); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+				return err
+			}
+			f, err := os.OpenFile(target, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(f, tr)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+}

@@ -1,0 +1,137 @@
+package flaky
+
+import (
+	"fmt"
+	"strings"
+)
+
+// HuntDir is where the loop inside the sandbox keeps its state and evidence.
+const HuntDir = "/work/.sbx-hunt"
+
+// huntLoop is the path of the loop script inside the sandbox; attach finds
+// the loop's exec by it.
+const huntLoop = HuntDir + "/loop.sh"
+
+// The loop's exit codes: a failure captured, the setup failed. 0 is "no run
+// failed"; anything else is the loop itself breaking.
+const (
+	loopFailed      = 3
+	loopSetupFailed = 4
+)
+
+// The lines the loop prints on its stdout, one per step; everything the test
+// and setup print goes to files instead, so the lines cannot be mixed up.
+const (
+	lineRun      = "sbx-hunt: run"      // "sbx-hunt: run N seed S exit E"
+	lineFailed   = "sbx-hunt: failed"   // "sbx-hunt: failed N seed S exit E time T"
+	lineCaptured = "sbx-hunt: captured" // the evidence is in HuntDir
+)
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:@%+,") == "" {
+		return s // nothing the shell would read differently
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func shellJoin(argv []string) string {
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		q[i] = shellQuote(a)
+	}
+	return strings.Join(q, " ")
+}
+
+// loopScript is the POSIX shell loop run inside the sandbox by a detached
+// exec, so it goes on when the client goes away. It runs setup once, then
+// the test up to runs times, each with a fresh seed in seedEnv. On the first
+// failure it writes the marker HuntDir/failed at once, then records the
+// evidence (before anything else runs) and exits loopFailed. Processes a
+// passing run leaves behind are killed before the next run, so that runs do
+// not see each other (a leaked server would make every later run pass).
+func loopScript(setup string, runs int, seedEnv string, test []string, collect []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `#!/bin/sh
+# written by sbx hunt: loops the test until it fails, then records the evidence
+H=%s
+mkdir -p "$H"
+cd /work 2>/dev/null || cd /
+pids() { for p in /proc/[0-9]*; do echo "${p#/proc/}"; done | sort; }
+step() { echo "$(now) $1" >>"$H/steps.log"; }
+now() { t=$(date +%%s.%%N 2>/dev/null); case "$t" in *N*|"") date +%%s ;; *) echo "$t" ;; esac; }
+`, shellQuote(HuntDir))
+	if setup != "" {
+		fmt.Fprintf(&b, `echo "sbx-hunt: setup"
+/bin/sh -c %s >"$H/setup.out" 2>&1
+code=$?
+if [ $code -ne 0 ]; then echo "sbx-hunt: setup failed exit $code"; exit %d; fi
+`, shellQuote(setup), loopSetupFailed)
+	}
+	fmt.Fprintf(&b, `i=0
+while [ $i -lt %d ]; do
+	i=$((i + 1))
+	seed=$(od -An -N4 -tu4 /dev/urandom | tr -d ' \n')
+	pids >"$H/pids.before"
+	echo "$i" >"$H/current"
+	env %s="$seed" %s >"$H/run.out" 2>&1 </dev/null
+	code=$?
+	if [ $code -ne 0 ]; then
+		t=$(now)
+		printf 'run=%%s\nseed=%%s\nexit=%%s\ntime=%%s\n' "$i" "$seed" "$code" "$t" >"$H/failed"
+		echo "sbx-hunt: failed $i seed $seed exit $code time $t"
+		pids >"$H/pids.after"
+		cp "$H/run.out" "$H/test-output.txt"
+		comm -13 "$H/pids.before" "$H/pids.after" | grep -vx "$$" >"$H/leaked-pids.txt"
+		step processes
+		ps -eo pid,ppid,etime,args --forest >"$H/processes.txt" 2>&1 || ps >"$H/processes.txt" 2>&1
+		step listening
+		{
+			echo "# ss -ltnp"
+			ss -ltnp 2>&1
+			echo "# lsof -iTCP -sTCP:LISTEN -P -n"
+			lsof -iTCP -sTCP:LISTEN -P -n 2>&1
+		} >"$H/listening.txt"
+		for p in $(cat "$H/leaked-pids.txt"); do
+			[ -d "/proc/$p" ] || continue
+			echo "$p $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)" >>"$H/leaked.txt"
+			step "files $p"
+			{
+				echo "# ls -l /proc/$p/fd"
+				ls -l "/proc/$p/fd" 2>&1
+				echo "# lsof -b -w -n -P -p $p"
+				timeout 10 lsof -b -w -n -P -p "$p" 2>&1
+			} >"$H/files-$p.txt"
+			if command -v gdb >/dev/null 2>&1; then
+				step "stack $p"
+				timeout 60 gdb -batch -p "$p" -ex 'thread apply all bt' >"$H/stack-$p.txt" 2>&1 </dev/null
+			fi
+		done
+		# a leaked server may still be starting: look at the listeners again
+		sleep 1
+		{
+			echo "# 1 s later, after the process evidence: ss -ltnp"
+			ss -ltnp 2>&1
+			echo "# lsof -iTCP -sTCP:LISTEN -P -n"
+			lsof -iTCP -sTCP:LISTEN -P -n 2>&1
+		} >>"$H/listening.txt"
+`, runs, seedEnv, shellJoin(test))
+	if len(collect) > 0 {
+		fmt.Fprintf(&b, "\t\tmkdir -p \"$H/collected\"\n\t\tfor c in %s; do cp -a \"$c\" \"$H/collected/\" >>\"$H/collect.log\" 2>&1 || echo \"collect $c failed\" >>\"$H/collect.log\"; done\n", shellJoin(collect))
+	}
+	fmt.Fprintf(&b, `		step captured
+		touch "$H/captured"
+		echo "sbx-hunt: captured"
+		exit %d
+	fi
+	echo "sbx-hunt: run $i seed $seed exit 0"
+	# each run starts clean: what a passing run left behind is killed
+	pids >"$H/pids.after"
+	for p in $(comm -13 "$H/pids.before" "$H/pids.after" | grep -vx "$$"); do kill -9 "$p" 2>/dev/null; done
+done
+touch "$H/nofailure"
+echo "sbx-hunt: no failure in $i runs"
+exit 0
+`, loopFailed)
+	return b.String()
+}

@@ -1,0 +1,351 @@
+package flaky
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/client"
+)
+
+// fakeHunt is an in-memory sbxd for Hunt: the loop's output and exit code
+// are given, and it records each call by name, in order.
+type fakeHunt struct {
+	loopOut  string
+	loopExit int
+	failed   string // the marker file's content
+
+	mu        sync.Mutex
+	calls     []string
+	created   api.CreateRequest
+	script    string
+	state     api.State
+	snapshots map[string]bool
+	sandboxes map[string]bool
+	stopErr   error
+}
+
+var _ HuntClient = (*fakeHunt)(nil)
+
+func newFakeHunt(out string, exit int) *fakeHunt {
+	return &fakeHunt{loopOut: out, loopExit: exit, state: api.StateRunning,
+		snapshots: map[string]bool{}, sandboxes: map[string]bool{},
+		failed: "run=3\nseed=4242\nexit=1\ntime=1700000000.5\n"}
+}
+
+func (f *fakeHunt) call(s string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, s)
+}
+
+func (f *fakeHunt) Create(ctx context.Context, opts ...client.CreateOption) (*api.Sandbox, error) {
+	f.call("create")
+	for _, o := range opts {
+		o(&f.created)
+	}
+	f.sandboxes[f.created.Name] = true
+	return &api.Sandbox{ID: "sb_hunt", Name: f.created.Name, State: api.StateRunning}, nil
+}
+
+func (f *fakeHunt) Get(ctx context.Context, id string) (*api.Sandbox, error) {
+	f.call("get " + id)
+	if !f.sandboxes[id] {
+		return nil, api.Errorf(api.ErrNotFound, "no sandbox %s", id)
+	}
+	return &api.Sandbox{ID: "sb_hunt", Name: id, State: f.state}, nil
+}
+
+func (f *fakeHunt) Delete(ctx context.Context, id string) error {
+	f.call("delete " + id)
+	return nil
+}
+
+func (f *fakeHunt) Exec(ctx context.Context, id string, req api.ExecRequest, stdout, stderr io.Writer) (*api.Exec, error) {
+	f.call("exec " + strings.Join(req.Cmd, " "))
+	zero := 0
+	return &api.Exec{ID: "x_mk", ExitCode: &zero, State: api.ExecExited}, nil
+}
+
+func (f *fakeHunt) ExecDetached(ctx context.Context, id string, req api.ExecRequest) (*api.Exec, error) {
+	f.call("detach " + strings.Join(req.Cmd, " "))
+	return &api.Exec{ID: "x_loop", Cmd: req.Cmd, State: api.ExecRunning, Detached: true}, nil
+}
+
+func (f *fakeHunt) Execs(ctx context.Context, id string) ([]api.Exec, error) {
+	f.call("execs")
+	return []api.Exec{{ID: "x_other", Cmd: []string{"true"}}, {ID: "x_loop", Cmd: []string{"/bin/sh", huntLoop}}}, nil
+}
+
+func (f *fakeHunt) ExecOutput(ctx context.Context, id, execID string, follow bool, stdout, stderr io.Writer) (*api.Exec, error) {
+	f.call("follow " + execID)
+	io.WriteString(stdout, f.loopOut)
+	code := f.loopExit
+	return &api.Exec{ID: execID, ExitCode: &code, State: api.ExecExited}, nil
+}
+
+func (f *fakeHunt) WriteFile(ctx context.Context, id, path string, r io.Reader, size int64, mode fs.FileMode) error {
+	f.call("write " + path)
+	b, _ := io.ReadAll(r)
+	f.script = string(b)
+	return nil
+}
+
+func (f *fakeHunt) WriteTar(ctx context.Context, id, dir string, r io.Reader) error {
+	f.call("writetar " + dir)
+	_, err := io.Copy(io.Discard, r)
+	return err
+}
+
+func (f *fakeHunt) ReadTar(ctx context.Context, id, path string) (io.ReadCloser, error) {
+	f.call("readtar " + path)
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	tw.WriteHeader(&tar.Header{Name: ".sbx-hunt/", Typeflag: tar.TypeDir, Mode: 0o755})
+	body := "curl: (7) Failed to connect: Connection refused\n"
+	tw.WriteHeader(&tar.Header{Name: ".sbx-hunt/test-output.txt", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body))})
+	io.WriteString(tw, body)
+	tw.WriteHeader(&tar.Header{Name: "../escape", Typeflag: tar.TypeReg, Mode: 0o644})
+	tw.Close()
+	return io.NopCloser(&b), nil
+}
+
+func (f *fakeHunt) ReadFile(ctx context.Context, id, path string) (io.ReadCloser, error) {
+	f.call("read " + path)
+	return io.NopCloser(strings.NewReader(f.failed)), nil
+}
+
+func (f *fakeHunt) Fork(ctx context.Context, id string, req api.ForkRequest) ([]api.Sandbox, error) {
+	f.call(fmt.Sprintf("fork %s memory=%v", req.Name, req.Memory))
+	f.sandboxes[req.Name] = true
+	return []api.Sandbox{{ID: "sb_fork", Name: req.Name}}, nil
+}
+
+func (f *fakeHunt) Snapshot(ctx context.Context, id, name string, memory bool) (*api.Snapshot, error) {
+	f.call(fmt.Sprintf("snapshot %s memory=%v", name, memory))
+	f.snapshots[name] = true
+	return &api.Snapshot{Name: name}, nil
+}
+
+func (f *fakeHunt) GetSnapshot(ctx context.Context, name string) (*api.Snapshot, error) {
+	if !f.snapshots[name] {
+		return nil, api.Errorf(api.ErrNotFound, "no snapshot %s", name)
+	}
+	return &api.Snapshot{Name: name}, nil
+}
+
+func (f *fakeHunt) Stop(ctx context.Context, id string, wait bool) (*api.Sandbox, error) {
+	f.call(fmt.Sprintf("stop wait=%v", wait))
+	if f.stopErr != nil {
+		return nil, f.stopErr
+	}
+	f.state = api.StateStopped
+	return &api.Sandbox{ID: id, State: api.StateStopped}, nil
+}
+
+// outside keeps the calls of the steps after the loop, without the gets.
+func outside(calls []string) []string {
+	var out []string
+	for i, c := range calls {
+		if strings.HasPrefix(c, "follow ") {
+			for _, d := range calls[i+1:] {
+				if !strings.HasPrefix(d, "get ") {
+					out = append(out, d)
+				}
+			}
+		}
+	}
+	return out
+}
+
+const failingLoop = "sbx-hunt: run 1 seed 11 exit 0\nsbx-hunt: run 2 seed 12 exit 0\n" +
+	"sbx-hunt: failed 3 seed 4242 exit 1 time 1700000000.5\nsbx-hunt: captured\n"
+
+func TestHuntFailureOrder(t *testing.T) {
+	f := newFakeHunt(failingLoop, loopFailed)
+	dir := t.TempDir()
+	var events []string
+	s, err := Hunt(context.Background(), f, HuntOptions{
+		Name: "hunt-a", Template: "base", Source: strings.NewReader(""), Runs: 20,
+		Cmd: []string{"./test.sh"}, OutDir: filepath.Join(dir, "out"),
+		Event: func(ev HuntEvent) { events = append(events, ev.Event) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantSetup := []string{"create", "exec mkdir -p " + HuntDir, "writetar /work", "write " + huntLoop, "detach /bin/sh " + huntLoop, "follow x_loop"}
+	if diff := cmp.Diff(wantSetup, f.calls[:len(wantSetup)]); diff != "" {
+		t.Errorf("calls before the loop ended (-want +got):\n%s", diff)
+	}
+	want := []string{"read " + HuntDir + "/failed", "fork hunt-a-fork memory=false", "readtar " + HuntDir,
+		"snapshot hunt-a memory=false", "stop wait=true"}
+	if diff := cmp.Diff(want, outside(f.calls)); diff != "" {
+		t.Errorf("outside steps (-want +got):\n%s", diff)
+	}
+	wantEvents := []string{"sandbox", "started", "run", "run", "failed", "captured", "fork", "artifacts", "snapshot", "stopped"}
+	if diff := cmp.Diff(wantEvents, events); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	if f.created.Template != "base" || f.created.Name != "hunt-a" {
+		t.Errorf("created %+v, want template base and name hunt-a", f.created)
+	}
+	if !s.Failed || s.Run != 3 || s.Seed != "4242" || s.ExitCode != 1 || !s.Stopped || s.Snapshot != "hunt-a" || s.Fork != "hunt-a-fork" {
+		t.Errorf("summary %+v", s)
+	}
+	if s.FailedAt.Unix() != 1700000000 || s.FailedAt.Nanosecond() != 500000000 {
+		t.Errorf("failedAt %v, want 1700000000.5", s.FailedAt)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "out", "test-output.txt"))
+	if err != nil || !strings.Contains(string(b), "refused") {
+		t.Errorf("artifact test-output.txt: %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "escape")); err == nil {
+		t.Errorf("a tar entry escaped the artifacts folder")
+	}
+	if len(s.Commands) != 3 || !strings.Contains(s.Commands[2], "--seed 4242") || s.Commands[0] != "sbx resume hunt-a" {
+		t.Errorf("commands %q", s.Commands)
+	}
+}
+
+func TestHuntNoFailureDeletes(t *testing.T) {
+	f := newFakeHunt("sbx-hunt: run 1 seed 1 exit 0\nsbx-hunt: run 2 seed 2 exit 0\nsbx-hunt: no failure in 2 runs\n", 0)
+	s, err := Hunt(context.Background(), f, HuntOptions{Name: "hunt-b", Runs: 2, Cmd: []string{"true"}, OutDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"delete sb_hunt"}, outside(f.calls)); diff != "" {
+		t.Errorf("after the loop (-want +got):\n%s", diff)
+	}
+	if s.Failed || s.Runs != 2 {
+		t.Errorf("summary %+v, want no failure in 2 runs", s)
+	}
+}
+
+func TestHuntErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		o    HuntOptions
+		exit int
+		want string
+	}{
+		{"no name", HuntOptions{Cmd: []string{"x"}}, 0, "no name"},
+		{"no command", HuntOptions{Name: "h"}, 0, "no test command"},
+		{"both sources", HuntOptions{Name: "h", Cmd: []string{"x"}, Template: "a", From: "b"}, 0, "not both"},
+		{"setup fails", HuntOptions{Name: "h", Cmd: []string{"x"}}, loopSetupFailed, "setup failed"},
+		{"loop breaks", HuntOptions{Name: "h", Cmd: []string{"x"}}, 9, "exit 9"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeHunt("sbx-hunt: setup failed exit 2\n", tc.exit)
+			_, err := Hunt(context.Background(), f, tc.o)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestHuntStopFails(t *testing.T) {
+	f := newFakeHunt(failingLoop, loopFailed)
+	f.stopErr = api.Errorf(api.ErrUnavailable, "disk full")
+	_, err := Hunt(context.Background(), f, HuntOptions{Name: "h", Cmd: []string{"x"}, OutDir: t.TempDir()})
+	if !errors.Is(err, api.ErrUnavailable) {
+		t.Fatalf("got %v, want the stop's error", err)
+	}
+}
+
+func TestAttach(t *testing.T) {
+	t.Run("running loop, steps partly done", func(t *testing.T) {
+		f := newFakeHunt(failingLoop, loopFailed)
+		f.sandboxes["h"] = true
+		f.sandboxes["h-fork"] = true // the fork was made before the client went away
+		s, err := Attach(context.Background(), f, AttachOptions{Name: "h", OutDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"read " + HuntDir + "/failed", "readtar " + HuntDir, "snapshot h memory=false", "stop wait=true"}
+		if diff := cmp.Diff(want, outside(f.calls)); diff != "" {
+			t.Errorf("outside steps (-want +got):\n%s", diff)
+		}
+		if !strings.Contains(strings.Join(f.calls, "\n"), "follow x_loop") {
+			t.Errorf("attach did not follow the loop's exec: %q", f.calls)
+		}
+		if !s.Stopped || s.Fork != "h-fork" {
+			t.Errorf("summary %+v", s)
+		}
+	})
+	t.Run("already stopped", func(t *testing.T) {
+		f := newFakeHunt("", 0)
+		f.sandboxes["h"] = true
+		f.state = api.StateStopped
+		s, err := Attach(context.Background(), f, AttachOptions{Name: "h"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]string{"get h"}, f.calls); diff != "" {
+			t.Errorf("calls (-want +got):\n%s", diff)
+		}
+		if !s.Stopped {
+			t.Errorf("summary %+v, want stopped", s)
+		}
+	})
+	t.Run("unknown", func(t *testing.T) {
+		f := newFakeHunt("", 0)
+		if _, err := Attach(context.Background(), f, AttachOptions{Name: "nope"}); !errors.Is(err, api.ErrNotFound) {
+			t.Fatalf("got %v, want api.ErrNotFound", err)
+		}
+	})
+}
+
+// TestLoopScript runs the loop script with a host shell in a scratch /work
+// stand-in: the seeds reach the test, and a failure leaves the marker.
+func TestLoopScript(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	dir := t.TempDir()
+	hunt := filepath.Join(dir, ".sbx-hunt")
+	script := loopScript("echo set >setup-ran", 10, "MYSEED", []string{"sh", "-c", `echo "seed $MYSEED"; test -e fail-now && exit 7; n=$(cat n 2>/dev/null || echo 0); echo $((n+1)) >n; [ $n -lt 2 ] || touch fail-now; exit 0`}, []string{"n"})
+	script = strings.ReplaceAll(script, "H="+shellQuote(HuntDir)+"\n", "H="+shellQuote(hunt)+"\n")
+	script = strings.ReplaceAll(script, "cd /work 2>/dev/null || cd /", "cd "+shellQuote(dir))
+	if !strings.Contains(script, "H="+shellQuote(hunt)+"\n") || strings.Contains(script, "cd /work") {
+		t.Fatalf("the script still points at the real %s:\n%s", HuntDir, script)
+	}
+	cmd := exec.Command("sh", "-c", script)
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != loopFailed {
+		t.Fatalf("loop: %v, want exit %d\n%s", err, loopFailed, out)
+	}
+	if !strings.Contains(string(out), "sbx-hunt: failed 4 seed ") || !strings.Contains(string(out), lineCaptured) {
+		t.Errorf("loop output:\n%s", out)
+	}
+	marker, err := os.ReadFile(filepath.Join(hunt, "failed"))
+	if err != nil || !strings.Contains(string(marker), "run=4\n") || !strings.Contains(string(marker), "exit=7\n") {
+		t.Errorf("marker %q, %v", marker, err)
+	}
+	for _, name := range []string{"test-output.txt", "processes.txt", "listening.txt", "collected/n", "captured"} {
+		if _, err := os.Stat(filepath.Join(hunt, name)); err != nil {
+			t.Errorf("evidence: %v", err)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(hunt, "test-output.txt")); !strings.HasPrefix(string(b), "seed ") {
+		t.Errorf("test output %q, want the seed line", b)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "setup-ran")); err != nil {
+		t.Errorf("setup did not run: %v", err)
+	}
+}
