@@ -45,8 +45,12 @@ func (m *Manager) jumps() []rule {
 	}
 }
 
+// natRule is this daemon's egress NAT rule. It carries the tag, so each
+// daemon adds and removes its own (two for one pool do no harm), and a
+// daemon with a pool of its own leaves nothing behind.
 func (m *Manager) natRule() rule {
-	return rule{"nat", "POSTROUTING", []string{"-s", m.pool.String(), "!", "-o", hostIfPrefix + "+", "-j", "MASQUERADE"}}
+	return rule{"nat", "POSTROUTING", []string{"-s", m.pool.String(), "!", "-o", hostIfPrefix + "+",
+		"-m", "comment", "--comment", "sbx-" + m.tag, "-j", "MASQUERADE"}}
 }
 
 // Setup turns on IP forwarding and ensures this tag's iptables chains, the
@@ -122,8 +126,7 @@ func ensure(r rule, op string) error {
 	return iptables(r.args(op)...)
 }
 
-// Cleanup removes this tag's chains and the jumps to them. It removes the
-// shared egress NAT rule of the pool too once no daemon's chains remain.
+// Cleanup removes this tag's chains, the jumps to them and its NAT rule.
 // Missing rules are fine. It leaves namespaces alone: Delete them first.
 func (m *Manager) Cleanup() error {
 	unlock, err := m.lock()
@@ -150,17 +153,19 @@ func (m *Manager) Cleanup() error {
 			return fmt.Errorf("netns cleanup: %w", err)
 		}
 	}
-	out, err := output("iptables", "-w", "-t", "filter", "-S")
+	// Every NAT rule of this tag, whatever pool it was made with.
+	out, err := output("iptables", "-w", "-t", "nat", "-S", "POSTROUTING")
 	if err != nil {
 		return fmt.Errorf("netns cleanup: %w", err)
 	}
 	for line := range strings.Lines(out) {
-		if strings.HasPrefix(line, "-N SBX-") {
-			return nil // another daemon still relies on the NAT rule
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "-A" || !strings.Contains(line, "--comment sbx-"+m.tag+" ") {
+			continue
 		}
-	}
-	if err := removeAll(m.natRule()); err != nil {
-		return fmt.Errorf("netns cleanup: %w", err)
+		if err := iptables(append([]string{"-w", "-t", "nat", "-D"}, f[1:]...)...); err != nil {
+			return fmt.Errorf("netns cleanup: %w", err)
+		}
 	}
 	return nil
 }
