@@ -14,7 +14,7 @@ import (
 
 var huntCommand = &command{
 	name: "hunt",
-	usage: "hunt [--template T | --from SNAPSHOT] [--setup CMD] [--runs N] [--seed-env VAR] [--collect PATH]... [--name N] [--out DIR] -- TEST_CMD [ARGS...]\n" +
+	usage: "hunt [--template T | --from SNAPSHOT] [--setup CMD] [--runs N] [--seed-env VAR] [--collect PATH]... [--on-crash] [--name N] [--out DIR] -- TEST_CMD [ARGS...]\n" +
 		"       sbx hunt --attach NAME [--out DIR]",
 	summary: "loop a test inside a sandbox until it fails, then keep the evidence: files, a fork, a snapshot, the live processes",
 	run:     runHunt,
@@ -32,6 +32,7 @@ func runHunt(e *env, args []string) error {
 	name := fs.String("name", "", "the name of the sandbox and snapshot (default hunt-RANDOM)")
 	out := fs.String("out", "", "the local folder for the evidence (default ./sbx-hunt-NAME)")
 	attach := fs.String("attach", "", "pick up the hunt in the sandbox NAME")
+	onCrash := fs.Bool("on-crash", false, "run each run under gdb; a run that dies of a fatal signal leaves a crash bundle (backtrace, core, binary, libraries) in the artifacts")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -59,7 +60,7 @@ func runHunt(e *env, args []string) error {
 	}
 	var s *flaky.HuntSummary
 	if *attach != "" {
-		if len(pos) > 0 || *template != "" || *from != "" || *setup != "" {
+		if len(pos) > 0 || *template != "" || *from != "" || *setup != "" || *onCrash {
 			return usagef("hunt --attach takes only a name (and --out)")
 		}
 		a := flaky.AttachOptions{Name: *attach, OutDir: *out, Event: event}
@@ -87,6 +88,7 @@ func runHunt(e *env, args []string) error {
 		o := flaky.HuntOptions{
 			Name: *name, Template: *template, From: *from, Setup: *setup, Runs: *runs,
 			Cmd: shellWrap(pos), SeedEnv: *seedEnv, Collect: collect, OutDir: *out, Event: event,
+			OnCrash: *onCrash,
 		}
 		if *from == "" {
 			wd, err := os.Getwd()
@@ -136,6 +138,12 @@ func printHunt(e *env, s *flaky.HuntSummary) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if cr := s.Crash; cr != nil {
+		fmt.Fprintf(e.stdout, "crash: %s; the bundle is %s\n%s", cr.SignalName, cr.Tar, cr.Backtrace)
+		if !strings.HasSuffix(cr.Backtrace, "\n") {
+			fmt.Fprintln(e.stdout)
+		}
 	}
 	fmt.Fprintln(e.stdout, "next:")
 	labels := []string{"resume", "fork", "replay"}

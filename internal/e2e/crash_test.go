@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"archive/tar"
+	"bufio"
+	"context"
+	"encoding/json"
 	"io"
 	"os"
 	"os/exec"
@@ -9,6 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"sbx.dev/sbx/internal/flaky"
 )
 
 const crashC = `#include <stdio.h>
@@ -99,6 +105,21 @@ func TestExecOnCrash(t *testing.T) {
 		}
 	})
 
+	// a script runs under gdb through its #! interpreter; what it execs is traced
+	t.Run("script that execs", func(t *testing.T) {
+		d.must(t, "exec", id, "--", "sh", "-c", `printf '#!/bin/sh\necho from the script\nexec /work/crash "$@"\n' >/work/run.sh && chmod +x /work/run.sh`)
+		r := d.sbx(t, "exec", "--on-crash", "--crash-dir", filepath.Join(t.TempDir(), "bundle"), id, "--", "/work/run.sh")
+		if r.code != 139 {
+			t.Fatalf("exit %d, want 139\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+		}
+		if r.stdout != "from the script\nbefore the crash\n" {
+			t.Errorf("stdout %q, want the script's and the program's output", r.stdout)
+		}
+		if !strings.Contains(r.stderr, "crash_here") {
+			t.Errorf("printed backtrace lacks crash_here:\n%s", r.stderr)
+		}
+	})
+
 	t.Run("normal exit", func(t *testing.T) {
 		wd, _ := os.Getwd()
 		cwd := t.TempDir()
@@ -144,5 +165,106 @@ func tarNames(t *testing.T, p string) map[string]int64 {
 		if h.Typeflag == tar.TypeReg {
 			m[h.Name] = h.Size
 		}
+	}
+}
+
+// crashSeedC crashes in crash_here on even seeds and passes on odd ones.
+const crashSeedC = `#include <stdio.h>
+#include <stdlib.h>
+
+int crash_here(int *p) {
+	return *p; /* CRASH_LINE */
+}
+
+int main(void) {
+	const char *s = getenv("SEED");
+	unsigned long seed = s ? strtoul(s, NULL, 10) : 0;
+	printf("seed %lu\n", seed);
+	fflush(stdout);
+	if (seed % 2 == 0)
+		return crash_here(NULL);
+	return 0;
+}
+`
+
+// TestHuntOnCrash: hunt --on-crash of a program that crashes on some seeds
+// finds a crashing run, and its artifacts hold the crash bundle: a
+// backtrace naming the function and line, a core and the binary.
+func TestHuntOnCrash(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("no gcc on the host")
+	}
+	d := shared
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "crash.c"), []byte(crashSeedC), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gcc", "-g", "-O0", "-o", filepath.Join(dir, "crashy"), filepath.Join(dir, "crash.c")).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	line := 0
+	for i, l := range strings.Split(crashSeedC, "\n") {
+		if strings.Contains(l, "CRASH_LINE") {
+			line = i + 1
+		}
+	}
+	name := "hunt-crash-" + randHex(3)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		_, _ = d.client.DeleteWithSnapshots(ctx, name)
+		_ = d.client.Delete(ctx, name+"-fork")
+		_ = d.client.DeleteSnapshot(ctx, name)
+	})
+	// 40 runs: an even seed among them all but surely (1 - 2^-40)
+	r := d.sbxDir(t, dir, "--json", "hunt", "--template", "base", "--on-crash", "--runs", "40", "--name", name, "--", "./crashy")
+	if r.code != 0 {
+		t.Fatalf("sbx hunt: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	var s *flaky.HuntSummary
+	sawCrash := false
+	sc := bufio.NewScanner(strings.NewReader(r.stdout))
+	for sc.Scan() {
+		var ev flaky.HuntEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		switch ev.Event {
+		case "crash":
+			sawCrash = ev.Message == "SIGSEGV"
+		case "summary":
+			s = ev.Summary
+		}
+	}
+	if s == nil || !s.Failed || s.Crash == nil {
+		t.Fatalf("want a summary of a crash, got %+v\n%s", s, r.stdout)
+	}
+	if !sawCrash {
+		t.Errorf("no crash event naming SIGSEGV:\n%s", r.stdout)
+	}
+	if seed, _ := strconv.ParseUint(s.Seed, 10, 64); seed%2 != 0 || s.ExitCode != 139 {
+		t.Errorf("run %d: seed %s exit %d, want an even seed and 139", s.Run, s.Seed, s.ExitCode)
+	}
+	if s.Crash.SignalName != "SIGSEGV" {
+		t.Errorf("crash signal %q, want SIGSEGV", s.Crash.SignalName)
+	}
+	art := filepath.Join(dir, "sbx-hunt-"+name)
+	bt, err := os.ReadFile(filepath.Join(art, "crash", "backtrace.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"crash_here", "crash.c:" + strconv.Itoa(line)} {
+		if !strings.Contains(string(bt), want) {
+			t.Errorf("crash/backtrace.txt lacks %q:\n%s", want, bt)
+		}
+	}
+	names := tarNames(t, filepath.Join(art, "crash", "crash.tar"))
+	for _, want := range []string{"core", "files/work/crashy", "maps"} {
+		if names[want] == 0 {
+			t.Errorf("crash.tar lacks a non-empty %s; has %v", want, names)
+		}
+	}
+	if out, err := os.ReadFile(filepath.Join(art, "test-output.txt")); err != nil || !strings.Contains(string(out), "seed "+s.Seed) {
+		t.Errorf("test-output.txt %q (%v), want the crashing run's seed line", out, err)
 	}
 }

@@ -16,6 +16,9 @@ package flaky
 // gdb read when the process mapped them, `info sharedlibrary`, `info proc
 // mappings` and the raw /proc/PID/maps, and the signal.
 //
+// A script (a #! line) runs under gdb through its interpreter, as the kernel
+// runs it; a process it execs (`exec ./server`) stays traced.
+//
 // What is not: crashes of child processes (only the top process is traced; a
 // shell script whose child segfaults exits 139 without a bundle), signals the
 // program handles and survives, kernel-level state (there is no kernel core),
@@ -211,10 +214,15 @@ func readSmall(ctx context.Context, c CrashClient, id, p string) (string, error)
 	return string(b), err
 }
 
+// tarReader is the one call fetchBundle needs.
+type tarReader interface {
+	ReadTar(ctx context.Context, id, path string) (io.ReadCloser, error)
+}
+
 // fetchBundle writes the sandbox's bundle directory to cr.Dir/crash.tar with
 // its entries relative to the bundle, and backtrace.txt beside it; it fills
 // cr.Files, checking each copied ELF's build-id against gdb's.
-func fetchBundle(ctx context.Context, c CrashClient, id string, cr *Crash) error {
+func fetchBundle(ctx context.Context, c tarReader, id string, cr *Crash) error {
 	if err := os.MkdirAll(cr.Dir, 0o755); err != nil {
 		return err
 	}
@@ -408,8 +416,16 @@ command -v gdb >/dev/null 2>&1 || fail "no gdb in the sandbox; use a template wi
 command -v python3 >/dev/null 2>&1 || fail "no python3 in the sandbox; use a template with gdb and python3 (base)"
 prog=$(command -v "$1") || { echo "exited 127" >"$D/status"; echo "sbx: $1: command not found" >&2; exit 127; }
 shift
-: >"$D/args"; [ $# -eq 0 ] || printf '%s\0' "$@" >"$D/args"
 case $prog in /*) ;; *) prog=$(pwd)/$prog ;; esac
+# a script runs under gdb as the kernel would run it, through the interpreter
+# its #! line names; what it execs (exec ./binary) is traced from then on
+if [ "$(head -c 2 "$prog" 2>/dev/null)" = '#!' ]; then
+	read -r interp <"$prog"
+	set -- ${interp#??} "$prog" "$@"
+	prog=$1
+	shift
+fi
+: >"$D/args"; [ $# -eq 0 ] || printf '%s\0' "$@" >"$D/args"
 unset DEBUGINFOD_URLS
 SHELL=/bin/sh gdb -q -batch -nx -ex 'set pagination off' -ex 'set confirm off' -x "$D/crash.py" --args "$prog" 3>&1 4>&2 >"$D/gdb.log" 2>&1
 read -r kind n rest <"$D/status" 2>/dev/null || fail "gdb ended without a verdict; see $D/gdb.log"

@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -71,6 +72,11 @@ type HuntOptions struct {
 	// OutDir is the local folder the evidence is copied to; "" means
 	// ./sbx-hunt-NAME.
 	OutDir string
+	// OnCrash runs each run under gdb, as `sbx exec --on-crash` does: when
+	// the test's process dies of a fatal signal, the crash bundle lands in
+	// OutDir/crash (crash.tar and backtrace.txt) and in the summary. The
+	// sandbox needs gdb and python3.
+	OnCrash bool
 	// Event, if set, hears of each step as it happens.
 	Event func(HuntEvent)
 
@@ -78,8 +84,9 @@ type HuntOptions struct {
 }
 
 // HuntEvent is one step of a hunt, as `--json` prints it: "sandbox",
-// "started", "run", "failed", "captured", "fork", "artifacts", "snapshot",
-// "stopped", "nofailure", "deleted", then "summary".
+// "started", "run", "failed", "captured", "fork", "artifacts", "crash" (with
+// OnCrash, when the failing run crashed), "snapshot", "stopped",
+// "nofailure", "deleted", then "summary".
 type HuntEvent struct {
 	Event    string       `json:"event"`
 	Time     time.Time    `json:"time"`
@@ -108,12 +115,15 @@ type HuntSummary struct {
 	// FailedAt is when the run failed (the sandbox's clock, which reads the host's).
 	FailedAt time.Time `json:"failedAt,omitzero"`
 	// CaptureMs is the time from the failure to the sandbox being stopped.
-	CaptureMs int64    `json:"captureMs,omitempty"`
-	Fork      string   `json:"fork,omitempty"`
-	Artifacts string   `json:"artifacts,omitempty"`
-	Snapshot  string   `json:"snapshot,omitempty"`
-	Stopped   bool     `json:"stopped,omitempty"`
-	Commands  []string `json:"commands,omitempty"`
+	CaptureMs int64  `json:"captureMs,omitempty"`
+	Fork      string `json:"fork,omitempty"`
+	Artifacts string `json:"artifacts,omitempty"`
+	Snapshot  string `json:"snapshot,omitempty"`
+	Stopped   bool   `json:"stopped,omitempty"`
+	// Crash is the failing run's crash bundle, with OnCrash, when its
+	// process died of a fatal signal.
+	Crash    *Crash   `json:"crash,omitempty"`
+	Commands []string `json:"commands,omitempty"`
 }
 
 func (o *HuntOptions) defaults() error {
@@ -199,7 +209,12 @@ func startLoop(ctx context.Context, c HuntClient, id string, o *HuntOptions) (*a
 			return nil, fmt.Errorf("copy the source into /work of %s: %w", id, err)
 		}
 	}
-	script := loopScript(o.Setup, o.Runs, o.SeedEnv, o.Cmd, o.Collect)
+	if o.OnCrash {
+		if err := c.WriteTar(ctx, id, HuntDir, wrapperTar(path.Base(crashDir))); err != nil {
+			return nil, fmt.Errorf("install the crash wrapper in %s: %w", id, err)
+		}
+	}
+	script := loopScript(loopConfig{setup: o.Setup, runs: o.Runs, seedEnv: o.SeedEnv, test: o.Cmd, collect: o.Collect, onCrash: o.OnCrash})
 	if err := c.WriteFile(ctx, id, huntLoop, strings.NewReader(script), int64(len(script)), 0o755); err != nil {
 		return nil, fmt.Errorf("write the loop into %s: %w", id, err)
 	}
@@ -379,6 +394,15 @@ func capture(ctx context.Context, c HuntClient, s *HuntSummary, o *HuntOptions) 
 	s.Artifacts = dir
 	o.emit(HuntEvent{Event: "artifacts", Sandbox: id, Path: dir})
 
+	cr, err := crashOf(ctx, c, id, dir)
+	if err != nil {
+		return nil, fmt.Errorf("hunt %s: %w", o.Name, err)
+	}
+	if cr != nil {
+		s.Crash = cr
+		o.emit(HuntEvent{Event: "crash", Sandbox: id, Path: cr.Dir, Message: cr.SignalName})
+	}
+
 	if _, err := c.GetSnapshot(ctx, o.Name); err != nil {
 		if _, err := c.Snapshot(ctx, id, o.Name, false); err != nil {
 			return nil, fmt.Errorf("hunt %s: snapshot %s: %w", o.Name, id, err)
@@ -397,6 +421,25 @@ func capture(ctx context.Context, c HuntClient, s *HuntSummary, o *HuntOptions) 
 	o.emit(HuntEvent{Event: "stopped", Sandbox: id})
 	s.Commands = commands(o, s)
 	return s, nil
+}
+
+// crashOf fetches the failing run's crash bundle into dir/crash when the
+// run crashed under --on-crash (the wrapper's status, copied out with the
+// evidence, says "crashed"); nil when it did not.
+func crashOf(ctx context.Context, c HuntClient, id, dir string) (*Crash, error) {
+	raw, err := os.ReadFile(filepath.Join(dir, path.Base(crashDir), "status"))
+	if err != nil {
+		return nil, nil // no --on-crash, or the run was not traced
+	}
+	st, err := parseCrashStatus(string(raw))
+	if err != nil || st.kind != "crashed" {
+		return nil, nil
+	}
+	cr := &Crash{Signal: st.code, SignalName: st.name, Dir: filepath.Join(dir, path.Base(crashDir)), Remote: crashDir + "/bundle"}
+	if err := fetchBundle(ctx, c, id, cr); err != nil {
+		return nil, fmt.Errorf("fetch the crash bundle %s of %s: %w", cr.Remote, id, err)
+	}
+	return cr, nil
 }
 
 // commands are what to type next: resume, fork, replay.
@@ -490,6 +533,9 @@ func copyEvidence(ctx context.Context, c HuntClient, id, dir string) error {
 		}
 		if name == "" || name == ".." || strings.HasPrefix(name, "../") {
 			continue
+		}
+		if name == path.Base(crashDir)+"/bundle" || strings.HasPrefix(name, path.Base(crashDir)+"/bundle/") {
+			continue // a crash bundle comes out as crash.tar, see crashOf
 		}
 		target := filepath.Join(dir, filepath.FromSlash(name))
 		switch h.Typeflag {

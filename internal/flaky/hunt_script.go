@@ -43,6 +43,27 @@ func shellJoin(argv []string) string {
 	return strings.Join(q, " ")
 }
 
+// crashDir is where --on-crash's wrapper lives inside the sandbox; the
+// bundle of a crashed run is its bundle/ folder (see crash.go).
+const crashDir = HuntDir + "/crash"
+
+// loopConfig is what the loop script is made from.
+type loopConfig struct {
+	setup   string
+	runs    int
+	seedEnv string
+	test    []string
+	collect []string
+	// onCrash runs each run under crashDir/run.sh (gdb), which leaves a
+	// bundle when the test's process dies of a fatal signal.
+	onCrash bool
+}
+
+// listenWait is how long after a failure the loop keeps looking for the
+// leaked processes' listeners: a leaked server may still be starting (often
+// the very reason the test failed), and its listener is the evidence.
+const listenWait = "1.5"
+
 // loopScript is the POSIX shell loop run inside the sandbox by a detached
 // exec, so it goes on when the client goes away. It runs setup once, then
 // the test up to runs times, each with a fresh seed in seedEnv. On the first
@@ -50,23 +71,58 @@ func shellJoin(argv []string) string {
 // evidence (before anything else runs) and exits loopFailed. Processes a
 // passing run leaves behind are killed before the next run, so that runs do
 // not see each other (a leaked server would make every later run pass).
-func loopScript(setup string, runs int, seedEnv string, test []string, collect []string) string {
+//
+// The evidence is quick because it is parallel: after the process forest
+// (taken first, so that it shows the evidence tools least), the listeners,
+// each leaked process's open files and its stack (gdb) are read at once;
+// only reads, so they do not disturb one another beyond gdb's brief stop of
+// the process it reads. Then, if a leaked process does not listen yet, the
+// listeners are read again when it does, or listenWait seconds after the
+// failure at the latest.
+func loopScript(c loopConfig) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `#!/bin/sh
 # written by sbx hunt: loops the test until it fails, then records the evidence
 H=%s
+CR=%s
 mkdir -p "$H"
 cd /work 2>/dev/null || cd /
 pids() { for p in /proc/[0-9]*; do echo "${p#/proc/}"; done | sort; }
 step() { echo "$(now) $1" >>"$H/steps.log"; }
 now() { t=$(date +%%s.%%N 2>/dev/null); case "$t" in *N*|"") date +%%s ;; *) echo "$t" ;; esac; }
-`, shellQuote(HuntDir))
-	if setup != "" {
+# before T: whether the clock is still before T (seconds since the epoch)
+before() { awk -v t="$1" -v n="$(now)" 'BEGIN { exit !(n < t) }'; }
+listeners() {
+	echo "# $1: ss -ltnp"
+	ss -ltnp 2>&1
+	echo "# lsof -iTCP -sTCP:LISTEN -P -n"
+	lsof -iTCP -sTCP:LISTEN -P -n 2>&1
+}
+# all_listen: whether every leaked process still alive has a listening socket
+all_listen() {
+	l=$(ss -ltnp 2>/dev/null) || return 0
+	for p in $(cat "$H/leaked-pids.txt"); do
+		[ -d "/proc/$p" ] || continue
+		case $l in *"pid=$p,"*) ;; *) return 1 ;; esac
+	done
+	return 0
+}
+`, shellQuote(HuntDir), shellQuote(crashDir))
+	run := "env " + c.seedEnv + `="$seed" ` + shellJoin(c.test)
+	if c.onCrash {
+		fmt.Fprintf(&b, `if ! command -v gdb >/dev/null 2>&1 || ! command -v python3 >/dev/null 2>&1; then
+	echo "sbx-hunt: --on-crash needs gdb and python3 in the sandbox (the base template has them)"
+	exit %d
+fi
+`, loopSetupFailed)
+		run = "rm -rf \"$CR/bundle\" \"$CR/status\"; env " + c.seedEnv + `="$seed" /bin/sh "$CR/run.sh" ` + shellJoin(c.test)
+	}
+	if c.setup != "" {
 		fmt.Fprintf(&b, `echo "sbx-hunt: setup"
 /bin/sh -c %s >"$H/setup.out" 2>&1
 code=$?
 if [ $code -ne 0 ]; then echo "sbx-hunt: setup failed exit $code"; exit %d; fi
-`, shellQuote(setup), loopSetupFailed)
+`, shellQuote(c.setup), loopSetupFailed)
 	}
 	fmt.Fprintf(&b, `i=0
 while [ $i -lt %d ]; do
@@ -74,7 +130,7 @@ while [ $i -lt %d ]; do
 	seed=$(od -An -N4 -tu4 /dev/urandom | tr -d ' \n')
 	pids >"$H/pids.before"
 	echo "$i" >"$H/current"
-	env %s="$seed" %s >"$H/run.out" 2>&1 </dev/null
+	%s >"$H/run.out" 2>&1 </dev/null
 	code=$?
 	if [ $code -ne 0 ]; then
 		t=$(now)
@@ -85,39 +141,31 @@ while [ $i -lt %d ]; do
 		comm -13 "$H/pids.before" "$H/pids.after" | grep -vx "$$" >"$H/leaked-pids.txt"
 		step processes
 		ps -eo pid,ppid,etime,args --forest >"$H/processes.txt" 2>&1 || ps >"$H/processes.txt" 2>&1
-		step listening
-		{
-			echo "# ss -ltnp"
-			ss -ltnp 2>&1
-			echo "# lsof -iTCP -sTCP:LISTEN -P -n"
-			lsof -iTCP -sTCP:LISTEN -P -n 2>&1
-		} >"$H/listening.txt"
+		step evidence
+		listeners "at the failure" >"$H/listening.txt" &
 		for p in $(cat "$H/leaked-pids.txt"); do
 			[ -d "/proc/$p" ] || continue
 			echo "$p $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)" >>"$H/leaked.txt"
-			step "files $p"
 			{
 				echo "# ls -l /proc/$p/fd"
 				ls -l "/proc/$p/fd" 2>&1
 				echo "# lsof -b -w -n -P -p $p"
 				timeout 10 lsof -b -w -n -P -p "$p" 2>&1
-			} >"$H/files-$p.txt"
+			} >"$H/files-$p.txt" &
 			if command -v gdb >/dev/null 2>&1; then
-				step "stack $p"
-				timeout 60 gdb -batch -p "$p" -ex 'thread apply all bt' >"$H/stack-$p.txt" 2>&1 </dev/null
+				DEBUGINFOD_URLS= timeout 30 gdb -batch -iex 'set debuginfod enabled off' -p "$p" -ex 'thread apply all bt' >"$H/stack-$p.txt" 2>&1 </dev/null &
 			fi
 		done
-		# a leaked server may still be starting: look at the listeners again
-		sleep 1
-		{
-			echo "# 1 s later, after the process evidence: ss -ltnp"
-			ss -ltnp 2>&1
-			echo "# lsof -iTCP -sTCP:LISTEN -P -n"
-			lsof -iTCP -sTCP:LISTEN -P -n 2>&1
-		} >>"$H/listening.txt"
-`, runs, seedEnv, shellJoin(test))
-	if len(collect) > 0 {
-		fmt.Fprintf(&b, "\t\tmkdir -p \"$H/collected\"\n\t\tfor c in %s; do cp -a \"$c\" \"$H/collected/\" >>\"$H/collect.log\" 2>&1 || echo \"collect $c failed\" >>\"$H/collect.log\"; done\n", shellJoin(collect))
+		wait
+		step "evidence read"
+		if [ -s "$H/leaked-pids.txt" ] && ! all_listen; then
+			until all_listen || ! before "$(awk -v t="$t" 'BEGIN { printf "%%.3f", t + %s }')"; do sleep 0.1; done
+			listeners "again at $(now), waiting for the leaked processes to listen" >>"$H/listening.txt"
+			step "listeners again"
+		fi
+`, c.runs, run, listenWait)
+	if len(c.collect) > 0 {
+		fmt.Fprintf(&b, "\t\tmkdir -p \"$H/collected\"\n\t\tfor c in %s; do cp -a \"$c\" \"$H/collected/\" >>\"$H/collect.log\" 2>&1 || echo \"collect $c failed\" >>\"$H/collect.log\"; done\n", shellJoin(c.collect))
 	}
 	fmt.Fprintf(&b, `		step captured
 		touch "$H/captured"

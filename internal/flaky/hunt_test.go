@@ -310,27 +310,46 @@ func TestAttach(t *testing.T) {
 	})
 }
 
-// TestLoopScript runs the loop script with a host shell in a scratch /work
-// stand-in: the seeds reach the test, and a failure leaves the marker.
-func TestLoopScript(t *testing.T) {
-	if _, err := exec.LookPath("sh"); err != nil {
-		t.Skip("no sh")
+// runLoop runs the loop script with a host shell in dir, a scratch /work
+// stand-in, and returns its output and exit code. It runs in a pid
+// namespace of its own with its own /proc: the loop kills the processes a
+// passing run leaves behind and reads those of a failing one, and on the
+// host those would be anyone's. Leaked processes die with the namespace.
+func runLoop(t *testing.T, dir string, c loopConfig) (string, int) {
+	t.Helper()
+	if os.Getuid() != 0 {
+		t.Skip("needs root for a pid namespace")
 	}
-	dir := t.TempDir()
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("no unshare")
+	}
 	hunt := filepath.Join(dir, ".sbx-hunt")
-	script := loopScript("echo set >setup-ran", 10, "MYSEED", []string{"sh", "-c", `echo "seed $MYSEED"; test -e fail-now && exit 7; n=$(cat n 2>/dev/null || echo 0); echo $((n+1)) >n; [ $n -lt 2 ] || touch fail-now; exit 0`}, []string{"n"})
+	script := loopScript(c)
 	script = strings.ReplaceAll(script, "H="+shellQuote(HuntDir)+"\n", "H="+shellQuote(hunt)+"\n")
 	script = strings.ReplaceAll(script, "cd /work 2>/dev/null || cd /", "cd "+shellQuote(dir))
 	if !strings.Contains(script, "H="+shellQuote(hunt)+"\n") || strings.Contains(script, "cd /work") {
 		t.Fatalf("the script still points at the real %s:\n%s", HuntDir, script)
 	}
-	cmd := exec.Command("sh", "-c", script)
+	cmd := exec.Command("unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "sh", "-c", script)
 	out, err := cmd.Output()
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != loopFailed {
-		t.Fatalf("loop: %v, want exit %d\n%s", err, loopFailed, out)
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("loop: %v", err)
 	}
-	if !strings.Contains(string(out), "sbx-hunt: failed 4 seed ") || !strings.Contains(string(out), lineCaptured) {
+	return string(out), cmd.ProcessState.ExitCode()
+}
+
+// TestLoopScript: the seeds reach the test, setup runs once, and a failure
+// leaves the marker and the evidence.
+func TestLoopScript(t *testing.T) {
+	dir := t.TempDir()
+	hunt := filepath.Join(dir, ".sbx-hunt")
+	out, code := runLoop(t, dir, loopConfig{setup: "echo set >>setup-ran", runs: 10, seedEnv: "MYSEED", collect: []string{"n"},
+		test: []string{"sh", "-c", `echo "seed $MYSEED"; test -e fail-now && exit 7; n=$(cat n 2>/dev/null || echo 0); echo $((n+1)) >n; [ $n -lt 2 ] || touch fail-now; exit 0`}})
+	if code != loopFailed {
+		t.Fatalf("loop exit %d, want %d\n%s", code, loopFailed, out)
+	}
+	if !strings.Contains(out, "sbx-hunt: failed 4 seed ") || !strings.Contains(out, lineCaptured) {
 		t.Errorf("loop output:\n%s", out)
 	}
 	marker, err := os.ReadFile(filepath.Join(hunt, "failed"))
@@ -345,7 +364,43 @@ func TestLoopScript(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(hunt, "test-output.txt")); !strings.HasPrefix(string(b), "seed ") {
 		t.Errorf("test output %q, want the seed line", b)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "setup-ran")); err != nil {
-		t.Errorf("setup did not run: %v", err)
+	if b, err := os.ReadFile(filepath.Join(dir, "setup-ran")); string(b) != "set\n" {
+		t.Errorf("setup-ran %q (%v), want the setup run once", b, err)
+	}
+}
+
+// TestLoopScriptLeak: a failing run's leaked processes are named with their
+// open files; one that never listens is looked at again until listenWait
+// after the failure, and the loop still ends.
+func TestLoopScriptLeak(t *testing.T) {
+	if _, err := exec.LookPath("ss"); err != nil {
+		t.Skip("no ss")
+	}
+	dir := t.TempDir()
+	hunt := filepath.Join(dir, ".sbx-hunt")
+	out, code := runLoop(t, dir, loopConfig{runs: 3, seedEnv: "SEED",
+		test: []string{"sh", "-c", "sleep 300 & echo leaked $!; exit 1"}})
+	if code != loopFailed {
+		t.Fatalf("loop exit %d, want %d\n%s", code, loopFailed, out)
+	}
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(hunt, name))
+		if err != nil {
+			t.Errorf("evidence: %v", err)
+		}
+		return string(b)
+	}
+	pid := strings.TrimSpace(strings.TrimPrefix(read("test-output.txt"), "leaked "))
+	if leaked := read("leaked.txt"); !strings.HasPrefix(leaked, pid+" sleep 300") {
+		t.Errorf("leaked.txt %q, want %s sleep 300", leaked, pid)
+	}
+	if files := read("files-" + pid + ".txt"); !strings.Contains(files, "/proc/"+pid+"/fd") {
+		t.Errorf("files-%s.txt %q, want its fds", pid, files)
+	}
+	if l := read("listening.txt"); !strings.Contains(l, "# at the failure") || !strings.Contains(l, "waiting for the leaked processes to listen") {
+		t.Errorf("listening.txt lacks the first or the second look:\n%s", l)
+	}
+	if steps := read("steps.log"); !strings.Contains(steps, "listeners again") {
+		t.Errorf("steps.log lacks the second look:\n%s", steps)
 	}
 }
