@@ -28,7 +28,7 @@ func runHunt(e *env, args []string) error {
 	runs := fs.Int("runs", flaky.DefaultHuntRuns, "the most runs before giving up")
 	seedEnv := fs.String("seed-env", flaky.DefaultSeedEnv, "the environment variable each run's seed is passed in")
 	var collect listFlag
-	fs.Var(&collect, "collect", "a path inside the sandbox (relative to /work) to keep on a failure; repeatable")
+	fs.Var(&collect, "collect", "a path inside the sandbox (relative to /work, or absolute) to keep on a failure, under collected/ by its absolute path; repeatable")
 	name := fs.String("name", "", "the name of the sandbox and snapshot (default hunt-RANDOM)")
 	out := fs.String("out", "", "the local folder for the evidence (default ./sbx-hunt-NAME)")
 	attach := fs.String("attach", "", "pick up the hunt in the sandbox NAME")

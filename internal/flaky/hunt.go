@@ -67,7 +67,8 @@ type HuntOptions struct {
 	Cmd     []string
 	SeedEnv string
 	// Collect are paths (relative to /work or absolute) copied into the
-	// evidence on a failure.
+	// evidence on a failure, each under collected/ by its absolute path
+	// (logs is collected/work/logs).
 	Collect []string
 	// OutDir is the local folder the evidence is copied to; "" means
 	// ./sbx-hunt-NAME.
@@ -164,7 +165,7 @@ func (o *HuntOptions) emit(ev HuntEvent) {
 // order — a disk fork, the evidence copied to OutDir, a disk snapshot named
 // Name, a stop that keeps memory — and returns the summary. If no run fails
 // it deletes the sandbox and says so. A setup that fails is an error, and the
-// sandbox is deleted.
+// sandbox is kept for a look.
 func Hunt(ctx context.Context, c HuntClient, o HuntOptions) (*HuntSummary, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err

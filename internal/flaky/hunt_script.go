@@ -2,6 +2,7 @@ package flaky
 
 import (
 	"fmt"
+	"path"
 	"strings"
 )
 
@@ -33,6 +34,19 @@ func shellQuote(s string) string {
 		return s // nothing the shell would read differently
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// collectPaths makes the --collect paths absolute (relative ones are in
+// /work) and clean, so that each names its place under collected/.
+func collectPaths(ps []string) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		if !path.IsAbs(p) {
+			p = path.Join("/work", p)
+		}
+		out[i] = path.Clean(p)
+	}
+	return out
 }
 
 func shellJoin(argv []string) string {
@@ -165,7 +179,11 @@ while [ $i -lt %d ]; do
 		fi
 `, c.runs, run, listenWait)
 	if len(c.collect) > 0 {
-		fmt.Fprintf(&b, "\t\tmkdir -p \"$H/collected\"\n\t\tfor c in %s; do cp -a \"$c\" \"$H/collected/\" >>\"$H/collect.log\" 2>&1 || echo \"collect $c failed\" >>\"$H/collect.log\"; done\n", shellJoin(c.collect))
+		// each path keeps its place: /work/logs is collected/work/logs, so
+		// two paths with one base name do not land on each other
+		b.WriteString("\t\tfor c in " + shellJoin(collectPaths(c.collect)) + "; do\n" +
+			"\t\t\tmkdir -p \"$H/collected$(dirname \"$c\")\" && cp -a \"$c\" \"$H/collected$c\" >>\"$H/collect.log\" 2>&1 || echo \"collect $c failed\" >>\"$H/collect.log\"\n" +
+			"\t\tdone\n")
 	}
 	fmt.Fprintf(&b, `		step captured
 		touch "$H/captured"

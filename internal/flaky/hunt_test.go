@@ -344,7 +344,7 @@ func runLoop(t *testing.T, dir string, c loopConfig) (string, int) {
 func TestLoopScript(t *testing.T) {
 	dir := t.TempDir()
 	hunt := filepath.Join(dir, ".sbx-hunt")
-	out, code := runLoop(t, dir, loopConfig{setup: "echo set >>setup-ran", runs: 10, seedEnv: "MYSEED", collect: []string{"n"},
+	out, code := runLoop(t, dir, loopConfig{setup: "echo set >>setup-ran", runs: 10, seedEnv: "MYSEED", collect: []string{filepath.Join(dir, "n")},
 		test: []string{"sh", "-c", `echo "seed $MYSEED"; test -e fail-now && exit 7; n=$(cat n 2>/dev/null || echo 0); echo $((n+1)) >n; [ $n -lt 2 ] || touch fail-now; exit 0`}})
 	if code != loopFailed {
 		t.Fatalf("loop exit %d, want %d\n%s", code, loopFailed, out)
@@ -356,7 +356,7 @@ func TestLoopScript(t *testing.T) {
 	if err != nil || !strings.Contains(string(marker), "run=4\n") || !strings.Contains(string(marker), "exit=7\n") {
 		t.Errorf("marker %q, %v", marker, err)
 	}
-	for _, name := range []string{"test-output.txt", "processes.txt", "listening.txt", "collected/n", "captured"} {
+	for _, name := range []string{"test-output.txt", "processes.txt", "listening.txt", "collected" + dir + "/n", "captured"} {
 		if _, err := os.Stat(filepath.Join(hunt, name)); err != nil {
 			t.Errorf("evidence: %v", err)
 		}
