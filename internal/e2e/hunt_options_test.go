@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -175,6 +176,10 @@ func TestHuntOptionsSetupCollect(t *testing.T) {
 	failedRec := huntOptionsArtifact(t, out, "failed")
 	if !strings.Contains(failedRec, "run=3\n") || !strings.Contains(failedRec, "seed="+s.Seed+"\n") || !strings.Contains(failedRec, "exit=7\n") {
 		t.Errorf("failed record %q, want run=3, seed=%s, exit=7", failedRec, s.Seed)
+	}
+	// busybox's date has no %N: the time comes from the agent, to the nanosecond
+	if !regexp.MustCompile(`(?m)^time=\d+\.\d{9}$`).MatchString(failedRec) {
+		t.Errorf("failed record %q, want the time with nanoseconds", failedRec)
 	}
 }
 

@@ -103,7 +103,8 @@ mkdir -p "$H"
 cd /work 2>/dev/null || cd /
 pids() { for p in /proc/[0-9]*; do echo "${p#/proc/}"; done | sort; }
 step() { echo "$(now) $1" >>"$H/steps.log"; }
-now() { t=$(date +%%s.%%N 2>/dev/null); case "$t" in *N*|"") date +%%s ;; *) echo "$t" ;; esac; }
+# busybox's date has no %%N: the agent then reads the clock
+now() { t=$(date +%%s.%%N 2>/dev/null); case "$t" in *N*|"") /.sbx/sbx-agent now 2>/dev/null || date +%%s ;; *) echo "$t" ;; esac; }
 # before T: whether the clock is still before T (seconds since the epoch)
 before() { awk -v t="$1" -v n="$(now)" 'BEGIN { exit !(n < t) }'; }
 listeners() {
