@@ -51,10 +51,14 @@ func runFlakeRate(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	// forks are made while runs go: one status line tells both
 	p := e.newStatusLine()
-	failed := 0
-	o.Forked = func(ready, n int) { p.printf("forked %d/%d", ready, n) }
-	done := 0
+	forked, done, failed := 0, 0, 0
+	status := func() { p.printf("forked %d/%d, ran %d/%d, %d failed", forked, *n, done, *n, failed) }
+	o.Forked = func(ready, _ int) {
+		forked = ready
+		status()
+	}
 	o.Progress = func(r flaky.Run) {
 		done++
 		if !r.Pass {
@@ -64,7 +68,7 @@ func runFlakeRate(e *env, args []string) error {
 			e.printJSONLine(r)
 			return
 		}
-		p.printf("ran %d/%d, %d failed", done, *n, failed)
+		status()
 	}
 	res, err := flaky.FlakeRate(e.ctx, c, o)
 	p.clear()

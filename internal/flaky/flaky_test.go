@@ -19,21 +19,37 @@ import (
 )
 
 // fakeClient is an in-memory sbxd: sandboxes are ids, a test's exit code is
-// exit(seed), and it records what it was asked.
+// exit(seed), and it records what it was asked. Forking a sandbox whose test
+// has run is an error: its children would carry the run.
 type fakeClient struct {
 	exit func(seed uint32) int // the test's exit code for a seed
 
-	mu        sync.Mutex
-	next      int
-	alive     map[string]bool
-	from      map[string]string // sandbox -> snapshot it was made from
-	forkSizes []int             // Count of each fork call
-	seedOf    map[string]uint32 // sandbox -> seed its exec saw
-	execs     int
-	running   int
-	maxRun    int
-	forkErrAt int // fail the fork call with this 1-based number
-	execErrAt int // fail the exec with this 1-based number
+	// Set before use, read without the lock.
+	forkGate   chan struct{}   // if set, each fork call takes one value first
+	deleteGate chan struct{}   // if set, each delete takes one value first
+	onFork     func()          // if set, hears each fork call begin
+	onExec     func(id string) // if set, hears each exec begin
+	onDelete   func()          // if set, hears each delete begin
+
+	mu          sync.Mutex
+	next        int
+	alive       map[string]bool
+	existing    int               // sandboxes there from the start
+	from        map[string]string // sandbox -> snapshot it was made from
+	forkSizes   []int             // Count of each fork call
+	forkParents []string          // parent of each fork call
+	maxAlive    int               // most sandboxes made by the test alive at once
+	seedOf      map[string]uint32 // sandbox -> seed its exec saw
+	execs       int
+	running     int
+	maxRun      int
+	deletes     int
+	deleting    int
+	maxDeleting int
+	forkErrAt   int // fail the fork call with this 1-based number
+	forkShortAt int // the fork call with this 1-based number makes one child too few
+	execErrAt   int // fail the exec with this 1-based number
+	deleteErrAt int // fail the delete with this 1-based number
 }
 
 var _ Client = (*fakeClient)(nil)
@@ -43,6 +59,7 @@ func newFake(exit func(uint32) int, existing ...string) *fakeClient {
 	for _, id := range existing {
 		f.alive[id] = true
 	}
+	f.existing = len(existing)
 	return f
 }
 
@@ -77,9 +94,16 @@ func (f *fakeClient) Create(ctx context.Context, opts ...client.CreateOption) (*
 }
 
 func (f *fakeClient) Fork(ctx context.Context, id string, req api.ForkRequest) ([]api.Sandbox, error) {
+	if f.onFork != nil {
+		f.onFork()
+	}
+	if f.forkGate != nil {
+		<-f.forkGate
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.forkSizes = append(f.forkSizes, req.Count)
+	f.forkParents = append(f.forkParents, id)
 	if req.Count < 1 || req.Count > api.MaxForks {
 		return nil, api.Errorf(api.ErrInvalid, "count %d: want 1 to %d", req.Count, api.MaxForks)
 	}
@@ -89,17 +113,31 @@ func (f *fakeClient) Fork(ctx context.Context, id string, req api.ForkRequest) (
 	if !f.alive[id] {
 		return nil, api.Errorf(api.ErrNotFound, "sandbox %s not found", id)
 	}
+	if _, ran := f.seedOf[id]; ran {
+		return nil, fmt.Errorf("fake: fork of %s after its test ran", id)
+	}
 	if len(f.forkSizes) == f.forkErrAt {
 		return nil, api.Errorf(api.ErrUnavailable, "fake: fork fails")
 	}
-	kids := make([]api.Sandbox, req.Count)
+	k := req.Count
+	if len(f.forkSizes) == f.forkShortAt {
+		k--
+	}
+	kids := make([]api.Sandbox, k)
 	for i := range kids {
 		kids[i] = api.Sandbox{ID: f.newID()}
 	}
+	f.maxAlive = max(f.maxAlive, len(f.alive)-f.existing)
 	return kids, nil
 }
 
 func (f *fakeClient) Exec(ctx context.Context, id string, req api.ExecRequest, stdout, stderr io.Writer) (*api.Exec, error) {
+	if f.onExec != nil {
+		f.onExec(id)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("exec in %s: %w", id, err)
+	}
 	f.mu.Lock()
 	f.execs++
 	n := f.execs
@@ -140,8 +178,24 @@ func (f *fakeClient) Exec(ctx context.Context, id string, req api.ExecRequest, s
 }
 
 func (f *fakeClient) Delete(ctx context.Context, id string) error {
+	if f.onDelete != nil {
+		f.onDelete()
+	}
+	f.mu.Lock()
+	f.deletes++
+	n := f.deletes
+	f.deleting++
+	f.maxDeleting = max(f.maxDeleting, f.deleting)
+	f.mu.Unlock()
+	if f.deleteGate != nil {
+		<-f.deleteGate
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.deleting--
+	if n == f.deleteErrAt {
+		return api.Errorf(api.ErrUnavailable, "fake: delete of %s fails", id)
+	}
 	if !f.alive[id] {
 		return api.Errorf(api.ErrNotFound, "sandbox %s not found", id)
 	}
@@ -218,16 +272,41 @@ func TestFlakeRate(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFake(failBelow3, "sb_parent000")
-			var progressed []int
+			// unguarded on purpose: the race detector sees Progress and
+			// Forked called at once
+			var progressed, forked []int
+			heard := 0
 			res, err := FlakeRate(context.Background(), f, RateOptions{
 				Sandbox: "sb_parent000", N: tc.n, Parallel: tc.parallel, KeepFailures: tc.keep, Test: shTest,
-				Progress: func(r Run) { progressed = append(progressed, r.Run) },
+				Progress: func(r Run) { heard++; progressed = append(progressed, r.Run) },
+				Forked: func(ready, n int) {
+					heard++
+					if n != tc.n {
+						t.Errorf("Forked(%d, %d), want n %d", ready, n, tc.n)
+					}
+					forked = append(forked, ready)
+				},
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if diff := cmp.Diff(tc.wantForkSizes, f.forkSizes); diff != "" {
 				t.Errorf("fork call counts (-want +got):\n%s", diff)
+			}
+			var wantForked []int
+			for _, k := range tc.wantForkSizes {
+				wantForked = append(wantForked, k+len(wantForked)*api.MaxForks)
+			}
+			if diff := cmp.Diff(wantForked, forked); diff != "" {
+				t.Errorf("Forked heard (-want +got):\n%s", diff)
+			}
+			if heard != tc.n+len(tc.wantForkSizes) {
+				t.Errorf("callbacks heard %d times, want %d", heard, tc.n+len(tc.wantForkSizes))
+			}
+			for i, p := range f.forkParents {
+				if p != "sb_parent000" {
+					t.Errorf("fork call %d forked %s, want every batch from the root", i+1, p)
+				}
 			}
 			checkRuns(t, f, res.Runs, tc.n)
 			slices.Sort(progressed)
@@ -240,6 +319,12 @@ func TestFlakeRate(t *testing.T) {
 			}
 			if f.maxRun > wantParallel {
 				t.Errorf("%d runs at once, want at most %d", f.maxRun, wantParallel)
+			}
+			if bound := wantParallel + api.MaxForks; !tc.keep && f.maxAlive > bound {
+				t.Errorf("%d forks alive at once, want at most %d", f.maxAlive, bound)
+			}
+			if f.maxDeleting > rateDeletes {
+				t.Errorf("%d deletes at once, want at most %d", f.maxDeleting, rateDeletes)
 			}
 
 			nfail, failed := failures(res.Runs)
@@ -307,32 +392,345 @@ func TestFlakeRateSeeds(t *testing.T) {
 }
 
 func TestFlakeRateErrors(t *testing.T) {
+	sb := "sb_parent000"
 	tests := []struct {
-		name      string
-		opts      RateOptions
-		forkErrAt int
-		execErrAt int
-		wantKind  error
+		name string
+		opts RateOptions
+		// 1-based numbers of the calls that fail
+		forkErrAt, forkShortAt, execErrAt, deleteErrAt int
+		wantKind                                       error
 	}{
-		{"no sandbox", RateOptions{N: 3, Test: shTest}, 0, 0, api.ErrInvalid},
-		{"both", RateOptions{Sandbox: "sb_parent000", From: "snap", N: 3, Test: shTest}, 0, 0, api.ErrInvalid},
-		{"no runs", RateOptions{Sandbox: "sb_parent000", Test: shTest}, 0, 0, api.ErrInvalid},
-		{"no command", RateOptions{Sandbox: "sb_parent000", N: 3}, 0, 0, api.ErrInvalid},
-		{"unknown sandbox", RateOptions{Sandbox: "sb_nope", N: 3, Test: shTest}, 0, 0, api.ErrNotFound},
-		{"unknown snapshot", RateOptions{From: "missing", N: 3, Test: shTest}, 0, 0, api.ErrNotFound},
-		{"second fork call fails", RateOptions{Sandbox: "sb_parent000", N: 40, Test: shTest}, 2, 0, api.ErrUnavailable},
-		{"an exec fails", RateOptions{Sandbox: "sb_parent000", N: 40, KeepFailures: true, Test: shTest}, 0, 7, api.ErrConflict},
-		{"an exec fails, from a snapshot", RateOptions{From: "snap", N: 20, Test: shTest}, 0, 3, api.ErrConflict},
+		{name: "no sandbox", opts: RateOptions{N: 3, Test: shTest}, wantKind: api.ErrInvalid},
+		{name: "both", opts: RateOptions{Sandbox: sb, From: "snap", N: 3, Test: shTest}, wantKind: api.ErrInvalid},
+		{name: "no runs", opts: RateOptions{Sandbox: sb, Test: shTest}, wantKind: api.ErrInvalid},
+		{name: "no command", opts: RateOptions{Sandbox: sb, N: 3}, wantKind: api.ErrInvalid},
+		{name: "unknown sandbox", opts: RateOptions{Sandbox: "sb_nope", N: 3, Test: shTest}, wantKind: api.ErrNotFound},
+		{name: "unknown snapshot", opts: RateOptions{From: "missing", N: 3, Test: shTest}, wantKind: api.ErrNotFound},
+		{name: "second fork call fails", opts: RateOptions{Sandbox: sb, N: 40, Test: shTest}, forkErrAt: 2, wantKind: api.ErrUnavailable},
+		{name: "second fork call fails, failures kept", opts: RateOptions{Sandbox: sb, N: 40, Parallel: 2, KeepFailures: true, Test: shTest}, forkErrAt: 2, wantKind: api.ErrUnavailable},
+		{name: "third fork call fails, parallel 16", opts: RateOptions{Sandbox: sb, N: 60, Parallel: 16, Test: shTest}, forkErrAt: 3, wantKind: api.ErrUnavailable},
+		{name: "second fork call makes too few", opts: RateOptions{Sandbox: sb, N: 40, Test: shTest}, forkShortAt: 2},
+		{name: "an exec fails", opts: RateOptions{Sandbox: sb, N: 40, KeepFailures: true, Test: shTest}, execErrAt: 7, wantKind: api.ErrConflict},
+		{name: "an exec in the second batch fails", opts: RateOptions{Sandbox: sb, N: 40, Parallel: 2, Test: shTest}, execErrAt: 20, wantKind: api.ErrConflict},
+		{name: "an exec fails, from a snapshot", opts: RateOptions{From: "snap", N: 20, Test: shTest}, execErrAt: 3, wantKind: api.ErrConflict},
+		{name: "a delete fails", opts: RateOptions{Sandbox: sb, N: 40, Test: shTest}, deleteErrAt: 3, wantKind: api.ErrUnavailable},
+		{name: "a delete fails, failures kept", opts: RateOptions{Sandbox: sb, N: 40, KeepFailures: true, Test: shTest}, deleteErrAt: 3, wantKind: api.ErrUnavailable},
+		{name: "the last delete fails", opts: RateOptions{Sandbox: sb, N: 20, Test: shTest}, deleteErrAt: 20, wantKind: api.ErrUnavailable},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake(failBelow3, sb)
+			f.forkErrAt, f.forkShortAt, f.execErrAt, f.deleteErrAt = tc.forkErrAt, tc.forkShortAt, tc.execErrAt, tc.deleteErrAt
+			_, err := FlakeRate(context.Background(), f, tc.opts)
+			if tc.wantKind == nil && err == nil {
+				t.Fatal("got no error, want one")
+			}
+			if tc.wantKind != nil && !errors.Is(err, tc.wantKind) {
+				t.Fatalf("got %v, want an error of kind %v", err, tc.wantKind)
+			}
+			// an operational error leaves no fork behind, kept failures included
+			if diff := cmp.Diff([]string{"sb_parent000"}, f.left()); diff != "" {
+				t.Errorf("sandboxes left (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// stuck is how long a test waits for a step before calling the code
+// stuck; only a guard against a hang, nothing waits on it to pass.
+const stuck = 20 * time.Second
+
+// rateCall is FlakeRate under way in the background.
+type rateCall struct {
+	done chan struct{}
+	res  *RateResult
+	err  error
+}
+
+func startRate(ctx context.Context, f *fakeClient, o RateOptions) *rateCall {
+	rc := &rateCall{done: make(chan struct{})}
+	go func() {
+		defer close(rc.done)
+		rc.res, rc.err = FlakeRate(ctx, f, o)
+	}()
+	return rc
+}
+
+// wait is FlakeRate's result, or a fatal error if it never ends.
+func (rc *rateCall) wait(t *testing.T) (*RateResult, error) {
+	t.Helper()
+	select {
+	case <-rc.done:
+		return rc.res, rc.err
+	case <-time.After(stuck):
+		t.Fatalf("FlakeRate still going after %v", stuck)
+		return nil, nil
+	}
+}
+
+// await waits for a step of the test, or fails it with what was awaited.
+func await[T any](t *testing.T, c <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(stuck):
+		t.Fatalf("still waiting after %v for %s", stuck, what)
+		var zero T
+		return zero
+	}
+}
+
+// signal returns a channel that hears n sends, and a send for it that never blocks.
+func signal[T any](n int) (chan T, func(T)) {
+	c := make(chan T, n)
+	return c, func(v T) {
+		select {
+		case c <- v:
+		default:
+		}
+	}
+}
+
+func TestFlakeRatePipelines(t *testing.T) {
+	// the second fork call is held until a run has started: a FlakeRate that
+	// made every fork before running any never gets there
+	f := newFake(failBelow3, "sb_parent000")
+	f.forkGate = make(chan struct{})
+	started, send := signal[int](1)
+	f.onExec = func(string) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		send(f.next)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var forked []int // guarded by FlakeRate: Forked and Progress hear one at a time
+	rc := startRate(ctx, f, RateOptions{
+		Sandbox: "sb_parent000", N: 40, Parallel: 4, Test: shTest,
+		Forked: func(ready, n int) { forked = append(forked, ready) },
+	})
+	f.forkGate <- struct{}{} // the first batch
+	if made := await(t, started, "a run while the second batch of forks is held"); made != api.MaxForks {
+		t.Errorf("%d forks made when the first run started, want %d (the first batch)", made, api.MaxForks)
+	}
+	close(f.forkGate)
+	res, err := rc.wait(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRuns(t, f, res.Runs, 40)
+	if diff := cmp.Diff([]int{16, 32, 40}, forked); diff != "" {
+		t.Errorf("Forked heard (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"sb_parent000"}, f.left()); diff != "" {
+		t.Errorf("sandboxes left (-want +got):\n%s", diff)
+	}
+}
+
+func TestFlakeRateDeletesOffTheSlot(t *testing.T) {
+	// Every delete is held: with 2 slots, the whole first batch still runs,
+	// rateDeletes deletes wait, and the second batch waits for room.
+	const n, parallel = 40, 2
+	f := newFake(failBelow3, "sb_parent000")
+	f.deleteGate = make(chan struct{})
+	deleting, sendDeleting := signal[struct{}](n)
+	f.onDelete = func() { sendDeleting(struct{}{}) }
+	ran, sendRan := signal[struct{}](1)
+	runs := 0 // guarded by FlakeRate: Progress hears one at a time
+	rc := startRate(context.Background(), f, RateOptions{
+		Sandbox: "sb_parent000", N: n, Parallel: parallel, Test: shTest,
+		Progress: func(Run) {
+			if runs++; runs == api.MaxForks {
+				sendRan(struct{}{})
+			}
+		},
+	})
+	await(t, ran, fmt.Sprintf("%d runs to end while every delete is held", api.MaxForks))
+	for i := range rateDeletes {
+		await(t, deleting, fmt.Sprintf("delete %d to begin", i+1))
+	}
+	f.mu.Lock()
+	calls := len(f.forkSizes)
+	f.mu.Unlock()
+	if calls != 1 {
+		t.Errorf("%d fork calls with %d forks waiting to be deleted, want 1: the next batch waits for room", calls, api.MaxForks)
+	}
+	close(f.deleteGate)
+	res, err := rc.wait(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRuns(t, f, res.Runs, n)
+	if f.maxDeleting != rateDeletes {
+		t.Errorf("%d deletes at once, want %d", f.maxDeleting, rateDeletes)
+	}
+	if f.maxRun > parallel {
+		t.Errorf("%d runs at once, want at most %d", f.maxRun, parallel)
+	}
+	if diff := cmp.Diff([]string{"sb_parent000"}, f.left()); diff != "" {
+		t.Errorf("sandboxes left (-want +got):\n%s", diff)
+	}
+}
+
+func TestFlakeRateBound(t *testing.T) {
+	// forks are instant and runs are not, so without a bound the forks
+	// would all be made at once
+	tests := []struct {
+		name        string
+		n, parallel int
+		keep        bool
+		exit        func(uint32) int
+	}{
+		{"300 forks, 2 at once", 300, 2, false, failBelow3},
+		{"100 forks, 4 at once", 100, 4, false, failBelow3},
+		{"64 forks, 16 at once", 64, 16, false, failBelow3},
+		// kept forks stay on purpose and do not count: counting them would
+		// stall the pipeline once 18 had failed
+		{"every run fails, all kept", 60, 2, true, func(uint32) int { return 1 }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake(tc.exit, "sb_parent000")
+			res, err := startRate(context.Background(), f, RateOptions{
+				Sandbox: "sb_parent000", N: tc.n, Parallel: tc.parallel, KeepFailures: tc.keep, Test: shTest,
+			}).wait(t)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRuns(t, f, res.Runs, tc.n)
+			bound := tc.parallel + api.MaxForks
+			if tc.keep {
+				bound = tc.n
+			}
+			if f.maxAlive > bound {
+				t.Errorf("%d forks alive at once, want at most %d", f.maxAlive, bound)
+			}
+			_, failed := failures(res.Runs)
+			if !tc.keep {
+				failed = nil
+			}
+			want := append([]string{"sb_parent000"}, failed...)
+			slices.Sort(want)
+			if diff := cmp.Diff(want, f.left()); diff != "" {
+				t.Errorf("sandboxes left (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestFlakeRateCancel(t *testing.T) {
+	tests := []struct {
+		name string
+		from string // else fork sb_parent000
+		// arm sets f up to call cancel mid-way and returns what the test
+		// then does (nil: nothing)
+		arm func(t *testing.T, f *fakeClient, cancel func()) func()
+		// wantForkCalls is how many fork calls begin, -1 for any
+		wantForkCalls int
+	}{
+		{
+			name:          "before the start",
+			arm:           func(t *testing.T, f *fakeClient, cancel func()) func() { cancel(); return nil },
+			wantForkCalls: 0,
+		},
+		{
+			name: "while the second batch is forked",
+			arm: func(t *testing.T, f *fakeClient, cancel func()) func() {
+				f.forkGate = make(chan struct{})
+				calls, sendCall := signal[struct{}](2)
+				f.onFork = func() { sendCall(struct{}{}) }
+				started, sendStarted := signal[struct{}](1)
+				f.onExec = func(string) { sendStarted(struct{}{}) }
+				return func() {
+					f.forkGate <- struct{}{}
+					await(t, started, "a run in the first batch")
+					await(t, calls, "fork call 1")
+					await(t, calls, "fork call 2")
+					cancel()
+					close(f.forkGate) // the held call ends and its forks are deleted
+				}
+			},
+			wantForkCalls: 2,
+		},
+		{
+			name: "during the fifth run",
+			arm: func(t *testing.T, f *fakeClient, cancel func()) func() {
+				var mu sync.Mutex
+				execs := 0
+				f.onExec = func(string) {
+					mu.Lock()
+					defer mu.Unlock()
+					if execs++; execs == 5 {
+						cancel()
+					}
+				}
+				return nil
+			},
+			wantForkCalls: -1,
+		},
+		{
+			name: "during the fifth run, from a snapshot",
+			from: "snap",
+			arm: func(t *testing.T, f *fakeClient, cancel func()) func() {
+				var mu sync.Mutex
+				execs := 0
+				f.onExec = func(string) {
+					mu.Lock()
+					defer mu.Unlock()
+					if execs++; execs == 5 {
+						cancel()
+					}
+				}
+				return nil
+			},
+			wantForkCalls: -1,
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFake(failBelow3, "sb_parent000")
-			f.forkErrAt, f.execErrAt = tc.forkErrAt, tc.execErrAt
-			_, err := FlakeRate(context.Background(), f, tc.opts)
-			if !errors.Is(err, tc.wantKind) {
-				t.Fatalf("got %v, want an error of kind %v", err, tc.wantKind)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var mu sync.Mutex
+			canceled, callsAfter := false, 0
+			then := tc.arm(t, f, func() {
+				mu.Lock()
+				defer mu.Unlock()
+				canceled = true
+				cancel()
+			})
+			onFork := f.onFork
+			f.onFork = func() {
+				mu.Lock()
+				if canceled {
+					callsAfter++
+				}
+				mu.Unlock()
+				if onFork != nil {
+					onFork()
+				}
 			}
-			// an operational error leaves no fork behind, kept failures included
+			o := RateOptions{N: 40, Parallel: 4, KeepFailures: true, Test: shTest}
+			if tc.from != "" {
+				o.From = tc.from
+			} else {
+				o.Sandbox = "sb_parent000"
+			}
+			rc := startRate(ctx, f, o)
+			if then != nil {
+				then()
+			}
+			_, err := rc.wait(t)
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("got %v, want %v", err, context.Canceled)
+			}
+			if callsAfter != 0 {
+				t.Errorf("%d fork calls began after the cancel, want none", callsAfter)
+			}
+			if got := len(f.forkSizes); tc.wantForkCalls >= 0 && got != tc.wantForkCalls {
+				t.Errorf("%d fork calls, want %d", got, tc.wantForkCalls)
+			}
 			if diff := cmp.Diff([]string{"sb_parent000"}, f.left()); diff != "" {
 				t.Errorf("sandboxes left (-want +got):\n%s", diff)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
@@ -27,7 +28,9 @@ type RateOptions struct {
 	Seed func() uint32
 	// Progress, if set, hears of each run as it ends, one at a time.
 	Progress func(Run)
-	// Forked, if set, hears how many of the N forks are ready, as they grow.
+	// Forked, if set, hears how many of the N forks have been made, after
+	// each batch; the runs go meanwhile, but Forked and Progress are never
+	// called at once.
 	Forked func(ready, n int)
 }
 
@@ -70,12 +73,15 @@ type RateResult struct {
 }
 
 // FlakeRate forks N sandboxes with memory from one ready state (grown
-// breadth-first, at most api.MaxForks per fork call), runs the test once in
-// each with its own seed, at most Parallel at once, and measures the failure
-// rate. Every fork is deleted, as each run ends, except failing ones with
-// KeepFailures. A test that fails is a result, not an error; an error is
-// operational (a fork, exec or delete that did not work, api.ErrInvalid for
-// bad options) and then no fork is left.
+// api.MaxForks at a time, each batch forked from that state itself), runs
+// the test once in each with its own seed, at most Parallel at once, and
+// measures the failure rate. Runs start as soon as their forks exist, while
+// the next batch is made; at most Parallel+api.MaxForks forks, kept ones
+// aside, are alive at once. Every fork is deleted in the background as its
+// run ends, except failing ones with KeepFailures, and FlakeRate returns
+// once they are gone. A test that fails is a result, not an error; an error
+// is operational (a fork, exec or delete that did not work, the end of ctx,
+// api.ErrInvalid for bad options) and then no fork is left.
 func FlakeRate(ctx context.Context, c Client, o RateOptions) (*RateResult, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
@@ -114,78 +120,248 @@ func (o RateOptions) validate() error {
 	return o.Test.validate()
 }
 
-// flakeRate is FlakeRate forking root.
+// flakeRate is FlakeRate forking root, as a pipeline: grow makes the forks
+// batch by batch while dispatch starts runs in the forks already made, and
+// each fork is deleted in the background as its run ends. It returns once
+// grow, every run and every delete are done; on an error, once every fork
+// it made is gone too.
 func flakeRate(ctx context.Context, c Client, root string, o RateOptions) (*RateResult, error) {
-	forks, err := growForks(ctx, c, root, o.N, o.Forked)
-	if err != nil {
-		return nil, err
+	parallel := o.Parallel
+	if parallel < 1 {
+		parallel = DefaultParallel
 	}
-	seed := seeds(o.N, o.Seed)
-	runs, err := runAll(ctx, o.N, o.Parallel, o.Progress, func(ctx context.Context, i int) (Run, error) {
-		r, err := o.Test.exec(ctx, c, i, forks[i], seed[i])
-		if err != nil {
-			return Run{}, err
-		}
-		if r.Pass || !o.KeepFailures {
-			// delete as soon as done: a passing fork holds memory for nothing
-			if err := deleteAll(ctx, c, []string{forks[i]}); err != nil {
-				return Run{}, fmt.Errorf("run %d: %w", i, err)
-			}
-		}
-		return r, nil
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	p := &ratePipeline{
+		c: c, root: root, o: o, seed: seeds(o.N, o.Seed),
+		parallel: parallel, maxLive: parallel + api.MaxForks,
+		ctx: ctx, cancel: cancel,
+		gone:    map[string]bool{},
+		runs:    make([]Run, o.N),
+		deletes: make(chan struct{}, rateDeletes),
+	}
+	p.cond = sync.NewCond(&p.mu)
+	stop := context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.cond.Broadcast() // wake grow and dispatch to see the end
 	})
-	if err != nil {
-		if derr := deleteAll(ctx, c, forks); derr != nil {
+	defer stop()
+
+	p.wg.Go(p.grow)
+	p.dispatch()
+	p.wg.Wait()
+	if err := p.err(); err != nil {
+		if derr := p.deleteLeft(); derr != nil {
 			err = errors.Join(err, derr)
 		}
 		return nil, fmt.Errorf("flake-rate of %s: %w", root, err)
 	}
-	s := Summarize(runs)
-	for _, r := range runs {
+	s := Summarize(p.runs)
+	for _, r := range p.runs {
 		if !r.Pass && o.KeepFailures {
 			s.Kept = append(s.Kept, r.Sandbox)
 		}
 	}
-	return &RateResult{Runs: runs, Summary: s}, nil
+	return &RateResult{Runs: p.runs, Summary: s}, nil
 }
 
-// growForks makes n memory forks of root, at most api.MaxForks per call,
-// breadth-first: children of root, then children of those children (each a
-// copy of the same state), until n exist. On an error it deletes those it
-// made (a failed call leaves none of its own) and returns the error.
-func growForks(ctx context.Context, c Client, root string, n int, ready func(int, int)) ([]string, error) {
-	var made []string
-	parents := []string{root}
-	for len(made) < n {
-		var next []string
-		for _, p := range parents {
-			if len(made) == n {
-				break
-			}
-			k := min(api.MaxForks, n-len(made))
-			kids, err := c.Fork(ctx, p, api.ForkRequest{Memory: true, Count: k})
-			if err == nil && len(kids) != k {
-				for _, kid := range kids {
-					made = append(made, kid.ID)
-				}
-				err = fmt.Errorf("fork %s: asked for %d children, got %d", p, k, len(kids))
-			}
-			if err != nil {
-				err = fmt.Errorf("flake-rate: %d of %d forks of %s made, deleting them: %w", len(made), n, root, err)
-				if derr := deleteAll(ctx, c, made); derr != nil {
-					err = errors.Join(err, derr)
-				}
-				return nil, err
-			}
-			for _, kid := range kids {
-				made = append(made, kid.ID)
-				next = append(next, kid.ID)
-			}
-			if ready != nil {
-				ready(len(made), n)
-			}
+// rateDeletes is how many finished forks are deleted at once. Deletes are
+// off the run slots, so a few keep up with the runs (a delete costs about a
+// third of a run) without taking the CPU the runs and forks need.
+const rateDeletes = 2
+
+// ratePipeline is one FlakeRate under way. Run i goes in forks[i] with
+// seed[i], whatever order the forks and runs finish in.
+type ratePipeline struct {
+	c        Client
+	root     string
+	o        RateOptions
+	seed     []uint32
+	parallel int
+	// maxLive bounds the forks alive at once (made, not yet deleted, not
+	// kept), for memory: the Parallel running and one batch of api.MaxForks
+	// made while they run. A kept failure is not counted: it stays on
+	// purpose, and counting it would stall the runs once enough had failed.
+	maxLive int
+	ctx     context.Context // ends at the first error, or with the caller's
+	cancel  context.CancelFunc
+
+	mu      sync.Mutex
+	cond    *sync.Cond      // broadcast on any change below, and when ctx ends
+	forks   []string        // every fork made, in run order
+	ready   int             // forks[:ready] may run (a failed call's partial batch may not)
+	gone    map[string]bool // forks deleted
+	live    int             // forks made, not yet deleted, not kept: what maxLive bounds
+	running int             // runs under way, at most parallel
+	done    int             // runs ended with a result
+	runs    []Run
+	errs    []error
+
+	report  sync.Mutex    // Progress and Forked hear one thing at a time
+	deletes chan struct{} // a token per delete under way
+	wg      sync.WaitGroup
+}
+
+// grow makes the N forks, at most api.MaxForks per call, each batch when the
+// live forks leave room for it. Every batch is forked from the root itself,
+// not from forks made before as a tree would: a fork may have run its test
+// by the time the next batch is due, and its children would then carry that
+// run; the root never runs it. Nothing is lost against a tree: either way a
+// call captures its parent once and boots its children, one call per batch,
+// and a tree's spare parents would have to be held back from running.
+func (p *ratePipeline) grow() {
+	n := p.o.N
+	for made := 0; made < n; {
+		k := min(api.MaxForks, n-made)
+		p.mu.Lock()
+		for p.live+k > p.maxLive && p.ctx.Err() == nil {
+			p.cond.Wait()
 		}
-		parents = next
+		p.mu.Unlock()
+		if p.ctx.Err() != nil {
+			return
+		}
+		// Not cut off by ctx: sbxd finishes a fork whose caller left, and
+		// its children, never named to us, would outlive the measurement.
+		kids, err := p.c.Fork(context.WithoutCancel(p.ctx), p.root, api.ForkRequest{Memory: true, Count: k})
+		if err == nil && len(kids) != k {
+			err = fmt.Errorf("fork %s: asked for %d children, got %d", p.root, k, len(kids))
+		}
+		p.mu.Lock()
+		for _, kid := range kids {
+			p.forks = append(p.forks, kid.ID)
+		}
+		p.live += len(kids)
+		if err == nil {
+			p.ready = len(p.forks)
+		}
+		made = len(p.forks)
+		p.cond.Broadcast()
+		p.mu.Unlock()
+		if err != nil {
+			p.fail(fmt.Errorf("%d of %d forks of %s made, deleting them: %w", made, n, p.root, err))
+			return
+		}
+		if p.o.Forked != nil {
+			p.report.Lock()
+			p.o.Forked(made, n)
+			p.report.Unlock()
+		}
 	}
-	return made, nil
+}
+
+// dispatch starts run i as soon as fork i exists and a run slot is free, in
+// run order, until all N have started or ctx ends.
+func (p *ratePipeline) dispatch() {
+	for i := range p.o.N {
+		p.mu.Lock()
+		for (p.ready <= i || p.running == p.parallel) && p.ctx.Err() == nil {
+			p.cond.Wait()
+		}
+		if p.ctx.Err() != nil {
+			p.mu.Unlock()
+			return
+		}
+		p.running++
+		id := p.forks[i]
+		p.mu.Unlock()
+		p.wg.Go(func() { p.run(i, id) })
+	}
+}
+
+// run runs the test in fork id, frees its slot, and hands the fork to a
+// background delete unless it is a failure to keep.
+func (p *ratePipeline) run(i int, id string) {
+	r, err := p.o.Test.exec(p.ctx, p.c, i, id, p.seed[i])
+	keep := err == nil && !r.Pass && p.o.KeepFailures
+	p.mu.Lock()
+	p.running--
+	if err == nil {
+		p.runs[i] = r
+		p.done++
+	}
+	if keep {
+		p.live--
+	}
+	p.cond.Broadcast()
+	p.mu.Unlock()
+	if !keep {
+		p.wg.Go(func() { p.deleteFork(i, id) })
+	}
+	if err != nil {
+		p.fail(err)
+		return
+	}
+	if p.o.Progress != nil {
+		p.report.Lock()
+		p.o.Progress(r)
+		p.report.Unlock()
+	}
+}
+
+// deleteFork deletes run i's fork, at most rateDeletes at once, and makes
+// room for the next batch.
+func (p *ratePipeline) deleteFork(i int, id string) {
+	err := p.delete(id)
+	p.mu.Lock()
+	p.live--
+	if err == nil {
+		p.gone[id] = true
+	}
+	p.cond.Broadcast()
+	p.mu.Unlock()
+	if err != nil {
+		p.fail(fmt.Errorf("run %d: %w", i, err))
+	}
+}
+
+// delete deletes one fork when a delete token is free.
+func (p *ratePipeline) delete(id string) error {
+	p.deletes <- struct{}{}
+	defer func() { <-p.deletes }()
+	return deleteAll(p.ctx, p.c, []string{id})
+}
+
+// fail records err and ends ctx, which stops grow and dispatch and cuts the
+// runs under way short. The errors those runs then return only echo the
+// end of ctx and are dropped.
+func (p *ratePipeline) fail(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if cause := p.ctx.Err(); cause != nil && len(p.errs) > 0 && errors.Is(err, cause) {
+		return
+	}
+	p.errs = append(p.errs, err)
+	p.cancel()
+}
+
+// err is what ended the measurement short, once everything has stopped:
+// the errors, or the caller's ctx if it ended first; nil if all N ran.
+func (p *ratePipeline) err() error {
+	if len(p.errs) > 0 {
+		return errors.Join(p.errs...)
+	}
+	if p.done < p.o.N {
+		return context.Cause(p.ctx)
+	}
+	return nil
+}
+
+// deleteLeft deletes every fork still there (kept failures too), after
+// everything else has stopped.
+func (p *ratePipeline) deleteLeft() error {
+	var left []string
+	for _, id := range p.forks {
+		if !p.gone[id] {
+			left = append(left, id)
+		}
+	}
+	errs := make([]error, len(left))
+	var wg sync.WaitGroup
+	for i, id := range left {
+		wg.Go(func() { errs[i] = p.delete(id) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
