@@ -2,12 +2,16 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -212,5 +216,65 @@ func TestDiskDerivedCaptures(t *testing.T) {
 	}
 	if out := d.must(t, "exec", kids[0], "--", "cat", "/tmp/pid"); out != pid {
 		t.Errorf("grandchild's /tmp/pid = %q, want %q", out, pid)
+	}
+}
+
+// TestDeleteForkChildWhileForking: children deleted while their fork is
+// still making them are gone once it ends — no runsc sandbox, no network
+// namespace — and the deletes succeed. (A delete used to win the race
+// against the child's boot, which then made a sandbox nothing named.)
+func TestDeleteForkChildWhileForking(t *testing.T) {
+	d := shared
+	parent := d.newSandbox(t, "--template", "tiny")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	announced := make(chan []string, 1)
+	forkDone := make(chan error, 1)
+	go func() {
+		forkDone <- d.client.ForkEvents(ctx, parent, api.ForkRequest{Memory: true, Count: 4}, func(ev api.ForkEvent) error {
+			if ev.Event == "sandbox.forking" {
+				announced <- ev.IDs
+			}
+			return nil
+		})
+	}()
+	var ids []string
+	select {
+	case ids = <-announced:
+	case err := <-forkDone:
+		t.Fatalf("the fork ended before it named its children: %v", err)
+	}
+	t.Cleanup(func() {
+		for _, id := range ids {
+			_ = d.client.Delete(context.Background(), id)
+		}
+	})
+	var wg sync.WaitGroup
+	delErrs := make([]error, len(ids))
+	for i, id := range ids {
+		wg.Go(func() { delErrs[i] = d.client.Delete(ctx, id) })
+	}
+	wg.Wait()
+	if err := <-forkDone; err != nil {
+		t.Logf("fork: %v (a fork may fail when its children are deleted; it must leave nothing)", err)
+	}
+	for i, err := range delErrs {
+		if err != nil && !errors.Is(err, api.ErrNotFound) {
+			t.Errorf("delete %s: %v", ids[i], err)
+		}
+	}
+	out, _ := exec.Command(filepath.Join(binDir, "runsc"), "--root", filepath.Join(d.dir, "runsc"), "list", "-quiet").Output()
+	nm, _ := netns.New(netns.Config{Tag: d.tag})
+	nets, _ := nm.List()
+	for _, id := range ids {
+		if strings.Contains(string(out), id) {
+			t.Errorf("deleted child %s still has a runsc sandbox", id)
+		}
+		if slices.Contains(nets, id) {
+			t.Errorf("deleted child %s still has its network namespaces", id)
+		}
+		if _, err := d.client.Get(ctx, id); !errors.Is(err, api.ErrNotFound) {
+			t.Errorf("deleted child %s: get: %v, want not found", id, err)
+		}
 	}
 }

@@ -81,12 +81,14 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 	if b.rootfs, err = m.rootfs(sb.Template); err != nil {
 		return nil, err
 	}
+	// locked before the record exists: a delete that finds the record
+	// waits for the create to end
+	unlock := m.lock(sb.ID)
+	defer unlock()
 	if err := m.cfg.Store.CreateSandbox(ctx, sb); err != nil {
 		m.releaseDisk(context.WithoutCancel(ctx), sb.Disk)
 		return nil, err
 	}
-	unlock := m.lock(sb.ID)
-	defer unlock()
 	// Once started, a create finishes or is undone whatever the client does.
 	ctx = context.WithoutCancel(ctx)
 	if err := m.boot(ctx, sb, b); err != nil {

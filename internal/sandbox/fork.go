@@ -49,9 +49,13 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 		return nil, err
 	}
 	// Records first: names are claimed and ids exist before anyone is told.
+	// Each child is locked before its record exists and until its boot
+	// ends, so a delete of a child still being made waits for it; else the
+	// boot would go on after the delete and leave a sandbox no record names.
 	now := m.now()
 	children := make([]*store.Sandbox, count)
 	ids := make([]string, count)
+	release := make([]func(), 0, count)
 	for i := range children {
 		c := &store.Sandbox{
 			ID: newID("sb_"), Template: parent.Template, State: api.StateCreating, CreatedAt: now,
@@ -64,9 +68,13 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 		if i == 0 {
 			c.Name = req.Name
 		}
+		release = append(release, m.lock(c.ID))
 		if err := m.cfg.Store.CreateSandbox(ctx, c); err != nil {
 			for _, made := range children[:i] {
 				_ = m.cfg.Store.DeleteSandbox(context.WithoutCancel(ctx), made.ID)
+			}
+			for _, r := range release {
+				r()
 			}
 			return nil, err
 		}
@@ -82,7 +90,7 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 	send(api.ForkEvent{Event: "sandbox.forking", IDs: ids})
 
 	start := m.now()
-	out, size, err := m.fork(ctx, parent, children, rootfs, req.Memory, send)
+	out, size, err := m.fork(ctx, parent, children, release, rootfs, req.Memory, send)
 	m.captureEvent(ctx, parent.ID, "forked", start, size, err, map[string]any{"children": ids, "memory": req.Memory})
 	if err != nil {
 		return nil, fmt.Errorf("fork %s: %w", parent.ID, err)
@@ -90,7 +98,17 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 	return out, nil
 }
 
-func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*store.Sandbox, rootfs string, withMemory bool, send func(api.ForkEvent)) ([]api.Sandbox, int64, error) {
+// fork captures parent and boots the children; release[i] unlocks child i,
+// and fork calls each exactly once: when child i's boot ends, or on return.
+func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*store.Sandbox, release []func(), rootfs string, withMemory bool, send func(api.ForkEvent)) ([]api.Sandbox, int64, error) {
+	booting := false
+	defer func() {
+		if !booting {
+			for _, r := range release {
+				r()
+			}
+		}
+	}()
 	undo := func() {
 		for _, c := range children {
 			if err := m.destroy(ctx, c.ID); err != nil {
@@ -150,6 +168,7 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
+	booting = true // from here each boot releases its child
 	errs := make([]error, len(children))
 	out := make([]api.Sandbox, len(children))
 	for i, child := range children {
@@ -157,8 +176,7 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 		go func() {
 			c := child
 			defer wg.Done()
-			unlock := m.lock(c.ID)
-			defer unlock()
+			defer release[i]()
 			if err := m.boot(ctx, c, b); err != nil {
 				errs[i] = fmt.Errorf("child %s: %w", c.ID, err)
 				return
