@@ -11,6 +11,7 @@
 //	DELETE /v1/sandboxes/{id}?withSnapshots=1          DeleteResult (withSnapshots also removes the snapshots taken from it)
 //	POST   /v1/sandboxes/{id}/snapshots    SnapshotRequest -> 201 Snapshot
 //	POST   /v1/sandboxes/{id}/fork         ForkRequest -> stream of ForkEvent: "sandbox.forking" (ids) at once,
+//	                                                   "sandbox.captured" when the parent's state is taken,
 //	                                                   "sandbox.ready" per child, then "done" or "error"; the fork
 //	                                                   goes on if the client leaves
 //	POST   /v1/sandboxes/{id}/stop?wait=1              202 Sandbox (stopping), or with wait 200 Sandbox (stopped)

@@ -162,8 +162,10 @@ type ForkRequest struct {
 }
 
 // ForkEvent is one server-sent event of a fork: "sandbox.forking" at once
-// with the new ids, "sandbox.ready" with each child that is ready, then
-// "done" (Sandboxes set), or "error" (and then no child is left).
+// with the new ids, "sandbox.captured" once the parent's state is taken (the
+// parent may change from then on without the children seeing it),
+// "sandbox.ready" with each child that is ready, then "done" (Sandboxes
+// set), or "error" (and then no child is left).
 type ForkEvent struct {
 	Event     string    `json:"event"`
 	IDs       []string  `json:"ids,omitempty"`

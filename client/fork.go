@@ -15,8 +15,9 @@ import (
 var errNoDone = errors.New("stream ended before the fork's done event")
 
 // ForkEvents forks the sandbox as req says and hands each event of the fork's
-// stream to fn: "sandbox.forking" with the new ids at once, "sandbox.ready"
-// per child, then "done". It returns nil after "done"; an "error" event (after
+// stream to fn: "sandbox.forking" with the new ids at once,
+// "sandbox.captured" once the parent's state is taken, "sandbox.ready" per
+// child, then "done". It returns nil after "done"; an "error" event (after
 // which no child is left), or a stream that ends without "done", is an error.
 // An error from fn ends the stream and is returned wrapped; the fork goes on
 // on the server. Errors before the stream starts are *api.Error (a Count

@@ -162,10 +162,15 @@ func seeds(n int, next func() uint32) []uint32 {
 	return out
 }
 
+// deleter is the one call deleteAll needs.
+type deleter interface {
+	Delete(ctx context.Context, id string) error
+}
+
 // deleteAll deletes the sandboxes even once ctx has ended: a fork left
 // behind would outlive the command that promised none. One already gone is
 // no error.
-func deleteAll(ctx context.Context, c Client, ids []string) error {
+func deleteAll(ctx context.Context, c deleter, ids []string) error {
 	ctx = context.WithoutCancel(ctx)
 	var errs []error
 	for _, id := range ids {

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"sbx.dev/sbx/api"
@@ -39,7 +40,7 @@ type HuntClient interface {
 	WriteTar(ctx context.Context, id, dir string, r io.Reader) error
 	ReadTar(ctx context.Context, id, path string) (io.ReadCloser, error)
 	ReadFile(ctx context.Context, id, path string) (io.ReadCloser, error)
-	Fork(ctx context.Context, id string, req api.ForkRequest) ([]api.Sandbox, error)
+	ForkEvents(ctx context.Context, id string, req api.ForkRequest, fn func(api.ForkEvent) error) error
 	Snapshot(ctx context.Context, id, name string, memory bool) (*api.Snapshot, error)
 	GetSnapshot(ctx context.Context, name string) (*api.Snapshot, error)
 	Stop(ctx context.Context, id string, wait bool) (*api.Sandbox, error)
@@ -371,17 +372,19 @@ func capture(ctx context.Context, c HuntClient, s *HuntSummary, o *HuntOptions) 
 		return nil, fmt.Errorf("hunt %s: %w", o.Name, err)
 	}
 
+	// The fork's state is taken first; its child boots while the later
+	// steps go, and is waited for at the end.
 	fork := o.Name + "-fork"
+	forked := func() error { return nil }
 	if sb, err := c.Get(ctx, fork); err == nil {
 		s.Fork = sb.Name
 	} else {
-		kids, err := c.Fork(ctx, id, api.ForkRequest{Name: fork, Count: 1})
+		wait, err := forkCaptured(ctx, c, id, fork)
 		if err != nil {
 			return nil, fmt.Errorf("hunt %s: disk fork of %s: %w", o.Name, id, err)
 		}
-		if len(kids) > 0 {
-			s.Fork = fork
-		}
+		forked = wait
+		s.Fork = fork
 	}
 	o.emit(HuntEvent{Event: "fork", Sandbox: id, Fork: s.Fork})
 
@@ -412,16 +415,57 @@ func capture(ctx context.Context, c HuntClient, s *HuntSummary, o *HuntOptions) 
 	s.Snapshot = o.Name
 	o.emit(HuntEvent{Event: "snapshot", Sandbox: id, Snapshot: s.Snapshot})
 
-	if _, err := c.Stop(ctx, id, true); err != nil {
-		return nil, fmt.Errorf("hunt %s: stop %s: %w", o.Name, id, err)
+	stopErr := func() error {
+		_, err := c.Stop(ctx, id, true)
+		return err
+	}()
+	forkErr := forked()
+	if stopErr != nil {
+		return nil, errors.Join(fmt.Errorf("hunt %s: stop %s: %w", o.Name, id, stopErr), forkErr)
 	}
 	s.Stopped = true
 	if !s.FailedAt.IsZero() {
 		s.CaptureMs = time.Since(s.FailedAt).Milliseconds()
 	}
 	o.emit(HuntEvent{Event: "stopped", Sandbox: id})
+	if forkErr != nil {
+		// the evidence, the snapshot and the stopped machine are kept
+		return nil, fmt.Errorf("hunt %s: the disk fork %s failed after its state was taken (all else is captured): %w", o.Name, fork, forkErr)
+	}
 	s.Commands = commands(o, s)
 	return s, nil
+}
+
+// forkCaptured starts a disk fork of id named name and returns once the
+// parent's state is taken, with a function that waits for the fork to end
+// and returns its error. A fork that fails before its state is taken is
+// the error.
+func forkCaptured(ctx context.Context, c HuntClient, id, name string) (wait func() error, err error) {
+	captured := make(chan struct{})
+	done := make(chan error, 1)
+	var once sync.Once
+	saw := false // written before captured is closed, read after
+	go func() {
+		err := c.ForkEvents(ctx, id, api.ForkRequest{Name: name, Count: 1}, func(ev api.ForkEvent) error {
+			if ev.Event == "sandbox.captured" {
+				once.Do(func() {
+					saw = true
+					close(captured)
+				})
+			}
+			return nil
+		})
+		done <- err
+		once.Do(func() { close(captured) }) // ended first: failed, or a server without the event
+	}()
+	<-captured
+	if !saw {
+		if err := <-done; err != nil {
+			return nil, err
+		}
+		return func() error { return nil }, nil
+	}
+	return func() error { return <-done }, nil
 }
 
 // crashOf fetches the failing run's crash bundle into dir/crash when the

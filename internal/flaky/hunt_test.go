@@ -36,6 +36,10 @@ type fakeHunt struct {
 	snapshots map[string]bool
 	sandboxes map[string]bool
 	stopErr   error
+	// forkErr fails the fork: before its state is taken, or with
+	// forkErrLate after (a child that did not boot).
+	forkErr     error
+	forkErrLate bool
 }
 
 var _ HuntClient = (*fakeHunt)(nil)
@@ -128,10 +132,29 @@ func (f *fakeHunt) ReadFile(ctx context.Context, id, path string) (io.ReadCloser
 	return io.NopCloser(strings.NewReader(f.failed)), nil
 }
 
-func (f *fakeHunt) Fork(ctx context.Context, id string, req api.ForkRequest) ([]api.Sandbox, error) {
+func (f *fakeHunt) ForkEvents(ctx context.Context, id string, req api.ForkRequest, fn func(api.ForkEvent) error) error {
 	f.call(fmt.Sprintf("fork %s memory=%v", req.Name, req.Memory))
+	f.mu.Lock()
 	f.sandboxes[req.Name] = true
-	return []api.Sandbox{{ID: "sb_fork", Name: req.Name}}, nil
+	f.mu.Unlock()
+	kid := api.Sandbox{ID: "sb_fork", Name: req.Name}
+	if f.forkErr != nil {
+		if f.forkErrLate {
+			fn(api.ForkEvent{Event: "sandbox.captured"})
+		}
+		return f.forkErr
+	}
+	for _, ev := range []api.ForkEvent{
+		{Event: "sandbox.forking", IDs: []string{kid.ID}},
+		{Event: "sandbox.captured"},
+		{Event: "sandbox.ready", Sandbox: &kid},
+		{Event: "done", Sandboxes: []api.Sandbox{kid}},
+	} {
+		if err := fn(ev); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (f *fakeHunt) Snapshot(ctx context.Context, id, name string, memory bool) (*api.Snapshot, error) {
@@ -264,6 +287,33 @@ func TestHuntStopFails(t *testing.T) {
 	_, err := Hunt(context.Background(), f, HuntOptions{Name: "h", Cmd: []string{"x"}, OutDir: t.TempDir()})
 	if !errors.Is(err, api.ErrUnavailable) {
 		t.Fatalf("got %v, want the stop's error", err)
+	}
+}
+
+// TestHuntForkFails: a fork that fails before its state is taken stops the
+// capture there; one whose child fails after is reported once the snapshot
+// and the stop are done.
+func TestHuntForkFails(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		late bool
+		want []string
+	}{
+		{"before the capture", false, []string{"read " + HuntDir + "/failed", "fork h-fork memory=false"}},
+		{"after the capture", true, []string{"read " + HuntDir + "/failed", "fork h-fork memory=false", "readtar " + HuntDir,
+			"snapshot h memory=false", "stop wait=true"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeHunt(failingLoop, loopFailed)
+			f.forkErr, f.forkErrLate = api.Errorf(api.ErrUnavailable, "no room"), tc.late
+			_, err := Hunt(context.Background(), f, HuntOptions{Name: "h", Cmd: []string{"x"}, OutDir: t.TempDir()})
+			if !errors.Is(err, api.ErrUnavailable) {
+				t.Fatalf("got %v, want the fork's error", err)
+			}
+			if diff := cmp.Diff(tc.want, outside(f.calls)); diff != "" {
+				t.Errorf("outside steps (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

@@ -13,8 +13,9 @@ import (
 // Fork makes 1 to api.MaxForks new sandboxes from a running one, now. By
 // default each boots fresh on a copy of the parent's disk; with req.Memory
 // each carries on the parent's processes and memory. It emits
-// "sandbox.forking" with the new ids before any work, "sandbox.ready" for
-// each child, then "done". All or nothing: if one child fails, none is
+// "sandbox.forking" with the new ids before any work, "sandbox.captured"
+// once the parent's state is taken, "sandbox.ready" for each child, then
+// "done". All or nothing: if one child fails, none is
 // left and the error names the cause. The parent keeps running. The fork
 // goes on when emit fails (the client left).
 func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emit func(api.ForkEvent) error) ([]api.Sandbox, error) {
@@ -141,6 +142,9 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 		undo()
 		return nil, 0, err
 	}
+	// what the children will be is fixed: a caller ordering its own steps
+	// after the fork (sbx hunt) may go on while they boot
+	send(api.ForkEvent{Event: "sandbox.captured"})
 	img := c.img
 	defer func() {
 		_ = m.removeImage(img)
