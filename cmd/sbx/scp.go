@@ -105,6 +105,8 @@ func upload(ctx context.Context, c *client.Client, src string, dst scpPath, recu
 	target := dst.path
 	rfi, err := c.Stat(ctx, dst.id, dst.path)
 	switch {
+	case err == nil && rfi.IsDir && filepath.Base(src) == ".":
+		// as cp -r: DIR/. (or .) into an existing directory copies what is in it
 	case err == nil && rfi.IsDir:
 		target = path.Join(dst.path, filepath.Base(abs))
 	case err != nil && !errors.Is(err, api.ErrNotFound):

@@ -60,6 +60,12 @@ func TestFiles(t *testing.T) {
 	if strings.Join(names, ",") != "a.txt,link,sub" {
 		t.Errorf("ls /srv = %v", names)
 	}
+	// As cp -r: tree/. into an existing directory copies what is in it.
+	d.must(t, "exec", id, "--", "mkdir", "/srv2")
+	d.must(t, "scp", "-r", tree+"/.", id+":/srv2")
+	if out := d.must(t, "exec", id, "--", "cat", "/srv2/a.txt", "/srv2/sub/b.txt"); out != "alpha\nbeta\n" {
+		t.Errorf("tree/. inside = %q, want its files directly in /srv2", out)
+	}
 	out := filepath.Join(local, "out")
 	d.must(t, "scp", "-r", id+":/srv", out)
 	if b, _ := os.ReadFile(filepath.Join(out, "sub", "b.txt")); string(b) != "beta\n" {
