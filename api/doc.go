@@ -15,21 +15,24 @@
 //	                                                   "sandbox.ready" per child, then "done" or "error"; the fork
 //	                                                   goes on if the client leaves
 //	POST   /v1/sandboxes/{id}/stop?wait=1              202 Sandbox (stopping), or with wait 200 Sandbox (stopped)
-//	POST   /v1/sandboxes/{id}/resume       ResumeRequest -> 200 Sandbox
-//	GET    /v1/sandboxes/{id}/events?follow=1          stream of Event ("event" events), live with follow
+//	POST   /v1/sandboxes/{id}/resume       ResumeRequest (optional body) -> 200 Sandbox
+//	GET    /v1/sandboxes/{id}/events?follow=1          stream of Event ("event" events), live with follow, then "eof"
+//	                                                   (or "error" with error and code)
 //	POST   /v1/sandboxes/{id}/ttl          TTLRequest -> Sandbox
 //	POST   /v1/sandboxes/{id}/persist      PersistRequest -> Sandbox (403 where a lifetime cap is set)
 //	GET    /v1/sandboxes/{id}/logs?stream=console|events|runtime|exec/ID&follow=1&tail=N
-//	                                                   stream of LogEvent ("log" events), then "eof" unless following
+//	                                                   stream of LogEvent ("log" events), then "eof" (when following:
+//	                                                   once the exec or the sandbox is gone), or "error" with error and code
 //	GET    /v1/sandboxes/{id}/metrics                  Metrics
 //	GET    /v1/sandboxes/{id}/ports                    []Port
 //	POST   /v1/sandboxes/{id}/preview      PreviewRequest -> Preview
-//	GET    /v1/sandboxes/{id}/exec/pty?cmd=...&cols=N&rows=N
+//	GET    /v1/sandboxes/{id}/exec/pty?cmd=ARG&cmd=ARG...&env=K=V...&cwd=DIR&cols=N&rows=N
 //	                                                   WebSocket: binary frames are bytes both ways; a text frame
 //	                                                   {"type":"resize","cols":N,"rows":N} resizes; the server's last
 //	                                                   text frame is {"type":"exit","code":N}
 //	GET    /v1/sandboxes/{id}/execs/{exec}/attach?from=start|tail
-//	                                                   WebSocket re-attached to a running exec's output (and stdin)
+//	                                                   WebSocket re-attached to a running exec's output (execs have
+//	                                                   no stdin to re-attach to)
 //	GET    /v1/snapshots                               []Snapshot
 //	GET    /v1/snapshots/{name}                        Snapshot
 //	DELETE /v1/snapshots/{name}                        204

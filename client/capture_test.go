@@ -385,3 +385,29 @@ func TestEvents(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamErrorKinds: an "error" event of the events and logs streams
+// keeps its api kind, so errors.Is works as it does on a plain response.
+func TestStreamErrorKinds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		data string
+		kind error
+		msg  string
+	}{
+		{"not found", `{"error":"sandbox sb_x: not found","code":"not_found"}`, api.ErrNotFound, "sandbox sb_x: not found"},
+		{"no code", `{"error":"boom"}`, nil, "boom"},
+		{"no message", `{}`, nil, "the server reported an error without a message"},
+		{"not json", `<html>`, nil, "the server reported an error without a message"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := streamError([]byte(tc.data))
+			if err == nil || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("got %v, want %q", err, tc.msg)
+			}
+			if tc.kind != nil && !errors.Is(err, tc.kind) {
+				t.Errorf("got %v, want errors.Is %v", err, tc.kind)
+			}
+		})
+	}
+}

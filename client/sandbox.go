@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -185,14 +184,13 @@ func readEvents(r io.Reader, fn func(api.Event) error) error {
 	}
 }
 
-// streamError is the error an "error" event's data ({"error": "..."}) says.
+// streamError is the error an "error" event's data ({"error": "...",
+// "code": "..."}) says, of the api kind its code names.
 func streamError(data []byte) error {
 	var body struct {
 		Error string `json:"error"`
+		Code  string `json:"code"`
 	}
 	_ = json.Unmarshal(data, &body) // a body that is not JSON leaves the message empty
-	if body.Error == "" {
-		return errors.New("the server reported an error without a message")
-	}
-	return errors.New(body.Error)
+	return api.StreamError(body.Code, body.Error)
 }

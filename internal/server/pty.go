@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -51,6 +53,37 @@ const (
 	ptyDrainMax   = 2 * time.Second
 )
 
+// wsHandshake says why r cannot be accepted as a WebSocket, as Accept
+// would decide it (an upgrade of version 13 with a key, from no origin or
+// the same host), or nil.
+func wsHandshake(r *http.Request) error {
+	if !headerHas(r.Header, "Connection", "upgrade") || !headerHas(r.Header, "Upgrade", "websocket") {
+		return api.Errorf(api.ErrInvalid, "this is a WebSocket endpoint: want a request with Connection: Upgrade and Upgrade: websocket")
+	}
+	if r.Header.Get("Sec-WebSocket-Version") != "13" || r.Header.Get("Sec-WebSocket-Key") == "" {
+		return api.Errorf(api.ErrInvalid, "want a WebSocket handshake of version 13 with a Sec-WebSocket-Key")
+	}
+	if o := r.Header.Get("Origin"); o != "" {
+		u, err := url.Parse(o)
+		if err != nil || !strings.EqualFold(u.Host, r.Host) {
+			return api.Errorf(api.ErrForbidden, "WebSocket from origin %q refused: only the API's own host may open a terminal", o)
+		}
+	}
+	return nil
+}
+
+// headerHas reports whether the comma-separated header key has token.
+func headerHas(h http.Header, key, token string) bool {
+	for _, v := range h.Values(key) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // pty serves an interactive terminal over a WebSocket.
 func (s *Server) pty(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -61,6 +94,12 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) {
 	}
 	rows, err := sizeParam(q.Get("rows"), "rows")
 	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	// the handshake is checked before the command starts: a request that
+	// cannot become a WebSocket must not run anything
+	if err := wsHandshake(r); err != nil {
 		s.fail(w, r, err)
 		return
 	}

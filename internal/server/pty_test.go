@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -23,12 +24,14 @@ import (
 type ptyManager struct {
 	fakeManager
 	gotCmd []string
+	calls  atomic.Int32
 }
 
 func (f *ptyManager) PTY(ctx context.Context, ref string, cmd, env []string, cwd string, cols, rows int) (*os.File, func() (int, error), error) {
 	if ref != "sb_aaaaaaaaaa" {
 		return nil, nil, api.Errorf(api.ErrNotFound, "sandbox %s not found", ref)
 	}
+	f.calls.Add(1)
 	f.gotCmd = cmd
 	if len(cmd) == 0 {
 		cmd = []string{"/bin/sh"}
@@ -105,6 +108,34 @@ func TestPTY(t *testing.T) {
 			t.Fatalf("dial bad size: err %v, resp %v; want a 400", err, resp)
 		}
 	})
+	// a request that cannot become a WebSocket starts nothing
+	for _, tc := range []struct {
+		name   string
+		header http.Header
+		status int
+	}{
+		{"plain GET", http.Header{}, http.StatusBadRequest},
+		{"no key", http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Version": {"13"}}, http.StatusBadRequest},
+		{"cross origin", http.Header{"Connection": {"keep-alive, Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Version": {"13"},
+			"Sec-Websocket-Key": {"dGhlIHNhbXBsZSBub25jZQ=="}, "Origin": {"https://evil.example"}}, http.StatusForbidden},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest("GET", ts.URL+"/v1/sandboxes/sb_aaaaaaaaaa/exec/pty", nil)
+			req.Header = tc.header
+			req.Header.Set("Authorization", "Bearer s3cret")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Errorf("status %d, want %d", resp.StatusCode, tc.status)
+			}
+			if n := m.calls.Load(); n != 0 {
+				t.Errorf("the command was started %d times", n)
+			}
+		})
+	}
 	t.Run("session", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()

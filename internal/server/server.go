@@ -615,7 +615,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	case err != nil && !out.started:
 		s.fail(w, r, err)
 	case err != nil && r.Context().Err() == nil:
-		_ = out.send("error", map[string]string{"error": err.Error()})
+		_, code := api.StatusOf(err)
+		_ = out.send("error", map[string]string{"error": err.Error(), "code": code})
 	case err == nil:
 		_ = out.send("eof", map[string]string{})
 	}
