@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -16,61 +14,6 @@ import (
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/flaky"
 )
-
-// huntOptionsCleanup removes, when the test ends, what a hunt named name
-// makes (the sandbox and its snapshots, NAME-fork, the snapshot NAME), then
-// the sandboxes and snapshots named in also, in that order; it fails the
-// test if any of them is still there afterwards.
-func huntOptionsCleanup(t *testing.T, d *daemon, name string, also ...string) {
-	t.Helper()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		_, _ = d.client.DeleteWithSnapshots(ctx, name)
-		_ = d.client.Delete(ctx, name+"-fork")
-		_ = d.client.DeleteSnapshot(ctx, name)
-		for _, x := range also {
-			_, _ = d.client.DeleteWithSnapshots(ctx, x)
-			_ = d.client.DeleteSnapshot(ctx, x)
-		}
-		for _, x := range append([]string{name, name + "-fork"}, also...) {
-			if _, err := d.client.Get(ctx, x); !errors.Is(err, api.ErrNotFound) {
-				t.Errorf("cleanup: sandbox %s: %v, want not found", x, err)
-			}
-		}
-		for _, x := range append([]string{name}, also...) {
-			if _, err := d.client.GetSnapshot(ctx, x); !errors.Is(err, api.ErrNotFound) {
-				t.Errorf("cleanup: snapshot %s: %v, want not found", x, err)
-			}
-		}
-	})
-}
-
-// huntOptionsEvents parses the lines of `sbx --json hunt` and returns them
-// with the summary the last line must carry.
-func huntOptionsEvents(t *testing.T, r result) ([]flaky.HuntEvent, *flaky.HuntSummary) {
-	t.Helper()
-	if r.code != 0 {
-		t.Fatalf("sbx hunt: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
-	}
-	var events []flaky.HuntEvent
-	sc := bufio.NewScanner(strings.NewReader(r.stdout))
-	for sc.Scan() {
-		var ev flaky.HuntEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			t.Fatalf("line %q: %v", sc.Text(), err)
-		}
-		events = append(events, ev)
-	}
-	if len(events) == 0 {
-		t.Fatalf("sbx hunt printed no events\nstderr: %s", r.stderr)
-	}
-	last := events[len(events)-1]
-	if last.Event != "summary" || last.Summary == nil || !last.Summary.Failed || !last.Summary.Stopped {
-		t.Fatalf("last line %+v, want the summary of a captured failure\n%s", last, r.stdout)
-	}
-	return events, last.Summary
-}
 
 // huntOptionsArtifact returns the file rel of the artifacts folder art.
 func huntOptionsArtifact(t *testing.T, art, rel string) string {
@@ -107,14 +50,14 @@ func TestHuntOptionsSetupCollect(t *testing.T) {
 	}
 	out := filepath.Join(t.TempDir(), "evidence")
 	name := "hunt-opt-" + randHex(4)
-	huntOptionsCleanup(t, d, name)
+	huntCleanup(t, d, name)
 
 	setup := "echo prepared >setup-marker && mkdir -p logs && echo ran >>setup-count && echo setup says hello in $(pwd)"
 	r := d.sbxDir(t, dir, "--json", "hunt", "--template", "tiny", "--runs", "10", "--name", name,
 		"--setup", setup, "--seed-env", "HUNT_SEED", "--out", out,
 		"--collect", "logs", "--collect", "setup-count", "--collect", "/tmp/hunt-options-abs.txt",
 		"--collect", "no-such-file", "--", "./test.sh")
-	events, s := huntOptionsEvents(t, r)
+	events, s := huntEvents(t, r)
 
 	var passed []int
 	var failed []flaky.HuntEvent
@@ -190,7 +133,7 @@ func TestHuntOptionsSetupFails(t *testing.T) {
 	d := shared
 	dir := t.TempDir()
 	name := "hunt-opt-" + randHex(4)
-	huntOptionsCleanup(t, d, name)
+	huntCleanup(t, d, name)
 
 	r := d.sbxDir(t, dir, "hunt", "--template", "tiny", "--runs", "3", "--name", name,
 		"--setup", "echo setup broke here; exit 5", "--", "touch", "/work/test-ran")
@@ -248,7 +191,7 @@ func TestHuntOptionsFrom(t *testing.T) {
 	src := d.newSandbox(t, "--template", "tiny")
 	snap := "hunt-opt-src-" + randHex(4)
 	name := "hunt-opt-" + randHex(4)
-	huntOptionsCleanup(t, d, name, snap, src)
+	huntCleanup(t, d, name, snap, src)
 
 	script := filepath.Join(t.TempDir(), "from-test.sh")
 	if err := os.WriteFile(script, []byte(huntOptionsFromTest), 0o644); err != nil {
@@ -266,7 +209,7 @@ func TestHuntOptionsFrom(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := d.sbxDir(t, dir, "--json", "hunt", "--from", snap, "--runs", "5", "--name", name, "--", "./from-test.sh")
-	_, s := huntOptionsEvents(t, r)
+	_, s := huntEvents(t, r)
 	if s.Run != 2 || s.ExitCode != 4 {
 		t.Errorf("summary run %d exit %d, want run 2 exit 4", s.Run, s.ExitCode)
 	}

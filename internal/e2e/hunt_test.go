@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/flaky"
 )
 
@@ -46,19 +48,39 @@ func (d *daemon) sbxDir(t *testing.T, dir string, args ...string) result {
 	return result{stdout: out.String(), stderr: errb.String(), code: code}
 }
 
-func TestHuntFlakyExample(t *testing.T) {
-	d := shared
-	dir := copyExample(t)
-	name := "hunt-" + randHex(4)
+// huntCleanup removes, when the test ends, what a hunt named name
+// makes (the sandbox and its snapshots, NAME-fork, the snapshot NAME), then
+// the sandboxes and snapshots named in also, in that order; it fails the
+// test if any of them is still there afterwards.
+func huntCleanup(t *testing.T, d *daemon, name string, also ...string) {
+	t.Helper()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		_, _ = d.client.DeleteWithSnapshots(ctx, name)
 		_ = d.client.Delete(ctx, name+"-fork")
 		_ = d.client.DeleteSnapshot(ctx, name)
+		for _, x := range also {
+			_, _ = d.client.DeleteWithSnapshots(ctx, x)
+			_ = d.client.DeleteSnapshot(ctx, x)
+		}
+		for _, x := range append([]string{name, name + "-fork"}, also...) {
+			if _, err := d.client.Get(ctx, x); !errors.Is(err, api.ErrNotFound) {
+				t.Errorf("cleanup: sandbox %s: %v, want not found", x, err)
+			}
+		}
+		for _, x := range append([]string{name}, also...) {
+			if _, err := d.client.GetSnapshot(ctx, x); !errors.Is(err, api.ErrNotFound) {
+				t.Errorf("cleanup: snapshot %s: %v, want not found", x, err)
+			}
+		}
 	})
+}
 
-	r := d.sbxDir(t, dir, "--json", "hunt", "--template", "base", "--runs", "20", "--name", name, "--", "./test.sh")
+// huntEvents parses the lines of `sbx --json hunt` and returns them
+// with the summary the last line must carry.
+func huntEvents(t *testing.T, r result) ([]flaky.HuntEvent, *flaky.HuntSummary) {
+	t.Helper()
 	if r.code != 0 {
 		t.Fatalf("sbx hunt: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
@@ -71,6 +93,24 @@ func TestHuntFlakyExample(t *testing.T) {
 		}
 		events = append(events, ev)
 	}
+	if len(events) == 0 {
+		t.Fatalf("sbx hunt printed no events\nstderr: %s", r.stderr)
+	}
+	last := events[len(events)-1]
+	if last.Event != "summary" || last.Summary == nil || !last.Summary.Failed || !last.Summary.Stopped {
+		t.Fatalf("last line %+v, want the summary of a captured failure\n%s", last, r.stdout)
+	}
+	return events, last.Summary
+}
+
+func TestHuntFlakyExample(t *testing.T) {
+	d := shared
+	dir := copyExample(t)
+	name := "hunt-" + randHex(4)
+	huntCleanup(t, d, name)
+
+	r := d.sbxDir(t, dir, "--json", "hunt", "--template", "base", "--runs", "20", "--name", name, "--", "./test.sh")
+	events, s := huntEvents(t, r)
 	var order []string
 	for _, ev := range events {
 		t.Logf("%s %s run=%d", ev.Time.Format("15:04:05.000"), ev.Event, ev.Run)
@@ -82,11 +122,6 @@ func TestHuntFlakyExample(t *testing.T) {
 	if strings.Join(order, ",") != "fork,artifacts,snapshot,stopped" {
 		t.Errorf("outside steps %v, want fork, artifacts, snapshot, stopped", order)
 	}
-	last := events[len(events)-1]
-	if last.Event != "summary" || last.Summary == nil || !last.Summary.Failed {
-		t.Fatalf("last line %+v, want a summary of a failure\n%s", last, r.stdout)
-	}
-	s := last.Summary
 	t.Logf("run %d failed with seed %s; captured in %d ms", s.Run, s.Seed, s.CaptureMs)
 	art := filepath.Join(dir, "sbx-hunt-"+name)
 	if s.Artifacts != art {
@@ -173,13 +208,7 @@ func TestHuntAttach(t *testing.T) {
 	d := shared
 	dir := t.TempDir()
 	name := "hunt-" + randHex(4)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		_, _ = d.client.DeleteWithSnapshots(ctx, name)
-		_ = d.client.Delete(ctx, name+"-fork")
-		_ = d.client.DeleteSnapshot(ctx, name)
-	})
+	huntCleanup(t, d, name)
 	cmd := exec.Command(filepath.Join(binDir, "sbx"), "--json", "hunt", "--template", "tiny", "--runs", "5",
 		"--name", name, "--", "sh", "-c", "sleep 4; echo boom; exit 2")
 	cmd.Dir = dir

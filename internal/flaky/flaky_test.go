@@ -619,6 +619,22 @@ func TestFlakeRateBound(t *testing.T) {
 	}
 }
 
+// cancelAtExec arms a case to cancel as the nth run starts.
+func cancelAtExec(n int) func(*testing.T, *fakeClient, func()) func() {
+	return func(t *testing.T, f *fakeClient, cancel func()) func() {
+		var mu sync.Mutex
+		execs := 0
+		f.onExec = func(string) {
+			mu.Lock()
+			defer mu.Unlock()
+			if execs++; execs == n {
+				cancel()
+			}
+		}
+		return nil
+	}
+}
+
 func TestFlakeRateCancel(t *testing.T) {
 	tests := []struct {
 		name string
@@ -654,36 +670,14 @@ func TestFlakeRateCancel(t *testing.T) {
 			wantForkCalls: 2,
 		},
 		{
-			name: "during the fifth run",
-			arm: func(t *testing.T, f *fakeClient, cancel func()) func() {
-				var mu sync.Mutex
-				execs := 0
-				f.onExec = func(string) {
-					mu.Lock()
-					defer mu.Unlock()
-					if execs++; execs == 5 {
-						cancel()
-					}
-				}
-				return nil
-			},
+			name:          "during the fifth run",
+			arm:           cancelAtExec(5),
 			wantForkCalls: -1,
 		},
 		{
-			name: "during the fifth run, from a snapshot",
-			from: "snap",
-			arm: func(t *testing.T, f *fakeClient, cancel func()) func() {
-				var mu sync.Mutex
-				execs := 0
-				f.onExec = func(string) {
-					mu.Lock()
-					defer mu.Unlock()
-					if execs++; execs == 5 {
-						cancel()
-					}
-				}
-				return nil
-			},
+			name:          "during the fifth run, from a snapshot",
+			from:          "snap",
+			arm:           cancelAtExec(5),
 			wantForkCalls: -1,
 		},
 	}
