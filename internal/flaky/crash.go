@@ -418,12 +418,19 @@ prog=$(command -v "$1") || { echo "exited 127" >"$D/status"; echo "sbx: $1: comm
 shift
 case $prog in /*) ;; *) prog=$(pwd)/$prog ;; esac
 # a script runs under gdb as the kernel would run it, through the interpreter
-# its #! line names; what it execs (exec ./binary) is traced from then on
+# its #! line names with the rest of the line as one argument; what it execs
+# (exec ./binary) is traced from then on
 if [ "$(head -c 2 "$prog" 2>/dev/null)" = '#!' ]; then
-	read -r interp <"$prog"
-	set -- ${interp#??} "$prog" "$@"
-	prog=$1
-	shift
+	IFS= read -r line <"$prog"
+	line=${line#??}
+	line=${line#"${line%%[! 	]*}"}
+	interp=${line%%[ 	]*}
+	arg=${line#"$interp"}
+	arg=${arg#"${arg%%[! 	]*}"}
+	arg=${arg%"${arg##*[! 	]}"}
+	[ -n "$interp" ] || interp=/bin/sh
+	if [ -n "$arg" ]; then set -- "$arg" "$prog" "$@"; else set -- "$prog" "$@"; fi
+	prog=$interp
 fi
 : >"$D/args"; [ $# -eq 0 ] || printf '%s\0' "$@" >"$D/args"
 unset DEBUGINFOD_URLS

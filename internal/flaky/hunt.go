@@ -150,6 +150,11 @@ func (o *HuntOptions) defaults() error {
 	case strings.ContainsAny(o.SeedEnv, "= '\"$"):
 		return api.Errorf(api.ErrInvalid, "hunt: --seed-env %q: want a variable name", o.SeedEnv)
 	}
+	for i, p := range collectPaths(o.Collect) {
+		if p == HuntDir || strings.HasPrefix(HuntDir, strings.TrimSuffix(p, "/")+"/") || strings.HasPrefix(p, HuntDir+"/") {
+			return api.Errorf(api.ErrInvalid, "hunt: --collect %s: it holds (or is in) the hunt's own evidence folder %s; collect what is inside it instead", o.Collect[i], HuntDir)
+		}
+	}
 	return nil
 }
 
@@ -259,7 +264,10 @@ func Attach(ctx context.Context, c HuntClient, a AttachOptions) (*HuntSummary, e
 	}
 	if sb.State == api.StateStopped {
 		// the stop is the last outside step: the rest were done before it
-		s := &HuntSummary{Name: o.Name, Sandbox: sb.ID, Failed: true, Stopped: true, Snapshot: o.Name, Fork: o.Name + "-fork"}
+		s := &HuntSummary{Name: o.Name, Sandbox: sb.ID, Failed: true, Stopped: true, Snapshot: o.Name}
+		if _, err := c.Get(ctx, o.Name+"-fork"); err == nil {
+			s.Fork = o.Name + "-fork" // else its boot failed after its state was taken
+		}
 		if dir, err := filepath.Abs(o.OutDir); err == nil {
 			if f, err := os.Open(filepath.Join(dir, "failed")); err == nil {
 				parseFailed(f, s)
@@ -353,9 +361,13 @@ func follow(ctx context.Context, c HuntClient, id, execID string, o *HuntOptions
 		return capture(ctx, c, s, o)
 	default:
 		err := fmt.Errorf("hunt %s: the loop in %s ended with exit %d: %s", o.Name, id, code, strings.Join(tail, "; "))
-		if code == loopSetupFailed {
+		switch code {
+		case loopSetupFailed:
 			err = fmt.Errorf("hunt %s: the setup failed in %s (its output is %s/setup.out there; the sandbox is kept): %s",
 				o.Name, id, HuntDir, strings.Join(tail, "; "))
+		case loopCrashWrapper:
+			err = fmt.Errorf("hunt %s: %s (the sandbox %s is kept)", o.Name,
+				strings.TrimPrefix(strings.Join(tail, "; "), "sbx-hunt: "), id)
 		}
 		return nil, err
 	}
@@ -392,17 +404,20 @@ func capture(ctx context.Context, c HuntClient, s *HuntSummary, o *HuntOptions) 
 	if err != nil {
 		return nil, fmt.Errorf("hunt %s: %w", o.Name, err)
 	}
-	if err := copyEvidence(ctx, c, id, dir); err != nil {
+	copied, err := copyEvidence(ctx, c, id, dir)
+	if err != nil {
 		return nil, fmt.Errorf("hunt %s: copy the evidence to %s: %w", o.Name, dir, err)
 	}
 	s.Artifacts = dir
 	o.emit(HuntEvent{Event: "artifacts", Sandbox: id, Path: dir})
 
-	cr, err := crashOf(ctx, c, id, dir)
-	if err != nil {
-		return nil, fmt.Errorf("hunt %s: %w", o.Name, err)
-	}
-	if cr != nil {
+	// a bundle that cannot be fetched is said, not fatal: the rest of the
+	// capture matters more
+	cr, err := crashOf(ctx, c, id, dir, copied)
+	switch {
+	case err != nil:
+		o.emit(HuntEvent{Event: "crash", Sandbox: id, Message: fmt.Sprintf("the run crashed but its bundle was not fetched: %v (it stays in %s/bundle)", err, crashDir)})
+	case cr != nil:
 		s.Crash = cr
 		o.emit(HuntEvent{Event: "crash", Sandbox: id, Path: cr.Dir, Message: cr.SignalName})
 	}
@@ -469,12 +484,17 @@ func forkCaptured(ctx context.Context, c HuntClient, id, name string) (wait func
 }
 
 // crashOf fetches the failing run's crash bundle into dir/crash when the
-// run crashed under --on-crash (the wrapper's status, copied out with the
-// evidence, says "crashed"); nil when it did not.
-func crashOf(ctx context.Context, c HuntClient, id, dir string) (*Crash, error) {
-	raw, err := os.ReadFile(filepath.Join(dir, path.Base(crashDir), "status"))
-	if err != nil {
+// run crashed under --on-crash: the wrapper's status, copied out with the
+// evidence just now (copied names what was; dir may hold an older hunt's),
+// says "crashed". Nil when it did not.
+func crashOf(ctx context.Context, c HuntClient, id, dir string, copied map[string]bool) (*Crash, error) {
+	status := path.Base(crashDir) + "/status"
+	if !copied[status] {
 		return nil, nil // no --on-crash, or the run was not traced
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(status)))
+	if err != nil {
+		return nil, err
 	}
 	st, err := parseCrashStatus(string(raw))
 	if err != nil || st.kind != "crashed" {
@@ -551,24 +571,26 @@ func parseEpoch(v string) time.Time {
 }
 
 // copyEvidence extracts a tar of HuntDir into dir (made if missing),
-// dropping the tar's top directory.
-func copyEvidence(ctx context.Context, c HuntClient, id, dir string) error {
+// dropping the tar's top directory, and returns the names of the files it
+// wrote (slash-separated, relative to dir).
+func copyEvidence(ctx context.Context, c HuntClient, id, dir string) (map[string]bool, error) {
 	rc, err := c.ReadTar(ctx, id, HuntDir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer rc.Close()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return nil, err
 	}
+	copied := map[string]bool{}
 	tr := tar.NewReader(rc)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return nil
+			return copied, nil
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 		name := strings.TrimPrefix(filepath.ToSlash(filepath.Clean(h.Name)), "/")
 		if _, rest, ok := strings.Cut(name, "/"); ok {
@@ -586,23 +608,24 @@ func copyEvidence(ctx context.Context, c HuntClient, id, dir string) error {
 		switch h.Typeflag {
 		case tar.TypeDir:
 			if err := os.MkdirAll(target, 0o755); err != nil {
-				return err
+				return nil, err
 			}
 		case tar.TypeReg:
 			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-				return err
+				return nil, err
 			}
 			f, err := os.OpenFile(target, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			_, err = io.Copy(f, tr)
 			if cerr := f.Close(); err == nil {
 				err = cerr
 			}
 			if err != nil {
-				return err
+				return nil, err
 			}
+			copied[name] = true
 		}
 	}
 }

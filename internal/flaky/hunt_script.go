@@ -18,7 +18,15 @@ const huntLoop = HuntDir + "/loop.sh"
 const (
 	loopFailed      = 3
 	loopSetupFailed = 4
+	// loopCrashWrapper: --on-crash could not run a test (no gdb or
+	// python3, or gdb gave no verdict); a line on stdout says why.
+	loopCrashWrapper = 5
 )
+
+// maxStacks is how many leaked processes get a gdb stack, two at a time:
+// a test that leaks a worker pool must not start a gdb per worker at once
+// (each can take hundreds of MiB, and the sandbox has a memory limit).
+const maxStacks = 8
 
 // The lines the loop prints on its stdout, one per step; everything the test
 // and setup print goes to files instead, so the lines cannot be mixed up.
@@ -111,25 +119,44 @@ listeners() {
 	echo "# $1: ss -ltnp"
 	ss -ltnp 2>&1
 	echo "# lsof -iTCP -sTCP:LISTEN -P -n"
-	lsof -iTCP -sTCP:LISTEN -P -n 2>&1
+	timeout 10 lsof -b -w -iTCP -sTCP:LISTEN -P -n 2>&1
 }
-# all_listen: whether every leaked process still alive has a listening socket
+# all_listen [TEXT]: whether every leaked process still alive has a
+# listening socket in TEXT (an ss -ltnp output; by default one read now)
 all_listen() {
-	l=$(ss -ltnp 2>/dev/null) || return 0
+	if [ $# -gt 0 ]; then l=$1; else l=$(ss -ltnp 2>/dev/null) || return 0; fi
 	for p in $(cat "$H/leaked-pids.txt"); do
 		[ -d "/proc/$p" ] || continue
 		case $l in *"pid=$p,"*) ;; *) return 1 ;; esac
 	done
 	return 0
 }
-`, shellQuote(HuntDir), shellQuote(crashDir))
+# stacks LANE: gdb stacks of the first %d leaked processes, those of one
+# lane of two, one at a time
+stacks() {
+	command -v gdb >/dev/null 2>&1 || return 0
+	n=0
+	for p in $(head -n %d "$H/leaked-pids.txt"); do
+		n=$((n + 1))
+		[ $((n %% 2)) -eq "$1" ] && [ -d "/proc/$p" ] || continue
+		DEBUGINFOD_URLS= timeout 30 gdb -batch -iex 'set debuginfod enabled off' -p "$p" -ex 'thread apply all bt' >"$H/stack-$p.txt" 2>&1 </dev/null
+	done
+}
+`, shellQuote(HuntDir), shellQuote(crashDir), maxStacks, maxStacks)
 	run := "env " + c.seedEnv + `="$seed" ` + shellJoin(c.test)
+	crashCheck := ""
 	if c.onCrash {
+		// the wrapper failing is not the test failing
+		crashCheck = fmt.Sprintf(`
+	if read -r kind why <"$CR/status" 2>/dev/null && [ "$kind" = error ]; then
+		echo "sbx-hunt: --on-crash could not run the test: $why (see $CR/gdb.log)"
+		exit %d
+	fi`, loopCrashWrapper)
 		fmt.Fprintf(&b, `if ! command -v gdb >/dev/null 2>&1 || ! command -v python3 >/dev/null 2>&1; then
 	echo "sbx-hunt: --on-crash needs gdb and python3 in the sandbox (the base template has them)"
 	exit %d
 fi
-`, loopSetupFailed)
+`, loopCrashWrapper)
 		run = "rm -rf \"$CR/bundle\" \"$CR/status\"; env " + c.seedEnv + `="$seed" /bin/sh "$CR/run.sh" ` + shellJoin(c.test)
 	}
 	if c.setup != "" {
@@ -146,7 +173,7 @@ while [ $i -lt %d ]; do
 	pids >"$H/pids.before"
 	echo "$i" >"$H/current"
 	%s >"$H/run.out" 2>&1 </dev/null
-	code=$?
+	code=$?%s
 	if [ $code -ne 0 ]; then
 		t=$(now)
 		printf 'run=%%s\nseed=%%s\nexit=%%s\ntime=%%s\n' "$i" "$seed" "$code" "$t" >"$H/failed"
@@ -167,18 +194,19 @@ while [ $i -lt %d ]; do
 				echo "# lsof -b -w -n -P -p $p"
 				timeout 10 lsof -b -w -n -P -p "$p" 2>&1
 			} >"$H/files-$p.txt" &
-			if command -v gdb >/dev/null 2>&1; then
-				DEBUGINFOD_URLS= timeout 30 gdb -batch -iex 'set debuginfod enabled off' -p "$p" -ex 'thread apply all bt' >"$H/stack-$p.txt" 2>&1 </dev/null &
-			fi
 		done
+		stacks 0 &
+		stacks 1 &
 		wait
 		step "evidence read"
-		if [ -s "$H/leaked-pids.txt" ] && ! all_listen; then
+		# a leaked process the first look did not see listening: look again
+		# when it does, or at the deadline
+		if [ -s "$H/leaked-pids.txt" ] && ! all_listen "$(cat "$H/listening.txt")"; then
 			until all_listen || ! before "$(awk -v t="$t" 'BEGIN { printf "%%.3f", t + %s }')"; do sleep 0.1; done
 			listeners "again at $(now), waiting for the leaked processes to listen" >>"$H/listening.txt"
 			step "listeners again"
 		fi
-`, c.runs, run, listenWait)
+`, c.runs, run, crashCheck, listenWait)
 	if len(c.collect) > 0 {
 		// each path keeps its place: /work/logs is collected/work/logs, so
 		// two paths with one base name do not land on each other

@@ -269,10 +269,18 @@ func TestHuntErrors(t *testing.T) {
 		{"both sources", HuntOptions{Name: "h", Cmd: []string{"x"}, Template: "a", From: "b"}, 0, "not both"},
 		{"setup fails", HuntOptions{Name: "h", Cmd: []string{"x"}}, loopSetupFailed, "setup failed"},
 		{"loop breaks", HuntOptions{Name: "h", Cmd: []string{"x"}}, 9, "exit 9"},
+		{"on-crash without gdb", HuntOptions{Name: "h", Cmd: []string{"x"}}, loopCrashWrapper, "needs gdb"},
+		{"collect /work", HuntOptions{Name: "h", Cmd: []string{"x"}, Collect: []string{"."}}, 0, "evidence folder"},
+		{"collect /", HuntOptions{Name: "h", Cmd: []string{"x"}, Collect: []string{"logs", "/"}}, 0, "--collect /:"},
+		{"collect inside the evidence", HuntOptions{Name: "h", Cmd: []string{"x"}, Collect: []string{HuntDir + "/steps.log"}}, 0, "evidence folder"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeHunt("sbx-hunt: setup failed exit 2\n", tc.exit)
+			out := "sbx-hunt: setup failed exit 2\n"
+			if tc.exit == loopCrashWrapper {
+				out = "sbx-hunt: --on-crash needs gdb and python3 in the sandbox (the base template has them)\n"
+			}
+			f := newFakeHunt(out, tc.exit)
 			_, err := Hunt(context.Background(), f, tc.o)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error with %q", err, tc.want)
@@ -345,11 +353,12 @@ func TestAttach(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff([]string{"get h"}, f.calls); diff != "" {
+		if diff := cmp.Diff([]string{"get h", "get h-fork"}, f.calls); diff != "" {
 			t.Errorf("calls (-want +got):\n%s", diff)
 		}
-		if !s.Stopped {
-			t.Errorf("summary %+v, want stopped", s)
+		// no h-fork: its boot failed after its state was taken
+		if !s.Stopped || s.Fork != "" {
+			t.Errorf("summary %+v, want stopped and no fork", s)
 		}
 	})
 	t.Run("unknown", func(t *testing.T) {
@@ -452,5 +461,42 @@ func TestLoopScriptLeak(t *testing.T) {
 	}
 	if steps := read("steps.log"); !strings.Contains(steps, "listeners again") {
 		t.Errorf("steps.log lacks the second look:\n%s", steps)
+	}
+}
+
+// TestLoopScriptLateListener: a leaked server that starts listening after
+// the first look at the listeners is in the second look.
+func TestLoopScriptLateListener(t *testing.T) {
+	for _, tool := range []string{"ss", "python3"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skip("no " + tool)
+		}
+	}
+	dir := t.TempDir()
+	hunt := filepath.Join(dir, ".sbx-hunt")
+	server := `import socket, time; time.sleep(0.5); s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); time.sleep(300)`
+	out, code := runLoop(t, dir, loopConfig{runs: 1, seedEnv: "SEED",
+		test: []string{"sh", "-c", "python3 -c '" + server + "' & echo leaked $!; exit 1"}})
+	if code != loopFailed {
+		t.Fatalf("loop exit %d, want %d\n%s", code, loopFailed, out)
+	}
+	b, err := os.ReadFile(filepath.Join(hunt, "test-output.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := strings.TrimSpace(strings.TrimPrefix(string(b), "leaked "))
+	l, err := os.ReadFile(filepath.Join(hunt, "listening.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, again, ok := strings.Cut(string(l), "# again at")
+	if !ok {
+		t.Fatalf("no second look at the listeners:\n%s", l)
+	}
+	if strings.Contains(first, "pid="+pid+",") {
+		t.Skipf("the server listened before the first look (a slow machine?):\n%s", l)
+	}
+	if !strings.Contains(again, "pid="+pid+",") {
+		t.Errorf("the second look lacks the leaked server %s:\n%s", pid, l)
 	}
 }

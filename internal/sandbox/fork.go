@@ -50,9 +50,10 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 		return nil, err
 	}
 	// Records first: names are claimed and ids exist before anyone is told.
-	// Each child is locked before its record exists and until its boot
-	// ends, so a delete of a child still being made waits for it; else the
-	// boot would go on after the delete and leave a sandbox no record names.
+	// Each child is locked before its record exists and until the fork
+	// ends (an all-or-nothing undo included), so a delete, stop or capture
+	// of a child still being made waits for it; else the boot would go on
+	// after a delete and leave a sandbox no record names.
 	now := m.now()
 	children := make([]*store.Sandbox, count)
 	ids := make([]string, count)
@@ -91,7 +92,10 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 	send(api.ForkEvent{Event: "sandbox.forking", IDs: ids})
 
 	start := m.now()
-	out, size, err := m.fork(ctx, parent, children, release, rootfs, req.Memory, send)
+	out, size, err := m.fork(ctx, parent, children, rootfs, req.Memory, send)
+	for _, r := range release {
+		r()
+	}
 	m.captureEvent(ctx, parent.ID, "forked", start, size, err, map[string]any{"children": ids, "memory": req.Memory})
 	if err != nil {
 		return nil, fmt.Errorf("fork %s: %w", parent.ID, err)
@@ -99,17 +103,8 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 	return out, nil
 }
 
-// fork captures parent and boots the children; release[i] unlocks child i,
-// and fork calls each exactly once: when child i's boot ends, or on return.
-func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*store.Sandbox, release []func(), rootfs string, withMemory bool, send func(api.ForkEvent)) ([]api.Sandbox, int64, error) {
-	booting := false
-	defer func() {
-		if !booting {
-			for _, r := range release {
-				r()
-			}
-		}
-	}()
+// fork captures parent and boots the children, which the caller holds locked.
+func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*store.Sandbox, rootfs string, withMemory bool, send func(api.ForkEvent)) ([]api.Sandbox, int64, error) {
 	undo := func() {
 		for _, c := range children {
 			if err := m.destroy(ctx, c.ID); err != nil {
@@ -172,7 +167,6 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	booting = true // from here each boot releases its child
 	errs := make([]error, len(children))
 	out := make([]api.Sandbox, len(children))
 	for i, child := range children {
@@ -180,7 +174,6 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 		go func() {
 			c := child
 			defer wg.Done()
-			defer release[i]()
 			if err := m.boot(ctx, c, b); err != nil {
 				errs[i] = fmt.Errorf("child %s: %w", c.ID, err)
 				return

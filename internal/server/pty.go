@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -57,11 +58,18 @@ const (
 // would decide it (an upgrade of version 13 with a key, from no origin or
 // the same host), or nil.
 func wsHandshake(r *http.Request) error {
+	if r.Method != http.MethodGet || !r.ProtoAtLeast(1, 1) {
+		return api.Errorf(api.ErrInvalid, "this is a WebSocket endpoint: want GET over HTTP/1.1, not %s %s", r.Method, r.Proto)
+	}
 	if !headerHas(r.Header, "Connection", "upgrade") || !headerHas(r.Header, "Upgrade", "websocket") {
 		return api.Errorf(api.ErrInvalid, "this is a WebSocket endpoint: want a request with Connection: Upgrade and Upgrade: websocket")
 	}
-	if r.Header.Get("Sec-WebSocket-Version") != "13" || r.Header.Get("Sec-WebSocket-Key") == "" {
-		return api.Errorf(api.ErrInvalid, "want a WebSocket handshake of version 13 with a Sec-WebSocket-Key")
+	keys := r.Header.Values("Sec-WebSocket-Key")
+	if r.Header.Get("Sec-WebSocket-Version") != "13" || len(keys) != 1 {
+		return api.Errorf(api.ErrInvalid, "want a WebSocket handshake of version 13 with one Sec-WebSocket-Key")
+	}
+	if k, err := base64.StdEncoding.DecodeString(keys[0]); err != nil || len(k) != 16 {
+		return api.Errorf(api.ErrInvalid, "Sec-WebSocket-Key %q: want 16 bytes in base64", keys[0])
 	}
 	if o := r.Header.Get("Origin"); o != "" {
 		u, err := url.Parse(o)

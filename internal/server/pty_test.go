@@ -116,6 +116,8 @@ func TestPTY(t *testing.T) {
 	}{
 		{"plain GET", http.Header{}, http.StatusBadRequest},
 		{"no key", http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Version": {"13"}}, http.StatusBadRequest},
+		{"short key", http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Version": {"13"},
+			"Sec-Websocket-Key": {"c2hvcnQ="}}, http.StatusBadRequest},
 		{"cross origin", http.Header{"Connection": {"keep-alive, Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Version": {"13"},
 			"Sec-Websocket-Key": {"dGhlIHNhbXBsZSBub25jZQ=="}, "Origin": {"https://evil.example"}}, http.StatusForbidden},
 	} {
