@@ -1,6 +1,7 @@
 package flaky
 
 import (
+	"cmp"
 	"fmt"
 	"path"
 	"strings"
@@ -79,6 +80,8 @@ type loopConfig struct {
 	// onCrash runs each run under crashDir/run.sh (gdb), which leaves a
 	// bundle when the test's process dies of a fatal signal.
 	onCrash bool
+	// listenWait, in seconds, replaces the const listenWait (for tests).
+	listenWait string
 }
 
 // listenWait is how long after a failure the loop keeps looking for the
@@ -206,7 +209,7 @@ while [ $i -lt %d ]; do
 			listeners "again at $(now), waiting for the leaked processes to listen" >>"$H/listening.txt"
 			step "listeners again"
 		fi
-`, c.runs, run, crashCheck, listenWait)
+`, c.runs, run, crashCheck, cmp.Or(c.listenWait, listenWait))
 	if len(c.collect) > 0 {
 		// each path keeps its place: /work/logs is collected/work/logs, so
 		// two paths with one base name do not land on each other
