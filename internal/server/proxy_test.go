@@ -67,6 +67,19 @@ func (f *fakeNet) open() int {
 	return f.leases
 }
 
+// settled waits (up to 5 s) for the open leases to be want, and returns
+// the counts then: the proxy gives a lease back after the client has the
+// whole response, so a test cannot count at once.
+func (f *fakeNet) settled(want int) (open, taken, released int) {
+	deadline := time.Now().Add(5 * time.Second)
+	for f.open() != want && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.leases, f.taken, f.released
+}
+
 // echoApp answers what it received: headers, query and path, as JSON; at
 // /ws it echoes WebSocket messages; at /hold it waits for release.
 func echoApp(t *testing.T, hold chan struct{}) *httptest.Server {
@@ -269,8 +282,8 @@ func TestProxyForwards(t *testing.T) {
 	if s.Header.Get("X-App") != "kept" || s.Header.Get("X-Forwarded-Host") != host {
 		t.Errorf("got X-App %q X-Forwarded-Host %q", s.Header.Get("X-App"), s.Header.Get("X-Forwarded-Host"))
 	}
-	if fn.taken != 1 || fn.open() != 0 {
-		t.Errorf("leases: taken %d, open %d; want 1, 0", fn.taken, fn.open())
+	if open, taken, _ := fn.settled(0); taken != 1 || open != 0 {
+		t.Errorf("leases: taken %d, open %d; want 1, 0", taken, open)
 	}
 }
 
@@ -395,8 +408,8 @@ func TestProxyLease(t *testing.T) {
 	}
 	close(hold)
 	<-done
-	if fn.open() != 0 || fn.released != 1 {
-		t.Errorf("after the request: %d open, %d released; want 0, 1", fn.open(), fn.released)
+	if open, _, released := fn.settled(0); open != 0 || released != 1 {
+		t.Errorf("after the request: %d open, %d released; want 0, 1", open, released)
 	}
 }
 
