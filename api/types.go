@@ -92,7 +92,7 @@ type Preview struct {
 type LogEvent struct {
 	Stream string    `json:"stream"`
 	Data   []byte    `json:"data,omitempty"`
-	Time   time.Time `json:"time,omitempty"`
+	Time   time.Time `json:"time"`
 }
 
 // Metrics are a sandbox's resource use now.

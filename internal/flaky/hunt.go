@@ -176,6 +176,10 @@ func Hunt(ctx context.Context, c HuntClient, o HuntOptions) (*HuntSummary, error
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
+	// another hunt's evidence must not mix with this one's
+	if ents, err := os.ReadDir(o.OutDir); err == nil && len(ents) > 0 {
+		return nil, api.Errorf(api.ErrConflict, "hunt %s: the artifacts folder %s is not empty (an earlier hunt's?); move it away or give --out DIR", o.Name, o.OutDir)
+	}
 	// the meta lets --attach print the replay command of a hunt it did not start
 	opts := []client.CreateOption{client.WithName(o.Name), client.WithMeta(metaSeedEnv, o.SeedEnv)}
 	if line := shellJoin(o.Cmd); len(line) <= 1024 { // the server's limit on a meta value

@@ -289,6 +289,22 @@ func TestHuntErrors(t *testing.T) {
 	}
 }
 
+// TestHuntOutDirTaken: a hunt does not write its evidence among another's.
+func TestHuntOutDirTaken(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "failed"), []byte("run=1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := newFakeHunt(failingLoop, loopFailed)
+	_, err := Hunt(context.Background(), f, HuntOptions{Name: "h", Cmd: []string{"x"}, OutDir: dir})
+	if !errors.Is(err, api.ErrConflict) || !strings.Contains(err.Error(), "--out") {
+		t.Fatalf("got %v, want a conflict naming --out", err)
+	}
+	if len(f.calls) != 0 {
+		t.Errorf("calls %q, want none: nothing may be made", f.calls)
+	}
+}
+
 func TestHuntStopFails(t *testing.T) {
 	f := newFakeHunt(failingLoop, loopFailed)
 	f.stopErr = api.Errorf(api.ErrUnavailable, "disk full")
