@@ -14,7 +14,7 @@ import (
 
 var huntCommand = &command{
 	name: "hunt",
-	usage: "hunt [--template T | --from SNAPSHOT] [--setup CMD] [--runs N] [--seed-env VAR] [--collect PATH]... [--on-crash] [--name N] [--out DIR] -- TEST_CMD [ARGS...]\n" +
+	usage: "hunt [--template T | --from SNAPSHOT] [--setup CMD] [--runs N] [--seed-env VAR] [--collect PATH]... [--on-crash] [--timeout D] [--name N] [--out DIR] -- TEST_CMD [ARGS...]\n" +
 		"       sbx hunt --attach NAME [--out DIR]",
 	summary: "loop a test inside a sandbox until it fails, then keep the evidence: files, a fork, a snapshot, the live processes",
 	run:     runHunt,
@@ -32,6 +32,7 @@ func runHunt(e *env, args []string) error {
 	name := fs.String("name", "", "the name of the sandbox and snapshot (default hunt-RANDOM)")
 	out := fs.String("out", "", "the local folder for the evidence (default ./sbx-hunt-NAME)")
 	attach := fs.String("attach", "", "pick up the hunt in the sandbox NAME")
+	timeout := fs.Duration("timeout", 0, "a run that lasts longer fails (exit 124) and is captured while it hangs, its processes alive, e.g. 2m")
 	onCrash := fs.Bool("on-crash", false, "run each run under gdb; a run that dies of a fatal signal leaves a crash bundle (backtrace, core, binary, libraries) in the artifacts")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
@@ -60,7 +61,7 @@ func runHunt(e *env, args []string) error {
 	}
 	var s *flaky.HuntSummary
 	if *attach != "" {
-		if len(pos) > 0 || *template != "" || *from != "" || *setup != "" || *onCrash {
+		if len(pos) > 0 || *template != "" || *from != "" || *setup != "" || *onCrash || *timeout != 0 {
 			return usagef("hunt --attach takes only a name (and --out)")
 		}
 		a := flaky.AttachOptions{Name: *attach, OutDir: *out, Event: event}
@@ -88,7 +89,7 @@ func runHunt(e *env, args []string) error {
 		o := flaky.HuntOptions{
 			Name: *name, Template: *template, From: *from, Setup: *setup, Runs: *runs,
 			Cmd: shellWrap(pos), SeedEnv: *seedEnv, Collect: collect, OutDir: *out, Event: event,
-			OnCrash: *onCrash,
+			OnCrash: *onCrash, Timeout: *timeout,
 		}
 		if *from == "" {
 			wd, err := os.Getwd()
@@ -118,7 +119,11 @@ func printHunt(e *env, s *flaky.HuntSummary) error {
 	}
 	var b strings.Builder
 	if s.Run > 0 {
-		fmt.Fprintf(&b, "run %d failed (seed %s, exit %d) at %s\n", s.Run, s.Seed, s.ExitCode, s.FailedAt.Local().Format(time.RFC3339Nano))
+		how := fmt.Sprintf("exit %d", s.ExitCode)
+		if s.TimedOut {
+			how = "timed out; captured while it ran"
+		}
+		fmt.Fprintf(&b, "run %d failed (seed %s, %s) at %s\n", s.Run, s.Seed, how, s.FailedAt.Local().Format(time.RFC3339Nano))
 		if s.CaptureMs > 0 {
 			fmt.Fprintf(&b, "captured %s after the failure\n", (time.Duration(s.CaptureMs) * time.Millisecond).String())
 		}

@@ -242,3 +242,33 @@ func TestHuntOptionsFrom(t *testing.T) {
 		t.Errorf("sandbox %s: %+v, %v; want stopped", name, sb, err)
 	}
 }
+
+// TestHuntOptionsTimeout: a run that hangs past --timeout is the failure;
+// it is captured while it hangs, and the resumed machine still has the
+// hung process.
+func TestHuntOptionsTimeout(t *testing.T) {
+	d := shared
+	dir := t.TempDir()
+	name := "hunt-opt-" + randHex(4)
+	huntCleanup(t, d, name)
+	// run 2 hangs in a process named for it
+	test := `n=$(cat /tmp/n 2>/dev/null || echo 0); n=$((n+1)); echo $n >/tmp/n; [ $n -lt 2 ] || exec sleep 1234`
+	r := d.sbxDir(t, dir, "--json", "hunt", "--template", "tiny", "--runs", "5", "--timeout", "1s", "--name", name, "--", test)
+	_, s := huntEvents(t, r)
+	if s.Run != 2 || s.ExitCode != 124 || !s.TimedOut {
+		t.Fatalf("summary: run %d exit %d timedOut %v, want run 2, exit 124, timed out", s.Run, s.ExitCode, s.TimedOut)
+	}
+	if leaked := huntOptionsArtifact(t, s.Artifacts, "leaked.txt"); !strings.Contains(leaked, "sleep 1234") {
+		t.Errorf("leaked.txt %q, want the hung run's sleep 1234", leaked)
+	}
+	d.must(t, "resume", name)
+	if ps := d.must(t, "exec", name, "--", "ps"); !strings.Contains(ps, "sleep 1234") {
+		t.Errorf("after resume the hung process is gone:\n%s", ps)
+	}
+
+	// a bad duration is refused before anything is made
+	r = d.sbxDir(t, dir, "hunt", "--template", "tiny", "--timeout", "soon", "--name", name+"x", "--", "true")
+	if r.code == 0 || !strings.Contains(r.stderr, "soon") {
+		t.Errorf("--timeout soon: exit %d, stderr %q; want a usage error naming it", r.code, r.stderr)
+	}
+}

@@ -64,6 +64,10 @@ type HuntOptions struct {
 	Setup string
 	// Runs is the most runs before giving up; 0 means DefaultHuntRuns.
 	Runs int
+	// Timeout, if set, makes a run that lasts longer a failure (exit 124),
+	// captured while it hangs: its processes are left running, so the
+	// evidence and the stop with memory keep the hang itself.
+	Timeout time.Duration
 	// Cmd is the test's argv, run in /work with the seed in SeedEnv.
 	Cmd     []string
 	SeedEnv string
@@ -114,6 +118,9 @@ type HuntSummary struct {
 	Run      int    `json:"run,omitempty"`
 	Seed     string `json:"seed,omitempty"`
 	ExitCode int    `json:"exitCode,omitempty"`
+	// TimedOut says the failing run outlived --timeout and was captured
+	// while it ran.
+	TimedOut bool `json:"timedOut,omitempty"`
 	// FailedAt is when the run failed (the sandbox's clock, which reads the host's).
 	FailedAt time.Time `json:"failedAt,omitzero"`
 	// CaptureMs is the time from the failure to the sandbox being stopped.
@@ -145,6 +152,8 @@ func (o *HuntOptions) defaults() error {
 		return api.Errorf(api.ErrInvalid, "hunt: give a template or a snapshot, not both")
 	case o.Runs < 1:
 		return api.Errorf(api.ErrInvalid, "hunt: want at least 1 run, got %d", o.Runs)
+	case o.Timeout < 0 || o.Timeout > 0 && o.Timeout < 10*time.Millisecond:
+		return api.Errorf(api.ErrInvalid, "hunt: --timeout %s: want 10ms or more", o.Timeout)
 	case len(o.Cmd) == 0:
 		return api.Errorf(api.ErrInvalid, "hunt: no test command given")
 	case strings.ContainsAny(o.SeedEnv, "= '\"$"):
@@ -225,7 +234,11 @@ func startLoop(ctx context.Context, c HuntClient, id string, o *HuntOptions) (*a
 			return nil, fmt.Errorf("install the crash wrapper in %s: %w", id, err)
 		}
 	}
-	script := loopScript(loopConfig{setup: o.Setup, runs: o.Runs, seedEnv: o.SeedEnv, test: o.Cmd, collect: o.Collect, onCrash: o.OnCrash})
+	cfg := loopConfig{setup: o.Setup, runs: o.Runs, seedEnv: o.SeedEnv, test: o.Cmd, collect: o.Collect, onCrash: o.OnCrash}
+	if o.Timeout > 0 {
+		cfg.timeout = strconv.FormatFloat(o.Timeout.Seconds(), 'f', 3, 64)
+	}
+	script := loopScript(cfg)
 	if err := c.WriteFile(ctx, id, huntLoop, strings.NewReader(script), int64(len(script)), 0o755); err != nil {
 		return nil, fmt.Errorf("write the loop into %s: %w", id, err)
 	}
@@ -554,6 +567,8 @@ func parseFailed(r io.Reader, s *HuntSummary) error {
 			s.ExitCode, _ = strconv.Atoi(v)
 		case "time":
 			s.FailedAt = parseEpoch(v)
+		case "timedout":
+			s.TimedOut = v == "1"
 		}
 	}
 	return sc.Err()

@@ -24,6 +24,38 @@ const (
 	loopCrashWrapper = 5
 )
 
+// runLines are the loop's lines that run the test once (run is its shell
+// command) and leave its exit code in $code. With a timeout (seconds) the
+// test runs in the background and a watchdog signals the loop when the time
+// is up: the run is then a failure with exit 124 and $hung set, and its
+// processes are left running for the evidence and the stop with memory. A
+// watchdog that lost the race (its run ended first) names its run in
+// $H/hung, so its late signal cannot count against a later run.
+func runLines(run, timeout string) string {
+	if timeout == "" {
+		return "\t" + run + ` >"$H/run.out" 2>&1 </dev/null
+	code=$?
+	hung=`
+	}
+	return "\t" + run + ` >"$H/run.out" 2>&1 </dev/null &
+	tp=$!
+	hung=
+	rm -f "$H/watchdog"
+	( sleep ` + timeout + ` & echo $! >"$H/watchdog"; wait $! && echo "$i" >"$H/hung" && kill -USR1 $$ ) &
+	wd=$!
+	while :; do
+		wait $tp
+		code=$?
+		[ -z "$hung" ] || { code=124; break; }
+		kill -0 $tp 2>/dev/null || break # else an old watchdog's signal cut the wait short
+	done
+	if [ -z "$hung" ]; then
+		until [ -s "$H/watchdog" ]; do sleep 0.01; done
+		kill "$(cat "$H/watchdog")" 2>/dev/null
+	fi
+	wait $wd 2>/dev/null`
+}
+
 // maxStacks is how many leaked processes get a gdb stack, two at a time:
 // a test that leaks a worker pool must not start a gdb per worker at once
 // (each can take hundreds of MiB, and the sandbox has a memory limit).
@@ -82,6 +114,9 @@ type loopConfig struct {
 	onCrash bool
 	// listenWait, in seconds, replaces the const listenWait (for tests).
 	listenWait string
+	// timeout, in seconds ("" for none), makes a run that lasts longer a
+	// failure, captured while it hangs: its processes are left alone.
+	timeout string
 }
 
 // listenWait is how long after a failure the loop keeps looking for the
@@ -112,7 +147,9 @@ H=%s
 CR=%s
 mkdir -p "$H"
 cd /work 2>/dev/null || cd /
-pids() { for p in /proc/[0-9]*; do echo "${p#/proc/}"; done | sort; }
+# the processes now; a run's new ones are those of pids.after not in
+# pids.before (grep -vxF: busybox has no comm)
+pids() { for p in /proc/[0-9]*; do echo "${p#/proc/}"; done; }
 step() { echo "$(now) $1" >>"$H/steps.log"; }
 # busybox's date has no %%N: the agent then reads the clock
 now() { t=$(date +%%s.%%N 2>/dev/null); case "$t" in *N*|"") /.sbx/sbx-agent now 2>/dev/null || date +%%s ;; *) echo "$t" ;; esac; }
@@ -169,25 +206,33 @@ code=$?
 if [ $code -ne 0 ]; then echo "sbx-hunt: setup failed exit $code"; exit %d; fi
 `, shellQuote(c.setup), loopSetupFailed)
 	}
+	if c.timeout != "" {
+		b.WriteString(`# a watchdog's USR1: the run it names is the one under way, or a stale one
+on_watchdog() { read -r hr <"$H/hung" 2>/dev/null; [ "$hr" != "$i" ] || hung=1; }
+trap on_watchdog USR1
+`)
+	}
 	fmt.Fprintf(&b, `i=0
 while [ $i -lt %d ]; do
 	i=$((i + 1))
 	seed=$(od -An -N4 -tu4 /dev/urandom | tr -d ' \n')
 	pids >"$H/pids.before"
 	echo "$i" >"$H/current"
-	%s >"$H/run.out" 2>&1 </dev/null
-	code=$?%s
+%s%s
 	if [ $code -ne 0 ]; then
 		t=$(now)
 		printf 'run=%%s\nseed=%%s\nexit=%%s\ntime=%%s\n' "$i" "$seed" "$code" "$t" >"$H/failed"
+		[ -z "$hung" ] || echo "timedout=1" >>"$H/failed"
 		echo "sbx-hunt: failed $i seed $seed exit $code time $t"
 		pids >"$H/pids.after"
 		cp "$H/run.out" "$H/test-output.txt"
-		comm -13 "$H/pids.before" "$H/pids.after" | grep -vx "$$" >"$H/leaked-pids.txt"
+		grep -vxF -f "$H/pids.before" "$H/pids.after" | grep -vx "$$" >"$H/leaked-pids.txt"
 		step processes
 		ps -eo pid,ppid,etime,args --forest >"$H/processes.txt" 2>&1 || ps >"$H/processes.txt" 2>&1
 		step evidence
+		# the evidence jobs are waited for by pid: a hung test is a child too
 		listeners "at the failure" >"$H/listening.txt" &
+		jobs_=$!
 		for p in $(cat "$H/leaked-pids.txt"); do
 			[ -d "/proc/$p" ] || continue
 			echo "$p $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)" >>"$H/leaked.txt"
@@ -197,10 +242,12 @@ while [ $i -lt %d ]; do
 				echo "# lsof -b -w -n -P -p $p"
 				timeout 10 lsof -b -w -n -P -p "$p" 2>&1
 			} >"$H/files-$p.txt" &
+			jobs_="$jobs_ $!"
 		done
 		stacks 0 &
+		jobs_="$jobs_ $!"
 		stacks 1 &
-		wait
+		wait $jobs_ $!
 		step "evidence read"
 		# a leaked process the first look did not see listening: look again
 		# when it does, or at the deadline
@@ -209,7 +256,7 @@ while [ $i -lt %d ]; do
 			listeners "again at $(now), waiting for the leaked processes to listen" >>"$H/listening.txt"
 			step "listeners again"
 		fi
-`, c.runs, run, crashCheck, cmp.Or(c.listenWait, listenWait))
+`, c.runs, runLines(run, c.timeout), crashCheck, cmp.Or(c.listenWait, listenWait))
 	if len(c.collect) > 0 {
 		// each path keeps its place: /work/logs is collected/work/logs, so
 		// two paths with one base name do not land on each other
@@ -225,7 +272,7 @@ while [ $i -lt %d ]; do
 	echo "sbx-hunt: run $i seed $seed exit 0"
 	# each run starts clean: what a passing run left behind is killed
 	pids >"$H/pids.after"
-	for p in $(comm -13 "$H/pids.before" "$H/pids.after" | grep -vx "$$"); do kill -9 "$p" 2>/dev/null; done
+	for p in $(grep -vxF -f "$H/pids.before" "$H/pids.after" | grep -vx "$$"); do kill -9 "$p" 2>/dev/null; done
 done
 touch "$H/nofailure"
 echo "sbx-hunt: no failure in $i runs"

@@ -520,3 +520,33 @@ s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); time.sleep(300)`
 		t.Errorf("the second look lacks the leaked server %s:\n%s", pid, l)
 	}
 }
+
+// TestLoopScriptTimeout: a run that outlives the timeout is a failure with
+// exit 124, recorded as timed out, and its processes are left running for
+// the evidence; runs that end in time are not touched by their watchdogs.
+func TestLoopScriptTimeout(t *testing.T) {
+	dir := t.TempDir()
+	hunt := filepath.Join(dir, ".sbx-hunt")
+	// runs 1-3 pass at once, run 4 hangs
+	test := `n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n >n; echo "run $n pid $$"; [ $n -lt 4 ] || exec sleep 300`
+	out, code := runLoop(t, dir, loopConfig{runs: 10, seedEnv: "SEED", timeout: "0.5", listenWait: "0.1",
+		test: []string{"sh", "-c", test}})
+	if code != loopFailed {
+		t.Fatalf("loop exit %d, want %d\n%s", code, loopFailed, out)
+	}
+	if !strings.Contains(out, "sbx-hunt: failed 4 seed ") || !strings.Contains(out, " exit 124 ") {
+		t.Errorf("loop output, want run 4 failed with exit 124:\n%s", out)
+	}
+	marker, _ := os.ReadFile(filepath.Join(hunt, "failed"))
+	var s HuntSummary
+	parseFailed(strings.NewReader(string(marker)), &s)
+	if s.Run != 4 || s.ExitCode != 124 || !s.TimedOut {
+		t.Errorf("marker %q: run %d exit %d timedOut %v, want 4, 124, true", marker, s.Run, s.ExitCode, s.TimedOut)
+	}
+	b, _ := os.ReadFile(filepath.Join(hunt, "test-output.txt"))
+	pid := strings.TrimSpace(string(b)[strings.LastIndex(string(b), "pid ")+4:])
+	leaked, _ := os.ReadFile(filepath.Join(hunt, "leaked.txt"))
+	if !strings.HasPrefix(string(leaked), pid+" sleep 300") {
+		t.Errorf("leaked.txt %q, want the hung run's process %s alive (sleep 300)", leaked, pid)
+	}
+}
