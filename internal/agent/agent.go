@@ -59,7 +59,8 @@ const usage = `usage:
   sbx-agent stat PATH
   sbx-agent ls PATH
   sbx-agent ports
-  sbx-agent now`
+  sbx-agent now
+  sbx-agent sigdfl -- PROG [ARGS...]`
 
 // Main runs the subcommand named by args[0] and returns the exit code. It
 // reads file contents and tars from stdin, writes results to stdout and
@@ -83,6 +84,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runAttach(args, stdout, stderr)
 	case "init":
 		return runInit(stderr)
+	case "sigdfl":
+		return runSigDfl(args, stderr)
 	}
 	var err error
 	switch cmd {

@@ -95,3 +95,27 @@ func TestMainUsage(t *testing.T) {
 		})
 	}
 }
+
+// TestSigDfl: sigdfl gives a command started in the background (SIGINT and
+// SIGQUIT ignored, as a shell's & leaves them) its default signals back.
+func TestSigDfl(t *testing.T) {
+	for _, tc := range []struct {
+		name, cmd, want string
+	}{
+		{"plain &", `sh -c 'grep SigIgn /proc/self/status' &` + "\nwait", "SigIgn:\t0000000000000006"},
+		{"through sigdfl", agentBin + ` sigdfl -- sh -c 'grep SigIgn /proc/self/status' &` + "\nwait", "SigIgn:\t0000000000000000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := exec.Command("sh", "-c", "trap '' INT QUIT\n"+tc.cmd).CombinedOutput()
+			if err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			if got := strings.TrimSpace(string(out)); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+	if code, _, _ := run(t, nil, "sigdfl", "--", "/no/such/prog"); code != ExitNotFoundExec {
+		t.Errorf("an unknown program: exit %d, want %d", code, ExitNotFoundExec)
+	}
+}

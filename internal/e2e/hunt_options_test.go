@@ -263,8 +263,15 @@ func TestHuntOptionsTimeout(t *testing.T) {
 	}
 	d.must(t, "resume", name)
 	if ps := d.must(t, "exec", name, "--", "ps"); !strings.Contains(ps, "sleep 1234") {
-		t.Errorf("after resume the hung process is gone:\n%s", ps)
+		t.Fatalf("after resume the hung process is gone:\n%s", ps)
 	}
+	// run in the background, the test still dies of SIGINT as it would in the
+	// foreground (a shell's & ignores it; busybox's env cannot put it back:
+	// the agent does)
+	d.must(t, "exec", name, "--", "sh", "-c", `kill -INT $(ps | awk '/sleep 1234/ && !/awk/ { print $1 }')`)
+	waitFor(t, "the hung sleep to die of SIGINT", 10*time.Second, func() bool {
+		return !strings.Contains(d.must(t, "exec", name, "--", "ps"), "sleep 1234")
+	})
 
 	// a bad duration is refused before anything is made
 	r = d.sbxDir(t, dir, "hunt", "--template", "tiny", "--timeout", "soon", "--name", name+"x", "--", "true")

@@ -25,33 +25,44 @@ const (
 )
 
 // runLines are the loop's lines that run the test once (run is its shell
-// command) and leave its exit code in $code. With a timeout (seconds) the
-// test runs in the background and a watchdog signals the loop when the time
-// is up: the run is then a failure with exit 124 and $hung set, and its
-// processes are left running for the evidence and the stop with memory. A
-// watchdog that lost the race (its run ended first) names its run in
-// $H/hung, so its late signal cannot count against a later run.
+// command) and leave its exit code in $code, and timedout=1 when it ran out
+// of time. With a timeout (seconds) the test runs in the background (with
+// SIGINT and SIGQUIT put back to their defaults, which a shell's & ignores)
+// and a watchdog signals the loop when the time is up: if the test still
+// runs, the run is a failure with exit 124, and its processes are left
+// running for the evidence and the stop with memory. A watchdog that lost
+// the race (its run ended first) names its run in $H/hung, so its late
+// signal cannot count against a later run; any other USR1 (the test's own)
+// only makes the loop wait again.
 func runLines(run, timeout string) string {
 	if timeout == "" {
 		return "\t" + run + ` >"$H/run.out" 2>&1 </dev/null
 	code=$?
-	hung=`
+	timedout=`
 	}
-	return "\t" + run + ` >"$H/run.out" 2>&1 </dev/null &
+	return "\t$SIGDFL " + run + ` >"$H/run.out" 2>&1 </dev/null &
 	tp=$!
 	hung=
+	timedout=
 	rm -f "$H/watchdog"
-	( sleep ` + timeout + ` & echo $! >"$H/watchdog"; wait $! && echo "$i" >"$H/hung" && kill -USR1 $$ ) &
+	( sleep ` + timeout + ` & echo $! >"$H/watchdog"; wait $! 2>/dev/null && echo "$i" >"$H/hung" && kill -USR1 $$ ) &
 	wd=$!
 	while :; do
+		sig=
 		wait $tp
 		code=$?
-		[ -z "$hung" ] || { code=124; break; }
-		kill -0 $tp 2>/dev/null || break # else an old watchdog's signal cut the wait short
+		if [ -n "$hung" ] && running $tp; then
+			code=124
+			timedout=1
+			break
+		fi
+		# a signal cut the wait short: wait again (for the test's own status)
+		[ -n "$sig" ] && [ $code -gt 128 ] && continue
+		break
 	done
-	if [ -z "$hung" ]; then
-		until [ -s "$H/watchdog" ]; do sleep 0.01; done
-		kill "$(cat "$H/watchdog")" 2>/dev/null
+	if [ -z "$timedout" ]; then
+		until [ -s "$H/watchdog" ] || ! kill -0 $wd 2>/dev/null; do sleep 0.01; done
+		kill "$(cat "$H/watchdog" 2>/dev/null)" 2>/dev/null
 	fi
 	wait $wd 2>/dev/null`
 }
@@ -150,6 +161,12 @@ cd /work 2>/dev/null || cd /
 # the processes now; a run's new ones are those of pids.after not in
 # pids.before (grep -vxF: busybox has no comm)
 pids() { for p in /proc/[0-9]*; do echo "${p#/proc/}"; done; }
+# newpids: those of pids.after not in pids.before, the loop itself aside; none
+# when pids.before could not be written (else every process would be new)
+newpids() {
+	[ -s "$H/pids.before" ] || return 0
+	grep -vxF -f "$H/pids.before" "$H/pids.after" | grep -vx "$$"
+}
 step() { echo "$(now) $1" >>"$H/steps.log"; }
 # busybox's date has no %%N: the agent then reads the clock
 now() { t=$(date +%%s.%%N 2>/dev/null); case "$t" in *N*|"") /.sbx/sbx-agent now 2>/dev/null || date +%%s ;; *) echo "$t" ;; esac; }
@@ -184,7 +201,7 @@ stacks() {
 }
 `, shellQuote(HuntDir), shellQuote(crashDir), maxStacks, maxStacks)
 	run := "env " + c.seedEnv + `="$seed" ` + shellJoin(c.test)
-	crashCheck := ""
+	crashCheck, pre := "", ""
 	if c.onCrash {
 		// the wrapper failing is not the test failing
 		crashCheck = fmt.Sprintf(`
@@ -197,7 +214,8 @@ stacks() {
 	exit %d
 fi
 `, loopCrashWrapper)
-		run = "rm -rf \"$CR/bundle\" \"$CR/status\"; env " + c.seedEnv + `="$seed" /bin/sh "$CR/run.sh" ` + shellJoin(c.test)
+		pre = "\trm -rf \"$CR/bundle\" \"$CR/status\"\n"
+		run = "env " + c.seedEnv + `="$seed" /bin/sh "$CR/run.sh" ` + shellJoin(c.test)
 	}
 	if c.setup != "" {
 		fmt.Fprintf(&b, `echo "sbx-hunt: setup"
@@ -208,8 +226,28 @@ if [ $code -ne 0 ]; then echo "sbx-hunt: setup failed exit $code"; exit %d; fi
 	}
 	if c.timeout != "" {
 		b.WriteString(`# a watchdog's USR1: the run it names is the one under way, or a stale one
-on_watchdog() { read -r hr <"$H/hung" 2>/dev/null; [ "$hr" != "$i" ] || hung=1; }
+on_watchdog() {
+	sig=1
+	read -r hr <"$H/hung" 2>/dev/null
+	[ "$hr" != "$i" ] || hung=1
+}
 trap on_watchdog USR1
+# running PID: whether PID is alive and not a zombie (one that ended as the
+# watchdog fired has its own exit code)
+running() {
+	read -r st <"/proc/$1/stat" 2>/dev/null || return 1
+	st=${st##*) }
+	[ "${st%% *}" != Z ]
+}
+# the test runs in the background; & leaves SIGINT and SIGQUIT ignored, and
+# a test must see them as it would in the foreground
+if env --default-signal=INT true 2>/dev/null; then
+	SIGDFL="env --default-signal=INT,QUIT"
+elif [ -x /.sbx/sbx-agent ]; then
+	SIGDFL="/.sbx/sbx-agent sigdfl --"
+else
+	SIGDFL=
+fi
 `)
 	}
 	fmt.Fprintf(&b, `i=0
@@ -222,11 +260,11 @@ while [ $i -lt %d ]; do
 	if [ $code -ne 0 ]; then
 		t=$(now)
 		printf 'run=%%s\nseed=%%s\nexit=%%s\ntime=%%s\n' "$i" "$seed" "$code" "$t" >"$H/failed"
-		[ -z "$hung" ] || echo "timedout=1" >>"$H/failed"
+		[ -z "$timedout" ] || echo "timedout=1" >>"$H/failed"
 		echo "sbx-hunt: failed $i seed $seed exit $code time $t"
 		pids >"$H/pids.after"
 		cp "$H/run.out" "$H/test-output.txt"
-		grep -vxF -f "$H/pids.before" "$H/pids.after" | grep -vx "$$" >"$H/leaked-pids.txt"
+		newpids >"$H/leaked-pids.txt"
 		step processes
 		ps -eo pid,ppid,etime,args --forest >"$H/processes.txt" 2>&1 || ps >"$H/processes.txt" 2>&1
 		step evidence
@@ -256,7 +294,7 @@ while [ $i -lt %d ]; do
 			listeners "again at $(now), waiting for the leaked processes to listen" >>"$H/listening.txt"
 			step "listeners again"
 		fi
-`, c.runs, runLines(run, c.timeout), crashCheck, cmp.Or(c.listenWait, listenWait))
+`, c.runs, pre+runLines(run, c.timeout), crashCheck, cmp.Or(c.listenWait, listenWait))
 	if len(c.collect) > 0 {
 		// each path keeps its place: /work/logs is collected/work/logs, so
 		// two paths with one base name do not land on each other
@@ -272,7 +310,7 @@ while [ $i -lt %d ]; do
 	echo "sbx-hunt: run $i seed $seed exit 0"
 	# each run starts clean: what a passing run left behind is killed
 	pids >"$H/pids.after"
-	for p in $(grep -vxF -f "$H/pids.before" "$H/pids.after" | grep -vx "$$"); do kill -9 "$p" 2>/dev/null; done
+	for p in $(newpids); do kill -9 "$p" 2>/dev/null; done
 done
 touch "$H/nofailure"
 echo "sbx-hunt: no failure in $i runs"

@@ -528,7 +528,7 @@ func TestLoopScriptTimeout(t *testing.T) {
 	dir := t.TempDir()
 	hunt := filepath.Join(dir, ".sbx-hunt")
 	// runs 1-3 pass at once, run 4 hangs
-	test := `n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n >n; echo "run $n pid $$"; [ $n -lt 4 ] || exec sleep 300`
+	test := `n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n >n; grep SigIgn /proc/self/status; echo "run $n pid $$"; [ $n -lt 4 ] || exec sleep 300`
 	out, code := runLoop(t, dir, loopConfig{runs: 10, seedEnv: "SEED", timeout: "0.5", listenWait: "0.1",
 		test: []string{"sh", "-c", test}})
 	if code != loopFailed {
@@ -545,8 +545,25 @@ func TestLoopScriptTimeout(t *testing.T) {
 	}
 	b, _ := os.ReadFile(filepath.Join(hunt, "test-output.txt"))
 	pid := strings.TrimSpace(string(b)[strings.LastIndex(string(b), "pid ")+4:])
+	// run in the background, the test still has SIGINT and SIGQUIT (bits 2, 3)
+	var ign uint64
+	if _, err := fmt.Sscanf(string(b), "SigIgn:\t%x", &ign); err != nil || ign&0x6 != 0 {
+		t.Errorf("the test's SigIgn %#x (%v), want SIGINT and SIGQUIT not ignored:\n%s", ign, err, b)
+	}
 	leaked, _ := os.ReadFile(filepath.Join(hunt, "leaked.txt"))
 	if !strings.HasPrefix(string(leaked), pid+" sleep 300") {
 		t.Errorf("leaked.txt %q, want the hung run's process %s alive (sleep 300)", leaked, pid)
+	}
+}
+
+// TestLoopScriptStraySignal: under --timeout, a USR1 that is not this run's
+// watchdog's (here the test's own, sent to the loop) does not turn a run
+// into a failure.
+func TestLoopScriptStraySignal(t *testing.T) {
+	dir := t.TempDir()
+	out, code := runLoop(t, dir, loopConfig{runs: 20, seedEnv: "SEED", timeout: "5",
+		test: []string{"sh", "-c", "kill -USR1 $PPID; exit 0"}})
+	if code != 0 || !strings.Contains(out, "no failure in 20 runs") {
+		t.Fatalf("loop exit %d, want 0 and no failure:\n%s", code, out)
 	}
 }
