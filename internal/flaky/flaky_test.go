@@ -801,6 +801,29 @@ func TestReplayPattern(t *testing.T) {
 	}
 }
 
+// TestReplayDeletes: sandboxes are deleted off the run slots, at most
+// rateDeletes at once, Replay returns only once all are gone, and a failed
+// delete is an error.
+func TestReplayDeletes(t *testing.T) {
+	f := newFake(failBelow3)
+	res, err := Replay(context.Background(), f, ReplayOptions{Snapshot: "snap", Seed: 21, N: 12, Parallel: 4, Test: shTest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Runs) != 12 || len(f.left()) != 0 {
+		t.Errorf("%d runs, sandboxes left %v; want 12 and none", len(res.Runs), f.left())
+	}
+	if f.maxDeleting > rateDeletes {
+		t.Errorf("%d deletes at once, want at most %d", f.maxDeleting, rateDeletes)
+	}
+
+	f = newFake(failBelow3)
+	f.deleteErrAt = 3
+	if _, err := Replay(context.Background(), f, ReplayOptions{Snapshot: "snap", Seed: 21, N: 6, Test: shTest}); err == nil || !strings.Contains(err.Error(), "delete") {
+		t.Errorf("a failed delete: got %v, want an error naming it", err)
+	}
+}
+
 func TestReplayErrors(t *testing.T) {
 	tests := []struct {
 		name      string

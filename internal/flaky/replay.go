@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
@@ -81,17 +82,34 @@ func Replay(ctx context.Context, c Client, o ReplayOptions) (*ReplayResult, erro
 	if err := o.Test.validate(); err != nil {
 		return nil, err
 	}
+	// Each sandbox is deleted in the background once its run ends (as
+	// flake-rate does), so the run's slot goes to the next run at once;
+	// Replay returns after every delete.
+	var (
+		deletes sync.WaitGroup
+		mu      sync.Mutex
+		delErrs []error
+	)
+	tokens := make(chan struct{}, rateDeletes)
 	runs, err := runAll(ctx, o.N, o.Parallel, o.Progress, func(ctx context.Context, i int) (Run, error) {
 		sb, err := c.Create(ctx, client.WithFrom(o.Snapshot))
 		if err != nil {
 			return Run{}, fmt.Errorf("run %d: create from snapshot %s: %w", i, o.Snapshot, err)
 		}
 		r, err := o.Test.exec(ctx, c, i, sb.ID, o.Seed)
-		if derr := deleteAll(ctx, c, []string{sb.ID}); derr != nil {
-			err = errors.Join(err, fmt.Errorf("run %d: %w", i, derr))
-		}
+		deletes.Go(func() {
+			tokens <- struct{}{}
+			defer func() { <-tokens }()
+			if derr := deleteAll(ctx, c, []string{sb.ID}); derr != nil {
+				mu.Lock()
+				delErrs = append(delErrs, fmt.Errorf("run %d: %w", i, derr))
+				mu.Unlock()
+			}
+		})
 		return r, err
 	})
+	deletes.Wait()
+	err = errors.Join(err, errors.Join(delErrs...))
 	if err != nil {
 		return nil, fmt.Errorf("replay of %s with seed %d: %w", o.Snapshot, o.Seed, err)
 	}
