@@ -8,7 +8,7 @@ type State string
 // The states a sandbox can be in.
 const (
 	StateCreating State = "creating"
-	StateRunning  State = "running"
+	StateReady    State = "ready"
 	StateStopping State = "stopping"
 	StateStopped  State = "stopped"
 	StateError    State = "error"

@@ -72,7 +72,7 @@ func newCaptureFake(t *testing.T) *captureFake {
 	})
 	mux.HandleFunc("GET /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
 		if known(w, r) {
-			json.NewEncoder(w).Encode(api.Sandbox{ID: r.PathValue("id"), State: api.StateRunning, From: "s1",
+			json.NewEncoder(w).Encode(api.Sandbox{ID: r.PathValue("id"), State: api.StateReady, From: "s1",
 				Parent: "sb_0", ResumeReason: "memory image incomplete"})
 		}
 	})
@@ -155,7 +155,7 @@ func newCaptureFake(t *testing.T) *captureFake {
 		}
 		var sbs []api.Sandbox
 		for _, id := range ids {
-			sb := api.Sandbox{ID: id, State: api.StateRunning, Parent: r.PathValue("id"), MemoryRestored: req.Memory}
+			sb := api.Sandbox{ID: id, State: api.StateReady, Parent: r.PathValue("id"), MemoryRestored: req.Memory}
 			sbs = append(sbs, sb)
 			sse(w, "sandbox.ready", api.ForkEvent{Event: "sandbox.ready", Sandbox: &sb})
 		}
@@ -178,7 +178,7 @@ func newCaptureFake(t *testing.T) *captureFake {
 		}
 		var req api.ResumeRequest
 		json.NewDecoder(r.Body).Decode(&req)
-		sb := api.Sandbox{ID: r.PathValue("id"), State: api.StateRunning, MemoryRestored: true}
+		sb := api.Sandbox{ID: r.PathValue("id"), State: api.StateReady, MemoryRestored: true}
 		if sb.ID == "sb_cold" {
 			if req.RequireMemory {
 				writeErr(w, api.ErrConflict, "sandbox sb_cold: memory image unreadable; it is kept")
@@ -383,7 +383,7 @@ func TestForkJSONWait(t *testing.T) {
 		if err := json.Unmarshal([]byte(next()), &got); err != nil {
 			t.Fatal(err)
 		}
-		want := forkLine{Event: "sandbox.ready", ID: id, Sandbox: &api.Sandbox{ID: id, State: api.StateRunning, Parent: "sb_hold", MemoryRestored: true}}
+		want := forkLine{Event: "sandbox.ready", ID: id, Sandbox: &api.Sandbox{ID: id, State: api.StateReady, Parent: "sb_hold", MemoryRestored: true}}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("ready line (-want +got):\n%s", diff)
 		}

@@ -45,7 +45,7 @@ func fakeDaemon(t *testing.T) (host string, uploads map[string][]byte) {
 	})
 	mux.HandleFunc("GET /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
 		if known(w, r) {
-			json.NewEncoder(w).Encode(api.Sandbox{ID: "sb_1", State: api.StateRunning})
+			json.NewEncoder(w).Encode(api.Sandbox{ID: "sb_1", State: api.StateReady})
 		}
 	})
 	mux.HandleFunc("DELETE /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
@@ -133,7 +133,7 @@ func TestRun(t *testing.T) {
 		{"new bad ttl", []string{"new", "--ttl", "soon"}, 1, "", `sbx: ttl "soon": not a duration`},
 		{"new bad meta", []string{"new", "--meta", "novalue"}, 2, "", "key=value"},
 		{"new stray arg", []string{"new", "x"}, 2, "", "usage: sbx new"},
-		{"info", []string{"info", "sb_1"}, 0, "state: running", ""},
+		{"info", []string{"info", "sb_1"}, 0, "state: ready", ""},
 		{"info missing", []string{"info", "sb_x"}, 1, "", "sbx: sandbox sb_x not found\n"},
 		{"info missing json", []string{"info", "sb_x", "--json"}, 1, "", `{"error":{"code":"not_found","message":"sandbox sb_x not found"}}`},
 		{"delete some fail", []string{"rm", "sb_1", "sb_x", "--yes"}, 1, "sb_1\n", "sbx: sandbox sb_x not found"},

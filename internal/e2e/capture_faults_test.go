@@ -139,7 +139,7 @@ func TestResumeFallback(t *testing.T) {
 		t.Fatalf("after a refused resume: state %s, want stopped", sb.State)
 	}
 	d.jsonOut(t, &sb, "resume", id)
-	if sb.State != api.StateRunning || sb.MemoryRestored || sb.ResumeReason == "" {
+	if sb.State != api.StateReady || sb.MemoryRestored || sb.ResumeReason == "" {
 		t.Errorf("resume from the disk: %+v, want running, memoryRestored false and a reason", sb)
 	}
 	if out := d.must(t, "exec", id, "--", "cat", "/root/disk-file"); out != "kept\n" {
@@ -177,7 +177,7 @@ func TestCaptureDiskFull(t *testing.T) {
 	}
 	var sb api.Sandbox
 	d.jsonOut(t, &sb, "info", id)
-	if sb.State != api.StateRunning {
+	if sb.State != api.StateReady {
 		t.Errorf("after failed captures: state %s", sb.State)
 	}
 	left, _ := os.ReadDir(images)

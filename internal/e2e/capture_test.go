@@ -91,7 +91,7 @@ func TestCaptureAcceptance(t *testing.T) {
 		}
 		time.Sleep(3 * time.Second) // so the clock check below can tell
 		d.jsonOut(t, &sb, "resume", id)
-		if sb.State != api.StateRunning || !sb.MemoryRestored {
+		if sb.State != api.StateReady || !sb.MemoryRestored {
 			t.Fatalf("after resume: %+v, want running with memory restored", sb)
 		}
 		after := mustGet(t, d, id)

@@ -134,7 +134,7 @@ func TestConcurrentClients(t *testing.T) {
 	for _, sb := range sbs {
 		all = append(all, sb.ID)
 		switch sb.State {
-		case api.StateRunning:
+		case api.StateReady:
 			running = append(running, sb.ID)
 			if _, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard); err != nil {
 				t.Errorf("running sandbox %s does not exec: %v", sb.ID, err)

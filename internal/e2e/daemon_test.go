@@ -31,7 +31,7 @@ func TestRestart(t *testing.T) {
 	}
 	var sb api.Sandbox
 	d.jsonOut(t, &sb, "info", "survivor")
-	if sb.ID != id || sb.State != api.StateRunning {
+	if sb.ID != id || sb.State != api.StateReady {
 		t.Fatalf("after restart: %+v, want %s running", sb, id)
 	}
 	if out := d.must(t, "exec", id, "--", "cat", "/tmp/state"); out != "kept\n" {

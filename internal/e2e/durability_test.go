@@ -57,14 +57,14 @@ func checkAfterRestart(t *testing.T, d *daemon, id string, want hit) {
 	var sb api.Sandbox
 	d.jsonOut(t, &sb, "info", id)
 	switch sb.State {
-	case api.StateRunning:
+	case api.StateReady:
 	case api.StateStopped:
 		d.jsonOut(t, &sb, "resume", id, "--require-memory")
 		if !sb.MemoryRestored {
 			t.Fatalf("resume after the restart: memoryRestored false (%s)", sb.ResumeReason)
 		}
 	default:
-		t.Fatalf("after the restart the sandbox is %s (%s), want running or stopped", sb.State, sb.Reason)
+		t.Fatalf("after the restart the sandbox is %s (%s), want ready or stopped", sb.State, sb.Reason)
 	}
 	got := mustGet(t, d, id)
 	if got.Token != want.Token || got.Pid != want.Pid {
@@ -204,7 +204,7 @@ func TestCheckpointKilled(t *testing.T) {
 	}
 	var sb api.Sandbox
 	d.jsonOut(t, &sb, "info", id)
-	if sb.State != api.StateRunning {
+	if sb.State != api.StateReady {
 		t.Errorf("after a killed checkpoint: state %s", sb.State)
 	}
 	if got := mustGet(t, d, id); got.Token != marker.Token || got.Pid != marker.Pid {

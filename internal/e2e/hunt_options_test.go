@@ -155,8 +155,8 @@ func TestHuntOptionsSetupFails(t *testing.T) {
 	if err != nil {
 		t.Fatalf("sandbox %s after a failed setup: %v, want it kept", name, err)
 	}
-	if sb.State != "running" {
-		t.Errorf("sandbox %s is %s, want running", name, sb.State)
+	if sb.State != "ready" {
+		t.Errorf("sandbox %s is %s, want ready", name, sb.State)
 	}
 	if _, err := d.client.Get(ctx, name+"-fork"); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("fork %s-fork: %v, want not found", name, err)

@@ -128,7 +128,7 @@ func TestMetrics(t *testing.T) {
 	}
 	text := string(body)
 	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^sbx_sandboxes\{state="running"\} [1-9]`),
+		regexp.MustCompile(`(?m)^sbx_sandboxes\{state="ready"\} [1-9]`),
 		regexp.MustCompile(`(?m)^sbx_sandboxes\{state="stopped"\} \d+$`),
 		regexp.MustCompile(`(?m)^# TYPE sbx_capture_duration_seconds histogram$`),
 		regexp.MustCompile(`(?m)^sbx_capture_duration_seconds_bucket\{kind="snapshot",outcome="ok",le="\+Inf"\} [1-9]`),

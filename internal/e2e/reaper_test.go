@@ -47,7 +47,7 @@ func TestReaperEndToEnd(t *testing.T) {
 	}
 	var sb api.Sandbox
 	d.jsonOut(t, &sb, "info", busy)
-	if sb.State != api.StateRunning {
+	if sb.State != api.StateReady {
 		t.Errorf("a sandbox was reaped while its exec ran: %+v", sb)
 	}
 	// persist, ttl: the controls, and info says what the reaper will do.

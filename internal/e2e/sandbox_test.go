@@ -31,7 +31,7 @@ func TestSandboxLifecycle(t *testing.T) {
 	}
 	var sb api.Sandbox
 	d.jsonOut(t, &sb, "info", name) // a name works wherever an id does
-	if sb.ID != id || sb.State != api.StateRunning || sb.TTL != "30m0s" || sb.Meta["team"] != "core" || sb.Meta["run"] != "7" {
+	if sb.ID != id || sb.State != api.StateReady || sb.TTL != "30m0s" || sb.Meta["team"] != "core" || sb.Meta["run"] != "7" {
 		t.Errorf("info %s = %+v", name, sb)
 	}
 	if out := d.must(t, "info", id); !strings.Contains(out, name) {

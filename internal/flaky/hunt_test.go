@@ -45,7 +45,7 @@ type fakeHunt struct {
 var _ HuntClient = (*fakeHunt)(nil)
 
 func newFakeHunt(out string, exit int) *fakeHunt {
-	return &fakeHunt{loopOut: out, loopExit: exit, state: api.StateRunning,
+	return &fakeHunt{loopOut: out, loopExit: exit, state: api.StateReady,
 		snapshots: map[string]bool{}, sandboxes: map[string]bool{},
 		failed: "run=3\nseed=4242\nexit=1\ntime=1700000000.5\n"}
 }
@@ -62,7 +62,7 @@ func (f *fakeHunt) Create(ctx context.Context, opts ...client.CreateOption) (*ap
 		o(&f.created)
 	}
 	f.sandboxes[f.created.Name] = true
-	return &api.Sandbox{ID: "sb_hunt", Name: f.created.Name, State: api.StateRunning}, nil
+	return &api.Sandbox{ID: "sb_hunt", Name: f.created.Name, State: api.StateReady}, nil
 }
 
 func (f *fakeHunt) Get(ctx context.Context, id string) (*api.Sandbox, error) {

@@ -34,12 +34,12 @@ sbx_reaper_actions_total{reason="lifetime"} 1
 				s := r.Gauge("sbx_sandboxes", "Sandboxes by state.", "state")
 				s.Set(2, "gone")
 				s.Reset()
-				s.Set(1, "running")
+				s.Set(1, "ready")
 				s.Set(0, "stopped")
 			},
 			want: `# HELP sbx_sandboxes Sandboxes by state.
 # TYPE sbx_sandboxes gauge
-sbx_sandboxes{state="running"} 1
+sbx_sandboxes{state="ready"} 1
 sbx_sandboxes{state="stopped"} 0
 # HELP up Is it up.
 # TYPE up gauge

@@ -119,8 +119,8 @@ func (m *Manager) rootfs(template string) (string, error) {
 // started records a booted sandbox as running and watches it, with an
 // event unless event is "".
 func (m *Manager) started(ctx context.Context, sb *store.Sandbox, event string, detail map[string]any) error {
-	sb.State = api.StateRunning
-	if err := m.cfg.Store.SetRuntime(ctx, sb.ID, api.StateRunning, sb.MemoryRestored, sb.ResumeReason, sb.Image); err != nil {
+	sb.State = api.StateReady
+	if err := m.cfg.Store.SetRuntime(ctx, sb.ID, api.StateReady, sb.MemoryRestored, sb.ResumeReason, sb.Image); err != nil {
 		return err
 	}
 	m.watch(ctx, sb.ID)

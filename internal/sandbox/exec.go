@@ -401,7 +401,7 @@ func (m *Manager) recoverExecs(ctx context.Context) error {
 			sb, err := m.cfg.Store.Sandbox(ctx, e.SandboxID)
 			if err != nil {
 				m.finishExec(ctx, run, -1)
-			} else if sb.State == api.StateRunning {
+			} else if sb.State == api.StateReady {
 				if err := m.reattach(ctx, e); err != nil {
 					m.log.Error("re-attach to a detached exec", "exec", e.ID, "err", err)
 				}

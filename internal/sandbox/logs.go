@@ -441,7 +441,7 @@ func (m *Manager) Metrics(ctx context.Context, ref string) (*api.Metrics, error)
 	}
 	upper := filepath.Join(m.sandboxDir(sb.ID), "upper")
 	out := &api.Metrics{DiskBytes: diskUsage(upper)}
-	if sb.State != api.StateRunning {
+	if sb.State != api.StateReady {
 		return out, nil
 	}
 	m.mu.Lock()

@@ -215,7 +215,7 @@ func (m *Manager) Get(ctx context.Context, ref string) (*api.Sandbox, error) {
 func (m *Manager) withVerdict(sb *store.Sandbox) *api.Sandbox {
 	a := toAPI(sb)
 	now := m.now()
-	if sb.State == api.StateRunning || sb.State == api.StateStopped {
+	if sb.State == api.StateReady || sb.State == api.StateStopped {
 		a.Idle = now.Sub(sb.LastActivity).Round(time.Second).String()
 		v := judge(sb, now, m.busy(sb.ID), m.cfg.MaxLifetime)
 		if !v.at.IsZero() {
@@ -262,7 +262,7 @@ func (m *Manager) running(ctx context.Context, ref string) (*store.Sandbox, erro
 		return nil, err
 	}
 	switch sb.State {
-	case api.StateRunning:
+	case api.StateReady:
 		return sb, nil
 	case api.StateStopped:
 		return nil, api.Errorf(api.ErrConflict, "sandbox %s is stopped; run `sbx resume %s`", sb.ID, sb.ID)

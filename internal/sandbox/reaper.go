@@ -129,7 +129,7 @@ func (m *Manager) reapOnce(ctx context.Context) {
 	}
 	now := m.now()
 	for _, sb := range sbs {
-		if sb.State != api.StateRunning && sb.State != api.StateStopped {
+		if sb.State != api.StateReady && sb.State != api.StateStopped {
 			continue
 		}
 		v := judge(sb, now, m.busy(sb.ID), m.cfg.MaxLifetime)

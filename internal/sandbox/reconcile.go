@@ -117,7 +117,7 @@ func (m *Manager) reconcileCapture(ctx context.Context, in *store.Intent) (decis
 		// It runs and answers: the capture is moot. Only now the image goes.
 		_ = m.removeImage(in.ID)
 		_ = m.cfg.Store.DeleteImage(ctx, in.ID)
-		if err := m.cfg.Store.SetState(ctx, sb.ID, api.StateRunning, ""); err != nil {
+		if err := m.cfg.Store.SetState(ctx, sb.ID, api.StateReady, ""); err != nil {
 			return "error", err.Error()
 		}
 		r := "the sandbox is running and answers; the capture's image was dropped"
@@ -165,7 +165,7 @@ func (m *Manager) probe(ctx context.Context, id string) error {
 // restart (its journaled captures, if any, were reconciled first).
 func (m *Manager) reconcile(ctx context.Context, sb *store.Sandbox) {
 	switch sb.State {
-	case api.StateRunning, api.StateStopping:
+	case api.StateReady, api.StateStopping:
 		st, err := m.cfg.Runtime.State(ctx, sb.ID)
 		switch {
 		case errors.Is(err, runsc.ErrNotExist):
@@ -183,7 +183,7 @@ func (m *Manager) reconcile(ctx context.Context, sb *store.Sandbox) {
 				m.setState(ctx, sb.ID, api.StateError, fmt.Sprintf("found paused after a restart of sbxd and will not resume: %v", err))
 				return
 			}
-			_ = m.cfg.Store.SetState(ctx, sb.ID, api.StateRunning, "")
+			_ = m.cfg.Store.SetState(ctx, sb.ID, api.StateReady, "")
 			m.watch(ctx, sb.ID)
 		case st.Status != "running":
 			reason := fmt.Sprintf("runsc reports the sandbox %s after a restart of sbxd", st.Status)
@@ -193,7 +193,7 @@ func (m *Manager) reconcile(ctx context.Context, sb *store.Sandbox) {
 			m.setState(ctx, sb.ID, api.StateError, reason)
 		default:
 			if sb.State == api.StateStopping {
-				_ = m.cfg.Store.SetState(ctx, sb.ID, api.StateRunning, "")
+				_ = m.cfg.Store.SetState(ctx, sb.ID, api.StateReady, "")
 			}
 			m.watch(ctx, sb.ID)
 		}

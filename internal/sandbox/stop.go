@@ -51,7 +51,7 @@ func (m *Manager) stop(ctx context.Context, sb *store.Sandbox) error {
 	start := m.now()
 	c, err := m.beginCapture(ctx, "stop", sb.ID, true, nil)
 	if err != nil {
-		_ = m.cfg.Store.SetState(ctx, sb.ID, api.StateRunning, "")
+		_ = m.cfg.Store.SetState(ctx, sb.ID, api.StateReady, "")
 		return err
 	}
 	defer c.end()
@@ -60,7 +60,7 @@ func (m *Manager) stop(ctx context.Context, sb *store.Sandbox) error {
 	extra := map[string]any{"pausedMs": paused.Milliseconds()}
 	if err != nil {
 		// capture left it running; say so in its state too.
-		_ = m.cfg.Store.SetState(ctx, sb.ID, api.StateRunning, "")
+		_ = m.cfg.Store.SetState(ctx, sb.ID, api.StateReady, "")
 		m.captureEvent(ctx, sb.ID, "stopped", start, 0, err, extra)
 		return fmt.Errorf("stop %s: %w", sb.ID, err)
 	}
@@ -69,7 +69,7 @@ func (m *Manager) stop(ctx context.Context, sb *store.Sandbox) error {
 		_ = m.removeImage(img)
 		c.abandon(ctx)
 		m.watch(ctx, sb.ID)
-		_ = m.cfg.Store.SetState(ctx, sb.ID, api.StateRunning, "")
+		_ = m.cfg.Store.SetState(ctx, sb.ID, api.StateReady, "")
 		m.captureEvent(ctx, sb.ID, "stopped", start, 0, err, extra)
 		return fmt.Errorf("stop %s: %w", sb.ID, err)
 	}

@@ -75,7 +75,7 @@ func (m *Manager) sandboxEnded(ctx context.Context, id string) {
 	unlock := m.lock(id)
 	defer unlock()
 	sb, err := m.cfg.Store.Sandbox(ctx, id)
-	if err != nil || sb.State != api.StateRunning {
+	if err != nil || sb.State != api.StateReady {
 		return // deleted or changed on purpose meanwhile
 	}
 	reason, event := "the sandbox's runsc process ended unexpectedly", "exited"

@@ -59,7 +59,7 @@ func (s *Server) registry() *metrics.Registry {
 }
 
 // sandboxStates are the states /metrics always reports, zero or not.
-var sandboxStates = []api.State{api.StateCreating, api.StateRunning, api.StateStopping, api.StateStopped, api.StateError, api.StateLost}
+var sandboxStates = []api.State{api.StateCreating, api.StateReady, api.StateStopping, api.StateStopped, api.StateError, api.StateLost}
 
 // prometheus serves sbxd's metrics in the Prometheus text format: sandboxes
 // by state (read now), captures, reaper actions and API requests (counted

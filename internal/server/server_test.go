@@ -24,7 +24,7 @@ type fakeManager struct {
 
 func (f *fakeManager) Get(ctx context.Context, ref string) (*api.Sandbox, error) {
 	if ref == "sb_aaaaaaaaaa" {
-		return &api.Sandbox{ID: ref, State: api.StateRunning}, nil
+		return &api.Sandbox{ID: ref, State: api.StateReady}, nil
 	}
 	return nil, api.Errorf(api.ErrNotFound, "sandbox %s not found", ref)
 }

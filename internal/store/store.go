@@ -24,7 +24,7 @@ type Store struct {
 
 // migrations bring a database from user_version i to i+1; a database is
 // never opened by an sbx that does not know its version.
-var migrations = []string{schemaV1, schemaV2, schemaV3, schemaV4, schemaV5, schemaV6}
+var migrations = []string{schemaV1, schemaV2, schemaV3, schemaV4, schemaV5, schemaV6, schemaV7}
 
 const schemaV1 = `
 CREATE TABLE IF NOT EXISTS sandboxes (
@@ -60,6 +60,11 @@ CREATE TABLE IF NOT EXISTS events (
 	detail      TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS events_sandbox ON events(sandbox_id, seq);
+`
+
+// schemaV7 names the live state "ready", the word sbx users already know.
+const schemaV7 = `
+UPDATE sandboxes SET state = 'ready' WHERE state = 'running';
 `
 
 // schemaV6 records the disk a sandbox (or a memory snapshot) boots on: the

@@ -26,11 +26,11 @@ func TestSandboxes(t *testing.T) {
 	s := openTest(t)
 	ctx := context.Background()
 	now := time.Unix(1700000000, 0)
-	a := &Sandbox{ID: "sb_aaaaaaaaaa", Name: "alpha", Template: "tiny", State: api.StateRunning, CreatedAt: now, TTL: time.Minute, Meta: map[string]string{"k": "v"}, LastActivity: now}
+	a := &Sandbox{ID: "sb_aaaaaaaaaa", Name: "alpha", Template: "tiny", State: api.StateReady, CreatedAt: now, TTL: time.Minute, Meta: map[string]string{"k": "v"}, LastActivity: now}
 	if err := s.CreateSandbox(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	b := &Sandbox{ID: "sb_bbbbbbbbbb", Name: "alpha", Template: "tiny", State: api.StateRunning, CreatedAt: now, LastActivity: now}
+	b := &Sandbox{ID: "sb_bbbbbbbbbb", Name: "alpha", Template: "tiny", State: api.StateReady, CreatedAt: now, LastActivity: now}
 	if err := s.CreateSandbox(ctx, b); !errors.Is(err, api.ErrConflict) {
 		t.Errorf("taken name: got %v, want ErrConflict", err)
 	}
