@@ -112,6 +112,12 @@ type CreateRequest struct {
 	Meta     map[string]string `json:"meta,omitempty"`
 	CPUs     float64           `json:"cpus,omitempty"`
 	Memory   string            `json:"memory,omitempty"`
+	// Pids limits the number of processes (0: the daemon's default).
+	Pids int `json:"pids,omitempty"`
+	// Disk limits the sandbox's disk changes ("10G"; "": the daemon's default).
+	Disk string `json:"disk,omitempty"`
+	// Network is "" (NAT egress under the daemon's policy) or "none".
+	Network string `json:"network,omitempty"`
 	// From makes the sandbox from a snapshot: a disk snapshot boots fresh
 	// on its disk, a memory snapshot carries on its processes. Template,
 	// CPUs and Memory then come from the snapshot.
@@ -201,6 +207,9 @@ type ExecRequest struct {
 	Env     []string `json:"env,omitempty"`
 	Cwd     string   `json:"cwd,omitempty"`
 	Timeout string   `json:"timeout,omitempty"`
+	// User runs the command as this user (a name or uid[:gid] inside the
+	// sandbox); "" is the template's default user.
+	User string `json:"user,omitempty"`
 	// Detach answers at once with the Exec; otherwise the response is a
 	// stream of ExecEvent (server-sent events) ending with an "exit" event.
 	Detach bool `json:"detach,omitempty"`
@@ -261,10 +270,28 @@ type FileInfo struct {
 
 // Template describes one template.
 type Template struct {
-	Name      string    `json:"name"`
+	Name string `json:"name"`
+	// Version is the content digest ("sha256:...") of the version the name
+	// points at. Every sandbox and snapshot records the version it was made
+	// on, and keeps it for as long as it lives.
+	Version   string    `json:"version,omitempty"`
 	Size      int64     `json:"sizeBytes"`
 	CreatedAt time.Time `json:"createdAt"`
 	Source    string    `json:"source"`
+	// Defaults are what a command run in the template gets unless asked.
+	Defaults TemplateDefaults `json:"defaults,omitzero"`
+}
+
+// TemplateDefaults are a template's defaults for the commands run in it.
+type TemplateDefaults struct {
+	// User is a name or uid[:gid]; "" is root.
+	User string   `json:"user,omitempty"`
+	Env  []string `json:"env,omitempty"`
+	// WorkDir is the working directory; "" is the user's home.
+	WorkDir string `json:"workDir,omitempty"`
+	// Entrypoint and Cmd come from an image's config.
+	Entrypoint []string `json:"entrypoint,omitempty"`
+	Cmd        []string `json:"cmd,omitempty"`
 }
 
 // Progress is one server-sent event of a long operation (a template build or
