@@ -55,9 +55,19 @@ type config struct {
 	previewListen string
 	previewDomain string
 	previewSet    bool // --preview-listen was given, not defaulted
+
+	limits                 sandbox.Limits
+	memory, maxMemory      string
+	disk, maxDisk          string
+	outputHead, outputTail string
+	stoppedRetention       time.Duration
 }
 
 func main() {
+	// sbxd is also the shim that owns each exec and console (runsc/shim.go)
+	if len(os.Args) > 1 && os.Args[1] == runsc.ShimArg {
+		os.Exit(runsc.ShimMain(os.Args[2:]))
+	}
 	var c config
 	fs := flag.NewFlagSet("sbxd", flag.ContinueOnError)
 	fs.StringVar(&c.dataDir, "data-dir", "/var/lib/sbx", "where sandboxes, templates and the database live")
@@ -78,6 +88,16 @@ func main() {
 	fs.DurationVar(&c.shutdown, "shutdown-timeout", 30*time.Second, "how long a clean shutdown waits for captures and requests in flight")
 	fs.StringVar(&c.previewListen, "preview-listen", "127.0.0.1:8181", "serve preview URLs (http://PORT-ID.DOMAIN:PORT/) on this TCP address (\"\": off)")
 	fs.StringVar(&c.previewDomain, "preview-domain", "localhost", "domain of preview URLs; *.DOMAIN must resolve to the proxy")
+	def := sandbox.DefaultLimits
+	fs.StringVar(&c.memory, "default-memory", "2G", "memory limit of a sandbox that asks for none")
+	fs.StringVar(&c.maxMemory, "max-memory", "", "the most memory a sandbox may ask for (default: the host's memory)")
+	fs.IntVar(&c.limits.Pids, "default-pids", def.Pids, "process limit (per user inside) of a sandbox that asks for none")
+	fs.IntVar(&c.limits.MaxPids, "max-pids", def.MaxPids, "the most processes a sandbox may ask for")
+	fs.StringVar(&c.disk, "default-disk", "10G", "disk limit (its disk changes) of a sandbox that asks for none; past it writes fail with ENOSPC inside")
+	fs.StringVar(&c.maxDisk, "max-disk", "1T", "the most disk a sandbox may ask for")
+	fs.StringVar(&c.outputHead, "output-head", "32M", "each exec's stdout and stderr, and each console, keep this much from the start...")
+	fs.StringVar(&c.outputTail, "output-tail", "1M", "...and then only this much from the end; what is between is dropped, and said so")
+	fs.DurationVar(&c.stoppedRetention, "stopped-retention", 0, "delete a sandbox stopped for longer than this (0: keep stopped sandboxes; the idle reaper never takes them)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
@@ -134,6 +154,28 @@ func run(c config) error {
 	if c.dataDir, err = filepath.Abs(c.dataDir); err != nil {
 		return err
 	}
+	for _, f := range []struct {
+		flag string
+		s    string
+		v    *int64
+	}{
+		{"default-memory", c.memory, &c.limits.Memory}, {"max-memory", c.maxMemory, &c.limits.MaxMemory},
+		{"default-disk", c.disk, &c.limits.Disk}, {"max-disk", c.maxDisk, &c.limits.MaxDisk},
+	} {
+		if *f.v, err = sandbox.ParseSize(f.flag, f.s); err != nil {
+			return fmt.Errorf("--%w", err)
+		}
+	}
+	var head, tail int64
+	if head, err = sandbox.ParseSize("output-head", c.outputHead); err != nil {
+		return fmt.Errorf("--%w", err)
+	}
+	if tail, err = sandbox.ParseSize("output-tail", c.outputTail); err != nil {
+		return fmt.Errorf("--%w", err)
+	}
+	if head < 4<<10 {
+		return fmt.Errorf("--output-head: %s is less than the 4K an error message needs", c.outputHead)
+	}
 	if c.runsc == "" {
 		c.runsc = besideSelf("runsc")
 	}
@@ -149,6 +191,11 @@ func run(c config) error {
 	if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
 		return err
 	}
+	unlock, err := lockDataDir(c.dataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 
 	st, err := store.Open(filepath.Join(c.dataDir, "state.db"))
 	if err != nil {
@@ -190,7 +237,7 @@ func run(c config) error {
 	mgr, err := sandbox.New(sandbox.Config{
 		DataDir: c.dataDir, Tag: c.tag, Runtime: driver, Networks: nets, Templates: templates,
 		Store: st, AgentBinary: c.agent, DefaultTemplate: c.template, Logger: log, OrphanGrace: c.orphans, MaxLifetime: c.lifetime,
-		Metrics: metrics.Default,
+		Metrics: metrics.Default, Limits: c.limits, StoppedRetention: c.stoppedRetention, OutputHead: head, OutputTail: tail,
 	})
 	if err != nil {
 		return err
@@ -398,4 +445,29 @@ func cleanup(st *store.Store, nets *netns.Manager) error {
 		}
 	}
 	return nets.Cleanup()
+}
+
+// lockDataDir takes an exclusive lock on the data dir for as long as sbxd
+// runs: two daemons on one data dir would both reconcile, reap and sweep
+// the same sandboxes.
+func lockDataDir(dir string) (unlock func(), err error) {
+	path := filepath.Join(dir, "sbxd.lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock the data dir: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		b, _ := os.ReadFile(path)
+		f.Close()
+		holder := strings.TrimSpace(string(b))
+		if holder == "" {
+			holder = "another process"
+		} else {
+			holder = "sbxd pid " + holder
+		}
+		return nil, fmt.Errorf("the data dir %s is in use by %s: two sbxd cannot share a data dir; stop that one, or pass another --data-dir", dir, holder)
+	}
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(fmt.Sprintf("%d\n", os.Getpid())), 0)
+	return func() { f.Close() }, nil
 }

@@ -80,6 +80,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runExec(args, stdin, stdout, stderr)
 	case "spawn":
 		return runSpawn(args, stdout, stderr)
+	case "start":
+		return runStart(stdin, stdout, stderr)
 	case "attach":
 		return runAttach(args, stdout, stderr)
 	case "init":

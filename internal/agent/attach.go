@@ -12,9 +12,11 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"sbx.dev/sbx/internal/agent/frame"
 )
 
-const attachSyntax = "attach --id ID [--stdout-offset N] [--stderr-offset N]"
+const attachSyntax = "attach --id ID [--stdout-offset N] [--stderr-offset N] [--framed]"
 
 // attachPoll is how often attach looks for new output and the exit file.
 const attachPoll = 10 * time.Millisecond
@@ -32,6 +34,7 @@ func runAttach(args []string, stdout, stderr io.Writer) int {
 	id := fset.String("id", "", "the exec id")
 	outOff := fset.Int64("stdout-offset", 0, "bytes of stdout already read")
 	errOff := fset.Int64("stderr-offset", 0, "bytes of stderr already read")
+	framed := fset.Bool("framed", false, "send the output as frames (package frame), the exit code last")
 	err := fset.Parse(args)
 	switch {
 	case err != nil:
@@ -45,6 +48,9 @@ func runAttach(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "sbx-agent: attach: %s; usage: sbx-agent %s\n", err, attachSyntax)
 		return ExitUsageExec
+	}
+	if *framed {
+		return attachFramed(*id, *outOff, *errOff, frame.NewWriter(stdout), stderr)
 	}
 	return attach(*id, *outOff, *errOff, stdout, stderr)
 }

@@ -46,6 +46,9 @@ type initRequest struct {
 	Cwd     string   `json:"cwd,omitempty"`
 	Timeout string   `json:"timeout,omitempty"`
 	Signal  *int     `json:"signal,omitempty"`
+	// User runs the command as this user: a name or uid, optionally with
+	// ":group" (resolved from the sandbox's /etc/passwd and /etc/group).
+	User string `json:"user,omitempty"`
 }
 
 // initReply is init's answer: {"pid":N} for a started command, {} for a
@@ -54,6 +57,8 @@ type initReply struct {
 	Pid   int    `json:"pid,omitempty"`
 	Code  int    `json:"code,omitempty"`
 	Error string `json:"error,omitempty"`
+	// Exit answers a "wait": the exit code of the command once it ended.
+	Exit *int `json:"exit,omitempty"`
 }
 
 // maxRequest bounds a request: argv and env together, with room to spare
@@ -98,6 +103,8 @@ type supervisor struct {
 
 	mu      sync.Mutex // held across fork and record, so no exit is reaped unrecorded
 	running map[int]*spawned
+	// waiters are told the exit code of a command once it is recorded.
+	waiters map[string][]chan int
 	ln      *os.File // the listening socket
 	stopped bool
 
@@ -107,16 +114,11 @@ type supervisor struct {
 
 // spawned is a command init started and has not yet recorded the end of.
 type spawned struct {
-	id      string
-	pid     int // also its process group
-	dir     string
-	timeout time.Duration
-	timer   *time.Timer
-
-	// set under supervisor.mu: the deadline passed, the command has been
-	// reaped, and the timeout message is written. The exit file is written
-	// by whichever of the reaper and the timer comes last.
-	timedOut, reaped, killed bool
+	id  string
+	pid int // also its process group
+	dir string
+	// reaped is set under supervisor.mu once the command has been reaped.
+	reaped bool
 }
 
 func newSupervisor(socket, dir string, reapAll bool, log io.Writer) *supervisor {
@@ -126,6 +128,7 @@ func newSupervisor(socket, dir string, reapAll bool, log io.Writer) *supervisor 
 		reapAll: reapAll,
 		log:     log,
 		running: map[int]*spawned{},
+		waiters: map[string][]chan int{},
 		sigs:    make(chan os.Signal, 8),
 		done:    make(chan struct{}),
 	}
@@ -163,9 +166,6 @@ func (s *supervisor) stop() {
 	}
 	for pid, e := range s.running {
 		e.reaped = true
-		if e.timer != nil {
-			e.timer.Stop()
-		}
 		killTree(pid, pid)
 		var ws syscall.WaitStatus
 		_, _ = syscall.Wait4(pid, &ws, 0, nil)
@@ -251,6 +251,10 @@ func (s *supervisor) handle(conn *os.File) {
 			rep = s.spawn(req)
 		case "kill":
 			rep = s.kill(req)
+		case "wait":
+			// answered when the command ends, however long that is
+			_ = conn.SetDeadline(time.Time{})
+			rep = s.waitExec(req)
 		default:
 			rep = initReply{Code: ExitUsageExec, Error: fmt.Sprintf("unknown op %q", req.Op)}
 		}
@@ -313,7 +317,17 @@ func (s *supervisor) spawn(req initRequest) initReply {
 			return fail(ExitUsageExec, "spawn: --env %q is not KEY=VALUE", kv)
 		}
 	}
-	env := mergeEnv(os.Environ(), req.Env)
+	env := mergeEnv(os.Environ(), nil)
+	var cred *syscall.Credential
+	if req.User != "" {
+		u, err := lookupUser(req.User)
+		if err != nil {
+			return fail(ExitUsageExec, "user %s: %s", req.User, err)
+		}
+		cred = &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: u.groups}
+		env = mergeEnv(env, []string{"HOME=" + u.home, "USER=" + u.name, "LOGNAME=" + u.name})
+	}
+	env = mergeEnv(env, req.Env)
 	if req.Cwd != "" {
 		fi, err := os.Stat(req.Cwd)
 		if err != nil {
@@ -332,6 +346,18 @@ func (s *supervisor) spawn(req initRequest) initReply {
 	prog, code, msg := lookProgIn(req.Argv[0], pathEnv, req.Cwd)
 	if code != 0 {
 		return fail(code, "%s: %s", req.Argv[0], msg)
+	}
+	argv := req.Argv
+	if timeout > 0 {
+		// The agent's exec enforces it: a subreaper, so that at the deadline
+		// every process the command started is found and killed, those that
+		// left its session included (under init, an orphan would be lost
+		// among all of init's).
+		self, err := agentExe()
+		if err != nil {
+			return fail(ExitError, "spawn %s: %s", req.ID, err)
+		}
+		prog, argv = self, append([]string{self, "exec", "--timeout", timeout.String(), "--"}, req.Argv...)
 	}
 
 	dir := filepath.Join(s.dir, req.ID)
@@ -363,17 +389,17 @@ func (s *supervisor) spawn(req initRequest) initReply {
 	}
 	files = append(files, null)
 
-	pid, err := syscall.ForkExec(prog, req.Argv, &syscall.ProcAttr{
+	pid, err := syscall.ForkExec(prog, argv, &syscall.ProcAttr{
 		Dir:   req.Cwd,
 		Env:   env,
 		Files: []uintptr{null.Fd(), files[0].Fd(), files[1].Fd()},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: cred},
 	})
 	if err != nil {
 		code, msg := startFailure(&os.PathError{Op: "fork/exec", Path: prog, Err: err})
 		return fail(code, "%s: %s", req.Argv[0], msg)
 	}
-	e := &spawned{id: req.ID, pid: pid, dir: dir, timeout: timeout}
+	e := &spawned{id: req.ID, pid: pid, dir: dir}
 	s.running[pid] = e
 	if err := writeFileAtomic(filepath.Join(dir, "pid"), strconv.Itoa(pid)+"\n"); err != nil {
 		// kill and attach find the command by this file: without it the
@@ -381,37 +407,7 @@ func (s *supervisor) spawn(req initRequest) initReply {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		return fail(ExitError, "spawn %s: %s", req.ID, err)
 	}
-	if timeout > 0 {
-		e.timer = time.AfterFunc(timeout, func() { s.expire(e) })
-	}
 	return initReply{Pid: pid}
-}
-
-// expire kills a command that ran past its timeout, with every process it
-// started that is still below it, and records exit code 124.
-func (s *supervisor) expire(e *spawned) {
-	s.mu.Lock()
-	if e.reaped {
-		s.mu.Unlock()
-		return
-	}
-	e.timedOut = true
-	s.mu.Unlock()
-
-	// the command is a child of init, so its tree is below its own pid
-	killTree(e.pid, e.pid)
-	if f, err := os.OpenFile(filepath.Join(e.dir, "stderr"), os.O_WRONLY|os.O_APPEND, 0); err == nil {
-		fmt.Fprintf(f, "sbx: command timed out after %s\n", e.timeout)
-		f.Close()
-	}
-
-	s.mu.Lock()
-	e.killed = true
-	reaped := e.reaped
-	s.mu.Unlock()
-	if reaped {
-		s.recordExit(e, ExitTimeoutExec)
-	}
 }
 
 // reap collects every child that has ended and records the exit of those
@@ -438,16 +434,7 @@ func (s *supervisor) reap() {
 		if ws.Signaled() {
 			code = 128 + int(ws.Signal())
 		}
-		if e.timer != nil {
-			e.timer.Stop()
-		}
-		switch {
-		case !e.timedOut:
-			done = append(done, ended{e, code})
-		case e.killed:
-			done = append(done, ended{e, ExitTimeoutExec})
-		}
-		// else expire records the exit once its message is written
+		done = append(done, ended{e, code})
 	}
 	s.mu.Unlock()
 	for _, d := range done {
@@ -471,11 +458,53 @@ func (s *supervisor) wait() (int, syscall.WaitStatus, bool) {
 	return 0, 0, false
 }
 
-// recordExit writes the exit file of a command that has ended.
+// recordExit writes the exit file of a command that has ended, and tells
+// those waiting for it.
 func (s *supervisor) recordExit(e *spawned, code int) {
 	if err := writeFileAtomic(filepath.Join(e.dir, "exit"), strconv.Itoa(code)+"\n"); err != nil {
 		fmt.Fprintf(s.log, "sbx-agent: init: exec %s: record exit: %s\n", e.id, err)
 	}
+	s.mu.Lock()
+	ws := s.waiters[e.id]
+	delete(s.waiters, e.id)
+	s.mu.Unlock()
+	for _, w := range ws {
+		w <- code
+	}
+}
+
+// waitExec answers once command req.ID has ended, with its exit code.
+func (s *supervisor) waitExec(req initRequest) initReply {
+	if !validExecID(req.ID) {
+		return initReply{Code: ExitInvalid, Error: fmt.Sprintf("wait: bad exec id %q", req.ID)}
+	}
+	exitFile := filepath.Join(s.dir, req.ID, "exit")
+	s.mu.Lock()
+	known := false
+	for _, e := range s.running {
+		if e.id == req.ID {
+			known = true
+		}
+	}
+	var ch chan int
+	if known {
+		ch = make(chan int, 1)
+		s.waiters[req.ID] = append(s.waiters[req.ID], ch)
+	}
+	s.mu.Unlock()
+	if !known {
+		b, err := os.ReadFile(exitFile)
+		if err != nil {
+			return initReply{Code: ExitNotFound, Error: fmt.Sprintf("wait: exec %s is not running here", req.ID)}
+		}
+		code, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			return initReply{Code: ExitError, Error: fmt.Sprintf("wait: exec %s: bad exit file %q", req.ID, b)}
+		}
+		return initReply{Exit: &code}
+	}
+	code := <-ch
+	return initReply{Exit: &code}
 }
 
 // kill signals the process group of a command.
@@ -607,6 +636,16 @@ func dialUnix(name string) (*os.File, error) {
 		return nil, os.NewSyscallError("fcntl", err)
 	}
 	return os.NewFile(uintptr(fd), name), nil
+}
+
+// selfExe is the agent binary (tests use one they built).
+var selfExe = ""
+
+func agentExe() (string, error) {
+	if selfExe != "" {
+		return selfExe, nil
+	}
+	return os.Executable()
 }
 
 // consolePath is where init provides the console device.

@@ -32,12 +32,12 @@ func startSupervisor(t *testing.T) *supervisor {
 	t.Helper()
 	socket := fmt.Sprintf("@sbx-agent-unit-%d-%d", os.Getpid(), testSeq.Add(1))
 	s := newSupervisor(socket, t.TempDir(), false, io.Discard)
-	oldSocket, oldDir := initSocket, execsDir
-	initSocket, execsDir = s.socket, s.dir
+	oldSocket, oldDir, oldSelf := initSocket, execsDir, selfExe
+	initSocket, execsDir, selfExe = s.socket, s.dir, agentBin
 	s.start()
 	t.Cleanup(func() {
 		s.stop()
-		initSocket, execsDir = oldSocket, oldDir
+		initSocket, execsDir, selfExe = oldSocket, oldDir, oldSelf
 	})
 	waitListening(t, socket)
 	return s

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,29 +71,40 @@ func newRawRunscTemplate(b *testing.B, template string, args []string) *rawRunsc
 
 func (r *rawRunsc) run(b *testing.B, id string) {
 	b.Helper()
-	console, _ := os.OpenFile(filepath.Join(r.dir, id+".log"), os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o600)
-	defer console.Close()
 	upper := filepath.Join(r.dir, id+".upper")
 	os.MkdirAll(upper, 0o700)
-	if err := r.d.Run(context.Background(), id, runsc.RunOptions{Bundle: r.bundle, Console: console, Overlay: upper}); err != nil {
-		b.Fatal(err)
-	}
+	r.runsc(b, id, "run", "--detach", "--bundle", r.bundle, id)
 }
 
 // restore restores image into a new raw sandbox id.
 func (r *rawRunsc) restore(b *testing.B, id, image string, background bool) {
 	b.Helper()
-	console, _ := os.OpenFile(filepath.Join(r.dir, id+".log"), os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o600)
-	defer console.Close()
 	upper := filepath.Join(r.dir, id+".upper")
 	os.RemoveAll(upper)
 	os.MkdirAll(upper, 0o700)
-	err := r.d.Restore(context.Background(), id, runsc.RestoreOptions{
-		RunOptions: runsc.RunOptions{Bundle: r.bundle, Console: console, Overlay: upper},
-		ImageDir:   image, Background: background,
-	})
+	args := []string{"--detach", "--bundle", r.bundle, "--image-path", image}
+	if background {
+		args = append(args, "--background")
+	}
+	r.runsc(b, id, "restore", append(args, id)...)
+}
+
+// runsc runs runsc itself, as a user of runsc alone would: the sandbox's
+// console a plain file, the flags sbx gives a sandbox.
+func (r *rawRunsc) runsc(b *testing.B, id, verb string, args ...string) {
+	b.Helper()
+	console, err := os.OpenFile(filepath.Join(r.dir, id+".log"), os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o600)
 	if err != nil {
 		b.Fatal(err)
+	}
+	defer console.Close()
+	all := append([]string{"--root", r.d.Root, "--network=sandbox", "--overlay2=root:dir=" + filepath.Join(r.dir, id+".upper"), "--allow-rootfs-tar-annotation", verb}, args...)
+	cmd := exec.Command(r.d.Path, all...)
+	cmd.Stdout, cmd.Stderr = console, console
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Run(); err != nil {
+		out, _ := os.ReadFile(console.Name())
+		b.Fatalf("runsc %s %s: %v\n%s", verb, id, err, out)
 	}
 }
 

@@ -78,7 +78,7 @@ func checkAfterRestart(t *testing.T, d *daemon, id string, want hit) {
 
 // countIntents reads the daemon's journal (SQLite in WAL mode lets a
 // second reader in while sbxd runs).
-func countIntents(t *testing.T, d *daemon) int {
+func countIntents(t testing.TB, d *daemon) int {
 	t.Helper()
 	st, err := store.Open(filepath.Join(d.dir, "state.db"))
 	if err != nil {

@@ -37,6 +37,8 @@ type daemon struct {
 	cmd     *exec.Cmd
 	logPath string
 	client  *client.Client
+	// preview is the preview proxy's address, when the test gave one.
+	preview string
 	// bin is the sbxd to run (default bin/sbxd); env is added to its environment.
 	bin string
 	env []string

@@ -20,10 +20,14 @@ func TestReaperEndToEnd(t *testing.T) {
 	}
 	t.Cleanup(func() { d.stop(true) })
 	ctx := context.Background()
-	idle := d.newSandbox(t, "--template", "tiny", "--ttl", "3s")
-	busy := d.newSandbox(t, "--template", "tiny", "--ttl", "3s")
+	// busy's exec starts before its ttl is set: a loaded machine may take
+	// longer than 3 s between two commands
+	busy := d.newSandbox(t, "--template", "tiny")
+	d.must(t, "exec", busy, "--detach", "--", "sleep", "20")
+	d.must(t, "ttl", busy, "3s")
+	idle := d.newSandbox(t, "--template", "tiny")
 	d.must(t, "snapshot", idle, "reaper-evidence")
-	d.must(t, "exec", busy, "--detach", "--", "sleep", "12")
+	d.must(t, "ttl", idle, "3s")
 	start := time.Now()
 	waitFor(t, "the idle sandbox to be reaped", 30*time.Second, func() bool {
 		// Inspection all the while: it must not keep the sandbox alive.
@@ -41,7 +45,7 @@ func TestReaperEndToEnd(t *testing.T) {
 	if !strings.Contains(out, `"reaped"`) || !strings.Contains(out, "longer than its ttl") {
 		t.Errorf("no reaped event with its reason:\n%s", out)
 	}
-	// busy's exec (12 s) outlives its 3 s ttl: it is still there.
+	// busy's exec (20 s) outlives its 3 s ttl: it is still there.
 	if time.Since(start) < 10*time.Second {
 		time.Sleep(10*time.Second - time.Since(start))
 	}
@@ -51,6 +55,7 @@ func TestReaperEndToEnd(t *testing.T) {
 		t.Errorf("a sandbox was reaped while its exec ran: %+v", sb)
 	}
 	// persist, ttl: the controls, and info says what the reaper will do.
+	sb = api.Sandbox{}
 	d.jsonOut(t, &sb, "persist", busy)
 	if !sb.Persistent || sb.ReapAt != nil {
 		t.Errorf("after persist: %+v", sb)

@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -35,6 +36,11 @@ type Driver struct {
 	// a sandbox (--log), appended to by every call about that sandbox; ""
 	// for none (for instance once the sandbox's directory is gone).
 	LogFile func(id string) string
+	// ShimBinary is the program run as a shim with ShimArg (default: this
+	// process's own binary, whose main must call ShimMain); ShimEnv is
+	// added to its environment.
+	ShimBinary string
+	ShimEnv    []string
 }
 
 // logFlag is --log for calls about sandbox id.
@@ -68,6 +74,62 @@ func (e *Error) Unwrap() error { return e.Err }
 // ErrNotExist is wrapped by errors of calls on a sandbox runsc does not know.
 var ErrNotExist = errors.New("sandbox does not exist in runsc")
 
+// gone reports whether runsc's stderr says the sandbox is not there: never
+// made, deleted, or half deleted (its state file gone while a delete was
+// cut short).
+func gone(stderr string) bool {
+	s := strings.ToLower(stderr)
+	switch {
+	case strings.Contains(s, "does not exist"), strings.Contains(s, "no such container"), strings.Contains(s, "cannot find"):
+		return true
+	case strings.Contains(s, "loading container") && strings.Contains(s, "no such file or directory"):
+		// "FetchSpec failed: loading container: open .../<id>_sandbox:<id>.state: no such file or directory"
+		return true
+	}
+	return false
+}
+
+// Proc names one runsc process: its pid and its start time (in clock
+// ticks since boot, from /proc), so that a reused pid is not taken for it.
+type Proc struct {
+	Pid   int    `json:"pid"`
+	Start string `json:"start"`
+}
+
+// Alive reports whether the process still runs (a zombie does not).
+func (p Proc) Alive() bool {
+	return p.Pid > 0 && p.Start != "" && ProcessStart(p.Pid) == p.Start
+}
+
+// ProcessStart returns the start time of pid from /proc, or "" if it is
+// gone or a zombie.
+func ProcessStart(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	// The command name may hold spaces; the fields after it do not.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
+		return ""
+	}
+	return f[19]
+}
+
+type startedKey struct{}
+
+// WithStarted returns a context whose runsc calls report each runsc process
+// they start to fn, before waiting for it: a journal records capture
+// processes so that a restarted sbxd waits for its own and nobody else's.
+func WithStarted(ctx context.Context, fn func(Proc)) context.Context {
+	return context.WithValue(ctx, startedKey{}, fn)
+}
+
 func (d *Driver) globalArgs() []string {
 	args := []string{"--root", d.Root}
 	return append(args, d.Flags...)
@@ -98,12 +160,15 @@ func (d *Driver) run(ctx context.Context, global []string, verb, id string, args
 	if err := cmd.Start(); err != nil {
 		return nil, &Error{Verb: verb, ID: id, Err: err, Stderr: tail(stderr.Bytes())}
 	}
+	if started, ok := ctx.Value(startedKey{}).(func(Proc)); ok {
+		started(Proc{Pid: cmd.Process.Pid, Start: ProcessStart(cmd.Process.Pid)})
+	}
 	if err := cmd.Wait(); err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (timed out after %s)", err, DefaultTimeout)
 		}
 		msg := tail(stderr.Bytes())
-		if strings.Contains(msg, "does not exist") || strings.Contains(msg, "no such container") || strings.Contains(msg, "cannot find") {
+		if gone(stderr.String()) {
 			err = fmt.Errorf("%w: %w", ErrNotExist, err)
 		}
 		return stdout.Bytes(), &Error{Verb: verb, ID: id, Err: err, Stderr: msg}
@@ -158,60 +223,111 @@ func isFrame(t string) bool {
 type RunOptions struct {
 	// Bundle is the OCI bundle directory holding config.json.
 	Bundle string
-	// Console receives the first process's stdout and stderr.
-	Console *os.File
+	// Console is the file that keeps the first process's stdout and stderr
+	// (and runsc's own messages at start), through a console shim that
+	// keeps ConsoleHead bytes and then the last ConsoleTail (0: the
+	// default output budget).
+	Console                  string
+	ConsoleHead, ConsoleTail int64
 	// Overlay is the directory backing the root overlay's upper layer.
 	Overlay string
+	// OverlaySize caps the upper layer, in bytes: past it the sandbox's
+	// writes fail with ENOSPC (0: no cap).
+	OverlaySize int64
 }
 
 // sandboxFlags are the global flags that shape a sandbox when it is created
 // or restored. The rootfs tar annotation (a disk snapshot as the starting
 // upper layer) is only honoured with its flag.
 func sandboxFlags(o RunOptions) []string {
+	overlay := "--overlay2=root:dir=" + o.Overlay
+	if o.OverlaySize > 0 {
+		overlay += fmt.Sprintf(",size=%d", o.OverlaySize)
+	}
 	return []string{
 		"--network=sandbox",
-		"--overlay2=root:dir=" + o.Overlay,
+		overlay,
 		"--allow-rootfs-tar-annotation",
 	}
 }
 
 // Run creates and starts sandbox id detached. The first process's stdio is
-// o.Console (never a pipe: a detached runsc keeps what it was given).
+// a pipe to a console shim (never a pipe that sbxd waits on: a detached
+// runsc keeps what it was given, and outlives sbxd).
 func (d *Driver) Run(ctx context.Context, id string, o RunOptions) error {
+	return d.start(ctx, "run", id, o, []string{"--detach", "--bundle", o.Bundle, id})
+}
+
+// start runs `runsc run` or `runsc restore` of a detached sandbox, its
+// console going to a console shim.
+func (d *Driver) start(ctx context.Context, verb, id string, o RunOptions, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
 	defer cancel()
-	cmd := d.Command(ctx, "run", append(d.logFlag(id), sandboxFlags(o)...), "--detach", "--bundle", o.Bundle, id)
+	cmd := d.Command(ctx, verb, append(d.logFlag(id), sandboxFlags(o)...), args...)
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		return err
 	}
 	defer devnull.Close()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return &Error{Verb: verb, ID: id, Err: err}
+	}
+	defer pw.Close()
+	head, tailN := o.ConsoleHead, o.ConsoleTail
+	if head == 0 {
+		head, tailN = DefaultOutputHead, DefaultOutputTail
+	}
+	var before int64
+	if fi, err := os.Stat(o.Console); err == nil {
+		before = fi.Size()
+	}
+	shim, err := d.StartShim(ShimSpec{Kind: "console", Dir: filepath.Dir(o.Console), Console: o.Console, Head: head, Tail: tailN}, nil, pr)
+	pr.Close()
+	if err != nil {
+		return &Error{Verb: verb, ID: id, Err: err}
+	}
+	go func() {
+		for range shim.Events {
+		}
+	}()
 	cmd.Stdin = devnull
-	cmd.Stdout = o.Console
 	// stderr of runsc itself and of the first process share the console.
-	cmd.Stderr = o.Console
+	cmd.Stdout, cmd.Stderr = pw, pw
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	before, _ := o.Console.Seek(0, io.SeekEnd)
 	if err := cmd.Start(); err != nil {
-		return &Error{Verb: "run", ID: id, Err: err}
+		return &Error{Verb: verb, ID: id, Err: err}
+	}
+	if started, ok := ctx.Value(startedKey{}).(func(Proc)); ok {
+		started(Proc{Pid: cmd.Process.Pid, Start: ProcessStart(cmd.Process.Pid)})
 	}
 	if err := cmd.Wait(); err != nil {
-		return &Error{Verb: "run", ID: id, Err: err, Stderr: readTail(o.Console, before)}
+		pw.Close()
+		return &Error{Verb: verb, ID: id, Err: err, Stderr: consoleTail(o.Console, before)}
 	}
 	return nil
 }
 
-func readTail(f *os.File, from int64) string {
-	end, err := f.Seek(0, io.SeekEnd)
-	if err != nil || end <= from {
+// consoleTail returns what runsc wrote to the console after offset from,
+// once the console shim has caught up with it.
+func consoleTail(path string, from int64) string {
+	var last int64 = -1
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		fi, err := os.Stat(path)
+		if err != nil {
+			break
+		}
+		if fi.Size() == last {
+			break
+		}
+		last = fi.Size()
+	}
+	f, err := os.Open(path)
+	if err != nil {
 		return ""
 	}
-	if end-from > 4096 {
-		from = end - 4096
-	}
-	b := make([]byte, end-from)
-	n, _ := f.ReadAt(b, from)
-	return tail(b[:n])
+	defer f.Close()
+	return readTail(f, from)
 }
 
 // Checkpoint writes sandbox id's processes, memory and disk changes into
@@ -239,28 +355,11 @@ type RestoreOptions struct {
 // carry on. The bundle's spec must match the checkpointed one in its mounts;
 // the network namespace may be another one with the same addresses.
 func (d *Driver) Restore(ctx context.Context, id string, o RestoreOptions) error {
-	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
-	defer cancel()
 	args := []string{"--detach", "--bundle", o.Bundle, "--image-path", o.ImageDir}
 	if o.Background {
 		args = append(args, "--background")
 	}
-	cmd := d.Command(ctx, "restore", append(d.logFlag(id), sandboxFlags(o.RunOptions)...), append(args, id)...)
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		return err
-	}
-	defer devnull.Close()
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, o.Console, o.Console
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	before, _ := o.Console.Seek(0, io.SeekEnd)
-	if err := cmd.Start(); err != nil {
-		return &Error{Verb: "restore", ID: id, Err: err}
-	}
-	if err := cmd.Wait(); err != nil {
-		return &Error{Verb: "restore", ID: id, Err: err, Stderr: readTail(o.Console, before)}
-	}
-	return nil
+	return d.start(ctx, "restore", id, o.RunOptions, append(args, id))
 }
 
 // TarUpper writes sandbox id's disk changes (its root overlay's upper
@@ -270,12 +369,27 @@ func (d *Driver) TarUpper(ctx context.Context, id, file string) error {
 	return err
 }
 
+// Status is the state runsc reports a sandbox in.
+type Status string
+
+// The statuses of runsc's `state` (runsc/container/status.go).
+const (
+	StatusCreating Status = "creating"
+	StatusCreated  Status = "created"
+	StatusRunning  Status = "running"
+	StatusPaused   Status = "paused"
+	StatusStopped  Status = "stopped"
+)
+
 // State is what runsc reports of a sandbox.
 type State struct {
 	ID     string `json:"id"`
 	Pid    int    `json:"pid"`
-	Status string `json:"status"`
+	Status Status `json:"status"`
 }
+
+// Live reports whether the sandbox's processes exist (running or paused).
+func (s State) Live() bool { return s.Status == StatusRunning || s.Status == StatusPaused }
 
 // State returns runsc's view of sandbox id; the error wraps ErrNotExist when
 // runsc does not know it.
@@ -343,6 +457,12 @@ type ExecOptions struct {
 	PassFDs []int
 }
 
+// ExecArgv is the command line of `runsc exec` of o in sandbox id, for a
+// shim to run.
+func (d *Driver) ExecArgv(id string, o ExecOptions) []string {
+	return d.ExecCommand(context.Background(), id, o).Args
+}
+
 // ExecCommand returns the command that runs o.Args in sandbox id and exits
 // with its exit code. The caller sets stdio (files or pipes) and waits.
 func (d *Driver) ExecCommand(ctx context.Context, id string, o ExecOptions) *exec.Cmd {
@@ -359,13 +479,16 @@ func (d *Driver) ExecCommand(ctx context.Context, id string, o ExecOptions) *exe
 	for _, fd := range o.PassFDs {
 		args = append(args, "--pass-fd", fmt.Sprintf("%d:%d", fd, fd))
 	}
+	// No --log: runsc makes the log's directory if it is missing, and an
+	// exec may run while its sandbox is deleted (execs are not serialized
+	// with deletes); its own errors reach its caller on stderr.
 	if o.Process != "" {
 		args = append(args, "--process", o.Process, id)
-		return d.Command(ctx, "exec", d.logFlag(id), args...)
+		return d.Command(ctx, "exec", nil, args...)
 	}
 	args = append(args, id)
 	args = append(args, o.Args...)
-	return d.Command(ctx, "exec", d.logFlag(id), args...)
+	return d.Command(ctx, "exec", nil, args...)
 }
 
 // Exec runs o.Args in sandbox id with the given stdio and returns its exit
@@ -412,4 +535,18 @@ func (l *limitedBuffer) Write(p []byte) (int, error) {
 		}
 	}
 	return len(p), nil
+}
+
+// readTail returns runsc's failure from what f holds past offset from.
+func readTail(f *os.File, from int64) string {
+	end, err := f.Seek(0, io.SeekEnd)
+	if err != nil || end <= from {
+		return ""
+	}
+	if end-from > 4096 {
+		from = end - 4096
+	}
+	b := make([]byte, end-from)
+	n, _ := f.ReadAt(b, from)
+	return tail(b[:n])
 }

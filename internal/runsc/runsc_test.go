@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // testDriver returns a Driver on the runsc built into bin/, with its own
@@ -91,11 +92,7 @@ func TestRunExecDelete(t *testing.T) {
 	bundle := filepath.Join(dir, "bundle")
 	os.MkdirAll(bundle, 0o700)
 	writeSpec(t, bundle, spec)
-	console, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer console.Close()
+	console := filepath.Join(dir, "console.log")
 	overlay := filepath.Join(dir, "upper")
 	os.MkdirAll(overlay, 0o700)
 	const id = "sbxtest-run"
@@ -107,7 +104,7 @@ func TestRunExecDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Status != "running" {
+	if st.Status != StatusRunning {
 		t.Errorf("status = %q, want running", st.Status)
 	}
 	var out bytes.Buffer
@@ -125,7 +122,12 @@ func TestRunExecDelete(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(rootfs, "tmp", "f")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("write inside the sandbox reached the template: %v", err)
 	}
-	b, _ := os.ReadFile(filepath.Join(dir, "console.log"))
+	var b []byte
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if b, _ = os.ReadFile(filepath.Join(dir, "console.log")); strings.Contains(string(b), "console-hello") {
+			break
+		}
+	}
 	if !strings.Contains(string(b), "console-hello") {
 		t.Errorf("console = %q, want console-hello", b)
 	}
@@ -166,5 +168,40 @@ func TestTail(t *testing.T) {
 				t.Errorf("tail = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestGone(t *testing.T) {
+	tests := []struct {
+		name   string
+		stderr string
+		want   bool
+	}{
+		{"never made", `loading container "sb_x": container with id "sb_x" does not exist`, true},
+		{"state file gone while a delete was cut short", `FetchSpec failed: loading container: open /var/lib/sbx/runsc/sb_x_sandbox:sb_x.state: no such file or directory`, true},
+		{"cannot find", `cannot find container "sb_x"`, true},
+		{"a full disk is not gone", `checkpoint failed: no space left on device`, false},
+		{"a locked state file is not gone", `loading container: acquiring lock on "/x/sb_x.lock": resource temporarily unavailable`, false},
+		{"another missing file is not gone", `exec failed: open /bin/nope: no such file or directory`, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := gone(tc.stderr); got != tc.want {
+				t.Errorf("gone(%q) = %v, want %v", tc.stderr, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestProcessStart(t *testing.T) {
+	p := Proc{Pid: os.Getpid(), Start: ProcessStart(os.Getpid())}
+	if p.Start == "" || !p.Alive() {
+		t.Errorf("this process: %+v is not alive", p)
+	}
+	if ProcessStart(1<<22+12345) != "" {
+		t.Errorf("a pid that cannot exist has a start time")
+	}
+	if (Proc{Pid: os.Getpid(), Start: "1"}).Alive() {
+		t.Errorf("a reused pid (another start time) is taken for the process")
 	}
 }

@@ -35,7 +35,9 @@ type SpecOptions struct {
 	// CPUs limits CPU time (0: no limit); Memory limits memory in bytes (0: no limit).
 	CPUs   float64
 	Memory int64
-	Env    []string
+	// Pids bounds the processes of each user inside (0: no limit).
+	Pids int
+	Env  []string
 	// Annotations go into the spec as they are.
 	Annotations map[string]string
 }
@@ -74,7 +76,7 @@ func Spec(o SpecOptions) *specs.Spec {
 				Effective: defaultCaps,
 				Permitted: defaultCaps,
 			},
-			Rlimits: []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20}},
+			Rlimits: rlimits(o.Pids),
 		},
 		Root:        &specs.Root{Path: o.Rootfs, Readonly: false},
 		Hostname:    o.Hostname,
@@ -149,8 +151,27 @@ func WriteProcess(path string, p *specs.Process) error {
 	return os.WriteFile(path, b, 0o600)
 }
 
+// rlimits are every process's limits: RLIMIT_NPROC is how a sandbox's
+// processes are bounded, since gVisor's own kernel enforces it (the host's
+// pids cgroup only sees the sentry's threads).
+func rlimits(pids int) []specs.POSIXRlimit {
+	r := []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20}}
+	if pids > 0 {
+		r = append(r, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: uint64(pids), Soft: uint64(pids)})
+	}
+	return r
+}
+
+// hostPidsHeadroom is what the host's pids cgroup allows beyond a sandbox's
+// own limit: the sentry's and gofer's threads, and systrap's stubs.
+const hostPidsHeadroom = 1024
+
 func resources(o SpecOptions) *specs.LinuxResources {
 	r := &specs.LinuxResources{}
+	if o.Pids > 0 {
+		// a backstop on the host, far above what the sandbox may use
+		r.Pids = &specs.LinuxPids{Limit: int64(2*o.Pids + hostPidsHeadroom)}
+	}
 	if o.Memory > 0 {
 		m := o.Memory
 		r.Memory = &specs.LinuxMemory{Limit: &m}

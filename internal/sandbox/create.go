@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -33,8 +32,9 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 	if err != nil {
 		return nil, err
 	}
-	if mem != 0 && mem < minMemory {
-		return nil, api.Errorf(api.ErrInvalid, "memory: %s is below the minimum of %s", req.Memory, fmtBytes(minMemory))
+	disk, err := ParseSize("disk", req.Disk)
+	if err != nil {
+		return nil, err
 	}
 	if err := checkCPUs(req.CPUs, runtime.NumCPU()); err != nil {
 		return nil, err
@@ -46,6 +46,7 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 	sb := &store.Sandbox{
 		ID: newID("sb_"), Name: req.Name, Template: req.Template, State: api.StateCreating,
 		CreatedAt: now, TTL: ttl, Meta: req.Meta, CPUs: req.CPUs, Memory: mem, LastActivity: now,
+		Pids: req.Pids, DiskLimit: disk,
 	}
 	var b bootSpec
 	if req.From != "" {
@@ -67,6 +68,12 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 		if sn.Memory || mem == 0 {
 			sb.Memory = sn.MemLimit
 		}
+		if sn.Memory || req.Pids == 0 {
+			sb.Pids = sn.Pids
+		}
+		if sn.Memory || disk == 0 {
+			sb.DiskLimit = sn.DiskLimit
+		}
 		if sn.Memory {
 			b.image = m.imageMem(sn.ID)
 			sb.MemoryRestored = true
@@ -74,6 +81,9 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 		} else if sb.Disk, err = m.newDisk(m.imageDisk(sn.ID)); err != nil {
 			return nil, err
 		}
+	}
+	if sb.Memory, sb.Pids, sb.DiskLimit, err = m.cfg.Limits.resolve(sb.Memory, sb.Pids, sb.DiskLimit, hostMemory()); err != nil {
+		return nil, err
 	}
 	if sb.Template == "" {
 		sb.Template = m.cfg.DefaultTemplate
@@ -98,7 +108,10 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 		return nil, fmt.Errorf("create %s: %w", sb.ID, err)
 	}
 	if err := m.started(ctx, sb, "created", map[string]any{"template": sb.Template, "from": sb.Source}); err != nil {
-		return nil, err
+		if derr := m.destroy(ctx, sb.ID); derr != nil {
+			m.log.Error("undo failed create", "sandbox", sb.ID, "err", derr)
+		}
+		return nil, fmt.Errorf("create %s: %w", sb.ID, err)
 	}
 	return toAPI(sb), nil
 }
@@ -116,19 +129,30 @@ func (m *Manager) rootfs(template string) (string, error) {
 	return rootfs, nil
 }
 
-// started records a booted sandbox as running and watches it, with an
-// event unless event is "".
+// started moves a booted sandbox from creating to ready, with an event
+// unless event is "", and watches it.
 func (m *Manager) started(ctx context.Context, sb *store.Sandbox, event string, detail map[string]any) error {
-	sb.State = api.StateReady
-	if err := m.cfg.Store.SetRuntime(ctx, sb.ID, api.StateReady, sb.MemoryRestored, sb.ResumeReason, sb.Image); err != nil {
+	err := m.cfg.Store.Update(ctx, func(tx *store.Store) error {
+		return m.readyIn(ctx, tx, sb, event, detail)
+	})
+	if err != nil {
 		return err
 	}
 	m.watch(ctx, sb.ID)
-	if event != "" {
-		detail["memoryRestored"] = sb.MemoryRestored
-		m.event(ctx, sb.ID, event, detail)
-	}
 	return nil
+}
+
+// readyIn records in tx that a booted sandbox is ready: creating to ready.
+func (m *Manager) readyIn(ctx context.Context, tx *store.Store, sb *store.Sandbox, event string, detail map[string]any) error {
+	if err := tx.Transition(ctx, sb.ID, store.Change{From: from(api.StateCreating), To: api.StateReady}); err != nil {
+		return err
+	}
+	sb.State = api.StateReady
+	if event == "" {
+		return nil
+	}
+	detail["memoryRestored"] = sb.MemoryRestored
+	return tx.AddEvent(ctx, sb.ID, event, detail)
 }
 
 // bootSpec says what a sandbox boots from: a template's rootfs (and the
@@ -158,10 +182,14 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, b bootSpec) error
 		return err
 	}
 	nw, err := m.cfg.Networks.Get(sb.ID)
-	if err != nil {
-		if nw, err = m.cfg.Networks.Create(sb.ID); err != nil {
+	if err == nil {
+		// A namespace kept from before (a stopped sandbox's): the runsc
+		// sandbox that had it took eth0's address and route with it.
+		if err := m.cfg.Networks.Reset(sb.ID); err != nil {
 			return fmt.Errorf("network: %w", err)
 		}
+	} else if nw, err = m.cfg.Networks.Create(sb.ID); err != nil {
+		return fmt.Errorf("network: %w", err)
 	}
 	var annotations map[string]string
 	if sb.Disk != "" {
@@ -177,17 +205,14 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, b bootSpec) error
 		CgroupsPath: m.cgroupsPath(sb.ID),
 		CPUs:        sb.CPUs,
 		Memory:      sb.Memory,
+		Pids:        sb.Pids,
 		Annotations: annotations,
 	})
 	if err != nil {
 		return err
 	}
-	console, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	defer console.Close()
-	run := runsc.RunOptions{Bundle: bundle, Console: console, Overlay: upper}
+	run := runsc.RunOptions{Bundle: bundle, Console: filepath.Join(dir, "console.log"), ConsoleHead: m.cfg.OutputHead, ConsoleTail: m.cfg.OutputTail,
+		Overlay: upper, OverlaySize: sb.DiskLimit}
 	if b.image != "" {
 		return m.cfg.Runtime.Restore(ctx, sb.ID, runsc.RestoreOptions{RunOptions: run, ImageDir: b.image, Background: b.background})
 	}
@@ -213,63 +238,3 @@ func writeEtc(dir, id string) error {
 	return nil
 }
 
-// Delete removes a sandbox whatever its state: its runsc sandbox, network,
-// files and record. Its events stay. Named snapshots stay unless
-// withSnapshots; its hibernation image becomes an orphan, swept later.
-func (m *Manager) Delete(ctx context.Context, ref string, withSnapshots bool) (*api.DeleteResult, error) {
-	sb, err := m.cfg.Store.Sandbox(ctx, ref)
-	if err != nil {
-		return nil, err
-	}
-	unlock := m.lock(sb.ID)
-	defer unlock()
-	ctx = context.WithoutCancel(ctx)
-	if err := m.destroy(ctx, sb.ID); err != nil {
-		return nil, fmt.Errorf("delete %s: %w", sb.ID, err)
-	}
-	if err := m.cfg.Store.OrphanImages(ctx, sb.ID, m.now()); err != nil {
-		m.log.Error("mark images orphaned", "sandbox", sb.ID, "err", err)
-	}
-	res := &api.DeleteResult{ID: sb.ID}
-	if withSnapshots {
-		sns, err := m.cfg.Store.Snapshots(ctx, sb.ID)
-		if err != nil {
-			return nil, err
-		}
-		for _, sn := range sns {
-			if err := m.deleteSnapshot(ctx, sn); err != nil {
-				return res, fmt.Errorf("delete %s: snapshot %s: %w", sb.ID, sn.Name, err)
-			}
-			res.Snapshots = append(res.Snapshots, sn.Name)
-		}
-	}
-	m.event(ctx, sb.ID, "deleted", map[string]any{"snapshotsRemoved": res.Snapshots})
-	return res, nil
-}
-
-// destroy removes everything of a sandbox; each step tolerates a missing part.
-func (m *Manager) destroy(ctx context.Context, id string) error {
-	var disk string
-	if sb, err := m.cfg.Store.Sandbox(ctx, id); err == nil {
-		disk = sb.Disk
-	}
-	defer m.releaseDisk(ctx, disk)
-	var errs []error
-	m.unwatch(id)
-	if err := m.cfg.Runtime.Delete(ctx, id); err != nil {
-		errs = append(errs, err)
-	}
-	m.removeCgroups(id)
-	if err := m.cfg.Networks.Delete(id); err != nil {
-		errs = append(errs, fmt.Errorf("network: %w", err))
-	}
-	if len(errs) > 0 {
-		// Keep the record and files: the sandbox may still be there.
-		return errors.Join(errs...)
-	}
-	m.forgetExecs(id)
-	if err := os.RemoveAll(m.sandboxDir(id)); err != nil {
-		return err
-	}
-	return m.cfg.Store.DeleteSandbox(ctx, id)
-}

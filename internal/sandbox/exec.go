@@ -2,40 +2,44 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/agent"
 	"sbx.dev/sbx/internal/runsc"
+	"sbx.dev/sbx/internal/store"
 )
 
-// An exec runs under a host-side shim: `sh -c` that runs `runsc exec` and
-// then writes its exit code to a file. The shim has its own session, so an
-// exec outlives the client and sbxd itself; its output goes straight from
-// the sandbox into files, and the exit file tells a restarted sbxd how it
-// ended. Inside the sandbox the agent enforces the timeout.
-//
-// The exit file is read only once the shim has ended (by sbxd's Wait, or
-// by a restarted sbxd that saw the shim's process gone), so it needs no
-// rename: an exec of mv would be on every exec's critical path.
-const shimScript = `"$@"; echo $? > "$0"`
+// Every exec is started by the sandbox's init (the agent), so that its
+// processes live on through stop and resume and are carried into memory
+// captures: gVisor kills, on restore, whatever descends from a `runsc
+// exec`. An exec'd agent only copies the output out, as frames, and can be
+// replaced after a restore (a re-attach). On the host, a shim owns that
+// `runsc exec` (runsc/shim.go): it keeps the output in the exec's directory
+// within a budget, outlives sbxd, and writes the exit file a restarted sbxd
+// reads. While sbxd runs, the shim tells it of the pid and the end at once
+// (a channel per exec), so nothing polls the store for an exec.
 
-// execRun is an exec this sbxd is watching.
+// execRun is an exec this sbxd is watching: running, or ended and not yet
+// stored (a full disk).
 type execRun struct {
-	dir  string
-	done chan struct{} // closed once the exec has ended and is recorded
+	dir string
+	// done is closed once the exec has ended (it may not be stored yet).
+	done chan struct{}
+	// attaches counts copiers started for the exec by this sbxd.
+	attaches int
 
-	mu   sync.Mutex
-	exec api.Exec
+	mu     sync.Mutex
+	exec   api.Exec
+	stored bool // the end is in the store
 }
 
 func (r *execRun) snapshot() *api.Exec {
@@ -45,27 +49,139 @@ func (r *execRun) snapshot() *api.Exec {
 	return &e
 }
 
+func (r *execRun) ended() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// execTable holds the execs this sbxd watches, and tells followers when
+// any of them changes.
+type execTable struct {
+	mu      sync.Mutex
+	m       map[string]*execRun
+	changed chan struct{} // closed and replaced on every change
+}
+
+func (t *execTable) get(id string) (*execRun, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, ok := t.m[id]
+	return r, ok
+}
+
+func (t *execTable) put(r *execRun) {
+	t.mu.Lock()
+	if t.m == nil {
+		t.m = map[string]*execRun{}
+	}
+	t.m[r.exec.ID] = r
+	t.mu.Unlock()
+	t.broadcast()
+}
+
+// remove drops r, unless another run of the same exec replaced it.
+func (t *execTable) remove(r *execRun) {
+	t.mu.Lock()
+	if cur, ok := t.m[r.exec.ID]; ok && cur == r {
+		delete(t.m, r.exec.ID)
+	}
+	t.mu.Unlock()
+	t.broadcast()
+}
+
+// watch returns a channel closed at the next change.
+func (t *execTable) watch() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.changed == nil {
+		t.changed = make(chan struct{})
+	}
+	return t.changed
+}
+
+func (t *execTable) broadcast() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.changed != nil {
+		close(t.changed)
+	}
+	t.changed = make(chan struct{})
+}
+
+// running reports whether sandbox id has an exec running now.
+func (t *execTable) running(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, r := range t.m {
+		if r.exec.SandboxID == id && !r.ended() {
+			return true
+		}
+	}
+	return false
+}
+
+// forget drops the execs of a deleted sandbox.
+func (t *execTable) forget(sandboxID string) {
+	t.mu.Lock()
+	for id, r := range t.m {
+		if r.exec.SandboxID == sandboxID {
+			delete(t.m, id)
+		}
+	}
+	t.mu.Unlock()
+	t.broadcast()
+}
+
 func (m *Manager) execDir(sandboxID, execID string) string {
 	return filepath.Join(m.sandboxDir(sandboxID), "execs", execID)
 }
 
-// Exec starts a command in a running sandbox and returns at once with the
-// exec recorded as running. Use Output to read what it writes and when it ends.
-func (m *Manager) Exec(ctx context.Context, ref string, req api.ExecRequest) (*api.Exec, error) {
+// checkExecRequest checks what an exec asks for: api.ErrInvalid naming
+// the field.
+func checkExecRequest(req api.ExecRequest) (time.Duration, error) {
 	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
-		return nil, api.Errorf(api.ErrInvalid, "cmd: give a command to run")
+		return 0, api.Errorf(api.ErrInvalid, "cmd: give a command to run")
 	}
 	timeout, err := ParseDuration("timeout", req.Timeout)
 	if err != nil {
-		return nil, err
+		return 0, err
+	}
+	for i, a := range req.Cmd {
+		if strings.IndexByte(a, 0) >= 0 {
+			return 0, api.Errorf(api.ErrInvalid, "cmd: argument %d holds a NUL byte, which no program can receive", i)
+		}
 	}
 	for _, e := range req.Env {
 		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
-			return nil, api.Errorf(api.ErrInvalid, "env: %q is not KEY=VALUE", e)
+			return 0, api.Errorf(api.ErrInvalid, "env: %q is not KEY=VALUE", e)
+		}
+		if strings.IndexByte(e, 0) >= 0 {
+			return 0, api.Errorf(api.ErrInvalid, "env: %q holds a NUL byte", strings.ReplaceAll(e, "\x00", `\0`))
 		}
 	}
+	if strings.IndexByte(req.Cwd, 0) >= 0 {
+		return 0, api.Errorf(api.ErrInvalid, "cwd: the path holds a NUL byte")
+	}
 	if req.Cwd != "" && !strings.HasPrefix(req.Cwd, "/") {
-		return nil, api.Errorf(api.ErrInvalid, "cwd: %q is not an absolute path", req.Cwd)
+		return 0, api.Errorf(api.ErrInvalid, "cwd: %q is not an absolute path", req.Cwd)
+	}
+	if strings.IndexByte(req.User, 0) >= 0 || strings.ContainsAny(req.User, "\n/") {
+		return 0, api.Errorf(api.ErrInvalid, "user: %q is not a user name or uid", req.User)
+	}
+	return timeout, nil
+}
+
+// Exec starts a command in a ready sandbox and returns at once with the
+// exec recorded as running (a detached one once its pid is known). Use
+// Output to read what it writes and when it ends.
+func (m *Manager) Exec(ctx context.Context, ref string, req api.ExecRequest) (*api.Exec, error) {
+	timeout, err := checkExecRequest(req)
+	if err != nil {
+		return nil, err
 	}
 	sb, err := m.running(ctx, ref)
 	if err != nil {
@@ -81,35 +197,25 @@ func (m *Manager) Exec(ctx context.Context, ref string, req api.ExecRequest) (*a
 	e := api.Exec{ID: newID("ex_"), SandboxID: sb.ID, Cmd: req.Cmd, State: api.ExecRunning, StartedAt: m.now(), Detached: req.Detach}
 	dir := m.execDir(sb.ID, e.ID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("exec in %s: %w", sb.ID, err)
+		return nil, m.dataDirError(fmt.Errorf("exec in %s: %w", sb.ID, err))
 	}
-	var opts runsc.ExecOptions
-	switch {
-	case req.Detach:
-		// The sandbox's init starts the command, so that it lives on
-		// through stop and resume and is carried into memory captures
-		// (gVisor kills what descends from a runsc exec on restore). The
-		// exec'd agent only copies its output out, and can be replaced.
-		args := append([]string{runsc.AgentPath, "spawn", "--id", e.ID, "--pid-fd", "3"}, agentFlags(timeout, req)...)
-		opts = runsc.ExecOptions{Args: append(append(args, "--"), req.Cmd...), PassFDs: []int{3}}
-	case timeout > 0:
-		// The agent enforces the timeout inside the sandbox: it kills the
-		// command's whole tree and exits 124.
-		args := append([]string{runsc.AgentPath, "exec"}, agentFlags(timeout, req)...)
-		opts = runsc.ExecOptions{Args: append(append(args, "--"), req.Cmd...), InternalPidFile: filepath.Join(dir, "pid")}
-	default:
-		// Without a timeout runsc starts the command itself: a second
-		// execve inside gVisor would cost a third of the exec's time.
-		opts = runsc.ExecOptions{Process: filepath.Join(dir, "process.json"), InternalPidFile: filepath.Join(dir, "pid")}
-		if err := runsc.WriteProcess(opts.Process, runsc.Process(req.Cmd, req.Env, req.Cwd)); err != nil {
-			return nil, fmt.Errorf("exec in %s: %w", sb.ID, err)
-		}
+	start := agent.StartRequest{ID: e.ID, Argv: req.Cmd, Env: req.Env, Cwd: req.Cwd, User: req.User}
+	if start.User == "" {
+		start.User = m.defaultUser(sb)
 	}
-	if err := m.cfg.Store.CreateExec(ctx, &e, m.now()); err != nil {
+	if timeout > 0 {
+		start.Timeout = timeout.String()
+	}
+	request, err := json.Marshal(start)
+	if err != nil {
 		return nil, err
 	}
+	if err := m.cfg.Store.CreateExec(ctx, &e, m.now()); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, m.dataDirError(fmt.Errorf("exec in %s: %w", sb.ID, err))
+	}
 	run := &execRun{dir: dir, done: make(chan struct{}), exec: e}
-	if err := m.startShim(sb.ID, run, opts); err != nil {
+	if err := m.startCopier(run, []string{runsc.AgentPath, "start"}, request, [2]int64{}); err != nil {
 		m.finishExec(context.WithoutCancel(ctx), run, -1)
 		return nil, fmt.Errorf("exec in %s: start: %w", sb.ID, err)
 	}
@@ -119,120 +225,127 @@ func (m *Manager) Exec(ctx context.Context, ref string, req api.ExecRequest) (*a
 	return run.snapshot(), nil
 }
 
-// agentFlags are the agent's flags for an exec's timeout, cwd and env.
-func agentFlags(timeout time.Duration, req api.ExecRequest) []string {
-	var args []string
-	if timeout > 0 {
-		args = append(args, "--timeout", timeout.String())
+// defaultUser is who a command runs as unless it says: the template's
+// default user ("" is root).
+func (m *Manager) defaultUser(sb *store.Sandbox) string { return "" }
+
+// dataDirError says plainly that sbxd's data dir is full, when it is.
+func (m *Manager) dataDirError(err error) error {
+	if isNoSpace(err) {
+		return api.Errorf(api.ErrUnavailable, "sbxd's data dir %s is full (no space left on device): free some space there; %v", m.cfg.DataDir, err)
 	}
-	if req.Cwd != "" {
-		args = append(args, "--cwd", req.Cwd)
-	}
-	for _, kv := range req.Env {
-		args = append(args, "--env", kv)
-	}
-	return args
+	return err
 }
 
-// startShim starts the host-side shim of an exec (or of a re-attach to a
-// detached one) and watches it: its output goes to the exec's files, its
-// end is recorded by finishExec.
-func (m *Manager) startShim(sandboxID string, run *execRun, opts runsc.ExecOptions) error {
-	dir := run.dir
-	stdout, err := os.OpenFile(filepath.Join(dir, "stdout"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+func isNoSpace(err error) bool {
+	return err != nil && (errors.Is(err, errNoSpace) || strings.Contains(err.Error(), "no space left on device") ||
+		strings.Contains(err.Error(), "database or disk is full") || strings.Contains(err.Error(), "SQLITE_FULL"))
+}
+
+var errNoSpace = errors.New("no space left on device")
+
+// startCopier starts the shim of an exec: a `runsc exec` of the agent's
+// argv (start, or attach after a restore), with stdin as its request and
+// offsets where its output resumes. The run is watched from then on.
+func (m *Manager) startCopier(run *execRun, argv []string, stdin []byte, offsets [2]int64) error {
+	sh, err := m.cfg.Runtime.StartExec(run.exec.SandboxID, runsc.ShimExec{
+		Dir: run.dir, Args: argv, Stdin: stdin, Offsets: offsets,
+		RuntimeLog: m.runtimeLog(run.exec.SandboxID), Head: m.cfg.OutputHead, Tail: m.cfg.OutputTail,
+	})
 	if err != nil {
 		return err
 	}
-	defer stdout.Close()
-	stderr, err := os.OpenFile(filepath.Join(dir, "stderr"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	defer stderr.Close()
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		return err
-	}
-	defer devnull.Close()
-	_ = os.Remove(filepath.Join(dir, "exit"))
-	rc := m.cfg.Runtime.ExecCommand(context.Background(), sandboxID, opts)
-	shim := newShim(filepath.Join(dir, "exit"), rc.Args)
-	shim.Stdin, shim.Stdout, shim.Stderr = devnull, stdout, stderr
-	if len(opts.PassFDs) > 0 {
-		// fd 3 of the shim, and so of runsc, receives the command's pid.
-		pid, err := os.OpenFile(filepath.Join(dir, "pid"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-		if err != nil {
-			return err
-		}
-		defer pid.Close()
-		shim.ExtraFiles = []*os.File{pid}
-	}
-	if err := shim.Start(); err != nil {
-		return err
-	}
-	_ = os.WriteFile(filepath.Join(dir, "shim.pid"), []byte(strconv.Itoa(shim.Process.Pid)), 0o600)
-	m.mu.Lock()
-	m.execs[run.exec.ID] = run
-	m.mu.Unlock()
+	run.attaches++
+	m.execs.put(run)
 	go func() {
-		_ = shim.Wait()
-		m.shimEnded(run)
+		code, lost := -1, ""
+		for ev := range sh.Events {
+			switch {
+			case ev.Pid > 0:
+				run.mu.Lock()
+				run.exec.Pid = ev.Pid
+				run.mu.Unlock()
+				m.execs.broadcast()
+			case ev.Exit != nil:
+				code = *ev.Exit
+			case ev.Lost != "":
+				lost = ev.Lost
+			}
+		}
+		if code < 0 {
+			if c, ok := runsc.ReadExit(run.dir); ok {
+				code = c
+			}
+		}
+		m.copierEnded(run, code, lost)
 	}()
 	return nil
 }
 
-// shimEnded records how an exec ended when its shim does. A detached exec
-// whose sandbox is stopping or stopped has not ended: its command is frozen
-// in the hibernation image, and a resume attaches to it again.
-func (m *Manager) shimEnded(run *execRun) {
+// runtimeLog is where runsc's own messages about a sandbox go.
+func (m *Manager) runtimeLog(id string) string {
+	return filepath.Join(m.sandboxDir(id), "runsc.log")
+}
+
+// copierEnded decides what the end of an exec's copier means: the exec
+// ended (code >= 0); or its sandbox stopped, and the command is frozen in
+// the hibernation image until a resume attaches again; or the copier
+// failed while the command may still run, and a new one is tried once;
+// else the exec is lost.
+func (m *Manager) copierEnded(run *execRun, code int, lost string) {
 	ctx := context.Background()
-	code := startFailure(run.dir, readExit(run.dir))
-	if run.exec.Detached {
-		sb, err := m.cfg.Store.Sandbox(ctx, run.exec.SandboxID)
-		if err == nil && (sb.State == api.StateStopping || sb.State == api.StateStopped) {
-			m.mu.Lock()
-			delete(m.execs, run.exec.ID)
-			m.mu.Unlock()
-			close(run.done)
+	if code >= 0 {
+		m.finishExec(ctx, run, code)
+		return
+	}
+	// A copier also ends when its sandbox is stopped or deleted: decide
+	// once that is over, from what it left.
+	unlock := m.lock(run.exec.SandboxID)
+	defer unlock()
+	sb, err := m.cfg.Store.Sandbox(ctx, run.exec.SandboxID)
+	switch {
+	case err != nil:
+		m.execs.remove(run) // deleted with its sandbox
+		return
+	case sb.State == api.StateStopping || sb.State == api.StateStopped:
+		m.execs.remove(run)
+		return
+	case sb.State == api.StateReady && run.attaches < 3:
+		m.log.Warn("an exec's copier ended early; attaching again", "exec", run.exec.ID, "reason", lost)
+		if err := m.reattach(ctx, run); err == nil {
 			return
 		}
 	}
-	m.finishExec(ctx, run, code)
+	m.log.Warn("exec lost", "exec", run.exec.ID, "sandbox", run.exec.SandboxID, "reason", lost)
+	m.finishExec(ctx, run, -1)
 }
 
-// reattach starts copying a detached exec's output out of a running sandbox
-// again, from where the copy stopped: after a resume, or a restart of sbxd
+// reattach starts copying an exec's output out of a ready sandbox again,
+// from where the last copy stopped: after a resume, or a restart of sbxd
 // that found its copier gone.
-func (m *Manager) reattach(ctx context.Context, e *api.Exec) error {
-	dir := m.execDir(e.SandboxID, e.ID)
-	size := func(name string) int64 {
-		fi, err := os.Stat(filepath.Join(dir, name))
-		if err != nil {
-			return 0
-		}
-		return fi.Size()
-	}
-	args := []string{runsc.AgentPath, "attach", "--id", e.ID,
-		"--stdout-offset", strconv.FormatInt(size("stdout"), 10), "--stderr-offset", strconv.FormatInt(size("stderr"), 10)}
-	run := &execRun{dir: dir, done: make(chan struct{}), exec: *e}
-	return m.startShim(e.SandboxID, run, runsc.ExecOptions{Args: args})
+func (m *Manager) reattach(ctx context.Context, run *execRun) error {
+	off := runsc.ReadOffsets(run.dir)
+	args := []string{runsc.AgentPath, "attach", "--framed", "--id", run.exec.ID,
+		"--stdout-offset", fmt.Sprint(off[0]), "--stderr-offset", fmt.Sprint(off[1])}
+	return m.startCopier(run, args, nil, off)
 }
 
-// loseDetached records the detached execs of a sandbox that booted from its
+// loseExecs records the running execs of a sandbox that booted from its
 // disk instead of its memory: their commands are gone.
-func (m *Manager) loseDetached(ctx context.Context, sandboxID string) {
+func (m *Manager) loseExecs(ctx context.Context, sandboxID string) {
 	execs, err := m.cfg.Store.Execs(ctx, sandboxID)
 	if err != nil {
 		return
 	}
 	for _, e := range execs {
-		if e.State == api.ExecRunning && e.Detached {
+		if e.State == api.ExecRunning {
 			m.finishExec(ctx, &execRun{dir: m.execDir(sandboxID, e.ID), done: make(chan struct{}), exec: *e}, -1)
 		}
 	}
 }
 
-// reattachAll re-attaches every detached exec of a sandbox still running.
+// reattachAll re-attaches every running exec of a ready sandbox that no
+// copier follows.
 func (m *Manager) reattachAll(ctx context.Context, sandboxID string) {
 	execs, err := m.cfg.Store.Execs(ctx, sandboxID)
 	if err != nil {
@@ -240,114 +353,44 @@ func (m *Manager) reattachAll(ctx context.Context, sandboxID string) {
 		return
 	}
 	for _, e := range execs {
-		if e.State != api.ExecRunning || !e.Detached {
+		if e.State != api.ExecRunning {
 			continue
 		}
-		m.mu.Lock()
-		_, watched := m.execs[e.ID]
-		m.mu.Unlock()
-		if watched {
+		if _, watched := m.execs.get(e.ID); watched {
 			continue
 		}
-		if err := m.reattach(ctx, e); err != nil {
-			m.log.Error("re-attach to a detached exec", "exec", e.ID, "err", err)
+		run := &execRun{dir: m.execDir(sandboxID, e.ID), done: make(chan struct{}), exec: *e}
+		if err := m.reattach(ctx, run); err != nil {
+			m.log.Error("re-attach to an exec", "exec", e.ID, "err", err)
 		}
 	}
 }
 
-func newShim(exitFile string, runscArgs []string) *exec.Cmd {
-	args := append([]string{"-c", shimScript, exitFile}, runscArgs...)
-	c := &exec.Cmd{}
-	c.Path = "/bin/sh"
-	c.Args = append([]string{"sh"}, args...)
-	// Its own session: neither a signal to sbxd's group nor sbxd's death ends it.
-	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	return c
-}
-
-// runscStartError is how runsc begins the one line it writes when it could
-// not start the process at all.
-const runscStartError = "executing processes for container: executing command "
-
-// startFailure turns runsc's failure to start a command (exit 128 with its
-// message as the exec's only stderr) into what a shell would say and exit
-// with: 127 for a program not found, 126 for one that cannot be run, 1 for a
-// missing working directory. Any other code passes through.
-func startFailure(dir string, code int) int {
-	if code != 128 {
-		return code
-	}
-	path := filepath.Join(dir, "stderr")
-	b, err := os.ReadFile(path)
-	msg := strings.TrimSpace(string(b))
-	if err != nil || !strings.HasPrefix(msg, runscStartError) || strings.Contains(msg, "\n") {
-		return code
-	}
-	prog, _, _ := strings.Cut(strings.TrimPrefix(msg, runscStartError), " in sandbox")
-	prog = strings.Trim(prog, `"`)
-	var say string
-	switch {
-	case strings.Contains(msg, "initial working directory"):
-		code, say = 1, "sbx: cwd: no such directory"
-		if _, dir, ok := strings.Cut(msg, "initial working directory "); ok {
-			d, _, _ := strings.Cut(dir, ":")
-			say = "sbx: cwd " + strings.Trim(d, `"`) + ": no such directory"
-		}
-	case strings.Contains(msg, "error finding executable"), strings.Contains(msg, "no such file or directory"):
-		code, say = 127, "sbx: "+prog+": command not found"
-	case strings.Contains(msg, "permission denied"):
-		code, say = 126, "sbx: "+prog+": permission denied"
-	case strings.Contains(msg, "exec format error"):
-		code, say = 126, "sbx: "+prog+": cannot execute: exec format error"
-	default:
-		return code
-	}
-	_ = os.WriteFile(path, []byte(say+"\n"), 0o600)
-	return code
-}
-
-// readExit returns the exit code the shim recorded, or -1.
-func readExit(dir string) int {
-	b, err := os.ReadFile(filepath.Join(dir, "exit"))
-	if err != nil {
-		return -1
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return -1
-	}
-	return n
-}
-
-func readPid(dir string) int {
-	b, err := os.ReadFile(filepath.Join(dir, "pid"))
-	if err != nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	return n
-}
-
-// waitPid waits (bounded) until runsc has written the exec's pid inside the
-// sandbox, or the exec has ended.
+// waitPid waits (bounded) until the exec's pid inside the sandbox is
+// known, or the exec has ended.
 func (m *Manager) waitPid(run *execRun, limit time.Duration) {
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
-		if pid := readPid(run.dir); pid > 0 {
-			run.mu.Lock()
-			run.exec.Pid = pid
-			run.mu.Unlock()
+	deadline := time.After(limit)
+	for {
+		changed := m.execs.watch()
+		run.mu.Lock()
+		pid := run.exec.Pid
+		run.mu.Unlock()
+		if pid > 0 || run.ended() {
 			return
 		}
 		select {
+		case <-changed:
 		case <-run.done:
 			return
-		case <-time.After(5 * time.Millisecond):
+		case <-deadline:
+			return
 		}
 	}
 }
 
 // finishExec records how an exec ended; code -1 means sbx cannot know.
+// The end is known at once to everyone following the exec; if the store
+// cannot take it (a full disk), it is kept and stored as soon as it can.
 func (m *Manager) finishExec(ctx context.Context, run *execRun, code int) {
 	end := m.now()
 	run.mu.Lock()
@@ -360,22 +403,56 @@ func (m *Manager) finishExec(ctx context.Context, run *execRun, code int) {
 	} else {
 		run.exec.State = api.ExecExited
 		run.exec.ExitCode = &code
-		run.exec.TimedOut = code == 124
+		run.exec.TimedOut = code == agent.ExitTimeoutExec
 	}
 	e := run.exec
 	run.mu.Unlock()
-	if err := m.cfg.Store.UpdateExec(ctx, &e, end); err != nil {
-		m.log.Error("record exec end", "exec", e.ID, "err", err)
+	select {
+	case <-run.done:
+	default:
+		close(run.done)
 	}
-	m.mu.Lock()
-	delete(m.execs, e.ID)
-	m.mu.Unlock()
-	close(run.done)
+	m.execs.put(run) // followers see the end before the store does
+	if err := m.cfg.Store.UpdateExec(context.WithoutCancel(ctx), &e, end); err != nil {
+		m.log.Error("record exec end; keeping it until the store takes it", "exec", e.ID, "err", err)
+		go m.storeExecEnd(run)
+		return
+	}
+	m.execs.remove(run)
+}
+
+// storeExecEnd retries storing an exec's end until the store takes it, or
+// its sandbox is gone.
+func (m *Manager) storeExecEnd(run *execRun) {
+	for {
+		time.Sleep(time.Second)
+		e := run.snapshot()
+		err := m.cfg.Store.UpdateExec(context.Background(), e, *e.EndedAt)
+		if err == nil {
+			m.log.Info("recorded an exec's end after a failure to", "exec", e.ID)
+			m.execs.remove(run)
+			return
+		}
+		if _, serr := m.cfg.Store.Sandbox(context.Background(), e.SandboxID); errors.Is(serr, api.ErrNotFound) {
+			m.execs.remove(run)
+			return
+		}
+	}
+}
+
+func readPid(dir string) int {
+	b, err := os.ReadFile(filepath.Join(dir, runsc.PidFile))
+	if err != nil {
+		return 0
+	}
+	var n int
+	fmt.Sscan(strings.TrimSpace(string(b)), &n)
+	return n
 }
 
 // recoverExecs picks up the execs a previous sbxd left running: ended ones
-// are recorded from their exit file, live ones are watched again, and
-// detached ones whose copier is gone get a new one.
+// are recorded from their exit file, those whose shim still runs are
+// watched again, and those whose copier is gone get a new one.
 func (m *Manager) recoverExecs(ctx context.Context) error {
 	execs, err := m.cfg.Store.Execs(ctx, "")
 	if err != nil {
@@ -384,45 +461,42 @@ func (m *Manager) recoverExecs(ctx context.Context) error {
 	for _, e := range execs {
 		dir := m.execDir(e.SandboxID, e.ID)
 		run := &execRun{dir: dir, done: make(chan struct{}), exec: *e}
-		b, _ := os.ReadFile(filepath.Join(dir, "shim.pid"))
-		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-		switch {
-		case processAlive(pid, e.ID):
-			m.mu.Lock()
-			m.execs[e.ID] = run
-			m.mu.Unlock()
+		shim := runsc.ReadShimPid(dir)
+		if code, ok := runsc.ReadExit(dir); ok && !shim.Alive() {
+			m.finishExec(ctx, run, code)
+			continue
+		}
+		if shim.Alive() {
+			// not our child: its end is seen by polling, and read from files
+			m.execs.put(run)
 			go func() {
-				for processAlive(pid, e.ID) {
+				for shim.Alive() {
 					time.Sleep(100 * time.Millisecond)
 				}
-				m.shimEnded(run)
-			}()
-		case e.Detached:
-			sb, err := m.cfg.Store.Sandbox(ctx, e.SandboxID)
-			if err != nil {
-				m.finishExec(ctx, run, -1)
-			} else if sb.State == api.StateReady {
-				if err := m.reattach(ctx, e); err != nil {
-					m.log.Error("re-attach to a detached exec", "exec", e.ID, "err", err)
+				code := -1
+				if c, ok := runsc.ReadExit(dir); ok {
+					code = c
 				}
+				m.copierEnded(run, code, "its shim ended while sbxd was away")
+			}()
+			continue
+		}
+		sb, err := m.cfg.Store.Sandbox(ctx, e.SandboxID)
+		switch {
+		case err != nil:
+			m.finishExec(ctx, run, -1)
+		case sb.State == api.StateReady:
+			if err := m.reattach(ctx, run); err != nil {
+				m.log.Error("re-attach to an exec", "exec", e.ID, "err", err)
+				m.finishExec(ctx, run, -1)
 			}
-			// stopped: frozen in the image; a resume attaches again.
+		case sb.State == api.StateStopped:
+			// frozen in the image; a resume attaches again
 		default:
-			m.finishExec(ctx, run, startFailure(dir, readExit(dir)))
+			m.finishExec(ctx, run, -1)
 		}
 	}
 	return nil
-}
-
-// forgetExecs drops the watchers of a deleted sandbox's execs.
-func (m *Manager) forgetExecs(sandboxID string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for id, run := range m.execs {
-		if run.exec.SandboxID == sandboxID {
-			delete(m.execs, id)
-		}
-	}
 }
 
 // Execs lists a sandbox's execs, oldest first.
@@ -442,11 +516,10 @@ func (m *Manager) Execs(ctx context.Context, ref string) ([]api.Exec, error) {
 	return out, nil
 }
 
-// liveExec prefers the in-memory view of a running exec (it knows the pid).
+// liveExec prefers the in-memory view of an exec (it knows the pid, and an
+// end the store does not have yet).
 func (m *Manager) liveExec(e *api.Exec) *api.Exec {
-	m.mu.Lock()
-	run, ok := m.execs[e.ID]
-	m.mu.Unlock()
+	run, ok := m.execs.get(e.ID)
 	if !ok {
 		return e
 	}
@@ -470,10 +543,21 @@ func (m *Manager) GetExec(ctx context.Context, ref, execID string) (*api.Exec, e
 	return m.liveExec(e), nil
 }
 
+// execState returns an exec's current state: the watched run's, else the
+// store's.
+func (m *Manager) execState(ctx context.Context, sandboxID, execID string) (*api.Exec, error) {
+	if run, ok := m.execs.get(execID); ok {
+		return run.snapshot(), nil
+	}
+	return m.cfg.Store.Exec(context.WithoutCancel(ctx), sandboxID, execID)
+}
+
 // Output sends an exec's output from the start: what was kept, then, with
 // follow, what comes, until the exec ends; then an "exit" event. Without
 // follow it returns after the output kept so far (with "exit" only if the
-// exec has ended). It returns when emit fails (the client went away).
+// exec has ended). It returns when emit fails (the client went away). It
+// learns of an exec's end from the exec table, and reads only the files
+// while the exec runs.
 func (m *Manager) Output(ctx context.Context, ref, execID string, follow bool, emit func(api.ExecEvent) error) error {
 	sb, err := m.cfg.Store.Sandbox(ctx, ref)
 	if err != nil {
@@ -492,21 +576,14 @@ func (m *Manager) Output(ctx context.Context, ref, execID string, follow bool, e
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		// The store says whether the exec has ended; the watcher's done
-		// channel only wakes us early. Whatever was written before the end
-		// is in the files by then.
-		var done <-chan struct{}
-		m.mu.Lock()
-		if run, ok := m.execs[execID]; ok {
-			done = run.done
-		}
-		m.mu.Unlock()
-		cur, err := m.cfg.Store.Exec(context.WithoutCancel(ctx), sb.ID, execID)
+		changed := m.execs.watch()
+		cur, err := m.execState(ctx, sb.ID, execID)
 		if err != nil {
 			return err
 		}
+		// Whatever was written before the end is in the files by then.
 		ended := cur.State != api.ExecRunning
-		n, err := drain(streams, ended, emit)
+		n, err := drain(streams, emit)
 		if err != nil {
 			return err
 		}
@@ -522,7 +599,7 @@ func (m *Manager) Output(ctx context.Context, ref, execID string, follow bool, e
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-done:
+		case <-changed:
 		case <-tick.C:
 		}
 	}
@@ -536,14 +613,6 @@ type tail struct {
 	off  int64
 }
 
-// mayBeStartFailure reports whether b is, or begins, runsc's start failure.
-func mayBeStartFailure(b []byte) bool {
-	if len(b) < len(runscStartError) {
-		return strings.HasPrefix(runscStartError, string(b))
-	}
-	return strings.HasPrefix(string(b), runscStartError)
-}
-
 func (t *tail) close() {
 	if t.f != nil {
 		t.f.Close()
@@ -553,9 +622,7 @@ func (t *tail) close() {
 const chunkSize = 64 << 10
 
 // drain emits whatever the streams have gained and returns how many bytes.
-// Until the exec has ended it holds back a stderr that begins like runsc's
-// own start failure: startFailure rewrites that one when the exec ends.
-func drain(streams []*tail, ended bool, emit func(api.ExecEvent) error) (int, error) {
+func drain(streams []*tail, emit func(api.ExecEvent) error) (int, error) {
 	total := 0
 	buf := make([]byte, chunkSize)
 	for _, s := range streams {
@@ -571,13 +638,6 @@ func drain(streams []*tail, ended bool, emit func(api.ExecEvent) error) (int, er
 		}
 		for {
 			n, err := s.f.Read(buf)
-			if n > 0 && !ended && s.name == "stderr" && s.off == 0 && mayBeStartFailure(buf[:n]) {
-				_, serr := s.f.Seek(0, io.SeekStart)
-				if serr != nil {
-					return total, serr
-				}
-				break
-			}
 			s.off += int64(n)
 			if n > 0 {
 				total += n

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/agent"
@@ -29,6 +31,52 @@ func checkPath(p string) (string, error) {
 	return path.Clean(p), nil
 }
 
+// Whatever the agent answers is the sandbox's word, and the sandbox may be
+// hostile (root inside can replace the agent): every answer is bounded in
+// size and in time, and a sandbox that floods or stalls gets an error on
+// that call, never more of sbxd's memory.
+const (
+	// maxAnswer bounds an answer sbxd reads whole (stat, ls, ports).
+	maxAnswer = 16 << 20
+	// maxAgentStderr bounds the agent's message on failure.
+	maxAgentStderr = 4 << 10
+	// inspectTimeout bounds an inspection call (stat, ls, ports).
+	inspectTimeout = 30 * time.Second
+)
+
+// errAnswerTooLarge is the error of an answer past maxAnswer.
+var errAnswerTooLarge = errors.New("answer too large")
+
+// boundedBuffer keeps up to max bytes and fails the write past them, which
+// ends the agent's answer.
+type boundedBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+func (b *boundedBuffer) Write(p []byte) (int, error) {
+	if b.Len()+len(p) > b.max {
+		return 0, errAnswerTooLarge
+	}
+	return b.Buffer.Write(p)
+}
+
+// inspect runs an agent call whose whole answer sbxd reads, within
+// maxAnswer bytes and inspectTimeout.
+func (m *Manager) inspect(ctx context.Context, ref string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, inspectTimeout)
+	defer cancel()
+	out := &boundedBuffer{max: maxAnswer}
+	err := m.agentCall(ctx, ref, nil, out, args...)
+	if errors.Is(err, errAnswerTooLarge) || out.Len() >= maxAnswer {
+		return nil, api.Errorf(api.ErrUnavailable, "%s: the sandbox answered more than %d MiB; its agent may have been replaced from inside", args[0], maxAnswer>>20)
+	}
+	if err != nil && ctx.Err() == context.DeadlineExceeded {
+		return nil, api.Errorf(api.ErrUnavailable, "%s: the sandbox did not answer within %s", args[0], inspectTimeout)
+	}
+	return out.Bytes(), err
+}
+
 // agentCall runs the agent in a running sandbox and maps its exit codes to
 // the API's error kinds.
 func (m *Manager) agentCall(ctx context.Context, ref string, stdin io.Reader, stdout io.Writer, args ...string) error {
@@ -36,8 +84,8 @@ func (m *Manager) agentCall(ctx context.Context, ref string, stdin io.Reader, st
 	if err != nil {
 		return err
 	}
-	var stderr bytes.Buffer
-	code, err := m.cfg.Runtime.Exec(ctx, sb.ID, runsc.ExecOptions{Args: append([]string{runsc.AgentPath}, args...)}, stdin, stdout, &stderr)
+	stderr := &boundedBuffer{max: maxAgentStderr}
+	code, err := m.cfg.Runtime.Exec(ctx, sb.ID, runsc.ExecOptions{Args: append([]string{runsc.AgentPath}, args...)}, stdin, stdout, stderr)
 	if err != nil {
 		// Deleted or stopped meanwhile: say that, not how runsc failed.
 		if _, rerr := m.running(context.WithoutCancel(ctx), sb.ID); rerr != nil {
@@ -45,7 +93,7 @@ func (m *Manager) agentCall(ctx context.Context, ref string, stdin io.Reader, st
 		}
 		return fmt.Errorf("%s in %s: %w", args[0], sb.ID, err)
 	}
-	msg := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(stderr.String()), "sbx-agent: "))
+	msg := strings.ToValidUTF8(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(stderr.String()), "sbx-agent: ")), "?")
 	switch code {
 	case 0:
 		return nil
@@ -75,11 +123,24 @@ func (m *Manager) ReadFile(ctx context.Context, ref, p string, asTar bool, w io.
 	if asTar {
 		args = []string{"get", "--tar", p}
 	}
-	err = m.agentCall(ctx, ref, nil, w, args...)
-	if err == nil {
-		m.touchRef(ctx, ref)
+	defer m.transfer(ctx, ref)()
+	return m.agentCall(ctx, ref, nil, w, args...)
+}
+
+// transfer marks a sandbox active while bytes move through the file API,
+// from the first byte (a long upload is activity all along), and touches it
+// at the end.
+func (m *Manager) transfer(ctx context.Context, ref string) (done func()) {
+	sb, err := m.cfg.Store.Sandbox(ctx, ref)
+	if err != nil {
+		return func() {}
 	}
-	return err
+	release := m.leases.take(sb.ID)
+	m.touch(ctx, sb.ID)
+	return func() {
+		release()
+		m.touch(context.WithoutCancel(ctx), sb.ID)
+	}
 }
 
 // WriteFile writes size bytes from r to path p in the sandbox. The file
@@ -99,11 +160,8 @@ func (m *Manager) WriteFile(ctx context.Context, ref, p string, r io.Reader, siz
 	if _, err := strconv.ParseUint(mode, 8, 32); err != nil {
 		return api.Errorf(api.ErrInvalid, "mode: %q is not an octal file mode", mode)
 	}
-	err = m.agentCall(ctx, ref, r, io.Discard, "put", "--size", strconv.FormatInt(size, 10), "--mode", mode, p)
-	if err == nil {
-		m.touchRef(ctx, ref)
-	}
-	return err
+	defer m.transfer(ctx, ref)()
+	return m.agentCall(ctx, ref, r, io.Discard, "put", "--size", strconv.FormatInt(size, 10), "--mode", mode, p)
 }
 
 // WriteTar extracts a tar stream under directory p in the sandbox.
@@ -112,11 +170,8 @@ func (m *Manager) WriteTar(ctx context.Context, ref, p string, r io.Reader) erro
 	if err != nil {
 		return err
 	}
-	err = m.agentCall(ctx, ref, r, io.Discard, "untar", p)
-	if err == nil {
-		m.touchRef(ctx, ref)
-	}
-	return err
+	defer m.transfer(ctx, ref)()
+	return m.agentCall(ctx, ref, r, io.Discard, "untar", p)
 }
 
 // Stat describes one file of the sandbox (the link itself for a symlink).
@@ -126,12 +181,12 @@ func (m *Manager) Stat(ctx context.Context, ref, p string) (*api.FileInfo, error
 	if err != nil {
 		return nil, err
 	}
-	var out bytes.Buffer
-	if err := m.agentCall(ctx, ref, nil, &out, "stat", p); err != nil {
+	out, err := m.inspect(ctx, ref, "stat", p)
+	if err != nil {
 		return nil, err
 	}
 	var fi api.FileInfo
-	if err := json.Unmarshal(out.Bytes(), &fi); err != nil {
+	if err := json.Unmarshal(out, &fi); err != nil {
 		return nil, fmt.Errorf("stat %s: decode agent answer: %w", p, err)
 	}
 	return &fi, nil
@@ -143,19 +198,13 @@ func (m *Manager) ReadDir(ctx context.Context, ref, p string) ([]api.FileInfo, e
 	if err != nil {
 		return nil, err
 	}
-	var out bytes.Buffer
-	if err := m.agentCall(ctx, ref, nil, &out, "ls", p); err != nil {
+	out, err := m.inspect(ctx, ref, "ls", p)
+	if err != nil {
 		return nil, err
 	}
 	var fis []api.FileInfo
-	if err := json.Unmarshal(out.Bytes(), &fis); err != nil {
+	if err := json.Unmarshal(out, &fis); err != nil {
 		return nil, fmt.Errorf("ls %s: decode agent answer: %w", p, err)
 	}
 	return fis, nil
-}
-
-func (m *Manager) touchRef(ctx context.Context, ref string) {
-	if sb, err := m.cfg.Store.Sandbox(ctx, ref); err == nil {
-		m.touch(ctx, sb.ID)
-	}
 }

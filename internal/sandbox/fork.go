@@ -10,14 +10,17 @@ import (
 	"sbx.dev/sbx/internal/store"
 )
 
-// Fork makes 1 to api.MaxForks new sandboxes from a running one, now. By
+// Fork makes 1 to api.MaxForks new sandboxes from a ready one, now. By
 // default each boots fresh on a copy of the parent's disk; with req.Memory
 // each carries on the parent's processes and memory. It emits
 // "sandbox.forking" with the new ids before any work, "sandbox.captured"
-// once the parent's state is taken, "sandbox.ready" for each child, then
-// "done". All or nothing: if one child fails, none is
-// left and the error names the cause. The parent keeps running. The fork
-// goes on when emit fails (the client left).
+// once the parent's state is taken, then, once every child has booted,
+// "sandbox.ready" for each child and "done". All or nothing, also across a
+// crash of sbxd: the children stay creating until all have booted, then one
+// transaction makes them all ready and closes the fork's journal entry; a
+// fork found unfinished after a restart is undone whole. If one child
+// fails, none is left and the error names the cause. The parent keeps
+// running. The fork goes on when emit fails (the client left).
 func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emit func(api.ForkEvent) error) ([]api.Sandbox, error) {
 	count := req.Count
 	if count == 0 {
@@ -62,7 +65,8 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 		c := &store.Sandbox{
 			ID: newID("sb_"), Template: parent.Template, State: api.StateCreating, CreatedAt: now,
 			TTL: ttl, Meta: parent.Meta, CPUs: parent.CPUs, Memory: parent.Memory, LastActivity: now,
-			Parent: parent.ID, MemoryRestored: req.Memory,
+			Parent: parent.ID, MemoryRestored: req.Memory, TemplateVersion: parent.TemplateVersion,
+			Pids: parent.Pids, DiskLimit: parent.DiskLimit,
 		}
 		if req.Memory {
 			c.Disk = parent.Disk // the restore names the disk the checkpoint had
@@ -71,16 +75,21 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 			c.Name = req.Name
 		}
 		release = append(release, m.lock(c.ID))
-		if err := m.cfg.Store.CreateSandbox(ctx, c); err != nil {
-			for _, made := range children[:i] {
-				_ = m.cfg.Store.DeleteSandbox(context.WithoutCancel(ctx), made.ID)
-			}
-			for _, r := range release {
-				r()
-			}
-			return nil, err
-		}
 		children[i], ids[i] = c, c.ID
+	}
+	err = m.cfg.Store.Update(ctx, func(tx *store.Store) error {
+		for _, c := range children {
+			if err := tx.CreateSandbox(ctx, c); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		for _, r := range release {
+			r()
+		}
+		return nil, err
 	}
 	ctx = context.WithoutCancel(ctx)
 	gone := false
@@ -124,7 +133,7 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 	for i, c := range children {
 		ids[i] = c.ID
 	}
-	c, err := m.beginCapture(ctx, "fork", parent.ID, withMemory, map[string]any{"children": ids})
+	c, err := m.beginCapture(ctx, kindFork, parent.ID, withMemory, map[string]any{"children": ids})
 	if err != nil {
 		unlock()
 		undo()
@@ -137,14 +146,26 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 		undo()
 		return nil, 0, err
 	}
+	// from here on the journal entry concerns the children only
+	c.step(ctx, "captured")
 	// what the children will be is fixed: a caller ordering its own steps
 	// after the fork (sbx hunt) may go on while they boot
 	send(api.ForkEvent{Event: "sandbox.captured"})
 	img := c.img
+	closed := false
 	defer func() {
 		_ = m.removeImage(img)
-		c.finish(ctx)
+		if !closed {
+			c.abandon(ctx)
+		}
 	}()
+	undo = func() {
+		for _, ch := range children {
+			if err := m.destroy(ctx, ch.ID); err != nil {
+				m.log.Error("undo failed fork", "sandbox", ch.ID, "err", err)
+			}
+		}
+	}
 	m.touch(ctx, parent.ID)
 
 	b := bootSpec{rootfs: rootfs}
@@ -165,33 +186,45 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 			}
 		}
 	}
+	rctx := c.watched(ctx)
 	var wg sync.WaitGroup
-	var mu sync.Mutex
 	errs := make([]error, len(children))
-	out := make([]api.Sandbox, len(children))
 	for i, child := range children {
 		wg.Add(1)
 		go func() {
-			c := child
 			defer wg.Done()
-			if err := m.boot(ctx, c, b); err != nil {
-				errs[i] = fmt.Errorf("child %s: %w", c.ID, err)
-				return
+			if err := m.boot(rctx, child, b); err != nil {
+				errs[i] = fmt.Errorf("child %s: %w", child.ID, err)
 			}
-			if err := m.started(ctx, c, "created", map[string]any{"parent": parent.ID, "memory": withMemory}); err != nil {
-				errs[i] = err
-				return
-			}
-			out[i] = *toAPI(c)
-			mu.Lock()
-			send(api.ForkEvent{Event: "sandbox.ready", Sandbox: &out[i]})
-			mu.Unlock()
 		}()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		undo()
 		return nil, 0, err
+	}
+	crashPoint("fork:booted")
+	// All booted: all ready at once, with the journal entry closed.
+	err = m.cfg.Store.Update(ctx, func(tx *store.Store) error {
+		for _, child := range children {
+			if err := m.readyIn(ctx, tx, child, "created", map[string]any{"parent": parent.ID, "memory": withMemory}); err != nil {
+				return err
+			}
+		}
+		return c.closeIn(ctx, tx)
+	})
+	if err != nil {
+		undo()
+		return nil, 0, err
+	}
+	closed = true
+	out := make([]api.Sandbox, len(children))
+	for i, child := range children {
+		m.watch(ctx, child.ID)
+		out[i] = *toAPI(child)
+	}
+	for i := range out {
+		send(api.ForkEvent{Event: "sandbox.ready", Sandbox: &out[i]})
 	}
 	send(api.ForkEvent{Event: "done", Sandboxes: out})
 	return out, size, nil

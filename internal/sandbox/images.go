@@ -120,3 +120,42 @@ func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
 }
+
+// imageSize is the bytes an image's files hold.
+func (m *Manager) imageSize(id string) (int64, error) {
+	var size int64
+	err := filepath.WalkDir(m.imageDir(id), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if fi, err := d.Info(); err == nil && !d.IsDir() {
+			size += fi.Size()
+		}
+		return nil
+	})
+	return size, err
+}
+
+// cloneImage makes a new complete image holding the same files as img (hard
+// links: a copy that costs no space and shares nothing that changes, since
+// an image is never written once complete).
+func (m *Manager) cloneImage(img string) (string, error) {
+	id := newID("im_")
+	src, dst := m.imageDir(img), m.imageDir(id)
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		to := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(to, 0o700)
+		}
+		return os.Link(p, to)
+	})
+	if err != nil {
+		_ = os.RemoveAll(dst)
+		return "", fmt.Errorf("copy image %s: %w", img, err)
+	}
+	return id, syncDir(m.imagesDir())
+}

@@ -444,11 +444,8 @@ func (m *Manager) Metrics(ctx context.Context, ref string) (*api.Metrics, error)
 	if sb.State != api.StateReady {
 		return out, nil
 	}
-	m.mu.Lock()
-	w, ok := m.watching[sb.ID]
-	m.mu.Unlock()
-	if ok {
-		out.DiskBytes += openUnder(w.pid, upper)
+	if w, ok := m.watcher.get(sb.ID); ok {
+		out.DiskBytes += openUnder(w.Pid, upper)
 	}
 	cg := m.cgroupsPath(sb.ID)
 	if ns, ok := readCgroupInt("/sys/fs/cgroup/cpuacct", cg, "cpuacct.usage"); ok {

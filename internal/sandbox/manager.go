@@ -14,7 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,8 +34,10 @@ type Runtime interface {
 	Resume(ctx context.Context, id string) error
 	State(ctx context.Context, id string) (runsc.State, error)
 	Delete(ctx context.Context, id string) error
+	List(ctx context.Context) ([]runsc.State, error)
 	Exec(ctx context.Context, id string, o runsc.ExecOptions, stdin io.Reader, stdout, stderr io.Writer) (int, error)
 	ExecCommand(ctx context.Context, id string, o runsc.ExecOptions) *exec.Cmd
+	StartExec(id string, o runsc.ShimExec) (*runsc.Shim, error)
 }
 
 var _ Runtime = (*runsc.Driver)(nil)
@@ -44,7 +46,9 @@ var _ Runtime = (*runsc.Driver)(nil)
 type Networks interface {
 	Create(id string) (*netns.Network, error)
 	Get(id string) (*netns.Network, error)
+	Reset(id string) error
 	Delete(id string) error
+	List() ([]string, error)
 	Dial(ctx context.Context, id string, port int) (net.Conn, error)
 }
 
@@ -81,25 +85,35 @@ type Config struct {
 	// Metrics receives the manager's counters and histograms (captures,
 	// reaper); nil means metrics.Default.
 	Metrics *metrics.Registry
+	// Limits are every sandbox's defaults and maxima (zero: DefaultLimits).
+	Limits Limits
+	// StoppedRetention deletes a sandbox that has been stopped for longer
+	// (0: never). The idle reaper never takes a stopped sandbox.
+	StoppedRetention time.Duration
+	// OutputHead and OutputTail are the budget of each output stream of an
+	// exec and of the console: the first OutputHead bytes are kept, then
+	// only the last OutputTail (0: runsc's defaults).
+	OutputHead, OutputTail int64
 }
 
-// Manager owns the sandboxes of one daemon.
+// Manager owns the sandboxes of one daemon. Its parts each guard their own
+// state with their own lock, and none is held across runsc, file or /proc
+// I/O: the per-sandbox lifecycle locks (which serialize the changes of one
+// sandbox, and are held across them on purpose), the running execs, the
+// leases, the process watcher and the capture gate.
 type Manager struct {
 	cfg Config
 	log *slog.Logger
 	now func() time.Time
 
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex // per sandbox: lifecycle changes are serialized
-	execs map[string]*execRun    // running execs by exec id
-	// watching are the running sandboxes' runsc processes.
-	watching map[string]watched
-	// closing refuses new captures; inflight counts those under way.
-	closing  bool
-	inflight sync.WaitGroup
-	// leases count open PTYs and preview connections per sandbox.
-	leases map[string]int
-	reaped int64
+	locks    keyedLocks
+	execs    execTable
+	leases   leaseTable
+	watcher  watcher
+	captures captureGate
+	reaped   atomic.Int64
+	// sweepWake has the image sweep look now.
+	sweepWake chan struct{}
 }
 
 // New returns a Manager; call Start before using it.
@@ -119,7 +133,10 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.DefaultTemplate == "" {
 		cfg.DefaultTemplate = "base"
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, now: cfg.Now, locks: map[string]*sync.Mutex{}, execs: map[string]*execRun{}, watching: map[string]watched{}, leases: map[string]int{}}
+	if cfg.Limits == (Limits{}) {
+		cfg.Limits = DefaultLimits
+	}
+	m := &Manager{cfg: cfg, log: cfg.Logger, now: cfg.Now, sweepWake: make(chan struct{}, 1)}
 	for _, d := range []string{m.sandboxesDir(), m.agentDir(), m.imagesDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
@@ -139,7 +156,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.installAgent(); err != nil {
 		return err
 	}
-	if err := m.reconcileCaptures(ctx); err != nil {
+	if err := m.reconcileJournal(ctx); err != nil {
 		return err
 	}
 	sbs, err := m.cfg.Store.Sandboxes(ctx)
@@ -148,6 +165,9 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 	for _, sb := range sbs {
 		m.reconcile(ctx, sb)
+	}
+	if err := m.removeLeftovers(ctx); err != nil {
+		return fmt.Errorf("start: remove leftovers: %w", err)
 	}
 	if err := m.recoverExecs(ctx); err != nil {
 		return err
@@ -176,12 +196,14 @@ func (m *Manager) installAgent() error {
 	return os.Rename(tmp, dst)
 }
 
-func (m *Manager) setState(ctx context.Context, id string, st api.State, reason string) {
-	if err := m.cfg.Store.SetState(ctx, id, st, reason); err != nil {
-		m.log.Error("record state", "sandbox", id, "state", st, "err", err)
-	}
-	m.event(ctx, id, "state."+string(st), map[string]any{"reason": reason})
+// transition moves sandbox id between states: compare-and-set in the
+// store, with its event, in one transaction (store.Transition).
+func (m *Manager) transition(ctx context.Context, id string, c store.Change) error {
+	return m.cfg.Store.Transition(context.WithoutCancel(ctx), id, c)
 }
+
+// from is the states a transition may come from.
+func from(states ...api.State) []api.State { return states }
 
 func (m *Manager) event(ctx context.Context, id, typ string, detail map[string]any) {
 	if err := m.cfg.Store.AddEvent(context.WithoutCancel(ctx), id, typ, detail); err != nil {
@@ -190,17 +212,7 @@ func (m *Manager) event(ctx context.Context, id, typ string, detail map[string]a
 }
 
 // lock serializes lifecycle changes of one sandbox.
-func (m *Manager) lock(id string) func() {
-	m.mu.Lock()
-	l, ok := m.locks[id]
-	if !ok {
-		l = &sync.Mutex{}
-		m.locks[id] = l
-	}
-	m.mu.Unlock()
-	l.Lock()
-	return l.Unlock
-}
+func (m *Manager) lock(id string) func() { return m.locks.lock(id) }
 
 // Get returns the sandbox whose id or name is ref.
 func (m *Manager) Get(ctx context.Context, ref string) (*api.Sandbox, error) {
@@ -217,7 +229,7 @@ func (m *Manager) withVerdict(sb *store.Sandbox) *api.Sandbox {
 	now := m.now()
 	if sb.State == api.StateReady || sb.State == api.StateStopped {
 		a.Idle = now.Sub(sb.LastActivity).Round(time.Second).String()
-		v := judge(sb, now, m.busy(sb.ID), m.cfg.MaxLifetime)
+		v := m.judgeSandbox(sb)
 		if !v.at.IsZero() {
 			at := v.at
 			a.ReapAt = &at

@@ -2,8 +2,6 @@ package sandbox
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -94,67 +92,6 @@ func TestParseSize(t *testing.T) {
 				t.Errorf("error %q does not name the field", err)
 			}
 		})
-	}
-}
-
-func TestStartFailure(t *testing.T) {
-	tests := []struct {
-		name   string
-		code   int
-		stderr string
-		want   int
-		say    string
-	}{
-		{"not in PATH", 128, `executing processes for container: executing command "nope" in sandbox: error finding executable "nope" in PATH [/bin]: no such file or directory` + "\n", 127, "sbx: nope: command not found\n"},
-		{"missing path", 128, `executing processes for container: executing command "/bin/nope" in sandbox: failed to load /bin/nope: no such file or directory` + "\n", 127, "sbx: /bin/nope: command not found\n"},
-		{"not executable", 128, `executing processes for container: executing command "/etc/hosts" in sandbox: failed to load /etc/hosts: permission denied` + "\n", 126, "sbx: /etc/hosts: permission denied\n"},
-		{"missing cwd", 128, `executing processes for container: executing command "true" in sandbox: failed to find initial working directory "/nope": no such file or directory` + "\n", 1, "sbx: cwd /nope: no such directory\n"},
-		{"program's own 128", 128, "my own error\n", 128, "my own error\n"},
-		{"more than runsc's line", 128, "output\nexecuting processes for container: executing command \"x\" in sandbox: failed to load x: no such file or directory\n", 128, ""},
-		{"other code", 3, `executing processes for container: executing command "x" in sandbox: failed to load x: no such file or directory`, 3, ""},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			os.WriteFile(filepath.Join(dir, "stderr"), []byte(tc.stderr), 0o600)
-			if got := startFailure(dir, tc.code); got != tc.want {
-				t.Errorf("code = %d, want %d", got, tc.want)
-			}
-			b, _ := os.ReadFile(filepath.Join(dir, "stderr"))
-			want := tc.say
-			if want == "" {
-				want = tc.stderr
-			}
-			if string(b) != want {
-				t.Errorf("stderr = %q, want %q", b, want)
-			}
-		})
-	}
-}
-
-func TestMayBeStartFailure(t *testing.T) {
-	tests := []struct {
-		in   string
-		want bool
-	}{
-		{"exec", true},
-		{runscStartError + `"x" in sandbox: ...`, true},
-		{"executing something else entirely, long enough to tell it apart", false},
-		{"error: boom", false},
-	}
-	for _, tc := range tests {
-		if got := mayBeStartFailure([]byte(tc.in)); got != tc.want {
-			t.Errorf("mayBeStartFailure(%q) = %v, want %v", tc.in, got, tc.want)
-		}
-	}
-}
-
-func TestProcStart(t *testing.T) {
-	if procStart(os.Getpid()) == "" {
-		t.Errorf("procStart of this process is empty")
-	}
-	if procStart(1<<22+12345) != "" {
-		t.Errorf("procStart of a pid that cannot exist is not empty")
 	}
 }
 

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,12 +12,12 @@ import (
 // Ports lists the TCP ports listening inside a running sandbox (the agent
 // reads the sandbox's /proc). Inspection: not activity.
 func (m *Manager) Ports(ctx context.Context, ref string) ([]api.Port, error) {
-	var out bytes.Buffer
-	if err := m.agentCall(ctx, ref, nil, &out, "ports"); err != nil {
+	out, err := m.inspect(ctx, ref, "ports")
+	if err != nil {
 		return nil, err
 	}
 	var ps []api.Port
-	if err := json.Unmarshal(out.Bytes(), &ps); err != nil {
+	if err := json.Unmarshal(out, &ps); err != nil {
 		return nil, fmt.Errorf("ports: decode agent answer: %w", err)
 	}
 	if ps == nil {

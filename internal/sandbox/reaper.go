@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"sbx.dev/sbx/api"
@@ -68,17 +69,7 @@ func judge(sb *store.Sandbox, now time.Time, busy bool, maxLifetime time.Duratio
 
 // busy reports whether a sandbox has a running exec or an open lease.
 func (m *Manager) busy(id string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.leases[id] > 0 {
-		return true
-	}
-	for _, run := range m.execs {
-		if run.exec.SandboxID == id {
-			return true
-		}
-	}
-	return false
+	return m.execs.running(id) || m.leases.held(id)
 }
 
 // Lease marks a sandbox active until release is called: an open PTY or a
@@ -88,22 +79,14 @@ func (m *Manager) Lease(ctx context.Context, ref string) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	m.mu.Lock()
-	m.leases[sb.ID]++
-	m.mu.Unlock()
+	release := m.leases.take(sb.ID)
 	m.touch(ctx, sb.ID)
-	done := false
+	var once sync.Once
 	return func() {
-		m.mu.Lock()
-		if !done {
-			done = true
-			m.leases[sb.ID]--
-			if m.leases[sb.ID] <= 0 {
-				delete(m.leases, sb.ID)
-			}
-		}
-		m.mu.Unlock()
-		m.touch(context.Background(), sb.ID)
+		once.Do(func() {
+			release()
+			m.touch(context.Background(), sb.ID)
+		})
 	}, nil
 }
 
@@ -120,37 +103,89 @@ func (m *Manager) reapLoop(ctx context.Context) {
 }
 
 // reapOnce deletes every sandbox the reaper judges due, with an event
-// saying why. Its snapshots stay.
+// saying why. Its snapshots stay. Each sandbox is judged under its lock
+// (a sandbox whose lock is held is being changed, which is activity), so
+// nothing that starts meanwhile is cut short.
 func (m *Manager) reapOnce(ctx context.Context) {
 	sbs, err := m.cfg.Store.Sandboxes(ctx)
 	if err != nil {
 		m.log.Error("reaper: list sandboxes", "err", err)
 		return
 	}
-	now := m.now()
 	for _, sb := range sbs {
-		if sb.State != api.StateReady && sb.State != api.StateStopped {
+		if v := m.judgeSandbox(sb); !v.reap {
 			continue
 		}
-		v := judge(sb, now, m.busy(sb.ID), m.cfg.MaxLifetime)
-		if !v.reap {
+		unlock, ok := m.locks.tryLock(sb.ID)
+		if !ok {
 			continue
 		}
-		m.log.Info("reaping a sandbox", "sandbox", sb.ID, "reason", v.reason)
-		m.event(ctx, sb.ID, "reaped", map[string]any{"reason": v.reason})
-		if _, err := m.Delete(ctx, sb.ID, false); err != nil {
-			m.log.Error("reaper: delete", "sandbox", sb.ID, "err", err)
-			continue
-		}
-		m.countReaped(v.reason)
+		m.reapLocked(ctx, sb.ID)
+		unlock()
 	}
+}
+
+// judgeSandbox is the reaper's verdict on sb now.
+func (m *Manager) judgeSandbox(sb *store.Sandbox) verdict {
+	switch sb.State {
+	case api.StateReady:
+		return judge(sb, m.now(), m.busy(sb.ID), m.cfg.MaxLifetime)
+	case api.StateStopped:
+		return judgeStopped(sb, m.now(), m.cfg.MaxLifetime, m.cfg.StoppedRetention)
+	}
+	return verdict{}
+}
+
+// reapLocked judges sandbox id again under its lock and deletes it if due.
+func (m *Manager) reapLocked(ctx context.Context, id string) {
+	sb, err := m.cfg.Store.Sandbox(ctx, id)
+	if err != nil {
+		return
+	}
+	v := m.judgeSandbox(sb)
+	if !v.reap {
+		return
+	}
+	m.log.Info("reaping a sandbox", "sandbox", sb.ID, "reason", v.reason)
+	reaped := &store.Event{Type: "reaped", Detail: map[string]any{"reason": v.reason, "state": string(sb.State)}}
+	if _, err := m.deleteLocked(ctx, sb.ID, false, reaped); err != nil {
+		m.log.Error("reaper: delete", "sandbox", sb.ID, "err", err)
+		return
+	}
+	m.countReaped(v.reason)
+}
+
+// judgeStopped decides whether a stopped sandbox is to be deleted at now:
+// never by the idle reaper (a stopped sandbox is what a user chose to
+// keep), only by the lifetime cap or the daemon's retention for stopped
+// sandboxes (counted from the stop, its last activity).
+func judgeStopped(sb *store.Sandbox, now time.Time, maxLifetime, retention time.Duration) verdict {
+	var v verdict
+	if maxLifetime > 0 {
+		end := sb.CreatedAt.Add(maxLifetime)
+		if !now.Before(end) {
+			return verdict{reap: true, at: end, reason: fmt.Sprintf("lifetime cap: created %s ago, the cap is %s", now.Sub(sb.CreatedAt).Round(time.Second), maxLifetime)}
+		}
+		v = verdict{at: end, reason: fmt.Sprintf("its lifetime cap of %s ends", maxLifetime)}
+	}
+	if retention > 0 {
+		end := sb.LastActivity.Add(retention)
+		if !now.Before(end) {
+			return verdict{reap: true, at: end, reason: fmt.Sprintf("stopped retention: stopped for %s, sbxd keeps stopped sandboxes for %s", now.Sub(sb.LastActivity).Round(time.Second), retention)}
+		}
+		if v.at.IsZero() || end.Before(v.at) {
+			v = verdict{at: end, reason: fmt.Sprintf("sbxd keeps stopped sandboxes for %s", retention)}
+		}
+	}
+	if v.at.IsZero() {
+		v.reason = "stopped: the idle reaper keeps stopped sandboxes"
+	}
+	return v
 }
 
 // countReaped counts a sandbox the reaper deleted (see observeReaped).
 func (m *Manager) countReaped(reason string) {
-	m.mu.Lock()
-	m.reaped++
-	m.mu.Unlock()
+	m.reaped.Add(1)
 	m.observeReaped(reason)
 }
 

@@ -57,7 +57,7 @@ func (f *fakeRuntime) State(ctx context.Context, id string) (runsc.State, error)
 	if !f.running[id] {
 		return runsc.State{}, runsc.ErrNotExist
 	}
-	return runsc.State{ID: id, Pid: os.Getpid(), Status: "running"}, nil
+	return runsc.State{ID: id, Pid: os.Getpid(), Status: runsc.StatusRunning}, nil
 }
 func (f *fakeRuntime) Delete(ctx context.Context, id string) error {
 	f.mu.Lock()
@@ -92,7 +92,37 @@ func (f *fakeRuntime) ExecCommand(ctx context.Context, id string, o runsc.ExecOp
 	return exec.Command("true")
 }
 
+func (f *fakeRuntime) List(ctx context.Context) ([]runsc.State, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []runsc.State
+	for id := range f.running {
+		out = append(out, runsc.State{ID: id, Status: runsc.StatusRunning})
+	}
+	return out, nil
+}
+
+// StartExec plays a shim: the pid, then the end, at once or, for a
+// command with "sleep", after 2 s; a request read from a slow stdin holds
+// it as long as it takes.
+func (f *fakeRuntime) StartExec(id string, o runsc.ShimExec) (*runsc.Shim, error) {
+	events := make(chan runsc.ShimEvent, 2)
+	go func() {
+		defer close(events)
+		events <- runsc.ShimEvent{Pid: 42}
+		if strings.Contains(string(o.Stdin), "sleep") {
+			time.Sleep(2 * time.Second)
+		}
+		code := 0
+		events <- runsc.ShimEvent{Exit: &code}
+	}()
+	return &runsc.Shim{Proc: runsc.Proc{Pid: os.Getpid()}, Events: events}, nil
+}
+
 type fakeNets struct{}
+
+func (fakeNets) Reset(id string) error   { return nil }
+func (fakeNets) List() ([]string, error) { return nil, nil }
 
 func (fakeNets) Create(id string) (*netns.Network, error) {
 	return &netns.Network{ID: id, Path: "/x"}, nil

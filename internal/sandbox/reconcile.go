@@ -1,14 +1,11 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
-	"strconv"
 	"time"
 
 	"sbx.dev/sbx/api"
@@ -16,27 +13,58 @@ import (
 	"sbx.dev/sbx/internal/store"
 )
 
+// After an abrupt end of sbxd, the restart brings its records in line with
+// what is actually there, before it serves, in three passes:
+//
+//  1. the journal: each operation that was under way is finished or undone
+//     from what is there (is the image complete? does runsc still have the
+//     sandbox, and does it answer?), and the decision is recorded as a
+//     "reconciled" event with its reason;
+//  2. every sandbox: its record is checked against runsc's view;
+//  3. leftovers: whatever no record names (runsc sandboxes, namespaces,
+//     cgroups, directories, images, disks) is removed.
+//
+// It never cold-boots a sandbox whose memory could still be had, never
+// leaves a complete image behind an error, and never calls lost a sandbox
+// that runsc still has.
+
 // captureWaitLimit bounds how long a restarted sbxd waits for a capture
 // process the previous one left running. It is loose on purpose: cutting
-// a checkpoint short is what loses memory.
+// a checkpoint short is what loses memory. Only the processes the journal
+// recorded (pid and start time) are waited for, so nobody else's process
+// can hold the restart.
 const captureWaitLimit = 30 * time.Minute
 
-// reconcileCaptures decides, for each capture a previous sbxd journaled
-// and did not finish, what to do from what is actually there. It never
-// cold-boots a sandbox whose memory could still be had, and never starts
-// anything when it cannot tell.
-func (m *Manager) reconcileCaptures(ctx context.Context) error {
+// reconcileJournal finishes or undoes each operation a previous sbxd
+// journaled and did not finish.
+func (m *Manager) reconcileJournal(ctx context.Context) error {
 	intents, err := m.cfg.Store.Intents(ctx)
 	if err != nil {
 		return fmt.Errorf("reconcile: read the journal: %w", err)
 	}
 	for _, in := range intents {
-		m.waitCaptureProcesses(ctx, in.ID)
-		decision, reason := m.reconcileCapture(ctx, in)
-		m.log.Info("reconciled an interrupted capture", "sandbox", in.SandboxID, "kind", in.Kind, "step", in.Step, "decision", decision, "reason", reason)
+		m.waitProcs(ctx, in)
+		c := &inFlight{m: m, kind: in.Kind, img: in.ID, detail: in.Detail}
+		var decision, reason string
+		switch in.Kind {
+		case kindSnapshot:
+			decision, reason = m.reconcileSnapshot(ctx, c, in)
+		case kindStop:
+			decision, reason = m.reconcileStop(ctx, c, in)
+		case kindFork:
+			decision, reason = m.reconcileFork(ctx, c, in)
+		case kindResume:
+			decision, reason = m.reconcileResume(ctx, c, in)
+		case kindDelete:
+			decision, reason = m.reconcileDelete(ctx, c, in)
+		default:
+			decision, reason = "dropped", fmt.Sprintf("an operation of unknown kind %q", in.Kind)
+		}
+		m.log.Info("reconciled an interrupted operation", "sandbox", in.SandboxID, "kind", in.Kind, "step", in.Step, "decision", decision, "reason", reason)
 		m.event(ctx, in.SandboxID, "reconciled", map[string]any{
-			"capture": in.Kind, "step": in.Step, "image": in.ID, "decision": decision, "reason": reason,
+			"operation": in.Kind, "step": in.Step, "entry": in.ID, "decision": decision, "reason": reason,
 		})
+		// closed with the decision where it could be; else now
 		if err := m.cfg.Store.DeleteIntent(ctx, in.ID); err != nil {
 			return fmt.Errorf("reconcile: close the journal entry %s: %w", in.ID, err)
 		}
@@ -44,107 +72,271 @@ func (m *Manager) reconcileCaptures(ctx context.Context) error {
 	return nil
 }
 
-// waitCaptureProcesses waits for any process still working on an image
-// (a runsc checkpoint or tar whose arguments name it) to end.
-func (m *Manager) waitCaptureProcesses(ctx context.Context, img string) {
-	dir := []byte(m.imageDir(img))
+// waitProcs waits for the capture processes the journal entry recorded
+// (a runsc checkpoint, tar or restore the previous sbxd left running) to end.
+func (m *Manager) waitProcs(ctx context.Context, in *store.Intent) {
+	var procs []runsc.Proc
+	if raw, ok := in.Detail["procs"]; ok {
+		b, _ := json.Marshal(raw)
+		_ = json.Unmarshal(b, &procs)
+	}
 	deadline := time.Now().Add(captureWaitLimit)
-	logged := false
-	for time.Now().Before(deadline) {
-		pids := processesNaming(dir)
-		if len(pids) == 0 {
-			return
+	for _, p := range procs {
+		if p.Alive() {
+			m.log.Info("waiting for a capture process the previous sbxd left", "entry", in.ID, "pid", p.Pid)
 		}
-		if !logged {
-			m.log.Info("waiting for a capture process the previous sbxd left", "image", img, "pids", pids)
-			logged = true
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(100 * time.Millisecond):
+		for p.Alive() && time.Now().Before(deadline) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
 	}
-	m.log.Warn("a capture process is still running after the wait limit; reconciling anyway", "image", img)
 }
 
-// processesNaming returns the pids whose command line contains s.
-func processesNaming(s []byte) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
+// runtimeStatus is what runsc says of a sandbox, classed.
+type runtimeStatus int
+
+const (
+	runtimeGone    runtimeStatus = iota // runsc does not have it, or it stopped
+	runtimeRunning                      // it runs
+	runtimePaused                       // it is paused (a capture cut short)
+	runtimeUnknown                      // runsc cannot say
+)
+
+// runtimeState asks runsc about sandbox id, a few times if runsc cannot say
+// (its state file may be locked by a runsc that is just ending).
+func (m *Manager) runtimeState(ctx context.Context, id string) (runtimeStatus, error) {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		var st runsc.State
+		st, err = m.cfg.Runtime.State(ctx, id)
+		switch {
+		case errors.Is(err, runsc.ErrNotExist):
+			return runtimeGone, nil
+		case err != nil:
+			time.Sleep(200 * time.Millisecond)
 			continue
-		}
-		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && bytes.Contains(cmd, s) {
-			pids = append(pids, pid)
+		case st.Status == runsc.StatusRunning:
+			return runtimeRunning, nil
+		case st.Status == runsc.StatusPaused:
+			return runtimePaused, nil
+		case st.Status == runsc.StatusStopped:
+			return runtimeGone, nil
+		default: // creating or created: a start cut short
+			return runtimeGone, nil
 		}
 	}
-	return pids
+	return runtimeUnknown, err
 }
 
-// reconcileCapture applies the rules of "Never lose the sandbox" to one
-// interrupted capture and returns the decision and why.
-func (m *Manager) reconcileCapture(ctx context.Context, in *store.Intent) (decision, reason string) {
+// completeImage reports whether image img is complete, its memory (if it
+// has any) included.
+func (m *Manager) completeImageOf(img string, memory bool) bool {
+	if !m.imageComplete(img) {
+		return false
+	}
+	return !memory || verifyCheckpoint(m.imageMem(img)) == nil
+}
+
+func detailString(d map[string]any, k string) string {
+	s, _ := d[k].(string)
+	return s
+}
+
+// reconcileSnapshot keeps the snapshot whose image is complete (nothing
+// else was left to do but record it) and drops one whose image is not.
+// The source itself is left to the second pass (resumed if the capture
+// left it paused), unless runsc lost it while a complete memory image of
+// it exists: then it is adopted as stopped on a copy of that image.
+func (m *Manager) reconcileSnapshot(ctx context.Context, c *inFlight, in *store.Intent) (string, string) {
+	memory := in.Detail["memory"] == true
+	name := detailString(in.Detail, "name")
+	sb, err := m.cfg.Store.Sandbox(ctx, in.SandboxID)
+	complete := m.completeImageOf(in.ID, memory)
+	if err != nil {
+		// its snapshot outlives it, as any snapshot does
+		if complete && name != "" {
+			if taken, _ := m.cfg.Store.SnapshotNameTaken(ctx, name); !taken {
+				sn := &store.Snapshot{Name: name, ID: in.ID, SandboxID: in.SandboxID, Memory: memory, CreatedAt: m.now()}
+				if err := m.cfg.Store.CreateSnapshot(ctx, sn); err == nil {
+					return "snapshot kept", "the sandbox was deleted; its complete snapshot is kept"
+				}
+			}
+		}
+		_ = m.removeImage(in.ID)
+		return "dropped", "the sandbox was deleted"
+	}
+	if !complete {
+		_ = m.removeImage(in.ID)
+		return "snapshot dropped", "the snapshot's image was not complete; the sandbox is as it was"
+	}
+	if taken, _ := m.cfg.Store.SnapshotNameTaken(ctx, name); taken || name == "" {
+		_ = m.removeImage(in.ID)
+		return "snapshot dropped", fmt.Sprintf("the snapshot's name %q was taken meanwhile", name)
+	}
+	size, _ := m.imageSize(in.ID)
+	sn := m.snapshotRecord(sb, name, in.ID, memory, size, 0)
+	err = m.cfg.Store.Update(ctx, func(tx *store.Store) error {
+		if err := tx.CreateSnapshot(ctx, sn); err != nil {
+			return err
+		}
+		return c.closeIn(ctx, tx)
+	})
+	if err != nil {
+		return "error", fmt.Sprintf("the snapshot's image is complete but cannot be recorded: %v; it stays in %s", err, m.imageDir(in.ID))
+	}
+	reason := "the snapshot's image was complete: the snapshot " + name + " is kept"
+	if memory && sb.State == api.StateReady {
+		if st, _ := m.runtimeState(ctx, sb.ID); st == runtimeGone {
+			if err := m.adoptOnCopy(ctx, sb.ID, in.ID); err == nil {
+				reason += "; the sandbox itself was gone and is adopted as stopped on a copy of it"
+			}
+		}
+	}
+	return "snapshot kept", reason
+}
+
+// adoptOnCopy adopts sandbox id, which runsc lost, as stopped on a copy
+// (hard links) of the complete memory image img.
+func (m *Manager) adoptOnCopy(ctx context.Context, id, img string) error {
+	cp, err := m.cloneImage(img)
+	if err != nil {
+		return err
+	}
+	_ = m.destroyRuntimeKeepNetwork(ctx, id)
+	err = m.cfg.Store.Update(ctx, func(tx *store.Store) error {
+		if err := tx.AddImage(ctx, &store.Image{ID: cp, SandboxID: id, Kind: "hibernation", CreatedAt: m.now()}); err != nil {
+			return err
+		}
+		return tx.Transition(ctx, id, store.Change{From: from(api.StateReady, api.StateStopping), To: api.StateStopped, Image: &cp,
+			Reason: "runsc lost the sandbox while sbxd was away; a complete memory image of it was kept"})
+	})
+	if err != nil {
+		_ = m.removeImage(cp)
+	}
+	return err
+}
+
+// reconcileStop finishes a stop whose image is complete (the sandbox is
+// adopted as stopped, and whatever runsc still has of it goes), and undoes
+// one whose image is not (the sandbox is ready again; the second pass
+// resumes it if the capture left it paused).
+func (m *Manager) reconcileStop(ctx context.Context, c *inFlight, in *store.Intent) (string, string) {
 	sb, err := m.cfg.Store.Sandbox(ctx, in.SandboxID)
 	if err != nil {
 		_ = m.removeImage(in.ID)
 		return "dropped", "the sandbox was deleted"
 	}
-	complete := m.imageComplete(in.ID)
-	st, err := m.cfg.Runtime.State(ctx, sb.ID)
-	gone := errors.Is(err, runsc.ErrNotExist) || (err == nil && st.Status == "stopped")
-	switch {
-	case err != nil && !gone:
-		// Nothing can be told: start nothing, say so.
-		m.setState(ctx, sb.ID, api.StateError, fmt.Sprintf("after an interrupted %s, runsc cannot report the sandbox: %v; delete it, or inspect it with runsc", in.Kind, err))
-		return "error", "runsc cannot report the sandbox's state"
-
-	case !gone && (st.Status == "running" || st.Status == "paused"):
-		paused := st.Status == "paused"
-		if paused {
-			if err := m.cfg.Runtime.Resume(ctx, sb.ID); err != nil {
-				m.setState(ctx, sb.ID, api.StateError, fmt.Sprintf("after an interrupted %s the sandbox is paused and will not resume: %v", in.Kind, err))
-				return "error", "the paused sandbox will not resume"
+	if m.completeImageOf(in.ID, true) {
+		if err := m.destroyRuntimeKeepNetwork(ctx, sb.ID); err != nil {
+			m.log.Warn("reconcile a stop: remove what is left of the source", "sandbox", sb.ID, "err", err)
+		}
+		if err := m.adoptStopped(ctx, c, sb.ID, in.ID, from(api.StateStopping, api.StateReady, api.StateError)); err != nil {
+			return "error", fmt.Sprintf("the stop's image is complete but cannot be recorded: %v; it stays in %s", err, m.imageDir(in.ID))
+		}
+		m.retireImage(ctx, sb.Image)
+		return "adopted as stopped", "the stop's image is complete: the sandbox is stopped with its memory; `sbx resume` restores it"
+	}
+	_ = m.removeImage(in.ID)
+	err = m.cfg.Store.Update(ctx, func(tx *store.Store) error {
+		if sb.State == api.StateStopping {
+			if err := tx.Transition(ctx, sb.ID, store.Change{From: from(api.StateStopping), To: api.StateReady}); err != nil {
+				return err
 			}
 		}
-		if err := m.probe(ctx, sb.ID); err != nil {
-			m.setState(ctx, sb.ID, api.StateError, fmt.Sprintf("after an interrupted %s the sandbox does not answer: %v", in.Kind, err))
-			return "error", "the sandbox does not answer a probe; the image is kept"
-		}
-		// It runs and answers: the capture is moot. Only now the image goes.
-		_ = m.removeImage(in.ID)
-		_ = m.cfg.Store.DeleteImage(ctx, in.ID)
-		if err := m.cfg.Store.SetState(ctx, sb.ID, api.StateReady, ""); err != nil {
-			return "error", err.Error()
-		}
-		r := "the sandbox is running and answers; the capture's image was dropped"
-		if paused {
-			r = "the sandbox was left paused; it was resumed, answers, and the capture's image was dropped"
-		}
-		if !complete {
-			r += " (it was incomplete)"
-		}
-		return "kept running", r
-
-	case gone && complete && in.Detail["memory"] == true:
-		// Its memory is in a complete image: adopt it as stopped.
-		_ = m.cfg.Runtime.Delete(ctx, sb.ID)
-		_ = m.cfg.Store.AddImage(ctx, &store.Image{ID: in.ID, SandboxID: sb.ID, Kind: "hibernation", CreatedAt: m.now()})
-		if err := m.cfg.Store.SetRuntime(ctx, sb.ID, api.StateStopped, sb.MemoryRestored, sb.ResumeReason, in.ID); err != nil {
-			return "error", err.Error()
-		}
-		return "adopted as stopped", "the sandbox is gone and its image is complete; `sbx resume` restores its memory"
-
-	default:
-		_ = m.cfg.Runtime.Delete(ctx, sb.ID)
-		_ = m.removeImage(in.ID)
-		reason := fmt.Sprintf("the sandbox ended during an interrupted %s and no complete image of it exists", in.Kind)
-		m.setState(ctx, sb.ID, api.StateLost, reason)
-		return "lost", reason
+		return c.closeIn(ctx, tx)
+	})
+	if err != nil {
+		return "error", err.Error()
 	}
+	return "stop undone", "the stop's image was not complete, so the sandbox was not stopped; it was dropped"
+}
+
+// reconcileFork undoes a fork that did not finish: a fork is all its
+// children or none, and the children become ready together with the
+// closing of its journal entry, so an entry left means none is ready.
+func (m *Manager) reconcileFork(ctx context.Context, c *inFlight, in *store.Intent) (string, string) {
+	var ids []string
+	if raw, ok := in.Detail["children"].([]any); ok {
+		for _, v := range raw {
+			if s, ok := v.(string); ok {
+				ids = append(ids, s)
+			}
+		}
+	}
+	removed := 0
+	for _, id := range ids {
+		sb, err := m.cfg.Store.Sandbox(ctx, id)
+		if err != nil || sb.State != api.StateCreating {
+			continue
+		}
+		if err := m.destroy(ctx, id); err != nil {
+			m.log.Error("reconcile a fork: remove a child", "sandbox", id, "err", err)
+			_ = m.transition(ctx, id, store.Change{From: from(api.StateCreating), To: api.StateError, Reason: "an unfinished fork could not remove it: " + err.Error()})
+			continue
+		}
+		removed++
+	}
+	_ = m.removeImage(in.ID)
+	return "fork undone", fmt.Sprintf("the fork did not finish; its %d children were removed (a fork is all its children or none)", removed)
+}
+
+// reconcileResume finishes a resume whose sandbox runsc has and which
+// answers, and undoes any other: the sandbox stays stopped with its image.
+func (m *Manager) reconcileResume(ctx context.Context, c *inFlight, in *store.Intent) (string, string) {
+	sb, err := m.cfg.Store.Sandbox(ctx, in.SandboxID)
+	if err != nil {
+		return "dropped", "the sandbox was deleted"
+	}
+	if sb.State != api.StateStopped {
+		return "nothing to do", "the sandbox is " + string(sb.State)
+	}
+	st, _ := m.runtimeState(ctx, sb.ID)
+	if st == runtimePaused {
+		if err := m.cfg.Runtime.Resume(ctx, sb.ID); err == nil {
+			st = runtimeRunning
+		}
+	}
+	newDisk := detailString(in.Detail, "disk")
+	if st == runtimeRunning && m.probe(ctx, sb.ID) == nil {
+		memory := in.Step == "restoring"
+		change := store.Change{From: from(api.StateStopped), To: api.StateReady, MemoryRestored: ptr(memory), ResumeReason: ptr(""), Image: ptr("")}
+		if !memory {
+			change.ResumeReason = ptr(detailString(in.Detail, "reason"))
+			if newDisk != "" {
+				change.Disk = &newDisk
+			}
+		}
+		if err := m.resumed(ctx, c, sb, change); err != nil {
+			return "error", err.Error()
+		}
+		return "resumed", "the resumed sandbox runs and answers"
+	}
+	if err := m.destroyRuntimeKeepNetwork(ctx, sb.ID); err != nil {
+		m.log.Warn("reconcile a resume: remove what was restored", "sandbox", sb.ID, "err", err)
+	}
+	if newDisk != "" && newDisk != sb.Disk {
+		m.releaseDisk(ctx, newDisk)
+	}
+	return "kept stopped", "the resume did not finish; the sandbox is stopped with its image: resume it again"
+}
+
+// reconcileDelete finishes a delete.
+func (m *Manager) reconcileDelete(ctx context.Context, c *inFlight, in *store.Intent) (string, string) {
+	if _, err := m.cfg.Store.Sandbox(ctx, in.SandboxID); err != nil {
+		return "nothing to do", "the sandbox is deleted"
+	}
+	if err := m.destroyRuntime(ctx, in.SandboxID); err != nil {
+		_ = m.transition(ctx, in.SandboxID, store.Change{From: allStates, To: api.StateError, Reason: "delete failed: " + err.Error() + "; run `sbx delete` again"})
+		return "error", err.Error()
+	}
+	withSnapshots := in.Detail["withSnapshots"] == true
+	if _, err := m.finishDelete(ctx, c, in.SandboxID, withSnapshots, nil); err != nil {
+		return "error", err.Error()
+	}
+	return "deleted", "the delete was finished"
 }
 
 // probe runs a trivial command in a sandbox to see that it answers.
@@ -162,44 +354,57 @@ func (m *Manager) probe(ctx context.Context, id string) error {
 }
 
 // reconcile brings one stored sandbox in line with runsc's view after a
-// restart (its journaled captures, if any, were reconciled first).
+// restart (its journaled operations, if any, were reconciled first).
 func (m *Manager) reconcile(ctx context.Context, sb *store.Sandbox) {
+	fail := func(to api.State, reason string) {
+		if err := m.transition(ctx, sb.ID, store.Change{From: from(sb.State), To: to, Reason: reason}); err != nil {
+			m.log.Error("reconcile: record the state", "sandbox", sb.ID, "err", err)
+		}
+	}
 	switch sb.State {
 	case api.StateReady, api.StateStopping:
-		st, err := m.cfg.Runtime.State(ctx, sb.ID)
-		switch {
-		case errors.Is(err, runsc.ErrNotExist):
+		st, err := m.runtimeState(ctx, sb.ID)
+		switch st {
+		case runtimeGone:
 			reason := "runsc no longer knows the sandbox (was the host restarted?)"
 			if oomKilled(m.cgroupsPath(sb.ID)) {
 				reason = "out of memory: the kernel stopped the sandbox while sbxd was away"
 			}
-			m.setState(ctx, sb.ID, api.StateLost, reason)
-		case err != nil:
-			m.setState(ctx, sb.ID, api.StateError, fmt.Sprintf("runsc cannot report the sandbox after a restart of sbxd: %v", err))
-		case st.Status == "paused":
+			if err := m.killCgroup(sb.ID); err == nil {
+				m.removeCgroups(sb.ID)
+			}
+			fail(api.StateLost, reason)
+			return
+		case runtimeUnknown:
+			fail(api.StateError, fmt.Sprintf("runsc cannot report the sandbox after a restart of sbxd: %v", err))
+			return
+		case runtimePaused:
 			// Nothing journaled left it paused; a capture without a journal
 			// entry cannot be running. Let it run.
 			if err := m.cfg.Runtime.Resume(ctx, sb.ID); err != nil {
-				m.setState(ctx, sb.ID, api.StateError, fmt.Sprintf("found paused after a restart of sbxd and will not resume: %v", err))
+				fail(api.StateError, fmt.Sprintf("found paused after a restart of sbxd and will not resume: %v", err))
 				return
 			}
-			_ = m.cfg.Store.SetState(ctx, sb.ID, api.StateReady, "")
-			m.watch(ctx, sb.ID)
-		case st.Status != "running":
-			reason := fmt.Sprintf("runsc reports the sandbox %s after a restart of sbxd", st.Status)
-			if oomKilled(m.cgroupsPath(sb.ID)) {
-				reason = "out of memory: the kernel stopped the sandbox while sbxd was away"
+		}
+		if sb.State == api.StateStopping {
+			if err := m.transition(ctx, sb.ID, store.Change{From: from(api.StateStopping), To: api.StateReady}); err != nil {
+				m.log.Error("reconcile: record the state", "sandbox", sb.ID, "err", err)
 			}
-			m.setState(ctx, sb.ID, api.StateError, reason)
-		default:
-			if sb.State == api.StateStopping {
-				_ = m.cfg.Store.SetState(ctx, sb.ID, api.StateReady, "")
+		}
+		m.watch(ctx, sb.ID)
+	case api.StateStopped:
+		// A stopped sandbox has no runsc sandbox: whatever is there is the
+		// leftover of a resume that was undone.
+		if st, _ := m.runtimeState(ctx, sb.ID); st != runtimeGone {
+			if err := m.destroyRuntimeKeepNetwork(ctx, sb.ID); err != nil {
+				m.log.Warn("reconcile: remove a stopped sandbox's leftover runtime", "sandbox", sb.ID, "err", err)
 			}
-			m.watch(ctx, sb.ID)
 		}
 	case api.StateCreating:
 		// A create that sbxd did not finish: nobody was told of it, so undo it.
 		m.log.Info("removing a sandbox whose creation was interrupted", "sandbox", sb.ID)
-		_ = m.destroy(ctx, sb.ID)
+		if err := m.destroy(ctx, sb.ID); err != nil {
+			fail(api.StateError, "an interrupted create could not be undone: "+err.Error())
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/runsc"
 	"sbx.dev/sbx/internal/store"
 )
 
@@ -36,8 +37,9 @@ func (m *Manager) capture(ctx context.Context, c *inFlight, id string, kind capt
 			c.abandon(ctx)
 		}
 	}()
+	rctx := c.watched(ctx)
 	if !(kind.scratch && kind.memory) {
-		if err := m.cfg.Runtime.TarUpper(ctx, id, m.imageDisk(img)); err != nil {
+		if err := m.cfg.Runtime.TarUpper(rctx, id, m.imageDisk(img)); err != nil {
 			return 0, 0, fmt.Errorf("write disk: %w", err)
 		}
 		c.step(ctx, "disk-written")
@@ -45,7 +47,7 @@ func (m *Manager) capture(ctx context.Context, c *inFlight, id string, kind capt
 	if kind.memory {
 		crashPoint(c.kind + ":writing-memory")
 		start := time.Now()
-		err := m.cfg.Runtime.Checkpoint(ctx, id, m.imageMem(img), true)
+		err := m.cfg.Runtime.Checkpoint(rctx, id, m.imageMem(img), true)
 		paused = time.Since(start)
 		if err != nil {
 			return 0, 0, fmt.Errorf("write memory: %w", err)
@@ -81,7 +83,7 @@ func verifyCheckpoint(dir string) error {
 // ensureRunning resumes a sandbox a failed capture left paused.
 func (m *Manager) ensureRunning(ctx context.Context, id string) {
 	st, err := m.cfg.Runtime.State(ctx, id)
-	if err != nil || st.Status != "paused" {
+	if err != nil || st.Status != runsc.StatusPaused {
 		return
 	}
 	if err := m.cfg.Runtime.Resume(ctx, id); err != nil {
@@ -142,21 +144,31 @@ func (m *Manager) Snapshot(ctx context.Context, ref string, req api.SnapshotRequ
 		m.captureEvent(ctx, sb.ID, "snapshot", start, 0, err, extra)
 		return nil, fmt.Errorf("snapshot %s: %w", sb.ID, err)
 	}
-	sn := &store.Snapshot{
-		Name: req.Name, ID: img, SandboxID: sb.ID, Template: sb.Template, Memory: req.Memory,
-		CPUs: sb.CPUs, MemLimit: sb.Memory, CreatedAt: m.now(), Size: size, Paused: paused,
-		Disk: sb.Disk,
-	}
-	if err := m.cfg.Store.CreateSnapshot(ctx, sn); err != nil {
+	sn := m.snapshotRecord(sb, req.Name, img, req.Memory, size, paused)
+	err = m.cfg.Store.Update(ctx, func(tx *store.Store) error {
+		if err := tx.CreateSnapshot(ctx, sn); err != nil {
+			return err
+		}
+		return c.closeIn(ctx, tx)
+	})
+	if err != nil {
 		_ = m.removeImage(img)
 		c.abandon(ctx)
 		m.captureEvent(ctx, sb.ID, "snapshot", start, 0, err, extra)
 		return nil, err
 	}
-	c.finish(ctx)
 	m.touch(ctx, sb.ID)
 	m.captureEvent(ctx, sb.ID, "snapshot", start, size, nil, extra)
 	return snapshotAPI(sn), nil
+}
+
+// snapshotRecord is the record of a snapshot of sb in image img.
+func (m *Manager) snapshotRecord(sb *store.Sandbox, name, img string, memory bool, size int64, paused time.Duration) *store.Snapshot {
+	return &store.Snapshot{
+		Name: name, ID: img, SandboxID: sb.ID, Template: sb.Template, Memory: memory,
+		CPUs: sb.CPUs, MemLimit: sb.Memory, CreatedAt: m.now(), Size: size, Paused: paused,
+		Disk: sb.Disk, TemplateVersion: sb.TemplateVersion, Pids: sb.Pids, DiskLimit: sb.DiskLimit,
+	}
 }
 
 func snapshotAPI(sn *store.Snapshot) *api.Snapshot {

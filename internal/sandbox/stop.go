@@ -8,12 +8,12 @@ import (
 	"sbx.dev/sbx/internal/store"
 )
 
-// Stop hibernates a running sandbox: its processes and memory go into an
+// Stop hibernates a ready sandbox: its processes and memory go into an
 // image, then the sandbox is destroyed, using no CPU and no memory, until
 // Resume. The source is destroyed only after its image is written, synced
-// and complete; a stop that fails leaves the sandbox running and says why.
+// and complete; a stop that fails leaves the sandbox ready and says why.
 // With wait Stop returns when the sandbox is stopped; without, at once, with
-// the sandbox stopping.
+// the sandbox stopping. A sandbox that is not ready is api.ErrConflict.
 func (m *Manager) Stop(ctx context.Context, ref string, wait bool) (*api.Sandbox, error) {
 	sb, err := m.running(ctx, ref)
 	if err != nil {
@@ -25,7 +25,7 @@ func (m *Manager) Stop(ctx context.Context, ref string, wait bool) (*api.Sandbox
 		return nil, err
 	}
 	ctx = context.WithoutCancel(ctx)
-	if err := m.cfg.Store.SetState(ctx, sb.ID, api.StateStopping, ""); err != nil {
+	if err := m.transition(ctx, sb.ID, store.Change{From: from(api.StateReady), To: api.StateStopping}); err != nil {
 		unlock()
 		return nil, err
 	}
@@ -46,13 +46,18 @@ func (m *Manager) Stop(ctx context.Context, ref string, wait bool) (*api.Sandbox
 	return m.Get(ctx, sb.ID)
 }
 
-// stop does a stop under the sandbox's lock.
+// stop does a stop of a stopping sandbox under its lock.
 func (m *Manager) stop(ctx context.Context, sb *store.Sandbox) error {
 	start := m.now()
-	c, err := m.beginCapture(ctx, "stop", sb.ID, true, nil)
+	backToReady := func() {
+		if err := m.transition(ctx, sb.ID, store.Change{From: from(api.StateStopping), To: api.StateReady}); err != nil {
+			m.log.Error("a failed stop: record the sandbox ready again", "sandbox", sb.ID, "err", err)
+		}
+	}
+	c, err := m.beginCapture(ctx, kindStop, sb.ID, true, nil)
 	if err != nil {
-		_ = m.cfg.Store.SetState(ctx, sb.ID, api.StateReady, "")
-		return err
+		backToReady()
+		return fmt.Errorf("stop %s: %w", sb.ID, err)
 	}
 	defer c.end()
 	size, paused, err := m.capture(ctx, c, sb.ID, captureKind{memory: true})
@@ -60,37 +65,48 @@ func (m *Manager) stop(ctx context.Context, sb *store.Sandbox) error {
 	extra := map[string]any{"pausedMs": paused.Milliseconds()}
 	if err != nil {
 		// capture left it running; say so in its state too.
-		_ = m.cfg.Store.SetState(ctx, sb.ID, api.StateReady, "")
+		backToReady()
 		m.captureEvent(ctx, sb.ID, "stopped", start, 0, err, extra)
 		return fmt.Errorf("stop %s: %w", sb.ID, err)
 	}
 	// The image is complete and synced: now, and only now, the source goes.
-	undo := func(err error) error {
+	m.unwatch(sb.ID)
+	if err := m.cfg.Runtime.Delete(ctx, sb.ID); err != nil {
 		_ = m.removeImage(img)
 		c.abandon(ctx)
 		m.watch(ctx, sb.ID)
-		_ = m.cfg.Store.SetState(ctx, sb.ID, api.StateReady, "")
+		backToReady()
 		m.captureEvent(ctx, sb.ID, "stopped", start, 0, err, extra)
 		return fmt.Errorf("stop %s: %w", sb.ID, err)
 	}
-	if err := m.cfg.Store.AddImage(ctx, &store.Image{ID: img, SandboxID: sb.ID, Kind: "hibernation", CreatedAt: m.now()}); err != nil {
-		return undo(err)
-	}
-	old := sb.Image
-	m.unwatch(sb.ID)
-	if err := m.cfg.Runtime.Delete(ctx, sb.ID); err != nil {
-		_ = m.cfg.Store.DeleteImage(ctx, img)
-		return undo(err)
-	}
 	c.step(ctx, "source-destroyed")
 	crashPoint("stop:after-destroy")
-	m.removeCgroups(sb.ID)
-	if err := m.cfg.Store.SetRuntime(ctx, sb.ID, api.StateStopped, sb.MemoryRestored, sb.ResumeReason, img); err != nil {
-		return err
+	if err := m.killCgroup(sb.ID); err != nil {
+		m.log.Warn("stop: processes left of the sandbox", "sandbox", sb.ID, "err", err)
 	}
-	c.finish(ctx)
+	m.removeCgroups(sb.ID)
+	old := sb.Image
+	if err := m.adoptStopped(ctx, c, sb.ID, img, from(api.StateStopping)); err != nil {
+		// The journal still says the image is complete and the source gone:
+		// a restart adopts it. Until then the sandbox reads stopping.
+		return fmt.Errorf("stop %s: %w", sb.ID, err)
+	}
 	m.retireImage(ctx, old)
 	m.touch(ctx, sb.ID)
 	m.captureEvent(ctx, sb.ID, "stopped", start, size, nil, extra)
 	return nil
+}
+
+// adoptStopped records, in one transaction, that sandbox id is stopped with
+// its memory in the complete image img, and closes the journal entry c.
+func (m *Manager) adoptStopped(ctx context.Context, c *inFlight, id, img string, fromStates []api.State) error {
+	return m.cfg.Store.Update(ctx, func(tx *store.Store) error {
+		if err := tx.AddImage(ctx, &store.Image{ID: img, SandboxID: id, Kind: "hibernation", CreatedAt: m.now()}); err != nil {
+			return err
+		}
+		if err := tx.Transition(ctx, id, store.Change{From: fromStates, To: api.StateStopped, Image: &img}); err != nil {
+			return err
+		}
+		return c.closeIn(ctx, tx)
+	})
 }

@@ -25,13 +25,25 @@ func (m *Manager) sweepLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-time.After(every):
+		case <-m.sweepWake:
 		}
 	}
 }
 
-// sweep removes the images orphaned for longer than the grace period.
+// sweepSoon has the sweep look again after d (an image's retire time).
+func (m *Manager) sweepSoon(d time.Duration) {
+	time.AfterFunc(d+time.Second, func() {
+		select {
+		case m.sweepWake <- struct{}{}:
+		default:
+		}
+	})
+}
+
+// sweep removes the images whose retire time has passed and those
+// orphaned for longer than the grace period.
 func (m *Manager) sweep(ctx context.Context) {
-	ims, err := m.cfg.Store.OrphansBefore(ctx, m.now().Add(-m.cfg.OrphanGrace))
+	ims, err := m.cfg.Store.ImagesDue(ctx, m.now(), m.cfg.OrphanGrace)
 	if err != nil {
 		m.log.Error("list orphaned images", "err", err)
 		return

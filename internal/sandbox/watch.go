@@ -2,15 +2,18 @@ package sandbox
 
 import (
 	"context"
-	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/runsc"
+	"sbx.dev/sbx/internal/store"
 )
 
 // A sandbox can end on its own: the kernel kills the whole gVisor sandbox
@@ -18,10 +21,53 @@ import (
 // a fraction of a second and records why, so a sandbox never silently
 // turns into one whose every exec fails.
 
-// watched is one sandbox process being watched.
-type watched struct {
-	pid   int
-	start string // the process's start time, so a reused pid is not taken for it
+// watcher holds the runsc sandbox process of every ready sandbox.
+type watcher struct {
+	mu sync.Mutex
+	m  map[string]runsc.Proc
+}
+
+func (w *watcher) add(id string, p runsc.Proc) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == nil {
+		w.m = map[string]runsc.Proc{}
+	}
+	w.m[id] = p
+}
+
+func (w *watcher) get(id string) (runsc.Proc, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p, ok := w.m[id]
+	return p, ok
+}
+
+func (w *watcher) remove(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.m, id)
+}
+
+// ended returns, and stops watching, the sandboxes whose process is gone.
+// /proc is read with the lock released.
+func (w *watcher) ended() []string {
+	w.mu.Lock()
+	all := maps.Clone(w.m)
+	w.mu.Unlock()
+	var dead []string
+	for id, p := range all {
+		if p.Alive() {
+			continue
+		}
+		w.mu.Lock()
+		if cur, ok := w.m[id]; ok && cur == p { // not re-watched meanwhile
+			delete(w.m, id)
+			dead = append(dead, id)
+		}
+		w.mu.Unlock()
+	}
+	return dead
 }
 
 // watchInterval is how often the watcher looks at the sandbox processes.
@@ -34,16 +80,10 @@ func (m *Manager) watch(ctx context.Context, id string) {
 		m.log.Warn("cannot watch sandbox", "sandbox", id, "err", err)
 		return
 	}
-	m.mu.Lock()
-	m.watching[id] = watched{pid: st.Pid, start: procStart(st.Pid)}
-	m.mu.Unlock()
+	m.watcher.add(id, runsc.Proc{Pid: st.Pid, Start: runsc.ProcessStart(st.Pid)})
 }
 
-func (m *Manager) unwatch(id string) {
-	m.mu.Lock()
-	delete(m.watching, id)
-	m.mu.Unlock()
-}
+func (m *Manager) unwatch(id string) { m.watcher.remove(id) }
 
 // watchLoop runs until ctx ends.
 func (m *Manager) watchLoop(ctx context.Context) {
@@ -55,16 +95,7 @@ func (m *Manager) watchLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		var dead []string
-		m.mu.Lock()
-		for id, w := range m.watching {
-			if w.start == "" || procStart(w.pid) != w.start {
-				dead = append(dead, id)
-				delete(m.watching, id)
-			}
-		}
-		m.mu.Unlock()
-		for _, id := range dead {
+		for _, id := range m.watcher.ended() {
 			go m.sandboxEnded(context.WithoutCancel(ctx), id)
 		}
 	}
@@ -78,6 +109,10 @@ func (m *Manager) sandboxEnded(ctx context.Context, id string) {
 	if err != nil || sb.State != api.StateReady {
 		return // deleted or changed on purpose meanwhile
 	}
+	if st, err := m.cfg.Runtime.State(ctx, id); err == nil && st.Live() {
+		m.watch(ctx, id) // a restore replaced the process under the same id
+		return
+	}
 	reason, event := "the sandbox's runsc process ended unexpectedly", "exited"
 	if oomKilled(m.cgroupsPath(id)) {
 		limit := "its memory limit"
@@ -87,30 +122,15 @@ func (m *Manager) sandboxEnded(ctx context.Context, id string) {
 		reason, event = "out of memory: the sandbox used "+limit+" and the kernel stopped it; delete it and create it with a larger --memory", "oom"
 	}
 	m.log.Warn("sandbox ended on its own", "sandbox", id, "reason", reason)
-	if err := m.cfg.Store.SetState(ctx, id, api.StateError, reason); err != nil {
-		m.log.Error("record state", "sandbox", id, "err", err)
-	}
-	m.event(ctx, id, event, map[string]any{"reason": reason, "memoryLimit": sb.Memory})
-}
-
-// procStart returns the start time of pid from /proc, or "" if it is gone
-// (or a zombie: a dead sandbox that nobody reaped is dead all the same).
-func procStart(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	err = m.cfg.Store.Update(ctx, func(tx *store.Store) error {
+		if err := tx.Transition(ctx, id, store.Change{From: []api.State{api.StateReady}, To: api.StateError, Reason: reason}); err != nil {
+			return err
+		}
+		return tx.AddEvent(ctx, id, event, map[string]any{"reason": reason, "memoryLimit": sb.Memory})
+	})
 	if err != nil {
-		return ""
+		m.log.Error("record the end of a sandbox", "sandbox", id, "err", err)
 	}
-	// The command name may hold spaces; the fields after it do not.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return ""
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
-		return ""
-	}
-	return f[19]
 }
 
 // oomKilled reports whether the kernel's OOM killer acted in a cgroup.

@@ -11,7 +11,7 @@ import (
 // which image, and the last step reached.
 type Intent struct {
 	ID        string // the image the capture writes
-	Kind      string // "stop", "snapshot" or "fork"
+	Kind      string // "stop", "snapshot", "fork", "resume" or "delete"
 	SandboxID string
 	Step      string
 	Detail    map[string]any
@@ -22,7 +22,7 @@ type Intent struct {
 // AddIntent journals a capture before it starts.
 func (s *Store) AddIntent(ctx context.Context, in *Intent) error {
 	d, _ := json.Marshal(in.Detail)
-	_, err := s.db.ExecContext(ctx, `INSERT INTO intents (id, kind, sandbox_id, step, detail, started_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+	_, err := s.q.ExecContext(ctx, `INSERT INTO intents (id, kind, sandbox_id, step, detail, started_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 		in.ID, in.Kind, in.SandboxID, in.Step, string(d), in.StartedAt.UnixNano(), in.StartedAt.UnixNano())
 	if err != nil {
 		return fmt.Errorf("journal %s of %s: %w", in.Kind, in.SandboxID, err)
@@ -32,7 +32,7 @@ func (s *Store) AddIntent(ctx context.Context, in *Intent) error {
 
 // StepIntent records the step a capture has reached.
 func (s *Store) StepIntent(ctx context.Context, id, step string, at time.Time) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE intents SET step = ?, updated_at = ? WHERE id = ?`, step, at.UnixNano(), id)
+	_, err := s.q.ExecContext(ctx, `UPDATE intents SET step = ?, updated_at = ? WHERE id = ?`, step, at.UnixNano(), id)
 	if err != nil {
 		return fmt.Errorf("journal step %s of %s: %w", step, id, err)
 	}
@@ -41,13 +41,13 @@ func (s *Store) StepIntent(ctx context.Context, id, step string, at time.Time) e
 
 // DeleteIntent closes a capture's journal entry.
 func (s *Store) DeleteIntent(ctx context.Context, id string) error {
-	_, err := s.db.ExecContext(ctx, `DELETE FROM intents WHERE id = ?`, id)
+	_, err := s.q.ExecContext(ctx, `DELETE FROM intents WHERE id = ?`, id)
 	return err
 }
 
 // Intents returns the journaled captures, oldest first.
 func (s *Store) Intents(ctx context.Context) ([]*Intent, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, kind, sandbox_id, step, detail, started_at, updated_at FROM intents ORDER BY started_at`)
+	rows, err := s.q.QueryContext(ctx, `SELECT id, kind, sandbox_id, step, detail, started_at, updated_at FROM intents ORDER BY started_at`)
 	if err != nil {
 		return nil, err
 	}
@@ -65,4 +65,16 @@ func (s *Store) Intents(ctx context.Context) ([]*Intent, error) {
 		out = append(out, &in)
 	}
 	return out, rows.Err()
+}
+
+// SetIntentDetail replaces a journal entry's detail.
+func (s *Store) SetIntentDetail(ctx context.Context, id string, detail map[string]any) error {
+	d, err := json.Marshal(detail)
+	if err != nil {
+		return fmt.Errorf("journal detail of %s: %w", id, err)
+	}
+	if _, err := s.q.ExecContext(ctx, `UPDATE intents SET detail = ? WHERE id = ?`, string(d), id); err != nil {
+		return fmt.Errorf("journal detail of %s: %w", id, err)
+	}
+	return nil
 }

@@ -26,13 +26,18 @@ type Snapshot struct {
 	// Disk is the tar the source's overlay started from: a sandbox made
 	// from a memory snapshot must name it again.
 	Disk string
+	// TemplateVersion is the template version the snapshot holds.
+	TemplateVersion string
+	// Pids and DiskLimit are the source's limits.
+	Pids      int
+	DiskLimit int64
 }
 
 // CreateSnapshot inserts a snapshot; a taken name is api.ErrConflict.
 func (s *Store) CreateSnapshot(ctx context.Context, sn *Snapshot) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (name, id, sandbox_id, template, memory, cpus, mem_limit, created_at, size, paused_ns, disk)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		sn.Name, sn.ID, sn.SandboxID, sn.Template, sn.Memory, sn.CPUs, sn.MemLimit, sn.CreatedAt.UnixNano(), sn.Size, int64(sn.Paused), sn.Disk)
+	_, err := s.q.ExecContext(ctx, `INSERT INTO snapshots (name, id, sandbox_id, template, memory, cpus, mem_limit, created_at, size, paused_ns, disk, template_version, pids, disk_limit)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		sn.Name, sn.ID, sn.SandboxID, sn.Template, sn.Memory, sn.CPUs, sn.MemLimit, sn.CreatedAt.UnixNano(), sn.Size, int64(sn.Paused), sn.Disk, sn.TemplateVersion, sn.Pids, sn.DiskLimit)
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: snapshots.name") {
 		return api.Errorf(api.ErrConflict, "snapshot name %q is taken", sn.Name)
 	}
@@ -45,16 +50,16 @@ func (s *Store) CreateSnapshot(ctx context.Context, sn *Snapshot) error {
 // SnapshotNameTaken reports whether a snapshot has this name.
 func (s *Store) SnapshotNameTaken(ctx context.Context, name string) (bool, error) {
 	var n int
-	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM snapshots WHERE name = ?`, name).Scan(&n)
+	err := s.q.QueryRowContext(ctx, `SELECT COUNT(*) FROM snapshots WHERE name = ?`, name).Scan(&n)
 	return n > 0, err
 }
 
-const snapshotCols = `name, id, sandbox_id, template, memory, cpus, mem_limit, created_at, size, paused_ns, disk`
+const snapshotCols = `name, id, sandbox_id, template, memory, cpus, mem_limit, created_at, size, paused_ns, disk, template_version, pids, disk_limit`
 
 func scanSnapshot(row interface{ Scan(...any) error }) (*Snapshot, error) {
 	var sn Snapshot
 	var created, paused int64
-	if err := row.Scan(&sn.Name, &sn.ID, &sn.SandboxID, &sn.Template, &sn.Memory, &sn.CPUs, &sn.MemLimit, &created, &sn.Size, &paused, &sn.Disk); err != nil {
+	if err := row.Scan(&sn.Name, &sn.ID, &sn.SandboxID, &sn.Template, &sn.Memory, &sn.CPUs, &sn.MemLimit, &created, &sn.Size, &paused, &sn.Disk, &sn.TemplateVersion, &sn.Pids, &sn.DiskLimit); err != nil {
 		return nil, err
 	}
 	sn.CreatedAt = time.Unix(0, created)
@@ -64,7 +69,7 @@ func scanSnapshot(row interface{ Scan(...any) error }) (*Snapshot, error) {
 
 // Snapshot returns the snapshot called name (api.ErrNotFound if none).
 func (s *Store) Snapshot(ctx context.Context, name string) (*Snapshot, error) {
-	sn, err := scanSnapshot(s.db.QueryRowContext(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE name = ?`, name))
+	sn, err := scanSnapshot(s.q.QueryRowContext(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, api.Errorf(api.ErrNotFound, "snapshot %s not found", name)
 	}
@@ -77,7 +82,7 @@ func (s *Store) Snapshots(ctx context.Context, sandboxID string) ([]*Snapshot, e
 	if sandboxID != "" {
 		q, args = `SELECT `+snapshotCols+` FROM snapshots WHERE sandbox_id = ? ORDER BY created_at`, []any{sandboxID}
 	}
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	rows, err := s.q.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +100,7 @@ func (s *Store) Snapshots(ctx context.Context, sandboxID string) ([]*Snapshot, e
 
 // DeleteSnapshot removes a snapshot's record.
 func (s *Store) DeleteSnapshot(ctx context.Context, name string) error {
-	_, err := s.db.ExecContext(ctx, `DELETE FROM snapshots WHERE name = ?`, name)
+	_, err := s.q.ExecContext(ctx, `DELETE FROM snapshots WHERE name = ?`, name)
 	return err
 }
 
@@ -112,32 +117,36 @@ type Image struct {
 
 // AddImage records an image.
 func (s *Store) AddImage(ctx context.Context, im *Image) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO images (id, sandbox_id, kind, created_at) VALUES (?, ?, ?, ?)`,
+	_, err := s.q.ExecContext(ctx, `INSERT INTO images (id, sandbox_id, kind, created_at) VALUES (?, ?, ?, ?)`,
 		im.ID, im.SandboxID, im.Kind, im.CreatedAt.UnixNano())
 	return err
 }
 
 // OrphanImages marks every image of a sandbox an orphan as of now.
 func (s *Store) OrphanImages(ctx context.Context, sandboxID string, now time.Time) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE images SET orphaned_at = ? WHERE sandbox_id = ? AND orphaned_at IS NULL`, now.UnixNano(), sandboxID)
+	_, err := s.q.ExecContext(ctx, `UPDATE images SET orphaned_at = ? WHERE sandbox_id = ? AND orphaned_at IS NULL`, now.UnixNano(), sandboxID)
 	return err
 }
 
-// OrphanImage marks one image an orphan as of now.
-func (s *Store) OrphanImage(ctx context.Context, id string, now time.Time) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE images SET orphaned_at = ? WHERE id = ? AND orphaned_at IS NULL`, now.UnixNano(), id)
+// RetireImage marks one image an orphan as of now, to be removed at at
+// (a sweep after a restart of sbxd still knows when).
+func (s *Store) RetireImage(ctx context.Context, id string, now, at time.Time) error {
+	_, err := s.q.ExecContext(ctx, `UPDATE images SET orphaned_at = COALESCE(orphaned_at, ?), retire_at = ? WHERE id = ?`, now.UnixNano(), at.UnixNano(), id)
 	return err
 }
 
 // DeleteImage removes an image's record.
 func (s *Store) DeleteImage(ctx context.Context, id string) error {
-	_, err := s.db.ExecContext(ctx, `DELETE FROM images WHERE id = ?`, id)
+	_, err := s.q.ExecContext(ctx, `DELETE FROM images WHERE id = ?`, id)
 	return err
 }
 
-// OrphansBefore returns the images orphaned before t.
-func (s *Store) OrphansBefore(ctx context.Context, t time.Time) ([]*Image, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, sandbox_id, kind, created_at, orphaned_at FROM images WHERE orphaned_at IS NOT NULL AND orphaned_at < ?`, t.UnixNano())
+// ImagesDue returns the images to remove at now: those whose retire time
+// has passed, and those orphaned before now-grace.
+func (s *Store) ImagesDue(ctx context.Context, now time.Time, grace time.Duration) ([]*Image, error) {
+	rows, err := s.q.QueryContext(ctx, `SELECT id, sandbox_id, kind, created_at, orphaned_at FROM images
+		WHERE orphaned_at IS NOT NULL AND (orphaned_at < ? OR (retire_at IS NOT NULL AND retire_at <= ?))`,
+		now.Add(-grace).UnixNano(), now.UnixNano())
 	if err != nil {
 		return nil, err
 	}
@@ -150,6 +159,50 @@ func (s *Store) OrphansBefore(ctx context.Context, t time.Time) ([]*Image, error
 			return nil, err
 		}
 		im.CreatedAt, im.OrphanedAt = time.Unix(0, created), time.Unix(0, orphaned)
+		out = append(out, &im)
+	}
+	return out, rows.Err()
+}
+
+// TemplateVersionsInUse returns the template versions that a sandbox or a
+// snapshot holds, with the ids and names of the holders.
+func (s *Store) TemplateVersionsInUse(ctx context.Context) (map[string][]string, error) {
+	rows, err := s.q.QueryContext(ctx, `SELECT template_version, 'sandbox ' || COALESCE(name, id) FROM sandboxes WHERE template_version != ''
+		UNION ALL SELECT template_version, 'snapshot ' || name FROM snapshots WHERE template_version != ''`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string][]string{}
+	for rows.Next() {
+		var v, holder string
+		if err := rows.Scan(&v, &holder); err != nil {
+			return nil, err
+		}
+		out[v] = append(out[v], holder)
+	}
+	return out, rows.Err()
+}
+
+// Images returns every image record.
+func (s *Store) Images(ctx context.Context) ([]*Image, error) {
+	rows, err := s.q.QueryContext(ctx, `SELECT id, sandbox_id, kind, created_at, orphaned_at FROM images`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Image
+	for rows.Next() {
+		var im Image
+		var created int64
+		var orphaned sql.NullInt64
+		if err := rows.Scan(&im.ID, &im.SandboxID, &im.Kind, &created, &orphaned); err != nil {
+			return nil, err
+		}
+		im.CreatedAt = time.Unix(0, created)
+		if orphaned.Valid {
+			im.OrphanedAt = time.Unix(0, orphaned.Int64)
+		}
 		out = append(out, &im)
 	}
 	return out, rows.Err()

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,14 +18,44 @@ import (
 	"sbx.dev/sbx/api"
 )
 
-// Store is the daemon's database.
+// Store is the daemon's database. Inside Update it is bound to one
+// transaction, and every method runs in it.
 type Store struct {
-	db *sql.DB
+	db *sql.DB // nil inside a transaction
+	q  querier
+}
+
+// querier is what *sql.DB and *sql.Tx share.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// Update runs fn in one transaction: everything fn does through tx is
+// committed together when it returns nil, and nothing when it fails.
+// Inside a transaction, Update runs fn in the same one.
+func (s *Store) Update(ctx context.Context, fn func(tx *Store) error) error {
+	if s.db == nil {
+		return fn(s)
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: begin: %w", err)
+	}
+	defer tx.Rollback()
+	if err := fn(&Store{q: tx}); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("store: commit: %w", err)
+	}
+	return nil
 }
 
 // migrations bring a database from user_version i to i+1; a database is
 // never opened by an sbx that does not know its version.
-var migrations = []string{schemaV1, schemaV2, schemaV3, schemaV4, schemaV5, schemaV6, schemaV7}
+var migrations = []string{schemaV1, schemaV2, schemaV3, schemaV4, schemaV5, schemaV6, schemaV7, schemaV8}
 
 const schemaV1 = `
 CREATE TABLE IF NOT EXISTS sandboxes (
@@ -60,6 +91,19 @@ CREATE TABLE IF NOT EXISTS events (
 	detail      TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS events_sandbox ON events(sandbox_id, seq);
+`
+
+// schemaV8 records what holds what: the template version a sandbox or a
+// snapshot was made on (kept for as long as it lives), a sandbox's limits,
+// and when a resumed sandbox's old image may go.
+const schemaV8 = `
+ALTER TABLE sandboxes ADD COLUMN template_version TEXT NOT NULL DEFAULT '';
+ALTER TABLE sandboxes ADD COLUMN pids INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sandboxes ADD COLUMN disk_limit INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE snapshots ADD COLUMN template_version TEXT NOT NULL DEFAULT '';
+ALTER TABLE snapshots ADD COLUMN pids INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE snapshots ADD COLUMN disk_limit INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE images ADD COLUMN retire_at INTEGER;
 `
 
 // schemaV7 names the live state "ready", the word sbx users already know.
@@ -146,7 +190,7 @@ func Open(path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	return &Store{db: db}, nil
+	return &Store{db: db, q: db}, nil
 }
 
 // migrate applies the migrations the database lacks, each in a transaction
@@ -180,7 +224,12 @@ func migrate(db *sql.DB) error {
 }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	if s.db == nil {
+		return errors.New("store: Close inside a transaction")
+	}
+	return s.db.Close()
+}
 
 // Sandbox is the durable record of one sandbox.
 type Sandbox struct {
@@ -206,6 +255,12 @@ type Sandbox struct {
 	Persistent bool
 	// Disk is the tar its root overlay started from ("": the bare template).
 	Disk string
+	// TemplateVersion is the version of Template it was made on; the
+	// sandbox holds it for as long as it lives.
+	TemplateVersion string
+	// Pids limits its processes; DiskLimit its disk changes, in bytes (0: none).
+	Pids      int
+	DiskLimit int64
 }
 
 func nullable(s string) any {
@@ -218,12 +273,12 @@ func nullable(s string) any {
 // CreateSandbox inserts sb; a taken name is api.ErrConflict.
 func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 	meta, _ := json.Marshal(sb.Meta)
-	_, err := s.db.ExecContext(ctx, `INSERT INTO sandboxes
-		(id, name, template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image, disk)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := s.q.ExecContext(ctx, `INSERT INTO sandboxes
+		(id, name, template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image, disk, template_version, pids, disk_limit)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, nullable(sb.Name), sb.Template, string(sb.State), sb.Reason, sb.CreatedAt.UnixNano(),
 		int64(sb.TTL), string(meta), sb.CPUs, sb.Memory, sb.LastActivity.UnixNano(),
-		sb.Source, sb.Parent, sb.MemoryRestored, sb.ResumeReason, sb.Image, sb.Disk)
+		sb.Source, sb.Parent, sb.MemoryRestored, sb.ResumeReason, sb.Image, sb.Disk, sb.TemplateVersion, sb.Pids, sb.DiskLimit)
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: sandboxes.name") {
 		return api.Errorf(api.ErrConflict, "name %q is taken", sb.Name)
 	}
@@ -233,81 +288,123 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 	return nil
 }
 
-// SetState records a sandbox's state and the reason for it.
-func (s *Store) SetState(ctx context.Context, id string, state api.State, reason string) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET state = ?, reason = ? WHERE id = ?`, string(state), reason, id)
-	if err != nil {
-		return fmt.Errorf("store state of %s: %w", id, err)
-	}
-	return nil
+// Change is one transition of a sandbox's state: from one of From to To,
+// with the reason for it, and the fields that change with it (nil: kept).
+type Change struct {
+	From   []api.State
+	To     api.State
+	Reason string
+
+	MemoryRestored *bool
+	ResumeReason   *string
+	Image          *string
+	Disk           *string
 }
 
-// SetRuntime records how a sandbox (re)started and its hibernation image:
-// after a restore, a resume, or a stop.
-func (s *Store) SetRuntime(ctx context.Context, id string, state api.State, memoryRestored bool, resumeReason, image string) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET state = ?, reason = '', memory_restored = ?, resume_reason = ?, image = ? WHERE id = ?`,
-		string(state), memoryRestored, resumeReason, image, id)
-	if err != nil {
-		return fmt.Errorf("store state of %s: %w", id, err)
+// Transition moves sandbox id from one of c.From to c.To, compare-and-set,
+// and records the "state.<to>" event in the same transaction. A sandbox in
+// another state is api.ErrConflict naming it; a missing one api.ErrNotFound.
+// It is the only way a sandbox's state changes after it is created.
+func (s *Store) Transition(ctx context.Context, id string, c Change) error {
+	if len(c.From) == 0 {
+		return fmt.Errorf("transition %s to %s: no state to come from", id, c.To)
 	}
-	return nil
+	return s.Update(ctx, func(tx *Store) error {
+		cur, err := tx.Sandbox(ctx, id)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(c.From, cur.State) {
+			return api.Errorf(api.ErrConflict, "sandbox %s is %s, not %s", id, cur.State, joinStates(c.From))
+		}
+		q := `UPDATE sandboxes SET state = ?, reason = ?`
+		args := []any{string(c.To), c.Reason}
+		if c.MemoryRestored != nil {
+			q, args = q+`, memory_restored = ?`, append(args, *c.MemoryRestored)
+		}
+		if c.ResumeReason != nil {
+			q, args = q+`, resume_reason = ?`, append(args, *c.ResumeReason)
+		}
+		if c.Image != nil {
+			q, args = q+`, image = ?`, append(args, *c.Image)
+		}
+		if c.Disk != nil {
+			q, args = q+`, disk = ?`, append(args, *c.Disk)
+		}
+		q += ` WHERE id = ? AND state = ?`
+		args = append(args, cur.ID, string(cur.State))
+		if _, err := tx.q.ExecContext(ctx, q, args...); err != nil {
+			return fmt.Errorf("store state of %s: %w", id, err)
+		}
+		detail := map[string]any{"from": string(cur.State)}
+		if c.Reason != "" {
+			detail["reason"] = c.Reason
+		}
+		return tx.AddEvent(ctx, id, "state."+string(c.To), detail)
+	})
+}
+
+func joinStates(states []api.State) string {
+	s := make([]string, len(states))
+	for i, st := range states {
+		s[i] = string(st)
+	}
+	return strings.Join(s, " or ")
 }
 
 // SetDisk records the tar a sandbox's overlay starts from.
 func (s *Store) SetDisk(ctx context.Context, id, disk string) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET disk = ? WHERE id = ?`, disk, id)
+	_, err := s.q.ExecContext(ctx, `UPDATE sandboxes SET disk = ? WHERE id = ?`, disk, id)
 	return err
 }
 
 // DiskInUse reports whether a sandbox or a snapshot still boots on disk.
 func (s *Store) DiskInUse(ctx context.Context, disk string) (bool, error) {
 	var n int
-	err := s.db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM sandboxes WHERE disk = ?) + (SELECT COUNT(*) FROM snapshots WHERE disk = ?)`, disk, disk).Scan(&n)
+	err := s.q.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM sandboxes WHERE disk = ?) + (SELECT COUNT(*) FROM snapshots WHERE disk = ?)`, disk, disk).Scan(&n)
 	return n > 0, err
 }
 
 // SetTTL records a sandbox's idle ttl.
 func (s *Store) SetTTL(ctx context.Context, id string, ttl time.Duration) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET ttl_ns = ? WHERE id = ?`, int64(ttl), id)
+	_, err := s.q.ExecContext(ctx, `UPDATE sandboxes SET ttl_ns = ? WHERE id = ?`, int64(ttl), id)
 	return err
 }
 
 // SetPersistent records whether a sandbox is exempt from the idle reaper.
 func (s *Store) SetPersistent(ctx context.Context, id string, persistent bool) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET persistent = ? WHERE id = ?`, persistent, id)
+	_, err := s.q.ExecContext(ctx, `UPDATE sandboxes SET persistent = ? WHERE id = ?`, persistent, id)
 	return err
 }
 
 // Touch records activity on a sandbox.
 func (s *Store) Touch(ctx context.Context, id string, at time.Time) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET last_activity = ? WHERE id = ? AND last_activity < ?`, at.UnixNano(), id, at.UnixNano())
+	_, err := s.q.ExecContext(ctx, `UPDATE sandboxes SET last_activity = ? WHERE id = ? AND last_activity < ?`, at.UnixNano(), id, at.UnixNano())
 	return err
 }
 
 // DeleteSandbox removes a sandbox and its execs. Its events stay.
 func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `DELETE FROM execs WHERE sandbox_id = ?`, id); err != nil {
-		return fmt.Errorf("delete sandbox %s: %w", id, err)
-	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id); err != nil {
-		return fmt.Errorf("delete sandbox %s: %w", id, err)
-	}
-	return tx.Commit()
+	return s.Update(ctx, func(tx *Store) error {
+		if _, err := tx.q.ExecContext(ctx, `DELETE FROM execs WHERE sandbox_id = ?`, id); err != nil {
+			return fmt.Errorf("delete sandbox %s: %w", id, err)
+		}
+		if _, err := tx.q.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id); err != nil {
+			return fmt.Errorf("delete sandbox %s: %w", id, err)
+		}
+		return nil
+	})
 }
 
-const sandboxCols = `id, COALESCE(name, ''), template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image, persistent, disk`
+const sandboxCols = `id, COALESCE(name, ''), template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image, persistent, disk, template_version, pids, disk_limit`
 
 func scanSandbox(row interface{ Scan(...any) error }) (*Sandbox, error) {
 	var sb Sandbox
 	var state, meta string
 	var created, ttl, last int64
 	if err := row.Scan(&sb.ID, &sb.Name, &sb.Template, &state, &sb.Reason, &created, &ttl, &meta, &sb.CPUs, &sb.Memory, &last,
-		&sb.Source, &sb.Parent, &sb.MemoryRestored, &sb.ResumeReason, &sb.Image, &sb.Persistent, &sb.Disk); err != nil {
+		&sb.Source, &sb.Parent, &sb.MemoryRestored, &sb.ResumeReason, &sb.Image, &sb.Persistent, &sb.Disk,
+		&sb.TemplateVersion, &sb.Pids, &sb.DiskLimit); err != nil {
 		return nil, err
 	}
 	sb.State = api.State(state)
@@ -322,7 +419,7 @@ func scanSandbox(row interface{ Scan(...any) error }) (*Sandbox, error) {
 
 // Sandbox returns the sandbox whose id or name is ref (api.ErrNotFound if none).
 func (s *Store) Sandbox(ctx context.Context, ref string) (*Sandbox, error) {
-	row := s.db.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ? OR name = ?`, ref, ref)
+	row := s.q.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ? OR name = ?`, ref, ref)
 	sb, err := scanSandbox(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, api.Errorf(api.ErrNotFound, "sandbox %s not found", ref)
@@ -332,7 +429,7 @@ func (s *Store) Sandbox(ctx context.Context, ref string) (*Sandbox, error) {
 
 // Sandboxes returns every sandbox, oldest first.
 func (s *Store) Sandboxes(ctx context.Context) ([]*Sandbox, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes ORDER BY created_at`)
+	rows, err := s.q.QueryContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes ORDER BY created_at`)
 	if err != nil {
 		return nil, err
 	}
@@ -352,7 +449,7 @@ func (s *Store) Sandboxes(ctx context.Context) ([]*Sandbox, error) {
 // sandbox's activity at the given time.
 func (s *Store) CreateExec(ctx context.Context, e *api.Exec, activity time.Time) error {
 	cmd, _ := json.Marshal(e.Cmd)
-	return s.withActivity(ctx, e.SandboxID, activity, func(tx *sql.Tx) error {
+	return s.withActivity(ctx, e.SandboxID, activity, func(tx querier) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO execs (id, sandbox_id, cmd, state, pid, started_at, detached) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 			e.ID, e.SandboxID, string(cmd), string(e.State), e.Pid, e.StartedAt.UnixNano(), e.Detached)
 		if err != nil {
@@ -364,19 +461,14 @@ func (s *Store) CreateExec(ctx context.Context, e *api.Exec, activity time.Time)
 
 // withActivity runs fn and records activity on a sandbox in one transaction
 // (one sync of the log instead of two).
-func (s *Store) withActivity(ctx context.Context, sandboxID string, at time.Time, fn func(*sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
+func (s *Store) withActivity(ctx context.Context, sandboxID string, at time.Time, fn func(querier) error) error {
+	return s.Update(ctx, func(tx *Store) error {
+		if err := fn(tx.q); err != nil {
+			return err
+		}
+		_, err := tx.q.ExecContext(ctx, `UPDATE sandboxes SET last_activity = ? WHERE id = ? AND last_activity < ?`, at.UnixNano(), sandboxID, at.UnixNano())
 		return err
-	}
-	defer tx.Rollback()
-	if err := fn(tx); err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET last_activity = ? WHERE id = ? AND last_activity < ?`, at.UnixNano(), sandboxID, at.UnixNano()); err != nil {
-		return err
-	}
-	return tx.Commit()
+	})
 }
 
 // UpdateExec records an exec's pid, state and, once it ended, its exit,
@@ -390,7 +482,7 @@ func (s *Store) UpdateExec(ctx context.Context, e *api.Exec, activity time.Time)
 	if e.ExitCode != nil {
 		code = *e.ExitCode
 	}
-	return s.withActivity(ctx, e.SandboxID, activity, func(tx *sql.Tx) error {
+	return s.withActivity(ctx, e.SandboxID, activity, func(tx querier) error {
 		_, err := tx.ExecContext(ctx, `UPDATE execs SET state = ?, pid = ?, exit_code = ?, timed_out = ?, ended_at = ? WHERE id = ?`,
 			string(e.State), e.Pid, code, e.TimedOut, ended, e.ID)
 		if err != nil {
@@ -428,7 +520,7 @@ func scanExec(row interface{ Scan(...any) error }) (*api.Exec, error) {
 
 // Exec returns one exec of a sandbox (api.ErrNotFound if none).
 func (s *Store) Exec(ctx context.Context, sandboxID, execID string) (*api.Exec, error) {
-	row := s.db.QueryRowContext(ctx, `SELECT `+execCols+` FROM execs WHERE sandbox_id = ? AND id = ?`, sandboxID, execID)
+	row := s.q.QueryRowContext(ctx, `SELECT `+execCols+` FROM execs WHERE sandbox_id = ? AND id = ?`, sandboxID, execID)
 	e, err := scanExec(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, api.Errorf(api.ErrNotFound, "exec %s not found in sandbox %s", execID, sandboxID)
@@ -443,7 +535,7 @@ func (s *Store) Execs(ctx context.Context, sandboxID string) ([]*api.Exec, error
 	if sandboxID == "" {
 		q, arg = `SELECT `+execCols+` FROM execs WHERE state = ? ORDER BY started_at`, string(api.ExecRunning)
 	}
-	rows, err := s.db.QueryContext(ctx, q, arg)
+	rows, err := s.q.QueryContext(ctx, q, arg)
 	if err != nil {
 		return nil, err
 	}
@@ -459,17 +551,23 @@ func (s *Store) Execs(ctx context.Context, sandboxID string) ([]*api.Exec, error
 	return out, rows.Err()
 }
 
+// Event is an event to record.
+type Event struct {
+	Type   string
+	Detail map[string]any
+}
+
 // AddEvent appends an event.
 func (s *Store) AddEvent(ctx context.Context, sandboxID, typ string, detail map[string]any) error {
 	d, _ := json.Marshal(detail)
-	_, err := s.db.ExecContext(ctx, `INSERT INTO events (sandbox_id, time, type, detail) VALUES (?, ?, ?, ?)`,
+	_, err := s.q.ExecContext(ctx, `INSERT INTO events (sandbox_id, time, type, detail) VALUES (?, ?, ?, ?)`,
 		sandboxID, time.Now().UnixNano(), typ, string(d))
 	return err
 }
 
 // Events returns a sandbox's events after seq.
 func (s *Store) Events(ctx context.Context, sandboxID string, after int64) ([]api.Event, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT seq, sandbox_id, time, type, detail FROM events WHERE sandbox_id = ? AND seq > ? ORDER BY seq`, sandboxID, after)
+	rows, err := s.q.QueryContext(ctx, `SELECT seq, sandbox_id, time, type, detail FROM events WHERE sandbox_id = ? AND seq > ? ORDER BY seq`, sandboxID, after)
 	if err != nil {
 		return nil, err
 	}

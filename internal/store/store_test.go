@@ -50,7 +50,7 @@ func TestSandboxes(t *testing.T) {
 	if _, err := s.Sandbox(ctx, "nope"); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("unknown: got %v, want ErrNotFound", err)
 	}
-	if err := s.SetState(ctx, a.ID, api.StateError, "runsc says no"); err != nil {
+	if err := s.Transition(ctx, a.ID, Change{From: []api.State{api.StateReady}, To: api.StateError, Reason: "runsc says no"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Touch(ctx, a.ID, now.Add(time.Second)); err != nil {
@@ -104,5 +104,87 @@ func TestExecs(t *testing.T) {
 	}
 	if running, _ := s.Execs(ctx, ""); len(running) != 0 {
 		t.Errorf("running execs after exit: got %d, want 0", len(running))
+	}
+}
+
+func TestTransition(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	now := time.Unix(1700000000, 0)
+	if err := s.CreateSandbox(ctx, &Sandbox{ID: "sb_a", Template: "tiny", State: api.StateReady, CreatedAt: now, LastActivity: now}); err != nil {
+		t.Fatal(err)
+	}
+	img := "im_1"
+	tests := []struct {
+		name    string
+		change  Change
+		wantErr error
+		want    api.State
+	}{
+		{"ready to stopping", Change{From: []api.State{api.StateReady}, To: api.StateStopping}, nil, api.StateStopping},
+		{"not from ready any more", Change{From: []api.State{api.StateReady}, To: api.StateStopping}, api.ErrConflict, api.StateStopping},
+		{"stopping to stopped with its image", Change{From: []api.State{api.StateStopping}, To: api.StateStopped, Image: &img}, nil, api.StateStopped},
+		{"one of several", Change{From: []api.State{api.StateReady, api.StateStopped}, To: api.StateLost, Reason: "gone"}, nil, api.StateLost},
+		{"no from", Change{To: api.StateReady}, errAny, api.StateLost},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := s.Transition(ctx, "sb_a", tc.change)
+			switch {
+			case tc.wantErr == nil && err != nil:
+				t.Fatalf("got %v, want no error", err)
+			case tc.wantErr == errAny && err == nil, tc.wantErr != nil && tc.wantErr != errAny && !errors.Is(err, tc.wantErr):
+				t.Fatalf("got %v, want %v", err, tc.wantErr)
+			}
+			got, _ := s.Sandbox(ctx, "sb_a")
+			if got.State != tc.want {
+				t.Errorf("state: got %s, want %s", got.State, tc.want)
+			}
+		})
+	}
+	if got, _ := s.Sandbox(ctx, "sb_a"); got.Image != img || got.Reason != "gone" {
+		t.Errorf("fields: got image %q reason %q, want %q and %q", got.Image, got.Reason, img, "gone")
+	}
+	evs, _ := s.Events(ctx, "sb_a", 0)
+	var types []string
+	for _, e := range evs {
+		types = append(types, e.Type+" from "+e.Detail["from"].(string))
+	}
+	want := []string{"state.stopping from ready", "state.stopped from stopping", "state.lost from stopped"}
+	if diff := cmp.Diff(want, types); diff != "" {
+		t.Errorf("events: one per transition, none for a refused one (-want +got):\n%s", diff)
+	}
+	if err := s.Transition(ctx, "sb_none", Change{From: []api.State{api.StateReady}, To: api.StateError}); !errors.Is(err, api.ErrNotFound) {
+		t.Errorf("unknown sandbox: got %v, want ErrNotFound", err)
+	}
+}
+
+var errAny = errors.New("any error")
+
+func TestUpdateRollsBack(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	now := time.Unix(1700000000, 0)
+	if err := s.CreateSandbox(ctx, &Sandbox{ID: "sb_a", Template: "tiny", State: api.StateCreating, CreatedAt: now, LastActivity: now}); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	err := s.Update(ctx, func(tx *Store) error {
+		if err := tx.Transition(ctx, "sb_a", Change{From: []api.State{api.StateCreating}, To: api.StateReady}); err != nil {
+			return err
+		}
+		if err := tx.AddIntent(ctx, &Intent{ID: "im_x", Kind: "fork", SandboxID: "sb_a", Step: "x", StartedAt: now}); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("got %v, want boom", err)
+	}
+	got, _ := s.Sandbox(ctx, "sb_a")
+	ins, _ := s.Intents(ctx)
+	evs, _ := s.Events(ctx, "sb_a", 0)
+	if got.State != api.StateCreating || len(ins) != 0 || len(evs) != 0 {
+		t.Errorf("after a failed transaction: state %s, %d intents, %d events; want creating, 0, 0", got.State, len(ins), len(evs))
 	}
 }

@@ -1,0 +1,194 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"sbx.dev/sbx/internal/agent/frame"
+)
+
+// StartRequest is what `sbx-agent start` reads from its stdin: the command
+// to start and how. It comes on stdin, never in argv, so that the
+// environment (secrets, often) is not in any process list on the host.
+type StartRequest struct {
+	ID   string   `json:"id"`
+	Argv []string `json:"argv"`
+	Env  []string `json:"env,omitempty"`
+	Cwd  string   `json:"cwd,omitempty"`
+	// User is a name, a uid, or either with ":group"; "" is root.
+	User    string `json:"user,omitempty"`
+	Timeout string `json:"timeout,omitempty"`
+}
+
+// maxStartRequest bounds the request read from stdin.
+const maxStartRequest = 8 << 20
+
+// runStart asks init to start the command stdin describes, then sends its
+// output out as frames on stdout (package frame): its pid, stdout and
+// stderr as they come, and its exit code last. It exits with that code.
+// The command is init's child: it survives this process, and a checkpoint
+// and restore of the sandbox, which kills every process `runsc exec`
+// started; `sbx-agent attach --framed` follows it again after one.
+//
+// Failures to start are an stderr frame "sbx: <message>" and an exit frame
+// with the code a shell would use (127 not found, 126 not executable).
+func runStart(stdin io.Reader, stdout, stderr io.Writer) int {
+	fw := frame.NewWriter(stdout)
+	fail := func(code int, format string, args ...any) int {
+		_ = fw.Write(frame.Stderr, []byte("sbx: "+fmt.Sprintf(format, args...)+"\n"))
+		_ = fw.WriteCode(frame.Exit, code)
+		return code
+	}
+	b, err := io.ReadAll(io.LimitReader(stdin, maxStartRequest+1))
+	if err != nil {
+		return fail(ExitUsageExec, "start: read the request: %s", err)
+	}
+	if len(b) > maxStartRequest {
+		return fail(ExitUsageExec, "start: the request is larger than %d bytes", maxStartRequest)
+	}
+	var req StartRequest
+	if err := json.Unmarshal(b, &req); err != nil {
+		return fail(ExitUsageExec, "start: bad request: %s", err)
+	}
+	if !validExecID(req.ID) {
+		return fail(ExitUsageExec, "start: bad exec id %q", req.ID)
+	}
+	rep, err := callInit(initRequest{Op: "spawn", ID: req.ID, Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, User: req.User, Timeout: req.Timeout})
+	switch {
+	case err != nil:
+		return fail(ExitUsageExec, "start %s: %s", req.ID, oneLine(err.Error()))
+	case rep.Code != 0 || rep.Error != "":
+		code := rep.Code
+		if code == 0 {
+			code = ExitError
+		}
+		return fail(code, "%s", oneLine(rep.Error))
+	}
+	if err := fw.WriteCode(frame.Pid, rep.Pid); err != nil {
+		return 128 + int(syscall.SIGPIPE)
+	}
+	return attachFramed(req.ID, 0, 0, fw, stderr)
+}
+
+// attachFramed follows exec id's output files from the given offsets and
+// sends what they gain as frames, until the command has ended; then the
+// rest, and its exit code. It learns of the end from init at once (a
+// "wait" request), or, if init cannot say (it does not know the id), from
+// the exit file. If stdout cannot be written it returns 141 (as SIGPIPE
+// would): the command is init's child and goes on.
+func attachFramed(id string, outOff, errOff int64, fw *frame.Writer, stderr io.Writer) int {
+	dir := filepath.Join(execsDir, id)
+	fail := func(code int, format string, args ...any) int {
+		_ = fw.Write(frame.Stderr, []byte("sbx: "+fmt.Sprintf(format, args...)+"\n"))
+		_ = fw.WriteCode(frame.Exit, code)
+		return code
+	}
+	if !validExecID(id) {
+		return fail(ExitUsageExec, "exec %s not found", id)
+	}
+	var srcs [2]*os.File
+	for i, name := range []string{"stdout", "stderr"} {
+		f, err := os.Open(filepath.Join(dir, name))
+		if errors.Is(err, os.ErrNotExist) {
+			return fail(ExitUsageExec, "exec %s not found", id)
+		}
+		if err != nil {
+			return fail(ExitError, "attach %s: %s", id, err)
+		}
+		defer f.Close()
+		srcs[i] = f
+	}
+	for i, off := range []int64{outOff, errOff} {
+		if _, err := srcs[i].Seek(off, io.SeekStart); err != nil {
+			return fail(ExitError, "attach %s: %s", id, err)
+		}
+	}
+	signal.Ignore(syscall.SIGPIPE) // a closed pipe must fail the write, not kill the copy
+	ended := make(chan int, 1)
+	go func() {
+		if rep, err := callInitWait(id); err == nil && rep.Error == "" && rep.Exit != nil {
+			ended <- *rep.Exit
+		}
+	}()
+	streams := [2]io.Writer{fw.Stream(frame.Stdout), fw.Stream(frame.Stderr)}
+	buf := make([]byte, frame.MaxPayload)
+	pid, _ := readExecPid(execsDir, id)
+	var goneSince time.Time
+	code := -1
+	for tick := 0; ; tick++ {
+		// looked at before the copy: once it is known the command has
+		// written all it will
+		if code < 0 {
+			select {
+			case code = <-ended:
+			default:
+				if b, err := os.ReadFile(filepath.Join(dir, "exit")); err == nil {
+					if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+						code = n
+					} else {
+						return fail(ExitError, "attach %s: bad exit file %q", id, b)
+					}
+				}
+			}
+		}
+		for i := range srcs {
+			writeFailed, err := copyNew(streams[i], srcs[i], buf)
+			if writeFailed {
+				return 128 + int(syscall.SIGPIPE)
+			}
+			if err != nil {
+				return fail(ExitError, "attach %s: read %s: %s", id, srcs[i].Name(), err)
+			}
+		}
+		if code >= 0 {
+			if err := fw.WriteCode(frame.Exit, code); err != nil {
+				return 128 + int(syscall.SIGPIPE)
+			}
+			return code
+		}
+		if tick%100 == 0 && pid > 0 {
+			// a command whose process is gone with no exit recorded was
+			// not reaped by this init (a sandbox restarted from scratch)
+			switch {
+			case processExists(pid):
+				goneSince = time.Time{}
+			case goneSince.IsZero():
+				goneSince = time.Now()
+			case time.Since(goneSince) > lostAfter:
+				return fail(ExitError, "exec %s: its process is gone and no exit code was recorded", id)
+			}
+		}
+		select {
+		case code = <-ended:
+		case <-time.After(attachPoll):
+		}
+	}
+}
+
+// callInitWait asks init to answer when exec id has ended; the connection
+// stays open until then.
+func callInitWait(id string) (initReply, error) {
+	conn, err := dialUnix(initSocket)
+	if err != nil {
+		return initReply{}, err
+	}
+	defer conn.Close()
+	_ = conn.SetWriteDeadline(time.Now().Add(clientTimeout))
+	if err := json.NewEncoder(conn).Encode(initRequest{Op: "wait", ID: id}); err != nil {
+		return initReply{}, err
+	}
+	var rep initReply
+	if err := json.NewDecoder(conn).Decode(&rep); err != nil {
+		return initReply{}, err
+	}
+	return rep, nil
+}

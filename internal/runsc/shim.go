@@ -1,0 +1,530 @@
+package runsc
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"sbx.dev/sbx/internal/agent/frame"
+)
+
+// A shim is the host-side process that owns one `runsc exec` (or one
+// sandbox's console) for as long as it runs, as containerd's shims own a
+// container's stdio. It is sbxd's own binary started again (ShimArg), in
+// its own session: it outlives sbxd, keeps the output in files within a
+// budget (cappedFile), and records how the command ended in an exit file a
+// restarted sbxd reads. Nothing of what it is given (the environment of a
+// command, often secrets) is in its argv or runsc's: the request reaches
+// runsc's stdin from a file the shim removes once read.
+//
+// The shim tells its parent what happens, when the parent is still there,
+// on fd 3: "pid N", "exit N" (the command's code) or "lost REASON" lines.
+
+// ShimArg is the argument that makes sbxd's main run ShimMain.
+const ShimArg = "__shim"
+
+// The files of a shim's directory.
+const (
+	shimSpecFile = "shim.json"
+	shimStdin    = "stdin"
+	// ShimPidFile holds the shim's pid and start time ("PID START").
+	ShimPidFile = "shim.pid"
+	// ExitFile holds the command's exit code, written once it is known.
+	ExitFile = "exit"
+	// PidFile holds the command's pid inside the sandbox.
+	PidFile = "pid"
+	// OffsetsFile holds how far into the command's output (inside the
+	// sandbox) this shim got: "STDOUT STDERR", for a re-attach.
+	OffsetsFile = "offsets"
+)
+
+// ShimSpec is what one shim does; sbxd writes it as shim.json.
+type ShimSpec struct {
+	// Kind is "exec" (run Argv, keep its output) or "console" (keep what
+	// arrives on stdin, a sandbox's console).
+	Kind string `json:"kind"`
+	Dir  string `json:"dir"`
+	// Argv is the runsc command line of an exec.
+	Argv []string `json:"argv,omitempty"`
+	// Framed says the process in the sandbox speaks package frame on its
+	// stdout; runsc's own stderr then goes to RuntimeLog.
+	Framed     bool   `json:"framed,omitempty"`
+	RuntimeLog string `json:"runtimeLog,omitempty"`
+	// Head and Tail are each stream's budget: the first Head bytes are
+	// kept, then only the last Tail.
+	Head int64 `json:"head"`
+	Tail int64 `json:"tail"`
+	// Offsets are where, in the command's output inside the sandbox, this
+	// shim starts (a re-attach).
+	Offsets [2]int64 `json:"offsets,omitempty"`
+	// Console is the file a console shim appends to.
+	Console string `json:"console,omitempty"`
+}
+
+// Output budgets, unless sbxd says otherwise.
+const (
+	DefaultOutputHead = 32 << 20
+	DefaultOutputTail = 1 << 20
+)
+
+// ShimEvent is what a running shim reports: the command's pid, or its end
+// (Exit set: its exit code; else Lost says why no code is known).
+type ShimEvent struct {
+	Pid  int
+	Exit *int
+	Lost string
+}
+
+// Shim is a started shim.
+type Shim struct {
+	Proc
+	// Events has the shim's reports and is closed when the shim ends.
+	Events <-chan ShimEvent
+}
+
+// StartShim starts a shim for spec, with stdin (if not nil) as what the
+// command reads first, and returns at once. The caller must read Events
+// until it is closed.
+func (d *Driver) StartShim(spec ShimSpec, stdin []byte, console *os.File) (*Shim, error) {
+	bin := d.ShimBinary
+	if bin == "" {
+		var err error
+		if bin, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("shim: %w", err)
+		}
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeFile0600(filepath.Join(spec.Dir, shimSpecFile), b); err != nil {
+		return nil, fmt.Errorf("shim: %w", err)
+	}
+	if stdin != nil {
+		if err := writeFile0600(filepath.Join(spec.Dir, shimStdin), stdin); err != nil {
+			return nil, fmt.Errorf("shim: %w", err)
+		}
+	}
+	_ = os.Remove(filepath.Join(spec.Dir, ExitFile))
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("shim: %w", err)
+	}
+	defer w.Close()
+	cmd := exec.Command(bin, ShimArg, spec.Dir)
+	cmd.Env = append(os.Environ(), d.ShimEnv...)
+	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	defer devnull.Close()
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, devnull, devnull
+	if console != nil {
+		cmd.Stdin = console
+	}
+	cmd.ExtraFiles = []*os.File{w}
+	// its own session: neither a signal to sbxd's group nor sbxd's death ends it
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("shim: %w", err)
+	}
+	p := Proc{Pid: cmd.Process.Pid, Start: ProcessStart(cmd.Process.Pid)}
+	_ = writeFile0600(filepath.Join(spec.Dir, ShimPidFile), []byte(fmt.Sprintf("%d %s\n", p.Pid, p.Start)))
+	events := make(chan ShimEvent, 4)
+	go func() {
+		defer close(events)
+		defer r.Close()
+		sc := bufio.NewScanner(io.LimitReader(r, 1<<20))
+		for sc.Scan() {
+			if ev, ok := parseShimLine(sc.Text()); ok {
+				events <- ev
+			}
+		}
+		_ = cmd.Wait()
+	}()
+	return &Shim{Proc: p, Events: events}, nil
+}
+
+func parseShimLine(line string) (ShimEvent, bool) {
+	verb, arg, _ := strings.Cut(line, " ")
+	switch verb {
+	case "pid":
+		if n, err := strconv.Atoi(arg); err == nil {
+			return ShimEvent{Pid: n}, true
+		}
+	case "exit":
+		if n, err := strconv.Atoi(arg); err == nil {
+			return ShimEvent{Exit: &n}, true
+		}
+	case "lost":
+		return ShimEvent{Lost: arg}, true
+	}
+	return ShimEvent{}, false
+}
+
+// ReadShimPid returns the shim process recorded in dir.
+func ReadShimPid(dir string) Proc {
+	b, err := os.ReadFile(filepath.Join(dir, ShimPidFile))
+	if err != nil {
+		return Proc{}
+	}
+	var p Proc
+	f := strings.Fields(string(b))
+	if len(f) == 2 {
+		p.Pid, _ = strconv.Atoi(f[0])
+		p.Start = f[1]
+	}
+	return p
+}
+
+// ReadExit returns the exit code a shim recorded in dir, if any.
+func ReadExit(dir string) (int, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, ExitFile))
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n, err == nil
+}
+
+// ReadOffsets returns how far into the command's output a shim got (its
+// file sizes, if it did not say).
+func ReadOffsets(dir string) [2]int64 {
+	var o [2]int64
+	if b, err := os.ReadFile(filepath.Join(dir, OffsetsFile)); err == nil {
+		f := strings.Fields(string(b))
+		if len(f) == 2 {
+			o[0], _ = strconv.ParseInt(f[0], 10, 64)
+			o[1], _ = strconv.ParseInt(f[1], 10, 64)
+			return o
+		}
+	}
+	for i, name := range []string{"stdout", "stderr"} {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			o[i] = fi.Size()
+		}
+	}
+	return o
+}
+
+func writeFile0600(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// ShimMain is the shim process: sbxd's main calls it for ShimArg. It
+// returns the process's exit code.
+func ShimMain(args []string) int {
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, "usage: sbxd "+ShimArg+" DIR")
+		return 2
+	}
+	signal.Ignore(syscall.SIGPIPE, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
+	dir := args[0]
+	b, err := os.ReadFile(filepath.Join(dir, shimSpecFile))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "shim:", err)
+		return 1
+	}
+	var spec ShimSpec
+	if err := json.Unmarshal(b, &spec); err != nil {
+		fmt.Fprintln(os.Stderr, "shim:", err)
+		return 1
+	}
+	report := os.NewFile(3, "report")
+	say := func(format string, args ...any) {
+		if report != nil {
+			if _, err := fmt.Fprintf(report, format+"\n", args...); err != nil {
+				report = nil // sbxd is gone; the files will tell the next one
+			}
+		}
+	}
+	switch spec.Kind {
+	case "console":
+		return shimConsole(spec)
+	case "exec":
+		return shimExec(spec, say)
+	}
+	fmt.Fprintln(os.Stderr, "shim: unknown kind", spec.Kind)
+	return 1
+}
+
+func shimConsole(spec ShimSpec) int {
+	f, err := os.OpenFile(spec.Console, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return 1
+	}
+	var used int64
+	if fi, err := f.Stat(); err == nil {
+		used = fi.Size()
+	}
+	out := newCappedFile(f, "the console", spec.Head, spec.Tail, used)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := os.Stdin.Read(buf)
+		if n > 0 {
+			_, _ = out.Write(buf[:n])
+		}
+		if err != nil {
+			break
+		}
+	}
+	_ = out.Close()
+	return 0
+}
+
+func shimExec(spec ShimSpec, say func(string, ...any)) int {
+	dir := spec.Dir
+	open := func(name string) (*cappedFile, error) {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		var used int64
+		if fi, err := f.Stat(); err == nil {
+			used = fi.Size()
+		}
+		return newCappedFile(f, name, spec.Head, spec.Tail, used), nil
+	}
+	stdout, err := open("stdout")
+	if err != nil {
+		say("lost %s", err)
+		return 1
+	}
+	stderr, err := open("stderr")
+	if err != nil {
+		stdout.Close()
+		say("lost %s", err)
+		return 1
+	}
+	// the request is read once, then gone from the disk
+	stdinPath := filepath.Join(dir, shimStdin)
+	var stdin io.Reader = nil
+	if b, err := os.ReadFile(stdinPath); err == nil {
+		stdin = strings.NewReader(string(b))
+		_ = os.Remove(stdinPath)
+	}
+	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+	cmd.Stdin = stdin
+	var runscErr tailBuffer
+	cmd.Stderr = stderr
+	var outPipe io.ReadCloser
+	if spec.Framed {
+		rl := io.Discard
+		if spec.RuntimeLog != "" {
+			if f, err := os.OpenFile(spec.RuntimeLog, os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o600); err == nil {
+				defer f.Close()
+				p := &prefixed{w: &limitWriter{w: f, n: 64 << 10}, prefix: "runsc exec " + filepath.Base(dir) + ": "}
+				// runsc's own log lines may lack their last newline
+				p.lead = !endsWithNewline(f)
+				rl = p
+			}
+		}
+		cmd.Stderr = io.MultiWriter(rl, &runscErr)
+		if outPipe, err = cmd.StdoutPipe(); err != nil {
+			say("lost %s", err)
+			return 1
+		}
+	} else {
+		cmd.Stdout = stdout
+	}
+	if err := cmd.Start(); err != nil {
+		stdout.Close()
+		stderr.Close()
+		say("lost runsc: %s", err)
+		return 1
+	}
+	code, known, lost := -1, false, ""
+	offsets := spec.Offsets
+	if spec.Framed {
+		buf := make([]byte, frame.MaxPayload)
+		for {
+			typ, p, err := frame.Read(outPipe, buf)
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					lost = err.Error()
+				}
+				break
+			}
+			switch typ {
+			case frame.Stdout:
+				_, _ = stdout.Write(p)
+				offsets[0] += int64(len(p))
+			case frame.Stderr:
+				_, _ = stderr.Write(p)
+				offsets[1] += int64(len(p))
+			case frame.Pid:
+				if n, err := frame.Code(p); err == nil {
+					_ = writeFile0600(filepath.Join(dir, PidFile), []byte(strconv.Itoa(n)+"\n"))
+					say("pid %d", n)
+				}
+			case frame.Exit:
+				if n, err := frame.Code(p); err == nil {
+					code, known = n, true
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, outPipe)
+	}
+	werr := cmd.Wait()
+	if !spec.Framed {
+		code, known = exitCode(werr)
+	} else if !known && lost == "" {
+		lost = "the copier ended without an exit code"
+		if s := strings.TrimSpace(runscErr.String()); s != "" {
+			lost = "runsc: " + tail([]byte(s))
+		}
+	}
+	_ = stdout.Close()
+	_ = stderr.Close()
+	_ = writeFile0600(filepath.Join(dir, OffsetsFile), []byte(fmt.Sprintf("%d %d\n", offsets[0], offsets[1])))
+	if !known {
+		say("lost %s", lost)
+		return 0
+	}
+	say("exit %d", code)
+	// The exit file is how a restarted sbxd learns the end: written as
+	// soon as there is room for it (a full disk frees up), for a day.
+	for deadline := time.Now().Add(24 * time.Hour); ; {
+		err := writeFile0600(filepath.Join(dir, ExitFile), []byte(strconv.Itoa(code)+"\n"))
+		if err == nil || !errors.Is(err, syscall.ENOSPC) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	return 0
+}
+
+// exitCode is the code of a finished command, if it exited.
+func exitCode(err error) (int, bool) {
+	if err == nil {
+		return 0, true
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ee.Exited() {
+			return ee.ExitCode(), true
+		}
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal()), true
+		}
+	}
+	return -1, false
+}
+
+// tailBuffer keeps the last 4 KiB written to it.
+type tailBuffer struct{ b []byte }
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if len(t.b) > 4096 {
+		t.b = t.b[len(t.b)-4096:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string { return string(t.b) }
+
+// limitWriter writes the first n bytes and drops the rest.
+type limitWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if l.n > 0 {
+		k := min(int64(len(p)), l.n)
+		_, _ = l.w.Write(p[:k])
+		l.n -= k
+	}
+	return len(p), nil
+}
+
+// prefixed starts every line it writes with prefix.
+type prefixed struct {
+	w      io.Writer
+	prefix string
+	mid    bool // in the middle of a line
+	lead   bool // start with a newline
+}
+
+func endsWithNewline(f *os.File) bool {
+	fi, err := f.Stat()
+	if err != nil || fi.Size() == 0 {
+		return true
+	}
+	var b [1]byte
+	_, err = f.ReadAt(b[:], fi.Size()-1)
+	return err != nil || b[0] == '\n'
+}
+
+func (p *prefixed) Write(b []byte) (int, error) {
+	n := len(b)
+	if p.lead && len(b) > 0 {
+		_, _ = io.WriteString(p.w, "\n")
+		p.lead = false
+	}
+	for len(b) > 0 {
+		if !p.mid {
+			_, _ = io.WriteString(p.w, p.prefix)
+			p.mid = true
+		}
+		i := strings.IndexByte(string(b), '\n')
+		if i < 0 {
+			_, _ = p.w.Write(b)
+			break
+		}
+		_, _ = p.w.Write(b[:i+1])
+		b = b[i+1:]
+		p.mid = false
+	}
+	return n, nil
+}
+
+// ShimExec says how to run one exec under a shim.
+type ShimExec struct {
+	// Dir is the exec's directory: its output, pid, exit and the shim's files.
+	Dir string
+	// Args run in the sandbox; they speak package frame on stdout (the
+	// agent's start and attach --framed).
+	Args []string
+	// Stdin is what the command reads first (a start request).
+	Stdin []byte
+	// Offsets are where, in the command's output, this copy starts.
+	Offsets [2]int64
+	// RuntimeLog gets runsc's own messages.
+	RuntimeLog string
+	// Head and Tail are each stream's budget (0: the defaults).
+	Head, Tail int64
+}
+
+// StartExec starts a shim that runs o.Args in sandbox id through `runsc
+// exec` and keeps their framed output in o.Dir. It returns at once.
+func (d *Driver) StartExec(id string, o ShimExec) (*Shim, error) {
+	head, tailN := o.Head, o.Tail
+	if head == 0 {
+		head, tailN = DefaultOutputHead, DefaultOutputTail
+	}
+	argv := d.ExecArgv(id, ExecOptions{Args: o.Args})
+	sh, err := d.StartShim(ShimSpec{Kind: "exec", Dir: o.Dir, Argv: argv, Framed: true, RuntimeLog: o.RuntimeLog, Head: head, Tail: tailN, Offsets: o.Offsets}, o.Stdin, nil)
+	if err != nil {
+		return nil, &Error{Verb: "exec", ID: id, Err: err}
+	}
+	return sh, nil
+}

@@ -1,0 +1,195 @@
+package runsc
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"sbx.dev/sbx/internal/agent/frame"
+)
+
+// The test binary is also the shim (as sbxd is in production), and a
+// framed copier for the shim to run.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 2 && os.Args[1] == ShimArg {
+		os.Exit(ShimMain(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "frames" {
+		os.Exit(writeFrames(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+// writeFrames plays the agent's start: a pid, stdout and stderr, an exit
+// code; "noexit" ends without one, "garbage" sends a corrupt frame,
+// "flood N" sends N bytes of stdout.
+func writeFrames(args []string) int {
+	fw := frame.NewWriter(os.Stdout)
+	_ = fw.WriteCode(frame.Pid, 7)
+	_ = fw.Write(frame.Stdout, []byte("out\n"))
+	_ = fw.Write(frame.Stderr, []byte("err\n"))
+	fmt.Fprintln(os.Stderr, "a runsc message that is not the command's")
+	switch {
+	case len(args) == 0:
+		_ = fw.WriteCode(frame.Exit, 3)
+	case args[0] == "noexit":
+	case args[0] == "garbage":
+		os.Stdout.Write([]byte{'z', 0, 0, 0, 1, 'q'})
+	case args[0] == "flood":
+		var n int
+		fmt.Sscan(args[1], &n)
+		chunk := bytes.Repeat([]byte("0123456789abcdef"), 4096)
+		for n > 0 {
+			k := min(n, len(chunk))
+			_ = fw.Write(frame.Stdout, chunk[:k])
+			n -= k
+		}
+		_ = fw.Write(frame.Stdout, []byte("THE-END"))
+		_ = fw.WriteCode(frame.Exit, 0)
+	}
+	return 0
+}
+
+func runShim(t *testing.T, spec ShimSpec, stdin []byte) (dir string, events []ShimEvent) {
+	t.Helper()
+	d := &Driver{}
+	dir = t.TempDir()
+	spec.Dir = dir
+	if spec.Head == 0 {
+		spec.Head, spec.Tail = 1<<20, 1<<10
+	}
+	sh, err := d.StartShim(spec, stdin, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case ev, ok := <-sh.Events:
+			if !ok {
+				return dir, events
+			}
+			events = append(events, ev)
+		case <-timeout:
+			t.Fatal("the shim did not end")
+		}
+	}
+}
+
+func read(t *testing.T, dir, name string) string {
+	t.Helper()
+	b, _ := os.ReadFile(filepath.Join(dir, name))
+	return string(b)
+}
+
+func TestShimFramed(t *testing.T) {
+	self, _ := os.Executable()
+	log := filepath.Join(t.TempDir(), "runtime.log")
+	dir, evs := runShim(t, ShimSpec{Kind: "exec", Argv: []string{self, "frames"}, Framed: true, RuntimeLog: log}, nil)
+	if got := read(t, dir, "stdout"); got != "out\n" {
+		t.Errorf("stdout: got %q, want %q", got, "out\n")
+	}
+	if got := read(t, dir, "stderr"); got != "err\n" {
+		t.Errorf("stderr: got %q, want only the command's %q (runsc's own goes to the runtime log)", got, "err\n")
+	}
+	if got := read(t, dir, "pid"); got != "7\n" {
+		t.Errorf("pid file: got %q, want 7", got)
+	}
+	if code, ok := ReadExit(dir); !ok || code != 3 {
+		t.Errorf("exit file: got %d %v, want 3", code, ok)
+	}
+	if got := read(t, dir, OffsetsFile); got != "4 4\n" {
+		t.Errorf("offsets: got %q, want \"4 4\"", got)
+	}
+	if !strings.Contains(readAbs(log), "a runsc message") {
+		t.Errorf("runtime log: got %q, want runsc's message", readAbs(log))
+	}
+	if len(evs) != 2 || evs[0].Pid != 7 || evs[1].Exit == nil || *evs[1].Exit != 3 {
+		t.Errorf("events: got %+v, want pid 7 then exit 3", evs)
+	}
+}
+
+func readAbs(p string) string { b, _ := os.ReadFile(p); return string(b) }
+
+func TestShimLost(t *testing.T) {
+	self, _ := os.Executable()
+	for _, mode := range []string{"noexit", "garbage"} {
+		t.Run(mode, func(t *testing.T) {
+			dir, evs := runShim(t, ShimSpec{Kind: "exec", Argv: []string{self, "frames", mode}, Framed: true}, nil)
+			if _, ok := ReadExit(dir); ok {
+				t.Errorf("an exit file without an exit code from the command")
+			}
+			last := evs[len(evs)-1]
+			if last.Exit != nil || last.Lost == "" {
+				t.Errorf("last event: got %+v, want lost with a reason", last)
+			}
+		})
+	}
+}
+
+func TestShimCapsOutput(t *testing.T) {
+	self, _ := os.Executable()
+	const head, tail = 64 << 10, 4 << 10
+	dir, _ := runShim(t, ShimSpec{Kind: "exec", Argv: []string{self, "frames", "flood", "10000000"}, Framed: true, Head: head, Tail: tail}, nil)
+	out := read(t, dir, "stdout")
+	if len(out) > head+tail+200 {
+		t.Errorf("stdout holds %d bytes, want at most head+tail (%d) and a note", len(out), head+tail)
+	}
+	if !strings.HasPrefix(out, "out\n0123") || !strings.HasSuffix(out, "THE-END") {
+		t.Errorf("stdout keeps neither the head nor the tail: %q...%q", out[:16], out[len(out)-16:])
+	}
+	if !strings.Contains(out, "bytes of stdout dropped") {
+		t.Errorf("stdout does not say what was dropped")
+	}
+	if got := read(t, dir, OffsetsFile); got != fmt.Sprintf("%d 4\n", 4+10000000+7) {
+		t.Errorf("offsets count what was received, kept or not: got %q", got)
+	}
+}
+
+func TestShimPlainAndStdin(t *testing.T) {
+	dir, evs := runShim(t, ShimSpec{Kind: "exec", Argv: []string{"/bin/sh", "-c", "cat; echo e >&2; exit 5"}}, []byte("secret-from-stdin\n"))
+	if got := read(t, dir, "stdout"); got != "secret-from-stdin\n" {
+		t.Errorf("stdout: got %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(dir, shimStdin)); !os.IsNotExist(err) {
+		t.Errorf("the request stays on disk after it was read: %v", err)
+	}
+	if code, ok := ReadExit(dir); !ok || code != 5 {
+		t.Errorf("exit: got %d %v, want 5", code, ok)
+	}
+	if len(evs) != 1 || evs[0].Exit == nil || *evs[0].Exit != 5 {
+		t.Errorf("events: %+v", evs)
+	}
+}
+
+func TestCappedFile(t *testing.T) {
+	tests := []struct {
+		name       string
+		writes     []string
+		head, tail int64
+		want       string
+	}{
+		{"under the head", []string{"abc", "def"}, 10, 4, "abcdef"},
+		{"tail kept", []string{"0123456789", "abcdefgh"}, 4, 3, "0123\n[sbx: 11 bytes of s dropped: past its first 4 bytes only the last 3 are kept]\nfgh"},
+		{"tail wraps", []string{"0123", "ab", "cd", "e"}, 4, 3, "0123\n[sbx: 2 bytes of s dropped: past its first 4 bytes only the last 3 are kept]\ncde"},
+		{"no tail", []string{"0123456"}, 4, 0, "0123\n[sbx: 3 bytes of s dropped: past its first 4 bytes only the last 0 are kept]\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "f")
+			f, _ := os.Create(p)
+			c := newCappedFile(f, "s", tc.head, tc.tail, 0)
+			for _, w := range tc.writes {
+				c.Write([]byte(w))
+			}
+			c.Close()
+			if got := readAbs(p); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,205 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/store"
+)
+
+// Delete removes a sandbox whatever its state: its runsc sandbox, network,
+// files and record. Its events stay. Named snapshots stay unless
+// withSnapshots; its hibernation image becomes an orphan, swept later.
+// The delete is journaled: once it has begun, a crash of sbxd does not
+// leave half a sandbox, the restart finishes it.
+func (m *Manager) Delete(ctx context.Context, ref string, withSnapshots bool) (*api.DeleteResult, error) {
+	sb, err := m.cfg.Store.Sandbox(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	unlock := m.lock(sb.ID)
+	defer unlock()
+	return m.deleteLocked(context.WithoutCancel(ctx), sb.ID, withSnapshots, nil)
+}
+
+// deleteLocked deletes sandbox id, whose lock the caller holds, with an
+// extra event (the reaper's) recorded in the same transaction as the
+// record's removal.
+func (m *Manager) deleteLocked(ctx context.Context, id string, withSnapshots bool, extra *store.Event) (*api.DeleteResult, error) {
+	if _, err := m.cfg.Store.Sandbox(ctx, id); err != nil {
+		return nil, err // deleted meanwhile
+	}
+	c, err := m.beginOp(ctx, kindDelete, id, map[string]any{"withSnapshots": withSnapshots})
+	if err != nil {
+		return nil, err
+	}
+	defer c.end()
+	if err := m.destroyRuntime(ctx, id); err != nil {
+		// The sandbox may still be there: keep its record, say why.
+		c.abandon(ctx)
+		reason := "delete failed: " + err.Error() + "; run `sbx delete` again"
+		_ = m.transition(ctx, id, store.Change{From: allStates, To: api.StateError, Reason: reason})
+		return nil, fmt.Errorf("delete %s: %w", id, err)
+	}
+	return m.finishDelete(ctx, c, id, withSnapshots, extra)
+}
+
+// allStates is every state a sandbox can be in.
+var allStates = []api.State{api.StateCreating, api.StateReady, api.StateStopping, api.StateStopped, api.StateError, api.StateLost}
+
+// finishDelete removes what is left of a sandbox whose runtime is gone: its
+// files and, in one transaction, its record, its images' ownership, the
+// journal entry and the "deleted" event; then its snapshots if asked.
+func (m *Manager) finishDelete(ctx context.Context, c *inFlight, id string, withSnapshots bool, extra *store.Event) (*api.DeleteResult, error) {
+	var disk string
+	if sb, err := m.cfg.Store.Sandbox(ctx, id); err == nil {
+		disk = sb.Disk
+	}
+	m.execs.forget(id)
+	if err := os.RemoveAll(m.sandboxDir(id)); err != nil {
+		return nil, fmt.Errorf("delete %s: %w", id, err)
+	}
+	res := &api.DeleteResult{ID: id}
+	var sns []*store.Snapshot
+	if withSnapshots {
+		var err error
+		if sns, err = m.cfg.Store.Snapshots(ctx, id); err != nil {
+			return nil, err
+		}
+		for _, sn := range sns {
+			res.Snapshots = append(res.Snapshots, sn.Name)
+		}
+	}
+	err := m.cfg.Store.Update(ctx, func(tx *store.Store) error {
+		if extra != nil {
+			if err := tx.AddEvent(ctx, id, extra.Type, extra.Detail); err != nil {
+				return err
+			}
+		}
+		if err := tx.DeleteSandbox(ctx, id); err != nil {
+			return err
+		}
+		if err := tx.OrphanImages(ctx, id, m.now()); err != nil {
+			return err
+		}
+		if err := c.closeIn(ctx, tx); err != nil {
+			return err
+		}
+		return tx.AddEvent(ctx, id, "deleted", map[string]any{"snapshotsRemoved": res.Snapshots})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("delete %s: %w", id, err)
+	}
+	m.releaseDisk(ctx, disk)
+	for _, sn := range sns {
+		if err := m.deleteSnapshot(ctx, sn); err != nil {
+			return res, fmt.Errorf("delete %s: snapshot %s: %w", id, sn.Name, err)
+		}
+	}
+	return res, nil
+}
+
+// destroy removes everything of a sandbox whose creation is being undone:
+// its runtime, files, disk and record. Each step tolerates a missing part.
+func (m *Manager) destroy(ctx context.Context, id string) error {
+	var disk string
+	if sb, err := m.cfg.Store.Sandbox(ctx, id); err == nil {
+		disk = sb.Disk
+	}
+	if err := m.destroyRuntime(ctx, id); err != nil {
+		// Keep the record and files: the sandbox may still be there.
+		return err
+	}
+	m.execs.forget(id)
+	if err := os.RemoveAll(m.sandboxDir(id)); err != nil {
+		return err
+	}
+	if err := m.cfg.Store.DeleteSandbox(ctx, id); err != nil {
+		return err
+	}
+	m.releaseDisk(ctx, disk)
+	return nil
+}
+
+// destroyRuntime removes a sandbox's runsc sandbox, whatever processes of
+// it are left (a runsc killed half-way leaves some), its cgroups and its
+// network. Each step tolerates a missing part.
+func (m *Manager) destroyRuntime(ctx context.Context, id string) error {
+	m.unwatch(id)
+	err := m.cfg.Runtime.Delete(ctx, id)
+	kerr := m.killCgroup(id)
+	if err != nil && kerr == nil {
+		// with nothing of it left running, a delete that failed half-way
+		// (a runsc killed during the last one) completes
+		err = m.cfg.Runtime.Delete(ctx, id)
+	}
+	m.removeCgroups(id)
+	if nerr := m.cfg.Networks.Delete(id); nerr != nil {
+		err = errors.Join(err, fmt.Errorf("network: %w", nerr))
+	}
+	return errors.Join(err, kerr)
+}
+
+// killCgroup kills every process left in a sandbox's cgroups (runsc puts
+// the sandbox and its gofer there) and waits, bounded, until they are gone.
+func (m *Manager) killCgroup(id string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pids := m.cgroupPids(id)
+		if len(pids) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("processes %v of sandbox %s survive SIGKILL", pids, id)
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (m *Manager) cgroupEmpty(id string) bool { return len(m.cgroupPids(id)) == 0 }
+
+// cgroupPids lists the live processes in a sandbox's cgroups (zombies,
+// which a SIGKILL cannot end and whose parent reaps them, are left out).
+func (m *Manager) cgroupPids(id string) []int {
+	seen := map[int]bool{}
+	var pids []int
+	ctrls, _ := os.ReadDir("/sys/fs/cgroup")
+	for _, c := range ctrls {
+		for _, f := range []string{"cgroup.procs", "tasks"} {
+			b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", c.Name(), m.cgroupsPath(id), f))
+			if err != nil {
+				continue
+			}
+			for _, l := range strings.Fields(string(b)) {
+				pid, err := strconv.Atoi(l)
+				if err != nil || seen[pid] || zombie(pid) {
+					continue
+				}
+				seen[pid] = true
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+func zombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true // gone
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || len(s) < i+3 || s[i+2] == 'Z' || s[i+2] == 'X'
+}

@@ -1,0 +1,116 @@
+package sandbox
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// removeLeftovers removes what no record names: a crash at any instant may
+// leave a runsc sandbox, namespace, cgroup or directory that the journal
+// did not know of yet (made just before its record, or just after the
+// record went). It runs at start, after the journal and the sandboxes are
+// reconciled and before sbxd serves, so nothing is being made meanwhile.
+func (m *Manager) removeLeftovers(ctx context.Context) error {
+	sbs, err := m.cfg.Store.Sandboxes(ctx)
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	disks := map[string]bool{}
+	images := map[string]bool{}
+	for _, sb := range sbs {
+		known[sb.ID] = true
+		disks[sb.Disk] = true
+		images[sb.Image] = true
+	}
+	sns, err := m.cfg.Store.Snapshots(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, sn := range sns {
+		images[sn.ID] = true
+		disks[sn.Disk] = true
+	}
+	ims, err := m.cfg.Store.Images(ctx)
+	if err != nil {
+		return err
+	}
+	for _, im := range ims {
+		images[im.ID] = true
+	}
+	ins, err := m.cfg.Store.Intents(ctx)
+	if err != nil {
+		return err
+	}
+	for _, in := range ins {
+		images[in.ID] = true
+	}
+	// runsc sandboxes, with their processes and cgroups
+	if sts, err := m.cfg.Runtime.List(ctx); err == nil {
+		for _, st := range sts {
+			id := st.ID
+			if !known[id] && strings.HasPrefix(id, "sb_") {
+				m.log.Info("removing a runsc sandbox no record names", "sandbox", id)
+				if err := m.destroyRuntimeKeepNetwork(ctx, id); err != nil {
+					m.log.Warn("remove a leftover runsc sandbox", "sandbox", id, "err", err)
+				}
+			}
+		}
+	}
+	for _, id := range m.cgroupIDs() {
+		if !known[id] {
+			if err := m.killCgroup(id); err == nil {
+				m.removeCgroups(id)
+			}
+		}
+	}
+	if ids, err := m.cfg.Networks.List(); err == nil {
+		for _, id := range ids {
+			if !known[id] {
+				m.log.Info("removing a network no record names", "sandbox", id)
+				if err := m.cfg.Networks.Delete(id); err != nil {
+					m.log.Warn("remove a leftover network", "sandbox", id, "err", err)
+				}
+			}
+		}
+	}
+	removeUnnamed(m.sandboxesDir(), func(name string) bool { return known[name] })
+	removeUnnamed(m.imagesDir(), func(name string) bool { return images[name] })
+	removeUnnamed(m.disksDir(), func(name string) bool { return disks[filepath.Join(m.disksDir(), name)] })
+	return nil
+}
+
+// removeUnnamed removes the entries of dir that keep says nothing names.
+func removeUnnamed(dir string, keep func(name string) bool) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !keep(e.Name()) {
+			_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+		}
+	}
+}
+
+// cgroupIDs lists the sandboxes that have a cgroup of this daemon.
+func (m *Manager) cgroupIDs() []string {
+	seen := map[string]bool{}
+	var ids []string
+	ctrls, _ := os.ReadDir("/sys/fs/cgroup")
+	for _, c := range ctrls {
+		ents, err := os.ReadDir(filepath.Join("/sys/fs/cgroup", c.Name(), "sbx-"+m.cfg.Tag))
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			if e.IsDir() && strings.HasPrefix(e.Name(), "sb_") && !seen[e.Name()] {
+				seen[e.Name()] = true
+				ids = append(ids, e.Name())
+			}
+		}
+	}
+	return ids
+}
