@@ -237,4 +237,3 @@ func writeEtc(dir, id string) error {
 	}
 	return nil
 }
-
