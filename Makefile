@@ -6,7 +6,7 @@ BIN := $(CURDIR)/bin
 DEBS := busybox-static mmdebstrap iproute2 iptables tmux gcc
 export CGO_ENABLED := 0
 
-.PHONY: all build deps demo test unit integration bench vet fmt clean
+.PHONY: all build deps demo test unit integration bench soak vet fmt clean
 
 all: build
 
@@ -48,6 +48,12 @@ bench: deps build
 	$(GO) test -run '^$$' -bench 'Fork16|StopResume|Scp|PreviewProxy' -benchtime 3x -timeout 30m ./internal/e2e/
 	$(GO) test -run '^$$' -bench 'Hunt' -benchtime 5x -timeout 30m ./internal/e2e/
 	$(GO) test -run '^$$' -bench 'FlakeRateVsNaive' -benchtime 1x -timeout 30m ./internal/e2e/
+
+## soak: the crash fuzz at 30 random instants of every operation (about an hour), and its table
+soak: deps build
+	@echo "==> crash fuzz: sbxd killed at 30 random instants of each operation, then restarted and checked"
+	SBX_CRASH_OFFSETS=$${SBX_CRASH_OFFSETS:-30} SBX_CRASH_TABLE=$(CURDIR)/soak.txt $(GO) test -count=1 -run 'TestCrashFuzz' -timeout 180m ./internal/e2e/; \
+		rc=$$?; cat $(CURDIR)/soak.txt 2>/dev/null; exit $$rc
 
 clean:
 	rm -rf $(BIN)

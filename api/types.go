@@ -254,6 +254,9 @@ type ExecEvent struct {
 	Error string `json:"error,omitempty"`
 	// Code is the error's kind (as in ErrorDetail), for "error".
 	Code string `json:"code,omitempty"`
+	// Message is what a "notice" says: the exec waits for its sandbox to
+	// be made, say. A client shows it to a person, not to a script.
+	Message string `json:"message,omitempty"`
 }
 
 // FileInfo describes one file inside a sandbox.

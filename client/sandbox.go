@@ -51,6 +51,13 @@ func WithMemory(bytes int64) CreateOption {
 // WithMemoryString sets the memory limit as written by a user ("512M"); the server checks it.
 func WithMemoryString(s string) CreateOption { return func(r *api.CreateRequest) { r.Memory = s } }
 
+// WithDiskString sets the disk limit as written by a user ("10G"): past it
+// the sandbox's writes fail with ENOSPC. The server checks it.
+func WithDiskString(s string) CreateOption { return func(r *api.CreateRequest) { r.Disk = s } }
+
+// WithPids sets the process limit (per user inside the sandbox).
+func WithPids(n int) CreateOption { return func(r *api.CreateRequest) { r.Pids = n } }
+
 // Create creates and starts a sandbox. A bad field is an api.ErrInvalid naming
 // it; an unknown template api.ErrNotFound; a taken name api.ErrConflict.
 func (c *Client) Create(ctx context.Context, opts ...CreateOption) (*api.Sandbox, error) {

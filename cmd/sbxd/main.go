@@ -202,6 +202,10 @@ func run(c config) error {
 		return err
 	}
 	defer st.Close()
+	// room for the database's own writes when the data dir fills up
+	if err := st.KeepReserve(filepath.Join(c.dataDir, "reserve"), 32<<20); err != nil {
+		log.Warn("no reserve of space for the database: the data dir may be nearly full", "err", err)
+	}
 	templates, err := template.Open(filepath.Join(c.dataDir, "templates"))
 	if err != nil {
 		return err

@@ -114,8 +114,8 @@ func printFuzzTable(t *testing.T, rows []fuzzRow) {
 		fmt.Fprintf(&b, "%-18s %8s %8d %11d  %s\n", r.op, r.dur.Round(time.Millisecond), r.offsets, r.violations, strings.Join(outs, ", "))
 	}
 	t.Log(b.String())
-	if os.Getenv("SBX_CRASH_OFFSETS") != "" {
-		fmt.Print(b.String()) // make soak prints it
+	if p := os.Getenv("SBX_CRASH_TABLE"); p != "" {
+		_ = os.WriteFile(p, []byte(b.String()), 0o644) // make soak prints it
 	}
 }
 

@@ -183,7 +183,7 @@ func (m *Manager) Exec(ctx context.Context, ref string, req api.ExecRequest) (*a
 	if err != nil {
 		return nil, err
 	}
-	sb, err := m.running(ctx, ref)
+	sb, err := m.whenReady(ctx, ref)
 	if err != nil {
 		return nil, err
 	}

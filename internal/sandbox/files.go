@@ -80,7 +80,7 @@ func (m *Manager) inspect(ctx context.Context, ref string, args ...string) ([]by
 // agentCall runs the agent in a running sandbox and maps its exit codes to
 // the API's error kinds.
 func (m *Manager) agentCall(ctx context.Context, ref string, stdin io.Reader, stdout io.Writer, args ...string) error {
-	sb, err := m.running(ctx, ref)
+	sb, err := m.whenReady(ctx, ref)
 	if err != nil {
 		return err
 	}

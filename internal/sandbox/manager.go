@@ -11,12 +11,13 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/metrics"
@@ -36,7 +37,7 @@ type Runtime interface {
 	Delete(ctx context.Context, id string) error
 	List(ctx context.Context) ([]runsc.State, error)
 	Exec(ctx context.Context, id string, o runsc.ExecOptions, stdin io.Reader, stdout, stderr io.Writer) (int, error)
-	ExecCommand(ctx context.Context, id string, o runsc.ExecOptions) *exec.Cmd
+	StartTerminal(ctx context.Context, id string, p *specs.Process, processFile string, cols, rows int) (*runsc.Terminal, error)
 	StartExec(id string, o runsc.ShimExec) (*runsc.Shim, error)
 }
 
@@ -285,6 +286,44 @@ func (m *Manager) running(ctx context.Context, ref string) (*store.Sandbox, erro
 		}
 		return nil, api.Errorf(api.ErrConflict, "%s", msg)
 	}
+}
+
+// creatingWait bounds how long a command waits for a sandbox being made.
+const creatingWait = 2 * time.Minute
+
+// whenReady is running for a command addressed to a sandbox that may still
+// be being made (a fork announced before it boots, a create in flight): it
+// waits, up to creatingWait, for the create to end, then says what running
+// says. Never call it holding the sandbox's lock.
+func (m *Manager) whenReady(ctx context.Context, ref string) (*store.Sandbox, error) {
+	sb, err := m.cfg.Store.Sandbox(ctx, ref)
+	if err != nil || sb.State != api.StateCreating {
+		return m.running(ctx, ref)
+	}
+	// The create holds the sandbox's lock until it has ended.
+	deadline := time.NewTimer(creatingWait)
+	defer deadline.Stop()
+	for {
+		if unlock, ok := m.locks.tryLock(sb.ID); ok {
+			unlock()
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-deadline.C:
+			return nil, api.Errorf(api.ErrConflict, "sandbox %s is still being created after %s", sb.ID, creatingWait)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return m.running(ctx, sb.ID)
+}
+
+// Creating reports whether sandbox ref is being made (a command to it
+// will wait).
+func (m *Manager) Creating(ctx context.Context, ref string) bool {
+	sb, err := m.cfg.Store.Sandbox(ctx, ref)
+	return err == nil && sb.State == api.StateCreating
 }
 
 // touch records activity on a sandbox now.

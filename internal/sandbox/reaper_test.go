@@ -7,12 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/netns"
@@ -79,17 +80,8 @@ func (f *fakeRuntime) Exec(ctx context.Context, id string, o runsc.ExecOptions, 
 	return 0, nil
 }
 
-// ExecCommand runs sleep for "sleep" commands (a long exec), true otherwise.
-func (f *fakeRuntime) ExecCommand(ctx context.Context, id string, o runsc.ExecOptions) *exec.Cmd {
-	what := strings.Join(o.Args, " ")
-	if o.Process != "" {
-		b, _ := os.ReadFile(o.Process)
-		what = string(b)
-	}
-	if strings.Contains(what, "sleep") {
-		return exec.Command("sleep", "2")
-	}
-	return exec.Command("true")
+func (f *fakeRuntime) StartTerminal(ctx context.Context, id string, p *specs.Process, file string, cols, rows int) (*runsc.Terminal, error) {
+	return nil, errors.New("no terminals in unit tests")
 }
 
 func (f *fakeRuntime) List(ctx context.Context) ([]runsc.State, error) {
@@ -344,5 +336,102 @@ func TestMaxLifetime(t *testing.T) {
 	m.reapOnce(ctx)
 	if _, err := m.Get(ctx, sb.ID); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("not reaped after its lifetime: %v", err)
+	}
+}
+
+// TestReaperStopped: a stopped sandbox is what a user chose to keep: the
+// idle reaper leaves it alone however long it is idle; only the daemon's
+// retention for stopped sandboxes (off by default) deletes it, saying so.
+func TestReaperStopped(t *testing.T) {
+	ctx := context.Background()
+	m, c := newTestManager(t, 0)
+	sb, _ := m.Create(ctx, api.CreateRequest{TTL: "30m"})
+	if _, err := m.Stop(ctx, sb.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	c.add(24 * time.Hour)
+	m.reapOnce(ctx)
+	got, err := m.Get(ctx, sb.ID)
+	if err != nil {
+		t.Fatalf("a stopped sandbox was idle-reaped: %v", err)
+	}
+	if got.ReapAt != nil || !strings.Contains(got.ReapReason, "stopped") {
+		t.Errorf("info of a stopped sandbox: reapAt %v reason %q, want none and why", got.ReapAt, got.ReapReason)
+	}
+	m.cfg.StoppedRetention = 48 * time.Hour
+	m.reapOnce(ctx)
+	if _, err := m.Get(ctx, sb.ID); err != nil {
+		t.Fatalf("reaped before its retention ended: %v", err)
+	}
+	c.add(25 * time.Hour)
+	m.reapOnce(ctx)
+	if _, err := m.Get(ctx, sb.ID); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("not deleted after the retention for stopped sandboxes: %v", err)
+	}
+	evs, _ := m.cfg.Store.Events(ctx, sb.ID, 0)
+	var reason string
+	for _, ev := range evs {
+		if ev.Type == "reaped" {
+			reason, _ = ev.Detail["reason"].(string)
+		}
+	}
+	if !strings.Contains(reason, "stopped retention") {
+		t.Errorf("reaped event: %q, want it to name the retention rule", reason)
+	}
+}
+
+// slowReader gives its bytes one at a time, each after the test lets it.
+type slowReader struct {
+	data []byte
+	next chan struct{}
+}
+
+func (r *slowReader) Read(p []byte) (int, error) {
+	if len(r.data) == 0 {
+		return 0, io.EOF
+	}
+	<-r.next
+	p[0] = r.data[0]
+	r.data = r.data[1:]
+	return 1, nil
+}
+
+// TestReaperTransferInProgress: an upload is activity from its first byte,
+// not only when it ends: a long one is never reaped mid-way. And a sandbox
+// whose lock is held (a capture, a delete) is not judged meanwhile.
+func TestReaperTransferInProgress(t *testing.T) {
+	ctx := context.Background()
+	m, c := newTestManager(t, 0)
+	sb, _ := m.Create(ctx, api.CreateRequest{TTL: "30m"})
+	r := &slowReader{data: []byte("ab"), next: make(chan struct{})}
+	done := make(chan error)
+	go func() { done <- m.WriteFile(ctx, sb.ID, "/x", r, 2, "") }()
+	r.next <- struct{}{} // the first byte is in
+	c.add(31 * time.Minute)
+	m.reapOnce(ctx)
+	if _, err := m.Get(ctx, sb.ID); err != nil {
+		t.Fatalf("reaped during an upload: %v", err)
+	}
+	r.next <- struct{}{}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// the end of the upload is activity too
+	c.add(29 * time.Minute)
+	m.reapOnce(ctx)
+	if _, err := m.Get(ctx, sb.ID); err != nil {
+		t.Fatalf("reaped 29 minutes after an upload ended, under a 30m ttl: %v", err)
+	}
+	// held lock: not judged
+	c.add(2 * time.Minute)
+	unlock := m.lock(sb.ID)
+	m.reapOnce(ctx)
+	unlock()
+	if _, err := m.Get(ctx, sb.ID); err != nil {
+		t.Fatalf("reaped while its lock was held: %v", err)
+	}
+	m.reapOnce(ctx)
+	if _, err := m.Get(ctx, sb.ID); !errors.Is(err, api.ErrNotFound) {
+		t.Errorf("not reaped once idle and free: %v", err)
 	}
 }

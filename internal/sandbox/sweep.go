@@ -43,6 +43,11 @@ func (m *Manager) sweepSoon(d time.Duration) {
 // sweep removes the images whose retire time has passed and those
 // orphaned for longer than the grace period.
 func (m *Manager) sweep(ctx context.Context) {
+	if !m.cfg.Store.ReserveHeld() {
+		if err := m.cfg.Store.Replenish(); err == nil {
+			m.log.Info("the database's reserve of space is back")
+		}
+	}
 	ims, err := m.cfg.Store.ImagesDue(ctx, m.now(), m.cfg.OrphanGrace)
 	if err != nil {
 		m.log.Error("list orphaned images", "err", err)

@@ -50,6 +50,7 @@ type Manager interface {
 	WriteTar(ctx context.Context, ref, path string, r io.Reader) error
 	Stat(ctx context.Context, ref, path string) (*api.FileInfo, error)
 	ReadDir(ctx context.Context, ref, path string) ([]api.FileInfo, error)
+	Creating(ctx context.Context, ref string) bool
 }
 
 // Templates is the slice of the template store the server uses.
@@ -307,8 +308,22 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
+	var out *sse
+	if !req.Detach && s.m.Creating(r.Context(), id) {
+		// the exec waits for the sandbox to be made, and says so
+		out = newSSE(w)
+		msg := fmt.Sprintf("sandbox %s is being created; the command starts once it is ready", id)
+		if err := out.send("notice", api.ExecEvent{Event: "notice", Message: msg}); err != nil {
+			return
+		}
+	}
 	e, err := s.m.Exec(r.Context(), id, req)
 	if err != nil {
+		if out != nil {
+			_, code := api.StatusOf(err)
+			_ = out.send("error", api.ExecEvent{Event: "error", Error: err.Error(), Code: code})
+			return
+		}
 		s.fail(w, r, err)
 		return
 	}
@@ -316,7 +331,9 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusCreated, e)
 		return
 	}
-	out := newSSE(w)
+	if out == nil {
+		out = newSSE(w)
+	}
 	if err := out.send("started", api.ExecEvent{Event: "started", Exec: e}); err != nil {
 		return
 	}

@@ -21,8 +21,9 @@ import (
 // Store is the daemon's database. Inside Update it is bound to one
 // transaction, and every method runs in it.
 type Store struct {
-	db *sql.DB // nil inside a transaction
-	q  querier
+	db  *sql.DB // nil inside a transaction
+	q   querier
+	res *reserve
 }
 
 // querier is what *sql.DB and *sql.Tx share.
@@ -39,6 +40,14 @@ func (s *Store) Update(ctx context.Context, fn func(tx *Store) error) error {
 	if s.db == nil {
 		return fn(s)
 	}
+	err := s.update(ctx, fn)
+	if IsFull(err) && s.res != nil && s.res.release() {
+		err = s.update(ctx, fn)
+	}
+	return err
+}
+
+func (s *Store) update(ctx context.Context, fn func(tx *Store) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("store: begin: %w", err)
@@ -190,7 +199,9 @@ func Open(path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	return &Store{db: db, q: db}, nil
+	st := &Store{db: db}
+	st.q = fullRetry{db: db, res: func() *reserve { return st.res }}
+	return st, nil
 }
 
 // migrate applies the migrations the database lacks, each in a transaction
