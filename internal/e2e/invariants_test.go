@@ -28,13 +28,13 @@ import (
 // it had, its processes answer with their memory, and nothing leaked.
 
 // holderScript keeps a random token and a counter in a shell's memory and
-// writes both, with its pid, to /srv/www/state five times a second; a
+// writes both, with its pid, to /srv/www/state every second; a
 // busybox httpd serves that directory on port 8080. After a capture only
 // the same process, with its memory, writes the same token on.
 const holderScript = `mkdir -p /srv/www
 T=$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')
 i=0
-while :; do i=$((i+1)); echo "$T $i $$" > /srv/www/state.tmp && mv /srv/www/state.tmp /srv/www/state; sleep 0.2; done`
+while :; do i=$((i+1)); echo "$T $i $$" > /srv/www/state.tmp && mv /srv/www/state.tmp /srv/www/state; sleep 1; done`
 
 // holder is what the holder wrote: its token, counter and pid.
 type holder struct {
