@@ -36,6 +36,9 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 	if mem != 0 && mem < minMemory {
 		return nil, api.Errorf(api.ErrInvalid, "memory: %s is below the minimum of %s", req.Memory, fmtBytes(minMemory))
 	}
+	if err := checkMemory(req.Memory, mem, hostMemory()); err != nil {
+		return nil, err
+	}
 	if err := checkCPUs(req.CPUs, runtime.NumCPU()); err != nil {
 		return nil, err
 	}
