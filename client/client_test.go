@@ -416,11 +416,16 @@ func TestEveryStreamErrorKind(t *testing.T) {
 	ctx := context.Background()
 	streams := []stream{
 		{"exec", func(m, c string) any { return api.ExecEvent{Event: "error", Error: m, Code: c} },
-			func(c *Client) error { _, err := c.Exec(ctx, "sb_1", api.ExecRequest{Cmd: []string{"x"}}, nil, nil); return err }, "/v1/sandboxes/sb_1/exec"},
+			func(c *Client) error {
+				_, err := c.Exec(ctx, "sb_1", api.ExecRequest{Cmd: []string{"x"}}, nil, nil)
+				return err
+			}, "/v1/sandboxes/sb_1/exec"},
 		{"exec output", func(m, c string) any { return api.ExecEvent{Event: "error", Error: m, Code: c} },
 			func(c *Client) error { _, err := c.ExecOutput(ctx, "sb_1", "ex_1", true, nil, nil); return err }, "/v1/sandboxes/sb_1/execs/ex_1/output"},
 		{"fork", func(m, c string) any { return api.ForkEvent{Event: "error", Error: m, Code: c} },
-			func(c *Client) error { return c.ForkEvents(ctx, "sb_1", api.ForkRequest{}, func(api.ForkEvent) error { return nil }) }, "/v1/sandboxes/sb_1/fork"},
+			func(c *Client) error {
+				return c.ForkEvents(ctx, "sb_1", api.ForkRequest{}, func(api.ForkEvent) error { return nil })
+			}, "/v1/sandboxes/sb_1/fork"},
 		{"logs", func(m, c string) any { return api.StreamErrorBody{Error: m, Code: c} },
 			func(c *Client) error { return c.Logs(ctx, "sb_1", func(api.LogEvent) error { return nil }) }, "/v1/sandboxes/sb_1/logs"},
 		{"events", func(m, c string) any { return api.StreamErrorBody{Error: m, Code: c} },
