@@ -37,6 +37,9 @@ func newRoot(e *env) *cobra.Command {
 		RunE:          func(cmd *cobra.Command, args []string) error { return usagef("no command given") },
 		SilenceErrors: true,
 		SilenceUsage:  true,
+		// `sbx run -it base`: say that run is no command, not that -it is
+		// no flag of sbx's
+		FParseErrWhitelist: cobra.FParseErrWhitelist{UnknownFlags: true},
 		CompletionOptions: cobra.CompletionOptions{
 			HiddenDefaultCmd: false,
 		},
@@ -134,6 +137,7 @@ func subcommandNames(cmd *cobra.Command) []string {
 
 // didYouMean says which of the suggestions may have been meant, or nothing.
 func didYouMean(suggestions []string) string {
+	suggestions = slices.Compact(slices.Sorted(slices.Values(suggestions)))
 	switch len(suggestions) {
 	case 0:
 		return ""
@@ -245,6 +249,8 @@ var dockerHints = map[string]string{
 	"restart":     "sbx has no restart policy: `sbx stop ID` keeps a sandbox, `sbx resume ID` brings it back",
 	"entrypoint":  "give the command after the sandbox id: `sbx exec ID CMD [ARGS...]`",
 	"interactive": "only `sbx exec` takes -i, with -t: `sbx exec -it ID CMD`",
+	"a":           "`sbx list` lists every sandbox; `sbx ps ID` lists one sandbox's execs",
+	"all":         "`sbx list` lists every sandbox; `sbx ps ID` lists one sandbox's execs",
 }
 
 // closestFlag is the flag of fs whose name is nearest to name (a typo of

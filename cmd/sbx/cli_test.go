@@ -32,6 +32,7 @@ func sbx(host string, args ...string) (int, string, string) {
 // exec's own flags starts the command, and everything from there is the
 // command's, as docker users and sbx's own scripts write it.
 func TestRemoteCommandOwnsItsFlags(t *testing.T) {
+	t.Setenv("SBX_TEST_FROM_HERE", "a b")
 	f := newFake(t)
 	def := defaultExecTimeout.String()
 	tests := []struct {
@@ -49,6 +50,7 @@ func TestRemoteCommandOwnsItsFlags(t *testing.T) {
 		{"a command that starts with dashes", []string{"exec", "sb_1", "--", "--weird", "-x"}, api.ExecRequest{Cmd: []string{"--weird", "-x"}, Timeout: def}},
 		{"the command's own --", []string{"exec", "sb_1", "grep", "--", "-v", "f"}, api.ExecRequest{Cmd: []string{"grep", "--", "-v", "f"}, Timeout: def}},
 		{"docker short flags", []string{"exec", "-e", "A=1", "-w", "/srv", "-u", "bob", "sb_1", "env"}, api.ExecRequest{Cmd: []string{"env"}, Env: []string{"A=1"}, Cwd: "/srv", User: "bob", Timeout: def}},
+		{"-e NAME takes the value from here", []string{"exec", "-e", "SBX_TEST_FROM_HERE", "sb_1", "env"}, api.ExecRequest{Cmd: []string{"env"}, Env: []string{"SBX_TEST_FROM_HERE=a b"}, Timeout: def}},
 		{"long flags after the id", []string{"exec", "sb_1", "--env", "A=1,2", "--env=B=x y", "--cwd=/tmp", "--user", "1000:1000", "id"},
 			api.ExecRequest{Cmd: []string{"id"}, Env: []string{"A=1,2", "B=x y"}, Cwd: "/tmp", User: "1000:1000", Timeout: def}},
 		{"--timeout 0 is no limit", []string{"exec", "--timeout", "0", "sb_1", "true"}, api.ExecRequest{Cmd: []string{"true"}, Timeout: "0s"}},
@@ -101,7 +103,12 @@ func TestUsageErrors(t *testing.T) {
 		{"exec -i without -t", []string{"exec", "-i", "sb_1", "cat"}, "an exec has no stdin"},
 		{"exec -it with --detach", []string{"exec", "-it", "-d", "sb_1", "sh"}, "-t runs a terminal"},
 		{"exec -t with --timeout", []string{"exec", "-t", "--timeout", "5", "sb_1", "sh"}, "no --timeout"},
-		{"bad env", []string{"exec", "-e", "NOEQ", "sb_1", "ls"}, `--env "NOEQ": want K=V`},
+		{"bad env", []string{"exec", "-e", "=x", "sb_1", "ls"}, `--env "=x": want K=V`},
+		{"env not set here", []string{"exec", "-e", "SBX_TEST_SURELY_UNSET", "sb_1", "ls"}, "SBX_TEST_SURELY_UNSET is not set here"},
+		{"docker run", []string{"run", "-it", "base"}, `unknown command "run" (did you mean one of "exec", "hunt", "new"?)`},
+		{"docker cp", []string{"cp", "a", "sb_1:/b"}, `"scp"?)`},
+		{"docker ps -a", []string{"ps", "-a"}, "`sbx list` lists every sandbox"},
+		{"ps without an id", []string{"ps"}, "`sbx list` lists the sandboxes"},
 		{"bad duration", []string{"exec", "--timeout", "soon", "sb_1", "ls"}, `"soon" is not a duration`},
 		{"negative duration", []string{"exec", "--timeout", "-5s", "sb_1", "ls"}, "is negative"},
 		{"bare negative seconds", []string{"exec", "--timeout", "-5", "sb_1", "ls"}, "not a duration"},

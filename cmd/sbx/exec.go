@@ -27,8 +27,9 @@ type execOptions struct {
 func newExecCmd(e *env) *cobra.Command {
 	var o execOptions
 	cmd := &cobra.Command{
-		Use:   "exec [flags] ID [--] CMD [ARGS...]",
-		Short: "run a command in a sandbox; exits with its exit code",
+		Use:        "exec [flags] ID [--] CMD [ARGS...]",
+		SuggestFor: []string{"run"},
+		Short:      "run a command in a sandbox; exits with its exit code",
 		Long: "exec runs CMD in the sandbox and exits with its exit code. Everything after the\n" +
 			"sandbox id that is not one of exec's flags starts the command, which owns the rest:\n" +
 			"`sbx exec ID ls -la` runs `ls -la`, and `sbx exec ID ls --timeout 5s` gives --timeout\n" +

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -77,11 +78,20 @@ func parseDuration(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// envFlags checks K=V pairs of --env.
+// checkEnv checks the K=V pairs of --env; a bare K takes its value from
+// sbx's own environment, as docker's -e does.
 func checkEnv(envs []string) error {
-	for _, kv := range envs {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+	for i, kv := range envs {
+		k, _, ok := strings.Cut(kv, "=")
+		if k == "" || strings.ContainsAny(k, " \t\n") {
 			return usagef("--env %q: want K=V", kv)
+		}
+		if !ok {
+			v, set := os.LookupEnv(k)
+			if !set {
+				return usagef("--env %s: %s is not set here; give %s=VALUE", k, k, k)
+			}
+			envs[i] = k + "=" + v
 		}
 	}
 	return nil

@@ -19,6 +19,7 @@ type infoJSON struct {
 func newInfoCmd(e *env) *cobra.Command {
 	return &cobra.Command{
 		Use:               "info [flags] ID",
+		SuggestFor:        []string{"inspect", "status"},
 		Short:             "describe a sandbox",
 		Args:              exactArgs(1, "one sandbox id"),
 		ValidArgsFunction: completeSandboxes(e),

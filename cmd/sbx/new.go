@@ -16,8 +16,9 @@ func newNewCmd(e *env) *cobra.Command {
 		cpus                         float64
 	)
 	cmd := &cobra.Command{
-		Use:   "new [flags]",
-		Short: "create a sandbox and print its id",
+		Use:        "new [flags]",
+		SuggestFor: []string{"run", "create", "start"},
+		Short:      "create a sandbox and print its id",
 		Example: "  sbx new --template base --name web --ttl 30m --memory 1G --cpus 1 --meta team=core\n" +
 			"  sbx new --from before-upgrade      # from a snapshot (with memory: its processes carry on)",
 		Args: func(cmd *cobra.Command, args []string) error {

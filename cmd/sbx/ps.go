@@ -17,9 +17,14 @@ type psJSON struct {
 
 func newPsCmd(e *env) *cobra.Command {
 	return &cobra.Command{
-		Use:               "ps [flags] ID",
-		Short:             "list a sandbox's execs",
-		Args:              exactArgs(1, "one sandbox id"),
+		Use:   "ps [flags] ID",
+		Short: "list a sandbox's execs",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("ps takes one sandbox id and lists its execs; `sbx list` lists the sandboxes")
+			}
+			return nil
+		},
 		ValidArgsFunction: completeSandboxes(e),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := e.client()

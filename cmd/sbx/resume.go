@@ -10,6 +10,7 @@ func newResumeCmd(e *env) *cobra.Command {
 	var requireMemory bool
 	cmd := &cobra.Command{
 		Use:               "resume [flags] ID",
+		SuggestFor:        []string{"start", "unpause", "restore"},
 		Short:             "bring a stopped sandbox back, with its memory if it can be had",
 		Args:              exactArgs(1, "one sandbox id"),
 		ValidArgsFunction: completeSandboxes(e),

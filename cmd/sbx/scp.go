@@ -28,8 +28,9 @@ type scpResult struct {
 func newScpCmd(e *env) *cobra.Command {
 	var recursive bool
 	cmd := &cobra.Command{
-		Use:   "scp [flags] SRC DST",
-		Short: "copy files between here and a sandbox",
+		Use:        "scp [flags] SRC DST",
+		SuggestFor: []string{"cp"},
+		Short:      "copy files between here and a sandbox",
 		Long: "scp copies a file (or with -r a directory) into a sandbox or out of one: one of SRC\n" +
 			"and DST is ID:PATH. A path in the sandbox is absolute, or starts at a home directory:\n" +
 			"ID:~/file is in the home of the sandbox's user, ID:~name/file in name's. Write a\n" +

@@ -27,9 +27,10 @@ type removedJSON struct {
 func newSnapshotCmd(e *env) *cobra.Command {
 	var memory bool
 	cmd := &cobra.Command{
-		Use:     "snapshot [flags] ID NAME",
-		Aliases: []string{"snapshots"},
-		Short:   "capture a sandbox as a named snapshot; list, describe and remove snapshots",
+		Use:        "snapshot [flags] ID NAME",
+		Aliases:    []string{"snapshots"},
+		SuggestFor: []string{"commit", "checkpoint"},
+		Short:      "capture a sandbox as a named snapshot; list, describe and remove snapshots",
 		Long: "snapshot ID NAME captures the sandbox's disk (the sandbox keeps running); with\n" +
 			"--memory its processes and memory too (it is paused while they are written).\n" +
 			"A snapshot outlives its sandbox. `sbx snapshot ls` (or `sbx snapshots`) lists them,\n" +

@@ -10,6 +10,7 @@ func newStopCmd(e *env) *cobra.Command {
 	var wait bool
 	cmd := &cobra.Command{
 		Use:               "stop [flags] ID",
+		SuggestFor:        []string{"pause", "hibernate"},
 		Short:             "hibernate a sandbox, keeping its memory and processes",
 		Args:              exactArgs(1, "one sandbox id"),
 		ValidArgsFunction: completeSandboxes(e),

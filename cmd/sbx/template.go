@@ -19,10 +19,11 @@ type templatesJSON struct {
 
 func newTemplateCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "template COMMAND",
-		Short: "build, import, list and remove templates",
-		Args:  subcommandArgs,
-		RunE:  func(cmd *cobra.Command, args []string) error { return subcommandArgs(cmd, args) },
+		Use:        "template COMMAND",
+		SuggestFor: []string{"images", "image", "templates"},
+		Short:      "build, import, list and remove templates",
+		Args:       subcommandArgs,
+		RunE:       func(cmd *cobra.Command, args []string) error { return subcommandArgs(cmd, args) },
 	}
 	var force bool
 	build := &cobra.Command{

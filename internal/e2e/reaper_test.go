@@ -46,7 +46,7 @@ func TestReaperEndToEnd(t *testing.T) {
 		time.Sleep(10*time.Second - time.Since(start))
 	}
 	var sb api.Sandbox
-	d.jsonOut(t, &sb, "info", busy)
+	sb = d.info(t, busy)
 	if sb.State != api.StateReady {
 		t.Errorf("a sandbox was reaped while its exec ran: %+v", sb)
 	}
@@ -84,7 +84,7 @@ func TestLifetimeCap(t *testing.T) {
 		t.Errorf("persist under a lifetime cap: %v, want 403 saying why", err)
 	}
 	var sb api.Sandbox
-	d.jsonOut(t, &sb, "info", id)
+	sb = d.info(t, id)
 	if sb.ReapAt == nil || !strings.Contains(sb.ReapReason, "lifetime") {
 		t.Errorf("info under a lifetime cap: reapAt %v reason %q", sb.ReapAt, sb.ReapReason)
 	}

@@ -18,8 +18,7 @@ func TestSandboxLifecycle(t *testing.T) {
 	name := "life-" + randHex(3)
 	id := d.newSandbox(t, "--template", "tiny", "--name", name, "--ttl", "30m", "--meta", "team=core", "--meta", "run=7")
 
-	var list []api.Sandbox
-	d.jsonOut(t, &list, "list")
+	list := d.list(t)
 	found := false
 	for _, sb := range list {
 		if sb.ID == id {
@@ -30,7 +29,7 @@ func TestSandboxLifecycle(t *testing.T) {
 		t.Errorf("sbx list does not show %s", id)
 	}
 	var sb api.Sandbox
-	d.jsonOut(t, &sb, "info", name) // a name works wherever an id does
+	sb = d.info(t, name) // a name works wherever an id does
 	if sb.ID != id || sb.State != api.StateReady || sb.TTL != "30m0s" || sb.Meta["team"] != "core" || sb.Meta["run"] != "7" {
 		t.Errorf("info %s = %+v", name, sb)
 	}
