@@ -33,6 +33,7 @@ func newRoot(e *env) *cobra.Command {
 		Long: "sbx is the command line of sbxd: sandboxes, snapshots, forks, execs, files and templates.\n\n" +
 			"Exit codes: 0 success, 1 the operation failed (the message says why), 2 a usage\n" +
 			"error; `sbx exec` exits with the remote command's code, a signal with 128+N.",
+		Version:       version,
 		Args:          rootArgs,
 		RunE:          func(cmd *cobra.Command, args []string) error { return usagef("no command given") },
 		SilenceErrors: true,

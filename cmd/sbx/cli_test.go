@@ -205,6 +205,7 @@ func TestHelp(t *testing.T) {
 		{"--help after the id", []string{"exec", "sb_1", "--help"}, []string{"--timeout duration"}},
 		{"-h", []string{"fork", "-h"}, []string{"--count int", "(default 1)"}},
 		{"defaults", []string{"help", "flake-rate"}, []string{"--parallel int", "(default 4)", "--seed-env string", `(default "SEED")`}},
+		{"version", []string{"--version"}, []string{"sbx version dev"}},
 		{"an alias", []string{"help", "rm"}, []string{"sbx delete [flags] ID... | --all", "--all"}},
 		{"a subcommand", []string{"help", "snapshot", "ls"}, []string{"sbx snapshot ls [flags]"}},
 		{"a noun", []string{"help", "template"}, []string{"build", "import"}},

@@ -17,6 +17,9 @@ import (
 	"sbx.dev/sbx/client"
 )
 
+// version is set at build time.
+var version = "dev"
+
 func main() {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	sigs := make(chan os.Signal, 2)
