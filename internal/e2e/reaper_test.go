@@ -64,7 +64,8 @@ func TestReaperEndToEnd(t *testing.T) {
 	if ttl.TTL != "1h0m0s" || ttl.ReapReason == "" {
 		t.Errorf("after ttl 1h: %+v", ttl)
 	}
-	if r := d.sbx(t, "ttl", busy, "soon"); r.code != 1 || !strings.Contains(r.stderr, "ttl") {
+	// a usage error: sbx reads the duration before it asks sbxd
+	if r := d.sbx(t, "ttl", busy, "soon"); r.code != 2 || !strings.Contains(r.stderr, "ttl") {
 		t.Errorf("ttl soon: exit %d %q", r.code, r.stderr)
 	}
 }

@@ -68,7 +68,7 @@ func TestBadInput(t *testing.T) {
 		{"unknown id", []string{"info", "sb_aaaaaaaaaa"}, 1, "sandbox sb_aaaaaaaaaa not found"},
 		{"unknown name", []string{"exec", "no-such-box", "--", "true"}, 1, "sandbox no-such-box not found"},
 		{"unknown delete", []string{"delete", "--yes", "nope"}, 1, "not found"},
-		{"bad ttl", []string{"new", "--template", "tiny", "--ttl", "soon"}, 1, "ttl"},
+		{"bad ttl", []string{"new", "--template", "tiny", "--ttl", "soon"}, 2, "--ttl"}, // a usage error: sbx reads durations
 		{"bad memory", []string{"new", "--template", "tiny", "--memory", "lots"}, 1, "memory"},
 		{"bad name", []string{"new", "--template", "tiny", "--name", "no spaces"}, 1, "name"},
 		{"unknown template", []string{"new", "--template", "nope"}, 1, "template nope not found"},
