@@ -127,6 +127,7 @@ func TestUsageErrors(t *testing.T) {
 		{"fs typo", []string{"fs", "sta", "sb_1", "/"}, `did you mean "stat"?`},
 		{"completion of an unknown shell", []string{"completion", "tcsh"}, "tcsh"},
 		{"shell with --json", []string{"--json", "shell", "sb_1"}, "prints no JSON"},
+		{"exec -t with --json", []string{"--json", "exec", "-it", "sb_1", "sh"}, "prints no JSON"},
 		{"logs bad tail", []string{"logs", "sb_1", "--tail", "-3"}, "--tail -3"},
 		{"fork count 0", []string{"fork", "sb_1", "--count", "0"}, "--count 0"},
 		{"flake-rate no runs", []string{"flake-rate", "sb_1", "--", "./t"}, "-n 0: want at least 1 run"},

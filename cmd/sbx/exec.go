@@ -83,6 +83,8 @@ func newExecCmd(e *env) *cobra.Command {
 			return usagef("-i: an exec has no stdin; for an interactive terminal use -it (or sbx shell ID), to copy a file in use sbx scp")
 		case o.tty && (o.detach || o.onCrash):
 			return usagef("-t runs a terminal; it does not go with --detach or --on-crash")
+		case o.tty && e.json:
+			return usagef("-t runs a terminal, which prints no JSON; leave out -t for JSON lines of the output")
 		case o.tty && o.timeout.set:
 			return usagef("-t runs a terminal, which has no --timeout; end it from inside")
 		case o.onCrash && o.detach:
