@@ -3,19 +3,21 @@
 SHELL := /bin/bash
 GO ?= $(shell command -v go || echo /usr/local/go/bin/go)
 BIN := $(CURDIR)/bin
-DEBS := busybox-static mmdebstrap iproute2 iptables tmux gcc
+DEBS := busybox-static mmdebstrap iproute2 iptables tmux gcc jq
 export CGO_ENABLED := 0
 
-.PHONY: all build deps demo test unit integration bench soak vet fmt clean
+.PHONY: all build deps install demo test unit integration bench soak vet fmt clean
 
 all: build
 
-## deps: install the Debian packages sbx needs (once; skipped when present)
+## deps: install the Debian packages sbx needs (once; skipped when present),
+## waiting up to APT_LOCK_WAIT seconds for another apt to let go of its lock
+APT_LOCK_WAIT ?= 300
 deps:
 	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "==> installing Debian packages:$$missing"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		APT_LOCK_WAIT=$(APT_LOCK_WAIT) ./scripts/apt-install.sh $$missing >/dev/null; \
 	else echo "==> Debian packages present: $(DEBS)"; fi
 
 ## build: sbx, sbxd, sbx-agent and runsc (from the go.mod pin) into bin/
@@ -24,6 +26,14 @@ build: $(BIN)/runsc
 	@$(GO) build -o $(BIN)/sbx ./cmd/sbx
 	@$(GO) build -o $(BIN)/sbxd ./cmd/sbxd
 	@$(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/sbx-agent ./cmd/sbx-agent
+
+## install: sbx, sbxd, sbx-agent and runsc into $(PREFIX)/bin (on PATH), so
+## that `sbxd &` and `sbx ...` work from anywhere
+PREFIX ?= /usr/local
+install: build
+	@echo "==> installing sbx, sbxd, sbx-agent and runsc into $(DESTDIR)$(PREFIX)/bin"
+	@install -d $(DESTDIR)$(PREFIX)/bin
+	@install -m 0755 $(BIN)/sbx $(BIN)/sbxd $(BIN)/sbx-agent $(BIN)/runsc $(DESTDIR)$(PREFIX)/bin/
 
 $(BIN)/runsc: go.mod go.sum
 	@echo "==> building runsc from the go.mod pin (gvisor.dev/gvisor/runsc; about a minute the first time)"

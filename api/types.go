@@ -300,11 +300,21 @@ type TemplateDefaults struct {
 // Progress is one server-sent event of a long operation (a template build or
 // import). The last event has Done set, or Error.
 type Progress struct {
-	Event    string    `json:"event"`
-	Message  string    `json:"message,omitempty"`
-	Done     bool      `json:"done,omitempty"`
-	Error    string    `json:"error,omitempty"`
+	Event   string `json:"event"`
+	Message string `json:"message,omitempty"`
+	Done    bool   `json:"done,omitempty"`
+	Error   string `json:"error,omitempty"`
+	// Code is the error's kind (as in ErrorDetail), for "error".
+	Code     string    `json:"code,omitempty"`
 	Template *Template `json:"template,omitempty"`
+}
+
+// StreamErrorBody is what every stream's "error" event holds (the events
+// of exec, fork and progress streams have these two fields among theirs):
+// what went wrong, and its kind as in ErrorDetail.
+type StreamErrorBody struct {
+	Error string `json:"error"`
+	Code  string `json:"code,omitempty"`
 }
 
 // Health is the body of GET /v1/health.

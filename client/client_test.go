@@ -356,7 +356,11 @@ func TestBuildTemplate(t *testing.T) {
 			} else if err != nil || tpl.Name != "base" {
 				t.Fatalf("got %+v, %v", tpl, err)
 			}
-			if diff := cmp.Diff(tc.events, got); diff != "" {
+			wantEvents := tc.events
+			if n := len(wantEvents); n > 0 && wantEvents[n-1].Event == "error" {
+				wantEvents = wantEvents[:n-1] // the stream's error, not an event
+			}
+			if diff := cmp.Diff(wantEvents, got); diff != "" {
 				t.Errorf("progress (-want +got):\n%s", diff)
 			}
 		})
@@ -390,4 +394,67 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 		p = p[:c.n]
 	}
 	return c.r.Read(p)
+}
+
+// TestEveryStreamErrorKind: every stream ends an error the same way, and the
+// error keeps its kind, whichever call reads it.
+func TestEveryStreamErrorKind(t *testing.T) {
+	kinds := []struct {
+		code string
+		kind error
+	}{
+		{"not_found", api.ErrNotFound}, {"conflict", api.ErrConflict}, {"invalid", api.ErrInvalid},
+		{"unavailable", api.ErrUnavailable}, {"internal", api.ErrInternal},
+	}
+	// each stream's own "error" event, as the server writes it
+	type stream struct {
+		name  string
+		event func(msg, code string) any
+		call  func(c *Client) error
+		path  string
+	}
+	ctx := context.Background()
+	streams := []stream{
+		{"exec", func(m, c string) any { return api.ExecEvent{Event: "error", Error: m, Code: c} },
+			func(c *Client) error {
+				_, err := c.Exec(ctx, "sb_1", api.ExecRequest{Cmd: []string{"x"}}, nil, nil)
+				return err
+			}, "/v1/sandboxes/sb_1/exec"},
+		{"exec output", func(m, c string) any { return api.ExecEvent{Event: "error", Error: m, Code: c} },
+			func(c *Client) error { _, err := c.ExecOutput(ctx, "sb_1", "ex_1", true, nil, nil); return err }, "/v1/sandboxes/sb_1/execs/ex_1/output"},
+		{"fork", func(m, c string) any { return api.ForkEvent{Event: "error", Error: m, Code: c} },
+			func(c *Client) error {
+				return c.ForkEvents(ctx, "sb_1", api.ForkRequest{}, func(api.ForkEvent) error { return nil })
+			}, "/v1/sandboxes/sb_1/fork"},
+		{"logs", func(m, c string) any { return api.StreamErrorBody{Error: m, Code: c} },
+			func(c *Client) error { return c.Logs(ctx, "sb_1", func(api.LogEvent) error { return nil }) }, "/v1/sandboxes/sb_1/logs"},
+		{"events", func(m, c string) any { return api.StreamErrorBody{Error: m, Code: c} },
+			func(c *Client) error { return c.Events(ctx, "sb_1", true, func(api.Event) error { return nil }) }, "/v1/sandboxes/sb_1/events"},
+		{"template build", func(m, c string) any { return api.Progress{Event: "error", Error: m, Code: c} },
+			func(c *Client) error { _, err := c.BuildTemplate(ctx, "base", false, nil); return err }, "/v1/templates/base/build"},
+	}
+	for _, s := range streams {
+		for _, k := range kinds {
+			t.Run(s.name+"/"+k.code, func(t *testing.T) {
+				c := newTest(t, func(w http.ResponseWriter, r *http.Request) {
+					if r.URL.Path != s.path {
+						t.Errorf("got %s, want %s", r.URL.Path, s.path)
+					}
+					sse(w, "error", s.event("it went wrong", k.code))
+				})
+				err := s.call(c)
+				if !errors.Is(err, k.kind) {
+					t.Errorf("got %v, want an error of kind %v", err, k.kind)
+				}
+				if err == nil || !strings.Contains(err.Error(), "it went wrong") {
+					t.Errorf("got %v, want the server's message", err)
+				}
+				for _, other := range kinds {
+					if other.kind != k.kind && errors.Is(err, other.kind) {
+						t.Errorf("error %v is also of kind %v", err, other.kind)
+					}
+				}
+			})
+		}
+	}
 }

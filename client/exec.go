@@ -125,37 +125,24 @@ func writeOutput(stdout, stderr io.Writer) func(api.ExecEvent) error {
 // readExecStream hands each event to fn and returns the Exec of the "exit"
 // event, or nil if the stream ended without one. An "error" event is an error.
 func readExecStream(r io.Reader, fn func(api.ExecEvent) error) (*api.Exec, error) {
-	sr := newSSEReader(r)
-	for {
-		raw, err := sr.next()
-		if err == io.EOF {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		var ev api.ExecEvent
-		if len(raw.data) > 0 {
-			if err := json.Unmarshal(raw.data, &ev); err != nil {
-				return nil, fmt.Errorf("decode %q event: %w", raw.name, err)
-			}
-		}
-		if raw.name != "" {
-			ev.Event = raw.name // the SSE event name is authoritative
+	var x *api.Exec
+	_, err := readStream(r, func(name string, ev api.ExecEvent) (bool, error) {
+		if name != "" {
+			ev.Event = name // the SSE event name is authoritative
 		}
 		if err := fn(ev); err != nil {
-			return nil, err
+			return false, err
 		}
-		switch ev.Event {
-		case "exit":
-			if ev.Exec == nil {
-				return nil, errors.New("exit event without the exec")
-			}
-			return ev.Exec, nil
-		case "error":
-			return nil, api.StreamError(ev.Code, ev.Error)
+		if ev.Event != "exit" {
+			return false, nil
 		}
-	}
+		if ev.Exec == nil {
+			return false, errors.New("exit event without the exec")
+		}
+		x = ev.Exec
+		return true, nil
+	})
+	return x, err
 }
 
 // jsonRequest is a request whose body is v as JSON, answered by a stream.

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -36,34 +35,19 @@ func (c *Client) ForkEvents(ctx context.Context, id string, req api.ForkRequest,
 
 // readForkStream hands each event to fn until "done" (nil) or "error".
 func readForkStream(r io.Reader, fn func(api.ForkEvent) error) error {
-	sr := newSSEReader(r)
-	for {
-		raw, err := sr.next()
-		if err == io.EOF {
-			return errNoDone
-		}
-		if err != nil {
-			return err
-		}
-		var ev api.ForkEvent
-		if len(raw.data) > 0 {
-			if err := json.Unmarshal(raw.data, &ev); err != nil {
-				return fmt.Errorf("decode %q event: %w", raw.name, err)
-			}
-		}
-		if raw.name != "" {
-			ev.Event = raw.name // the SSE event name is authoritative
+	ended, err := readStream(r, func(name string, ev api.ForkEvent) (bool, error) {
+		if name != "" {
+			ev.Event = name // the SSE event name is authoritative
 		}
 		if err := fn(ev); err != nil {
-			return err
+			return false, err
 		}
-		switch ev.Event {
-		case "done":
-			return nil
-		case "error":
-			return api.StreamError(ev.Code, ev.Error)
-		}
+		return ev.Event == "done", nil
+	})
+	if ended {
+		return errNoDone
 	}
+	return err
 }
 
 // Fork forks the sandbox as req says and waits for every child to be ready;

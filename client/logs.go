@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -63,30 +62,16 @@ func (c *Client) Logs(ctx context.Context, id string, fn func(api.LogEvent) erro
 
 // readLogs hands each "log" event to fn until "eof" or the stream's end.
 func readLogs(r io.Reader, fn func(api.LogEvent) error) error {
-	sr := newSSEReader(r)
-	for {
-		raw, err := sr.next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		switch raw.name {
+	_, err := readStream(r, func(name string, ev api.LogEvent) (bool, error) {
+		switch name {
 		case "log", "":
-			var ev api.LogEvent
-			if err := json.Unmarshal(raw.data, &ev); err != nil {
-				return fmt.Errorf("decode %q event: %w", raw.name, err)
-			}
-			if err := fn(ev); err != nil {
-				return err
-			}
+			return false, fn(ev)
 		case "eof":
-			return nil
-		case "error":
-			return streamError(raw.data)
+			return true, nil
 		}
-	}
+		return false, nil
+	})
+	return err
 }
 
 // Metrics returns the sandbox's resource use now. Asking is not activity.

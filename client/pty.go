@@ -52,6 +52,16 @@ func WithPTYEnv(kv ...string) PTYOption {
 	return func(q url.Values) { q["env"] = append(q["env"], kv...) }
 }
 
+// WithPTYUser runs the command as user, a name or uid[:gid] inside the
+// sandbox; "" is the template's default user.
+func WithPTYUser(user string) PTYOption {
+	return func(q url.Values) {
+		if user != "" {
+			q.Set("user", user)
+		}
+	}
+}
+
 // WithPTYCwd sets the command's working directory.
 func WithPTYCwd(dir string) PTYOption {
 	return func(q url.Values) { q.Set("cwd", dir) }

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -167,37 +166,11 @@ func (c *Client) Events(ctx context.Context, id string, follow bool, fn func(api
 
 // readEvents hands each "event" event of an event stream to fn until the stream ends.
 func readEvents(r io.Reader, fn func(api.Event) error) error {
-	sr := newSSEReader(r)
-	for {
-		raw, err := sr.next()
-		if err == io.EOF {
-			return nil
+	_, err := readStream(r, func(name string, ev api.Event) (bool, error) {
+		if name == "event" || name == "" {
+			return false, fn(ev)
 		}
-		if err != nil {
-			return err
-		}
-		switch raw.name {
-		case "event", "":
-			var ev api.Event
-			if err := json.Unmarshal(raw.data, &ev); err != nil {
-				return fmt.Errorf("decode %q event: %w", raw.name, err)
-			}
-			if err := fn(ev); err != nil {
-				return err
-			}
-		case "error":
-			return streamError(raw.data)
-		}
-	}
-}
-
-// streamError is the error an "error" event's data ({"error": "...",
-// "code": "..."}) says, of the api kind its code names.
-func streamError(data []byte) error {
-	var body struct {
-		Error string `json:"error"`
-		Code  string `json:"code"`
-	}
-	_ = json.Unmarshal(data, &body) // a body that is not JSON leaves the message empty
-	return api.StreamError(body.Code, body.Error)
+		return false, nil
+	})
+	return err
 }

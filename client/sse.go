@@ -3,7 +3,11 @@ package client
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"io"
+
+	"sbx.dev/sbx/api"
 )
 
 // maxSSELine bounds one line of a stream; output events carry up to ~100 KB
@@ -58,4 +62,47 @@ func (r *sseReader) next() (sseEvent, error) {
 		return sseEvent{}, err
 	}
 	return sseEvent{}, io.EOF
+}
+
+// readStream reads the server-sent events of one stream from r, each
+// decoded into a T, and hands them to handle with their event name (the SSE
+// name, which a T's own "event" field may repeat) until handle reports
+// done. Every stream of sbxd ends an error the same way: an "error" event
+// whose data is an api.StreamErrorBody; readStream returns it as an error of
+// the kind its code names, so errors.Is(err, api.ErrNotFound) works on a
+// stream as on any call. It returns ended true when the stream ended
+// without handle being done (an eof, or the connection closed), and any
+// error from handle as it is.
+func readStream[T any](r io.Reader, handle func(name string, ev T) (done bool, err error)) (ended bool, err error) {
+	sr := newSSEReader(r)
+	for {
+		raw, err := sr.next()
+		if err == io.EOF {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if raw.name == "error" {
+			return false, streamError(raw.data)
+		}
+		var ev T
+		if len(raw.data) > 0 {
+			if err := json.Unmarshal(raw.data, &ev); err != nil {
+				return false, fmt.Errorf("decode %q event: %w", raw.name, err)
+			}
+		}
+		done, err := handle(raw.name, ev)
+		if err != nil || done {
+			return false, err
+		}
+	}
+}
+
+// streamError is the error an "error" event's data says, of the api kind
+// its code names (of no kind without one).
+func streamError(data []byte) error {
+	var body api.StreamErrorBody
+	_ = json.Unmarshal(data, &body) // a body that is not JSON leaves the message empty
+	return api.StreamError(body.Code, body.Error)
 }

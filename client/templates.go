@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -69,37 +68,28 @@ func (c *Client) RemoveTemplate(ctx context.Context, name string) error {
 
 // readProgress follows a progress stream to its last event.
 func readProgress(r io.Reader, name string, progress func(api.Progress)) (*api.Template, error) {
-	sr := newSSEReader(r)
-	for {
-		raw, err := sr.next()
-		if err == io.EOF {
-			return nil, errors.New("stream ended before the last progress event")
-		}
-		if err != nil {
-			return nil, err
-		}
-		var p api.Progress
-		if len(raw.data) > 0 {
-			if err := json.Unmarshal(raw.data, &p); err != nil {
-				return nil, fmt.Errorf("decode %q event: %w", raw.name, err)
-			}
-		}
+	var t *api.Template
+	ended, err := readStream(r, func(ev string, p api.Progress) (bool, error) {
 		if p.Event == "" {
-			p.Event = raw.name
+			p.Event = ev
 		}
 		if progress != nil {
 			progress(p)
 		}
 		switch {
 		case p.Error != "":
-			return nil, errors.New(p.Error)
-		case raw.name == "error":
-			return nil, errors.New("the server reported an error without a message")
+			return false, api.StreamError(p.Code, p.Error)
 		case p.Done:
-			if p.Template == nil {
-				return &api.Template{Name: name}, nil
+			t = p.Template
+			if t == nil {
+				t = &api.Template{Name: name}
 			}
-			return p.Template, nil
+			return true, nil
 		}
+		return false, nil
+	})
+	if ended {
+		return nil, errors.New("stream ended before the last progress event")
 	}
+	return t, err
 }

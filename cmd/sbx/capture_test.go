@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -230,12 +229,15 @@ func TestRunCapture(t *testing.T) {
 		{"snapshots", []string{"snapshots"}, 0, "s1    sb_1", ""},
 		{"snapshots json", []string{"snapshots", "--json"}, 0, `"name": "s2"`, ""},
 		{"snapshots stray arg", []string{"snapshots", "sb_1"}, 2, "", "snapshots takes no arguments"},
-		{"snapshot ls memory", []string{"snapshot", "ls", "--memory"}, 2, "", "--memory is for taking"},
+		{"snapshot ls memory", []string{"snapshot", "ls", "--memory"}, 2, "", "unknown flag: --memory"},
+		{"snapshots memory", []string{"snapshots", "--memory"}, 2, "", "--memory is for taking"},
 		{"snapshot info", []string{"snapshot", "info", "s1"}, 0, "name: s1\nsandbox: sb_1\ntemplate: tiny\nmemory: yes\npaused: 80ms\nsize: 2.0 KiB\n", ""},
 		{"snapshot info missing", []string{"snapshot", "info", "nope"}, 1, "", "snapshot nope not found"},
 		{"snapshot rm", []string{"snapshot", "rm", "s1", "s2"}, 0, "s1\ns2\n", ""},
 		{"snapshot rm some fail", []string{"snapshot", "rm", "s1", "nope", "s2"}, 1, "s1\ns2\n", "sbx: snapshot nope not found\n"},
-		{"snapshot rm json", []string{"snapshot", "rm", "s1", "--json"}, 0, `"name": "s1"`, ""},
+		{"snapshot rm json", []string{"snapshot", "rm", "s1", "--json"}, 0, "{\n  \"removed\": [\n    \"s1\"\n  ]\n}\n", ""},
+		{"snapshot info json", []string{"snapshot", "info", "s1", "--json"}, 0, "{\n  \"snapshot\": {\n    \"name\": \"s1\"", ""},
+		{"snapshot ls json", []string{"snapshot", "ls", "--json"}, 0, "{\n  \"snapshots\": [", ""},
 		{"new from", []string{"new", "--from", "s1"}, 0, "sb_new\n", ""},
 		{"new from missing", []string{"new", "--from", "nosuch"}, 1, "", "snapshot nosuch not found"},
 		{"stop", []string{"stop", "sb_1"}, 0, "stopping sb_1\n", ""},
@@ -263,6 +265,10 @@ func TestRunCapture(t *testing.T) {
 		{"fork bad count", []string{"fork", "sb_1", "--count", "many"}, 2, "", "usage: sbx fork"},
 		{"fork no id", []string{"fork"}, 2, "", "usage: sbx fork"},
 		{"fork missing", []string{"fork", "sb_x"}, 1, "", "sandbox sb_x not found"},
+		{"fork count 0", []string{"fork", "sb_1", "--count", "0"}, 2, "", "--count 0: want 1 to 16"},
+		{"fork count negative", []string{"fork", "sb_1", "--count", "-1"}, 2, "", "--count -1"},
+		{"fork name with a count", []string{"fork", "sb_1", "--count", "3", "--name", "x"}, 2, "", "--name names one child"},
+		{"new template and from", []string{"new", "--template", "tiny", "--from", "s1"}, 2, "", "give --template or --from, not both"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -287,9 +293,10 @@ func TestForkRequest(t *testing.T) {
 		args []string
 		want api.ForkRequest
 	}{
-		{"defaults", []string{"fork", "sb_1"}, api.ForkRequest{}},
+		{"defaults", []string{"fork", "sb_1"}, api.ForkRequest{Count: 1}},
 		{"all flags", []string{"fork", "--memory", "sb_1", "--name", "kid", "--count", "1", "--ttl", "5m", "--wait"},
-			api.ForkRequest{Name: "kid", Memory: true, Count: 1, TTL: "5m"}},
+			api.ForkRequest{Name: "kid", Memory: true, Count: 1, TTL: "5m0s"}},
+		{"ttl in seconds", []string{"fork", "sb_1", "--ttl", "3600"}, api.ForkRequest{Count: 1, TTL: "1h0m0s"}},
 		// passed through as it is: the server names the limit
 		{"over the limit", []string{"fork", "sb_1", "--count", "40"}, api.ForkRequest{Count: 40}},
 	}
@@ -315,7 +322,7 @@ func TestNewFrom(t *testing.T) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if diff := cmp.Diff(api.CreateRequest{From: "s1", Name: "n", TTL: "1h"}, f.createReq); diff != "" {
+	if diff := cmp.Diff(api.CreateRequest{From: "s1", Name: "n", TTL: "1h0m0s"}, f.createReq); diff != "" {
 		t.Errorf("create request (-want +got):\n%s", diff)
 	}
 }
@@ -403,46 +410,40 @@ func TestForkJSONWait(t *testing.T) {
 }
 
 func TestSnapshotArgs(t *testing.T) {
+	f := newCaptureFake(t)
 	tests := []struct {
-		name     string
-		verb     string
-		pos      []string
-		wantSub  string
-		wantRest []string
-		wantErr  bool
+		name string
+		args []string
+		code int
+		want string // in stdout (exit 0) or stderr
 	}{
-		{"take", "snapshot", []string{"sb_1", "s1"}, "take", []string{"sb_1", "s1"}, false},
-		{"take by sandbox name", "snapshot", []string{"web", "s1"}, "take", []string{"web", "s1"}, false},
-		{"ls", "snapshot", []string{"ls"}, "ls", nil, false},
-		{"list", "snapshot", []string{"list"}, "ls", nil, false},
-		{"info", "snapshot", []string{"info", "s1"}, "info", []string{"s1"}, false},
-		{"rm many", "snapshot", []string{"rm", "a", "b"}, "rm", []string{"a", "b"}, false},
-		{"snapshots is ls", "snapshots", nil, "ls", nil, false},
-		{"snapshots ls", "snapshots", []string{"ls"}, "ls", nil, false},
-		{"none", "snapshot", nil, "", nil, true},
-		{"take one arg", "snapshot", []string{"sb_1"}, "", nil, true},
-		{"take three args", "snapshot", []string{"sb_1", "a", "b"}, "", nil, true},
-		{"ls with arg", "snapshot", []string{"ls", "x"}, "", nil, true},
-		{"info without name", "snapshot", []string{"info"}, "", nil, true},
-		{"info two names", "snapshot", []string{"info", "a", "b"}, "", nil, true},
-		{"rm without name", "snapshot", []string{"rm"}, "", nil, true},
-		{"snapshots take", "snapshots", []string{"sb_1", "s1"}, "", nil, true},
+		{"take", []string{"snapshot", "sb_1", "s1"}, 0, "snapshot s1 of sb_1"},
+		{"ls", []string{"snapshot", "ls"}, 0, "s1    sb_1"},
+		{"list", []string{"snapshot", "list"}, 0, "s1    sb_1"},
+		{"info", []string{"snapshot", "info", "s1"}, 0, "name: s1"},
+		{"rm many", []string{"snapshot", "rm", "s1", "s2"}, 0, "s1\ns2\n"},
+		{"snapshots is ls", []string{"snapshots"}, 0, "s1    sb_1"},
+		{"snapshots ls", []string{"snapshots", "ls"}, 0, "s1    sb_1"},
+		{"none", []string{"snapshot"}, 2, "snapshot takes ID NAME, or ls, info NAME, rm NAME..."},
+		{"take one arg", []string{"snapshot", "sb_1"}, 2, "a sandbox id and a snapshot name"},
+		{"take three args", []string{"snapshot", "sb_1", "a", "b"}, 2, "a sandbox id and a snapshot name"},
+		{"ls with arg", []string{"snapshot", "ls", "x"}, 2, "ls takes no arguments"},
+		{"info without name", []string{"snapshot", "info"}, 2, "info takes one snapshot name"},
+		{"info two names", []string{"snapshot", "info", "a", "b"}, 2, "info takes one snapshot name"},
+		{"rm without name", []string{"snapshot", "rm"}, 2, "at least one snapshot name"},
+		{"snapshots take", []string{"snapshots", "sb_1", "s1"}, 2, "snapshots takes no arguments"},
+		{"typo of a subcommand", []string{"snapshot", "lst"}, 2, `did you mean "ls"?`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			sub, rest, err := snapshotArgs(tc.verb, tc.pos)
-			if tc.wantErr {
-				var ue *usageError
-				if !errors.As(err, &ue) {
-					t.Fatalf("got %q %q %v, want a usage error", sub, rest, err)
-				}
-				return
+			var stdout, stderr bytes.Buffer
+			code := run(append([]string{"--host", f.host}, tc.args...), strings.NewReader(""), &stdout, &stderr)
+			out := stdout.String()
+			if tc.code != 0 {
+				out = stderr.String()
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if sub != tc.wantSub || !cmp.Equal(tc.wantRest, rest) {
-				t.Errorf("got %q %q, want %q %q", sub, rest, tc.wantSub, tc.wantRest)
+			if code != tc.code || !strings.Contains(out, tc.want) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want exit %d with %q", code, stdout.String(), stderr.String(), tc.code, tc.want)
 			}
 		})
 	}

@@ -7,38 +7,34 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"sbx.dev/sbx/api"
 )
 
-var eventsCommand = &command{
-	name:    "events",
-	usage:   "events ID [--follow]",
-	summary: "print a sandbox's lifecycle events",
-	run:     runEvents,
-}
-
-func runEvents(e *env, args []string) error {
-	fs := e.flags("events")
-	follow := fs.Bool("follow", false, "keep printing live events")
-	fs.BoolVar(follow, "f", false, "short for --follow")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
+func newEventsCmd(e *env) *cobra.Command {
+	var follow bool
+	cmd := &cobra.Command{
+		Use:               "events [flags] ID",
+		Short:             "print a sandbox's lifecycle events",
+		Args:              exactArgs(1, "one sandbox id"),
+		ValidArgsFunction: completeSandboxes(e),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			return c.Events(e.ctx, args[0], follow, func(ev api.Event) error {
+				if e.json {
+					return e.printJSONLine(ev)
+				}
+				_, err := fmt.Fprintln(e.stdout, eventLine(ev))
+				return err
+			})
+		},
 	}
-	if len(pos) != 1 {
-		return usagef("events takes one sandbox id")
-	}
-	c, err := e.client()
-	if err != nil {
-		return err
-	}
-	return c.Events(e.ctx, pos[0], *follow, func(ev api.Event) error {
-		if e.json {
-			return e.printJSONLine(ev)
-		}
-		_, err := fmt.Fprintln(e.stdout, eventLine(ev))
-		return err
-	})
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing live events (Ctrl-C ends it)")
+	return cmd
 }
 
 // eventLine writes an event for people: "TIME TYPE key=value ...", the

@@ -3,87 +3,151 @@ package main
 import (
 	"fmt"
 	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
 	"sbx.dev/sbx/internal/flaky"
 )
 
-var execCommand = &command{
-	name: "exec",
-	usage: "exec ID [--timeout D] [--env K=V]... [--cwd DIR] [--detach] [--on-crash [--crash-dir DIR]] -- CMD [ARGS...]\n" +
-		"\n" +
-		"--on-crash runs CMD under gdb inside the sandbox (the template needs gdb and\n" +
-		"python3, as base has). When CMD dies of SIGSEGV, SIGABRT, SIGBUS, SIGFPE or\n" +
-		"SIGILL, sbx prints the backtrace of every thread on stderr and saves\n" +
-		"./sbx-crash-EXECID/ (or --crash-dir DIR) with backtrace.txt and crash.tar:\n" +
-		"backtrace.txt, a core written by gdb (gVisor writes no kernel cores),\n" +
-		"the binary and the shared libraries it had loaded under files/ (build-ids\n" +
-		"in buildids.txt, checked against the copies), sharedlibs.txt,\n" +
-		"mappings.txt and maps. The exit code is CMD's, or 128+signal (139 for\n" +
-		"SIGSEGV); without a crash no bundle is made. Only the top process is\n" +
-		"traced: crashes of its children are not captured.",
-	summary: "run a command in a sandbox; exits with its exit code",
-	run:     runExec,
+// defaultExecTimeout bounds a foreground exec given no --timeout: a
+// forgotten `sbx exec ID sleep infinity` in a script must not hang it.
+const defaultExecTimeout = 30 * time.Second
+
+// execOptions are the flags of exec (and, in part, of shell).
+type execOptions struct {
+	envs                        []string
+	cwd, user, crashDir         string
+	detach, onCrash, tty, stdin bool
+	timeout                     *durationFlag
 }
 
-func runExec(e *env, args []string) error {
-	fs := e.flags("exec")
-	timeout := fs.String("timeout", "", "kill the command after this long, e.g. 5s")
-	var envs listFlag
-	fs.Var(&envs, "env", "environment variable K=V (repeatable)")
-	cwd := fs.String("cwd", "", "working directory")
-	detach := fs.Bool("detach", false, "start the command and print EXEC_ID PID")
-	onCrash := fs.Bool("on-crash", false, "run under gdb; on a fatal signal print the backtrace and save a crash bundle")
-	crashDir := fs.String("crash-dir", "", "with --on-crash: the folder for the bundle (default ./sbx-crash-EXECID)")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
+func newExecCmd(e *env) *cobra.Command {
+	var o execOptions
+	cmd := &cobra.Command{
+		Use:        "exec [flags] ID [--] CMD [ARGS...]",
+		SuggestFor: []string{"run"},
+		Short:      "run a command in a sandbox; exits with its exit code",
+		Long: "exec runs CMD in the sandbox and exits with its exit code. Everything after the\n" +
+			"sandbox id that is not one of exec's flags starts the command, which owns the rest:\n" +
+			"`sbx exec ID ls -la` runs `ls -la`, and `sbx exec ID ls --timeout 5s` gives --timeout\n" +
+			"to ls. exec's own flags go before the id or right after it; `--` is accepted, not\n" +
+			"needed. A single argument with shell syntax runs under /bin/sh -c.\n\n" +
+			"In the foreground a command gets " + defaultExecTimeout.String() + " unless --timeout says otherwise\n" +
+			"(--timeout 0: no limit); --detach has none.\n\n" +
+			"--on-crash runs CMD under gdb inside the sandbox (the template needs gdb and\n" +
+			"python3, as base has). When CMD dies of SIGSEGV, SIGABRT, SIGBUS, SIGFPE or\n" +
+			"SIGILL, sbx prints the backtrace of every thread on stderr and saves\n" +
+			"./sbx-crash-EXECID/ (or --crash-dir DIR) with backtrace.txt and crash.tar:\n" +
+			"backtrace.txt, a core written by gdb (gVisor writes no kernel cores),\n" +
+			"the binary and the shared libraries it had loaded under files/ (build-ids\n" +
+			"in buildids.txt, checked against the copies), sharedlibs.txt,\n" +
+			"mappings.txt and maps. The exit code is CMD's, or 128+signal (139 for\n" +
+			"SIGSEGV); without a crash no bundle is made. Only the top process is\n" +
+			"traced: crashes of its children are not captured.",
+		Example: "  sbx exec web ls -la /srv\n" +
+			"  sbx exec web -- python3 -c 'print(6*7)'\n" +
+			"  sbx exec web 'cd /srv && ls | wc -l'          # one string runs under /bin/sh -c\n" +
+			"  sbx exec --timeout 10m -e SEED=7 -w /srv web ./flaky-test\n" +
+			"  sbx exec -it web bash                         # a terminal, as sbx shell\n" +
+			"  sbx exec -d web ./server                      # prints EXEC_ID PID at once",
+		Args:              cobra.ArbitraryArgs,
+		ValidArgsFunction: completeSandboxes(e),
 	}
-	if len(pos) < 2 {
-		return usagef("exec takes a sandbox id and a command")
-	}
-	for _, kv := range envs {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-			return usagef("--env %q: want K=V", kv)
-		}
-	}
-	if *onCrash && *detach {
-		return usagef("--on-crash and --detach do not go together: the crash is caught while sbx waits")
-	}
-	if *crashDir != "" && !*onCrash {
-		return usagef("--crash-dir goes with --on-crash")
-	}
-	id := pos[0]
-	req := api.ExecRequest{Cmd: shellWrap(pos[1:]), Env: envs, Cwd: *cwd, Timeout: *timeout}
-	c, err := e.client()
-	if err != nil {
-		return err
-	}
-	if *detach {
-		x, err := c.ExecDetached(e.ctx, id, req)
+	cmd.Flags().SetInterspersed(false)
+	fs := cmd.Flags()
+	o.timeout = durationVar(fs, "timeout", "kill the command after this long, e.g. 5m or 300 (seconds); 0: no limit (default "+defaultExecTimeout.String()+" in the foreground, none with --detach)")
+	fs.StringArrayVarP(&o.envs, "env", "e", nil, "environment variable K=V (repeatable)")
+	fs.StringVarP(&o.cwd, "cwd", "w", "", "working directory")
+	fs.StringVarP(&o.user, "user", "u", "", "run as this user: a name or uid[:gid] (default: the template's user)")
+	fs.BoolVarP(&o.detach, "detach", "d", false, "start the command and print EXEC_ID PID; it outlives sbx")
+	fs.BoolVarP(&o.tty, "tty", "t", false, "run the command in a terminal, as sbx shell does")
+	fs.BoolVarP(&o.stdin, "interactive", "i", false, "with -t: keep the terminal's input (an exec without -t has no stdin)")
+	fs.BoolVar(&o.onCrash, "on-crash", false, "run under gdb; on a fatal signal print the backtrace and save a crash bundle")
+	fs.StringVar(&o.crashDir, "crash-dir", "", "with --on-crash: the folder for the bundle (default ./sbx-crash-EXECID)")
+	cmd.RunE = remote(func(cmd *cobra.Command, args []string) error {
+		pos, command, err := remoteArgs(cmd, args, 1)
 		if err != nil {
 			return err
 		}
-		if e.json {
-			return e.printJSON(x)
+		if len(pos) == 0 || len(command) == 0 {
+			return usagef("exec takes a sandbox id and a command")
 		}
-		_, err = fmt.Fprintf(e.stdout, "%s %d\n", x.ID, x.Pid)
-		return err
-	}
-	if *onCrash {
-		return runExecOnCrash(e, c, id, req, *crashDir)
-	}
-	var x *api.Exec
-	if e.json {
-		x, err = c.ExecEvents(e.ctx, id, req, func(ev api.ExecEvent) error { return e.printJSONLine(ev) })
-	} else {
-		x, err = c.Exec(e.ctx, id, req, e.stdout, e.stderr)
-	}
-	if err != nil {
-		return err
-	}
-	return exitStatus(x)
+		if err := checkEnv(o.envs); err != nil {
+			return err
+		}
+		switch {
+		case o.stdin && !o.tty:
+			return usagef("-i: an exec has no stdin; for an interactive terminal use -it (or sbx shell ID), to copy a file in use sbx scp")
+		case o.tty && (o.detach || o.onCrash):
+			return usagef("-t runs a terminal; it does not go with --detach or --on-crash")
+		case o.tty && e.json:
+			return usagef("-t runs a terminal, which prints no JSON; leave out -t for JSON lines of the output")
+		case o.tty && o.timeout.set:
+			return usagef("-t runs a terminal, which has no --timeout; end it from inside")
+		case o.onCrash && o.detach:
+			return usagef("--on-crash and --detach do not go together: the crash is caught while sbx waits")
+		case o.crashDir != "" && !o.onCrash:
+			return usagef("--crash-dir goes with --on-crash")
+		}
+		id := pos[0]
+		if o.tty {
+			return runTerminal(e, id, shellWrap(command), o.envs, o.cwd, o.user)
+		}
+		req := api.ExecRequest{Cmd: shellWrap(command), Env: o.envs, Cwd: o.cwd, User: o.user, Timeout: o.timeout.wire()}
+		defaulted := !o.timeout.set && !o.detach
+		if defaulted {
+			req.Timeout = defaultExecTimeout.String()
+		}
+		c, err := e.client()
+		if err != nil {
+			return err
+		}
+		if o.detach {
+			x, err := c.ExecDetached(e.ctx, id, req)
+			if err != nil {
+				return err
+			}
+			if e.json {
+				return e.printJSON(x)
+			}
+			_, err = fmt.Fprintf(e.stdout, "%s %d\n", x.ID, x.Pid)
+			return err
+		}
+		if o.onCrash {
+			return runExecOnCrash(e, c, id, req, o.crashDir)
+		}
+		var started *api.Exec
+		x, err := c.ExecEvents(e.ctx, id, req, func(ev api.ExecEvent) error {
+			if ev.Event == "started" {
+				started = ev.Exec
+			}
+			if e.json {
+				return e.printJSONLine(ev)
+			}
+			var err error
+			switch ev.Event {
+			case "stdout":
+				_, err = e.stdout.Write(ev.Data)
+			case "stderr":
+				_, err = e.stderr.Write(ev.Data)
+			}
+			return err
+		})
+		if err != nil {
+			if e.interrupted() && started != nil && !e.json {
+				fmt.Fprintf(e.stderr, "\nsbx: %s goes on in the sandbox: `sbx attach %s %s` follows it\n", started.ID, id, started.ID)
+			}
+			return err
+		}
+		if defaulted && x.TimedOut && !e.json {
+			fmt.Fprintf(e.stderr, "sbx: %s is the timeout of a foreground exec unless --timeout says otherwise: run with --timeout 0 for no limit, or --timeout 10m\n", defaultExecTimeout)
+		}
+		return exitStatus(x)
+	})
+	return cmd
 }
 
 // runExecOnCrash is exec --on-crash: see flaky.ExecOnCrash.

@@ -4,15 +4,10 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/spf13/cobra"
+
 	"sbx.dev/sbx/api"
 )
-
-var forkCommand = &command{
-	name:    "fork",
-	usage:   "fork ID [--name N] [--memory] [--count N] [--ttl D] [--wait]",
-	summary: "make new sandboxes from a sandbox, now; print their ids",
-	run:     runFork,
-}
 
 // errForked ends a fork's stream once its ids are printed (without --wait);
 // the fork goes on on the server.
@@ -26,53 +21,67 @@ type forkLine struct {
 	Sandbox *api.Sandbox `json:"sandbox,omitempty"`
 }
 
-func runFork(e *env, args []string) error {
-	fs := e.flags("fork")
-	name := fs.String("name", "", "name of the child (with --count 1)")
-	memory := fs.Bool("memory", false, "carry on the parent's processes and memory, not only its disk")
-	count := fs.Int("count", 0, fmt.Sprintf("how many children, 1 to %d", api.MaxForks))
-	ttl := fs.String("ttl", "", "idle ttl of the children, e.g. 30m")
-	wait := fs.Bool("wait", false, "wait until every child is ready")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
+func newForkCmd(e *env) *cobra.Command {
+	var (
+		name         string
+		memory, wait bool
+		count        int
+	)
+	cmd := &cobra.Command{
+		Use:   "fork [flags] ID",
+		Short: "make new sandboxes from a sandbox, now; print their ids",
+		Long: "fork makes new sandboxes from a sandbox as it is now: on a copy of its disk, booting\n" +
+			"fresh, or with --memory carrying on its processes and memory. It prints each new id at\n" +
+			"once (with --json, a sandbox.forking line per child); --wait waits until each is ready.",
+		Example:           "  sbx fork web --wait\n  sbx fork web --memory --count 16",
+		Args:              exactArgs(1, "one sandbox id"),
+		ValidArgsFunction: completeSandboxes(e),
 	}
-	if len(pos) != 1 {
-		return usagef("fork takes one sandbox id")
-	}
-	if *count < 0 {
-		return usagef("--count %d: want 1 to %d", *count, api.MaxForks)
-	}
-	c, err := e.client()
-	if err != nil {
-		return err
-	}
-	// --count above the limit goes to the server as it is: it names the limit,
-	// and a fork is never silently split or cut short
-	req := api.ForkRequest{Name: *name, Memory: *memory, Count: *count, TTL: *ttl}
-	err = c.ForkEvents(e.ctx, pos[0], req, func(ev api.ForkEvent) error {
-		switch ev.Event {
-		case "sandbox.forking":
-			for _, id := range ev.IDs {
-				if err := e.forkPrint(forkLine{Event: ev.Event, ID: id}); err != nil {
-					return err
-				}
-			}
-			if !*wait {
-				return errForked
-			}
-		case "sandbox.ready":
-			if ev.Sandbox == nil {
-				return nil
-			}
-			return e.forkPrint(forkLine{Event: ev.Event, ID: ev.Sandbox.ID, Sandbox: ev.Sandbox})
+	fs := cmd.Flags()
+	fs.StringVar(&name, "name", "", "name of the child (with --count 1)")
+	fs.BoolVar(&memory, "memory", false, "carry on the parent's processes and memory, not only its disk")
+	fs.IntVar(&count, "count", 1, fmt.Sprintf("how many children, 1 to %d", api.MaxForks))
+	ttl := durationVar(fs, "ttl", "idle ttl of the children, e.g. 30m (default: the parent's)")
+	fs.BoolVar(&wait, "wait", false, "wait until every child is ready")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		// above the limit goes to the server as it is: it names the limit
+		// and client.ForkTree, and a fork is never silently split or cut
+		if count < 1 {
+			return usagef("--count %d: want 1 to %d children", count, api.MaxForks)
 		}
-		return nil
-	})
-	if errors.Is(err, errForked) {
-		return nil
+		if name != "" && count > 1 {
+			return usagef("--name names one child; with --count %d the children get ids only", count)
+		}
+		c, err := e.client()
+		if err != nil {
+			return err
+		}
+		req := api.ForkRequest{Name: name, Memory: memory, Count: count, TTL: ttl.wire()}
+		err = c.ForkEvents(e.ctx, args[0], req, func(ev api.ForkEvent) error {
+			switch ev.Event {
+			case "sandbox.forking":
+				for _, id := range ev.IDs {
+					if err := e.forkPrint(forkLine{Event: ev.Event, ID: id}); err != nil {
+						return err
+					}
+				}
+				if !wait {
+					return errForked
+				}
+			case "sandbox.ready":
+				if ev.Sandbox == nil {
+					return nil
+				}
+				return e.forkPrint(forkLine{Event: ev.Event, ID: ev.Sandbox.ID, Sandbox: ev.Sandbox})
+			}
+			return nil
+		})
+		if errors.Is(err, errForked) {
+			return nil
+		}
+		return err
 	}
-	return err
+	return cmd
 }
 
 // forkPrint prints one child's event: a JSON line, or for people the new id

@@ -4,60 +4,81 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"sbx.dev/sbx/api"
 )
 
-var fsCommand = &command{
-	name:    "fs",
-	usage:   "fs stat ID PATH | fs ls ID PATH",
-	summary: "describe files in a sandbox",
-	run:     runFs,
+// filesJSON is what `sbx --json fs ls` prints.
+type filesJSON struct {
+	Files []api.FileInfo `json:"files"`
 }
 
-func runFs(e *env, args []string) error {
-	pos, err := parseFlags(e.flags("fs"), args)
-	if err != nil {
-		return err
+func newFsCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "fs COMMAND",
+		Short: "describe files in a sandbox",
+		Long: "fs describes files in a sandbox without changing anything. PATH is absolute, or\n" +
+			"starts at a home directory (~/x, ~name/x).",
+		Args: subcommandArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return subcommandArgs(cmd, args) },
 	}
-	if len(pos) != 3 || (pos[0] != "stat" && pos[0] != "ls") {
-		return usagef("fs takes stat or ls, a sandbox id and a path")
-	}
-	c, err := e.client()
-	if err != nil {
-		return err
-	}
-	id, p := pos[1], pos[2]
-	if pos[0] == "stat" {
-		fi, err := c.Stat(e.ctx, id, p)
-		if err != nil {
-			return err
-		}
-		if e.json {
-			return e.printJSON(fi)
-		}
-		fmt.Fprintf(e.stdout, "name: %s\n", fi.Name)
-		if fi.Path != "" {
-			fmt.Fprintf(e.stdout, "path: %s\n", fi.Path)
-		}
-		fmt.Fprintf(e.stdout, "size: %d\nmode: %s\ndir: %t\nmodified: %s\n", fi.Size, fi.Mode, fi.IsDir, fi.ModTime.Local().Format(time.RFC3339))
-		if fi.Link != "" {
-			fmt.Fprintf(e.stdout, "link: %s\n", fi.Link)
-		}
-		return nil
-	}
-	fis, err := c.ReadDir(e.ctx, id, p)
-	if err != nil {
-		return err
-	}
-	if e.json {
-		return e.printJSON(fis)
-	}
-	tw := e.table()
-	fmt.Fprintln(tw, "MODE\tSIZE\tMODTIME\tNAME")
-	for _, fi := range fis {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", fi.Mode, fi.Size, fi.ModTime.Local().Format("2006-01-02 15:04"), displayName(fi))
-	}
-	return tw.Flush()
+	cmd.AddCommand(&cobra.Command{
+		Use:               "stat [flags] ID PATH",
+		Short:             "describe one file (a link itself, not what it points to)",
+		Args:              exactArgs(2, "a sandbox id and a path"),
+		ValidArgsFunction: completeSandboxes(e),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			fi, err := c.Stat(e.ctx, args[0], args[1])
+			if err != nil {
+				return err
+			}
+			if e.json {
+				return e.printJSON(fi)
+			}
+			fmt.Fprintf(e.stdout, "name: %s\n", fi.Name)
+			if fi.Path != "" {
+				fmt.Fprintf(e.stdout, "path: %s\n", fi.Path)
+			}
+			fmt.Fprintf(e.stdout, "size: %d\nmode: %s\ndir: %t\nmodified: %s\n", fi.Size, fi.Mode, fi.IsDir, fi.ModTime.Local().Format(time.RFC3339))
+			if fi.Link != "" {
+				fmt.Fprintf(e.stdout, "link: %s\n", fi.Link)
+			}
+			return nil
+		},
+	}, &cobra.Command{
+		Use:               "ls [flags] ID PATH",
+		Short:             "list a directory",
+		Args:              exactArgs(2, "a sandbox id and a path"),
+		ValidArgsFunction: completeSandboxes(e),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			fis, err := c.ReadDir(e.ctx, args[0], args[1])
+			if err != nil {
+				return err
+			}
+			if e.json {
+				if fis == nil {
+					fis = []api.FileInfo{}
+				}
+				return e.printJSON(filesJSON{fis})
+			}
+			tw := e.table()
+			fmt.Fprintln(tw, "MODE\tSIZE\tMODTIME\tNAME")
+			for _, fi := range fis {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", fi.Mode, fi.Size, fi.ModTime.Local().Format("2006-01-02 15:04"), displayName(fi))
+			}
+			return tw.Flush()
+		},
+	})
+	return cmd
 }
 
 // displayName is a file's name, with its target when it is a link.

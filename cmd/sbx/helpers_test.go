@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"errors"
-	"flag"
 	"io"
 	"os"
 	"path/filepath"
@@ -15,61 +14,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 )
-
-func TestParseFlags(t *testing.T) {
-	tests := []struct {
-		name     string
-		args     []string
-		wantPos  []string
-		wantTO   string
-		wantEnv  []string
-		wantJSON bool
-		wantErr  bool
-	}{
-		{"flags first", []string{"--timeout", "5s", "sb_1", "ls"}, []string{"sb_1", "ls"}, "5s", nil, false, false},
-		{"flags after id", []string{"sb_1", "--timeout", "5s", "--", "ls", "-l"}, []string{"sb_1", "ls", "-l"}, "5s", nil, false, false},
-		{"after -- is positional", []string{"sb_1", "--", "echo", "--timeout", "x"}, []string{"sb_1", "echo", "--timeout", "x"}, "", nil, false, false},
-		{"repeatable", []string{"--env", "A=1", "sb_1", "--env=B=2", "--", "env"}, []string{"sb_1", "env"}, "", []string{"A=1", "B=2"}, false, false},
-		{"global anywhere", []string{"sb_1", "--json", "x"}, []string{"sb_1", "x"}, "", nil, true, false},
-		{"equals form", []string{"-timeout=1m", "a"}, []string{"a"}, "1m", nil, false, false},
-		{"unknown flag", []string{"sb_1", "--nope"}, nil, "", nil, false, true},
-		{"missing value", []string{"sb_1", "--timeout"}, nil, "", nil, false, true},
-		{"empty", nil, nil, "", nil, false, false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			e := &env{}
-			fs := e.flags("test")
-			to := fs.String("timeout", "", "")
-			var envs listFlag
-			fs.Var(&envs, "env", "")
-			pos, err := parseFlags(fs, tc.args)
-			if tc.wantErr {
-				var ue *usageError
-				if !errors.As(err, &ue) {
-					t.Fatalf("got %v, want a usage error", err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tc.wantPos, pos); diff != "" {
-				t.Errorf("positional (-want +got):\n%s", diff)
-			}
-			if *to != tc.wantTO || e.json != tc.wantJSON || !cmp.Equal([]string(envs), tc.wantEnv) {
-				t.Errorf("got timeout %q json %v env %q, want %q %v %q", *to, e.json, envs, tc.wantTO, tc.wantJSON, tc.wantEnv)
-			}
-		})
-	}
-}
-
-func TestParseFlagsHelp(t *testing.T) {
-	e := &env{}
-	if _, err := parseFlags(e.flags("x"), []string{"a", "-h"}); !errors.Is(err, flag.ErrHelp) {
-		t.Errorf("got %v, want flag.ErrHelp", err)
-	}
-}
 
 func TestClassifyScp(t *testing.T) {
 	tests := []struct {

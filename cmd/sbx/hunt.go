@@ -3,113 +3,129 @@ package main
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"flag"
 	"fmt"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"sbx.dev/sbx/internal/flaky"
 )
 
-var huntCommand = &command{
-	name: "hunt",
-	usage: "hunt [--template T | --from SNAPSHOT] [--setup CMD] [--runs N] [--seed-env VAR] [--collect PATH]... [--on-crash] [--timeout D] [--name N] [--out DIR] -- TEST_CMD [ARGS...]\n" +
-		"       sbx hunt --attach NAME [--out DIR]",
-	summary: "loop a test inside a sandbox until it fails, then keep the evidence: files, a fork, a snapshot, the live processes",
-	run:     runHunt,
-}
-
-func runHunt(e *env, args []string) error {
-	fs := e.flags("hunt")
-	template := fs.String("template", "", "the template the sandbox boots from")
-	from := fs.String("from", "", "make the sandbox from this snapshot instead (the current directory is not copied)")
-	setup := fs.String("setup", "", "a shell command run once in /work before the loop")
-	runs := fs.Int("runs", flaky.DefaultHuntRuns, "the most runs before giving up")
-	seedEnv := fs.String("seed-env", flaky.DefaultSeedEnv, "the environment variable each run's seed is passed in")
-	var collect listFlag
-	fs.Var(&collect, "collect", "a path inside the sandbox (relative to /work, or absolute) to keep on a failure, under collected/ by its absolute path; repeatable")
-	name := fs.String("name", "", "the name of the sandbox and snapshot (default hunt-RANDOM)")
-	out := fs.String("out", "", "the local folder for the evidence (default ./sbx-hunt-NAME)")
-	attach := fs.String("attach", "", "pick up the hunt in the sandbox NAME")
-	timeout := fs.Duration("timeout", 0, "a run that lasts longer fails (exit 124) and is captured while it hangs, its processes alive, e.g. 2m")
-	onCrash := fs.Bool("on-crash", false, "run each run under gdb; a run that dies of a fatal signal leaves a crash bundle (backtrace, core, binary, libraries) in the artifacts")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
+func newHuntCmd(e *env) *cobra.Command {
+	var (
+		template, from, setup, seedEnv, name, out, attach, user string
+		runs                                                    int
+		collect                                                 []string
+		onCrash                                                 bool
+	)
+	cmd := &cobra.Command{
+		Use:   "hunt [flags] [--] TEST_CMD [ARGS...]\n  sbx hunt --attach NAME [--out DIR]",
+		Short: "loop a test inside a sandbox until it fails, then keep the evidence: files, a fork, a snapshot, the live processes",
+		Long: "hunt copies the current directory into a new sandbox (/work), runs --setup once, and\n" +
+			"loops the test inside the sandbox, each run with a fresh seed in $SEED, until a run\n" +
+			"fails. Then it keeps the evidence: the failing run's output and processes, a disk\n" +
+			"fork, the artifacts in ./sbx-hunt-NAME, a snapshot, and a stop that keeps memory.\n" +
+			"The test command owns everything from its first word on.",
+		Example: "  sbx hunt --template base --setup ./setup.sh --runs 200 --name login -- ./test.sh\n" +
+			"  sbx hunt --attach login",
+		Args: cobra.ArbitraryArgs,
 	}
-	if *seedEnv == "" || strings.ContainsAny(*seedEnv, "= '\"$") {
-		return usagef("--seed-env %q: want a variable name", *seedEnv)
-	}
-	c, err := e.client()
-	if err != nil {
-		return err
-	}
-	p := e.newStatusLine()
-	event := func(ev flaky.HuntEvent) {
+	cmd.Flags().SetInterspersed(false)
+	fs := cmd.Flags()
+	fs.StringVar(&template, "template", "", "the template the sandbox boots from")
+	fs.StringVar(&from, "from", "", "make the sandbox from this snapshot instead (the current directory is not copied)")
+	fs.StringVar(&setup, "setup", "", "a shell command run once in /work before the loop")
+	fs.IntVar(&runs, "runs", flaky.DefaultHuntRuns, "the most runs before giving up")
+	fs.StringVar(&seedEnv, "seed-env", flaky.DefaultSeedEnv, "the environment variable each run's seed is passed in")
+	fs.StringArrayVar(&collect, "collect", nil, "a path inside the sandbox (relative to /work, or absolute) to keep on a failure, under collected/ by its absolute path; repeatable")
+	fs.StringVar(&name, "name", "", "the name of the sandbox and snapshot (default hunt-RANDOM)")
+	fs.StringVar(&out, "out", "", "the local folder for the evidence (default ./sbx-hunt-NAME)")
+	fs.StringVar(&attach, "attach", "", "pick up the hunt in the sandbox NAME")
+	fs.StringVarP(&user, "user", "u", "", "run the setup and the test as this user: a name or uid[:gid] (default: the template's user)")
+	timeout := durationVar(fs, "timeout", "a run that lasts longer fails (exit 124) and is captured while it hangs, its processes alive, e.g. 2m or 120 (seconds)")
+	fs.BoolVar(&onCrash, "on-crash", false, "run each run under gdb; a run that dies of a fatal signal leaves a crash bundle (backtrace, core, binary, libraries) in the artifacts")
+	cmd.RunE = remote(func(cmd *cobra.Command, args []string) error {
+		_, command, err := remoteArgs(cmd, args, 0)
+		if err != nil {
+			return err
+		}
+		if seedEnv == "" || strings.ContainsAny(seedEnv, "= '\"$") {
+			return usagef("--seed-env %q: want a variable name", seedEnv)
+		}
+		if attach != "" {
+			if len(command) > 0 || template != "" || from != "" || setup != "" || onCrash || timeout.set || user != "" {
+				return usagef("hunt --attach takes only a name (and --out)")
+			}
+		} else {
+			if len(command) == 0 {
+				return usagef("hunt takes a test command (after its flags, or after --)")
+			}
+			if template != "" && from != "" {
+				return usagef("give --template or --from, not both")
+			}
+			if runs < 1 {
+				return usagef("--runs %d: want at least 1", runs)
+			}
+		}
+		c, err := e.client()
+		if err != nil {
+			return err
+		}
+		p := e.newStatusLine()
+		event := func(ev flaky.HuntEvent) {
+			if e.json {
+				e.printJSONLine(ev)
+				return
+			}
+			switch ev.Event {
+			case "run":
+				p.printf("run %d passed (seed %s)", ev.Run, ev.Seed)
+			case "failed":
+				p.clear()
+				fmt.Fprintf(e.stderr, "run %d FAILED (seed %s, exit %d); capturing\n", ev.Run, ev.Seed, *ev.ExitCode)
+			}
+		}
+		var s *flaky.HuntSummary
+		if attach != "" {
+			a := flaky.AttachOptions{Name: attach, OutDir: out, Event: event}
+			if cmd.Flags().Changed("seed-env") {
+				a.SeedEnv = seedEnv // else the one the hunt noted
+			}
+			s, err = flaky.Attach(e.ctx, c, a)
+		} else {
+			if name == "" {
+				b := make([]byte, 3)
+				rand.Read(b)
+				name = "hunt-" + hex.EncodeToString(b)
+			}
+			o := flaky.HuntOptions{
+				Name: name, Template: template, From: from, Setup: setup, Runs: runs, User: user,
+				Cmd: shellWrap(command), SeedEnv: seedEnv, Collect: collect, OutDir: out, Event: event,
+				OnCrash: onCrash, Timeout: timeout.d,
+			}
+			if from == "" {
+				wd, err := os.Getwd()
+				if err != nil {
+					return err
+				}
+				src := tarDir(wd)
+				defer src.Close()
+				o.Source = src
+			}
+			s, err = flaky.Hunt(e.ctx, c, o)
+		}
+		p.clear()
+		if err != nil {
+			return err
+		}
 		if e.json {
-			e.printJSONLine(ev)
-			return
+			return e.printJSONLine(flaky.HuntEvent{Event: "summary", Sandbox: s.Sandbox, Summary: s})
 		}
-		switch ev.Event {
-		case "run":
-			p.printf("run %d passed (seed %s)", ev.Run, ev.Seed)
-		case "failed":
-			p.clear()
-			fmt.Fprintf(e.stderr, "run %d FAILED (seed %s, exit %d); capturing\n", ev.Run, ev.Seed, *ev.ExitCode)
-		}
-	}
-	var s *flaky.HuntSummary
-	if *attach != "" {
-		if len(pos) > 0 || *template != "" || *from != "" || *setup != "" || *onCrash || *timeout != 0 {
-			return usagef("hunt --attach takes only a name (and --out)")
-		}
-		a := flaky.AttachOptions{Name: *attach, OutDir: *out, Event: event}
-		fs.Visit(func(f *flag.Flag) {
-			if f.Name == "seed-env" {
-				a.SeedEnv = *seedEnv // else the one the hunt noted
-			}
-		})
-		s, err = flaky.Attach(e.ctx, c, a)
-	} else {
-		if len(pos) == 0 {
-			return usagef("hunt takes a test command after --")
-		}
-		if *template != "" && *from != "" {
-			return usagef("give --template or --from, not both")
-		}
-		if *runs < 1 {
-			return usagef("--runs %d: want at least 1", *runs)
-		}
-		if *name == "" {
-			b := make([]byte, 3)
-			rand.Read(b)
-			*name = "hunt-" + hex.EncodeToString(b)
-		}
-		o := flaky.HuntOptions{
-			Name: *name, Template: *template, From: *from, Setup: *setup, Runs: *runs,
-			Cmd: shellWrap(pos), SeedEnv: *seedEnv, Collect: collect, OutDir: *out, Event: event,
-			OnCrash: *onCrash, Timeout: *timeout,
-		}
-		if *from == "" {
-			wd, err := os.Getwd()
-			if err != nil {
-				return err
-			}
-			src := tarDir(wd)
-			defer src.Close()
-			o.Source = src
-		}
-		s, err = flaky.Hunt(e.ctx, c, o)
-	}
-	p.clear()
-	if err != nil {
-		return err
-	}
-	if e.json {
-		return e.printJSONLine(flaky.HuntEvent{Event: "summary", Sandbox: s.Sandbox, Summary: s})
-	}
-	return printHunt(e, s)
+		return printHunt(e, s)
+	})
+	return cmd
 }
 
 func printHunt(e *env, s *flaky.HuntSummary) error {

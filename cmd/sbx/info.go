@@ -5,39 +5,42 @@ import (
 	"sort"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"sbx.dev/sbx/api"
 )
 
-var infoCommand = &command{
-	name:    "info",
-	usage:   "info ID",
-	summary: "describe a sandbox",
-	run:     runInfo,
+// infoJSON is what `sbx --json info` prints: {"sandbox": {...}}, as the
+// scripts of sbx's users read it (jq .sandbox.state).
+type infoJSON struct {
+	Sandbox *api.Sandbox `json:"sandbox"`
 }
 
-func runInfo(e *env, args []string) error {
-	pos, err := parseFlags(e.flags("info"), args)
-	if err != nil {
-		return err
+func newInfoCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:               "info [flags] ID",
+		SuggestFor:        []string{"inspect", "status"},
+		Short:             "describe a sandbox",
+		Args:              exactArgs(1, "one sandbox id"),
+		ValidArgsFunction: completeSandboxes(e),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			sb, err := c.Get(e.ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if e.json {
+				return e.printJSON(infoJSON{sb})
+			}
+			for _, kv := range infoLines(sb) {
+				fmt.Fprintf(e.stdout, "%s: %s\n", kv[0], kv[1])
+			}
+			return nil
+		},
 	}
-	if len(pos) != 1 {
-		return usagef("info takes one sandbox id")
-	}
-	c, err := e.client()
-	if err != nil {
-		return err
-	}
-	sb, err := c.Get(e.ctx, pos[0])
-	if err != nil {
-		return err
-	}
-	if e.json {
-		return e.printJSON(sb)
-	}
-	for _, kv := range infoLines(sb) {
-		fmt.Fprintf(e.stdout, "%s: %s\n", kv[0], kv[1])
-	}
-	return nil
 }
 
 // infoLines lists a sandbox's fields for people, leaving out empty ones.

@@ -3,40 +3,54 @@ package main
 import (
 	"fmt"
 	"time"
+
+	"github.com/spf13/cobra"
+
+	"sbx.dev/sbx/api"
 )
 
-var listCommand = &command{
-	name:    "list",
-	aliases: []string{"ls"},
-	usage:   "list",
-	summary: "list sandboxes",
-	run:     runList,
+// listJSON is what `sbx --json list` prints.
+type listJSON struct {
+	Sandboxes []api.Sandbox `json:"sandboxes"`
 }
 
-func runList(e *env, args []string) error {
-	pos, err := parseFlags(e.flags("list"), args)
-	if err != nil {
-		return err
+func newListCmd(e *env) *cobra.Command {
+	var quiet bool
+	cmd := &cobra.Command{
+		Use:     "list [flags]",
+		Aliases: []string{"ls"},
+		Short:   "list sandboxes",
+		Args:    exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			sbs, err := c.List(e.ctx)
+			if err != nil {
+				return err
+			}
+			if e.json {
+				if sbs == nil {
+					sbs = []api.Sandbox{}
+				}
+				return e.printJSON(listJSON{sbs})
+			}
+			if quiet {
+				for _, sb := range sbs {
+					fmt.Fprintln(e.stdout, sb.ID)
+				}
+				return nil
+			}
+			now := time.Now()
+			tw := e.table()
+			fmt.Fprintln(tw, "ID\tNAME\tTEMPLATE\tSTATE\tAGE")
+			for _, sb := range sbs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sb.ID, orDash(sb.Name), orDash(sb.Template), sb.State, age(now, sb.CreatedAt))
+			}
+			return tw.Flush()
+		},
 	}
-	if len(pos) > 0 {
-		return usagef("list takes no arguments")
-	}
-	c, err := e.client()
-	if err != nil {
-		return err
-	}
-	sbs, err := c.List(e.ctx)
-	if err != nil {
-		return err
-	}
-	if e.json {
-		return e.printJSON(sbs)
-	}
-	now := time.Now()
-	tw := e.table()
-	fmt.Fprintln(tw, "ID\tNAME\tTEMPLATE\tSTATE\tAGE")
-	for _, sb := range sbs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sb.ID, orDash(sb.Name), orDash(sb.Template), sb.State, age(now, sb.CreatedAt))
-	}
-	return tw.Flush()
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the ids")
+	return cmd
 }

@@ -3,66 +3,71 @@ package main
 import (
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
 )
 
-var logsCommand = &command{
-	name:    "logs",
-	usage:   "logs ID [--stream console|events|runtime|exec/EXEC_ID] [--exec EXEC_ID] [--follow] [--tail N]",
-	summary: "print one of a sandbox's logs (default: its console)",
-	run:     runLogs,
-}
-
-func runLogs(e *env, args []string) error {
-	fs := e.flags("logs")
-	execID := fs.String("exec", "", "the exec whose output to print (short for --stream exec/EXEC_ID)")
-	stream := fs.String("stream", "", "the log stream: console (default), events, runtime or exec/EXEC_ID")
-	follow := fs.Bool("follow", false, "keep printing what comes (for an exec: until it ends)")
-	fs.BoolVar(follow, "f", false, "short for --follow")
-	tail := fs.Int("tail", 0, "start at the last N lines (0: all of it)")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
+func newLogsCmd(e *env) *cobra.Command {
+	var (
+		execID, stream string
+		follow         bool
+		tail           int
+	)
+	cmd := &cobra.Command{
+		Use:   "logs [flags] ID",
+		Short: "print one of a sandbox's logs (default: its console)",
+		Long: "logs prints one of a sandbox's log streams, a line at a time: console (its first\n" +
+			"process and what is written to /dev/console inside), events (its lifecycle),\n" +
+			"runtime (what runsc said about it) or exec/EXEC_ID (one command's output).",
+		Example:           "  sbx logs web -f\n  sbx logs web --exec ex_abc --follow\n  sbx logs web --stream runtime --tail 20",
+		Args:              exactArgs(1, "one sandbox id"),
+		ValidArgsFunction: completeSandboxes(e),
 	}
-	if len(pos) != 1 {
-		return usagef("logs takes one sandbox id")
-	}
-	if *tail < 0 {
-		return usagef("--tail %d: give a count of lines", *tail)
-	}
-	name, err := logsStream(*execID, *stream)
-	if err != nil {
-		return err
-	}
-	c, err := e.client()
-	if err != nil {
-		return err
-	}
-	if id, ok := strings.CutPrefix(name, "exec/"); ok && *tail == 0 {
-		// All of an exec's output, as before: its stdout and stderr apart.
-		if e.json {
-			_, err = c.ExecOutputEvents(e.ctx, pos[0], id, *follow, func(ev api.ExecEvent) error { return e.printJSONLine(ev) })
-		} else {
-			_, err = c.ExecOutput(e.ctx, pos[0], id, *follow, e.stdout, e.stderr)
+	fs := cmd.Flags()
+	fs.StringVar(&execID, "exec", "", "the exec whose output to print (short for --stream exec/EXEC_ID)")
+	fs.StringVar(&stream, "stream", "", "the log stream: console (default), events, runtime or exec/EXEC_ID")
+	fs.BoolVarP(&follow, "follow", "f", false, "keep printing what comes (for an exec: until it ends; Ctrl-C ends it)")
+	fs.IntVarP(&tail, "tail", "n", 0, "start at the last N lines (0: all of it)")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if tail < 0 {
+			return usagef("--tail %d: give a count of lines", tail)
 		}
-		return err
-	}
-	opts := []client.LogsOption{client.WithStream(name), client.WithTail(*tail)}
-	if *follow {
-		opts = append(opts, client.WithFollow())
-	}
-	return c.Logs(e.ctx, pos[0], func(ev api.LogEvent) error {
-		if e.json {
-			return e.printJSONLine(ev)
+		name, err := logsStream(execID, stream)
+		if err != nil {
+			return err
 		}
-		w := e.stdout
-		if strings.HasSuffix(ev.Stream, "/stderr") {
-			w = e.stderr
+		c, err := e.client()
+		if err != nil {
+			return err
 		}
-		_, err := w.Write(ev.Data)
-		return err
-	}, opts...)
+		if id, ok := strings.CutPrefix(name, "exec/"); ok && tail == 0 {
+			// All of an exec's output, as before: its stdout and stderr apart.
+			if e.json {
+				_, err = c.ExecOutputEvents(e.ctx, args[0], id, follow, func(ev api.ExecEvent) error { return e.printJSONLine(ev) })
+			} else {
+				_, err = c.ExecOutput(e.ctx, args[0], id, follow, e.stdout, e.stderr)
+			}
+			return err
+		}
+		opts := []client.LogsOption{client.WithStream(name), client.WithTail(tail)}
+		if follow {
+			opts = append(opts, client.WithFollow())
+		}
+		return c.Logs(e.ctx, args[0], func(ev api.LogEvent) error {
+			if e.json {
+				return e.printJSONLine(ev)
+			}
+			w := e.stdout
+			if strings.HasSuffix(ev.Stream, "/stderr") {
+				w = e.stderr
+			}
+			_, err := w.Write(ev.Data)
+			return err
+		}, opts...)
+	}
+	return cmd
 }
 
 // logsStream picks the stream from --stream, or --exec ID as exec/ID.

@@ -5,56 +5,40 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
+
+	"github.com/spf13/cobra"
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
 )
 
+// version is set at build time.
+var version = "dev"
+
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := runContext(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		sig := <-sigs
+		// the command ends its work (a hunt deletes what it made) and
+		// then sbx exits quietly with 128+signal
+		cancel(&signalError{sig.(syscall.Signal)})
+		sig = <-sigs
+		os.Exit(128 + int(sig.(syscall.Signal))) // a second one: leave now
+	}()
+	os.Exit(runContext(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
-// command is one verb of sbx.
-type command struct {
-	name    string
-	aliases []string
-	usage   string // "new [--template T] ...", without "sbx "
-	summary string
-	run     func(e *env, args []string) error
-}
+// signalError is the cause of sbx's context when a signal ended it.
+type signalError struct{ sig syscall.Signal }
 
-// commands lists the verbs in the order usage shows them.
-var commands = []*command{
-	newCommand, listCommand, infoCommand, deleteCommand,
-	snapshotCommand, forkCommand, stopCommand, resumeCommand, eventsCommand, ttlCommand, persistCommand,
-	execCommand, shellCommand, attachCommand, psCommand, logsCommand, metricsCommand, portsCommand, previewCommand,
-	scpCommand, fsCommand, templateCommand,
-	huntCommand, flakeRateCommand, replayCommand,
-}
-
-func lookup(name string) *command {
-	for _, c := range commands {
-		if c.name == name {
-			return c
-		}
-		for _, a := range c.aliases {
-			if a == name {
-				return c
-			}
-		}
-	}
-	return nil
-}
+func (e *signalError) Error() string { return "interrupted by " + e.sig.String() }
 
 // env is what a verb runs with: the global flags and the standard streams.
 type env struct {
@@ -64,9 +48,12 @@ type env struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
-	cmd    *command
-	verb   string // the command's name as typed (an alias, maybe)
-	c      *client.Client
+	root   *cobra.Command
+	cmd    *cobra.Command // the command running, once cobra found it
+	// started is set when a command's own code starts: an error before
+	// that is cobra's, about the command line.
+	started bool
+	c       *client.Client
 }
 
 // client returns the client of --host (else $SBX_HOST).
@@ -79,20 +66,6 @@ func (e *env) client() (*client.Client, error) {
 		e.c = c
 	}
 	return e.c, nil
-}
-
-// flags returns a flag set for the verb with the global flags on it too, so
-// they are accepted anywhere among the verb's flags.
-func (e *env) flags(name string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	addGlobalFlags(fs, e)
-	return fs
-}
-
-func addGlobalFlags(fs *flag.FlagSet, e *env) {
-	fs.StringVar(&e.host, "host", e.host, "sbxd address: unix:///path or tcp://host:port (default $SBX_HOST)")
-	fs.BoolVar(&e.json, "json", e.json, "print JSON")
 }
 
 // usageError is a mistake in the command line: exit 2 and show the usage.
@@ -114,37 +87,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 func runContext(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	e := &env{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr}
-	gfs := flag.NewFlagSet("sbx", flag.ContinueOnError)
-	gfs.SetOutput(io.Discard)
-	addGlobalFlags(gfs, e)
-	if err := gfs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			printUsage(stdout)
-			return 0
-		}
-		return e.fail(usagef("%s", err))
-	}
-	args = gfs.Args()
-	if len(args) == 0 {
-		fmt.Fprintln(stderr, "sbx: no command given")
-		printUsage(stderr)
-		return 2
-	}
-	if args[0] == "help" {
-		if len(args) > 1 {
-			if c := lookup(args[1]); c != nil {
-				fmt.Fprintf(stdout, "usage: sbx %s\n", c.usage)
-				return 0
-			}
-		}
-		printUsage(stdout)
-		return 0
-	}
-	e.cmd, e.verb = lookup(args[0]), args[0]
+	e.root = newRoot(e)
+	e.root.SetArgs(args)
+	cmd, err := e.root.ExecuteContextC(ctx)
 	if e.cmd == nil {
-		return e.fail(usagef("unknown command %q", args[0]))
+		e.cmd = cmd
 	}
-	return e.fail(e.cmd.run(e, args[1:]))
+	return e.fail(err)
 }
 
 // fail reports err the way its kind asks and returns the exit code.
@@ -152,30 +101,24 @@ func (e *env) fail(err error) int {
 	if err == nil {
 		return 0
 	}
-	if errors.Is(err, flag.ErrHelp) {
-		if e.cmd != nil {
-			fmt.Fprintf(e.stdout, "usage: sbx %s\n", e.cmd.usage)
-		} else {
-			printUsage(e.stdout)
-		}
-		return 0
+	var se *signalError
+	if errors.As(context.Cause(e.ctx), &se) {
+		// Ctrl-C on a follow, SIGTERM from a supervisor: what was asked
+		// for ended there, which is no failure to report
+		return 128 + int(se.sig)
 	}
 	var xe *exitError
 	if errors.As(err, &xe) {
 		return xe.code
 	}
 	var ue *usageError
-	isUsage := errors.As(err, &ue)
+	isUsage := errors.As(err, &ue) || !e.started
 	e.printError(err, isUsage)
 	if !isUsage {
 		return 1
 	}
 	if !e.json {
-		if e.cmd != nil {
-			fmt.Fprintf(e.stderr, "usage: sbx %s\n", e.cmd.usage)
-		} else {
-			printUsage(e.stderr)
-		}
+		e.printUsageHint(e.stderr)
 	}
 	return 2
 }
@@ -202,21 +145,8 @@ func (e *env) printError(err error, usage bool) {
 	fmt.Fprintf(e.stderr, "%s\n", b)
 }
 
-func printUsage(w io.Writer) {
-	var b strings.Builder
-	b.WriteString("usage: sbx [--host ADDR] [--json] COMMAND [ARGS]\n\ncommands:\n")
-	names := make([]string, len(commands))
-	width := 0
-	for i, c := range commands {
-		names[i] = c.name
-		if len(c.aliases) > 0 {
-			names[i] += " (" + strings.Join(c.aliases, ", ") + ")"
-		}
-		width = max(width, len(names[i]))
-	}
-	for i, c := range commands {
-		fmt.Fprintf(&b, "  %-*s  %s\n", width, names[i], c.summary)
-	}
-	b.WriteString("\nglobal flags, accepted anywhere:\n  --host ADDR  sbxd address, unix:///path or tcp://host:port (default $SBX_HOST, else " + client.DefaultHost + ")\n  --json       print JSON on stdout\n\nrun `sbx help COMMAND` for a command's usage\n")
-	io.WriteString(w, b.String())
+// interrupted reports whether a signal has ended sbx's context.
+func (e *env) interrupted() bool {
+	var se *signalError
+	return errors.As(context.Cause(e.ctx), &se)
 }

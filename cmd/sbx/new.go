@@ -4,53 +4,64 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"sbx.dev/sbx/client"
 )
 
-var newCommand = &command{
-	name:    "new",
-	usage:   "new [--template T | --from SNAPSHOT] [--name N] [--ttl D] [--meta k=v]... [--cpus N] [--memory SIZE]",
-	summary: "create a sandbox and print its id",
-	run:     runNew,
-}
-
-func runNew(e *env, args []string) error {
-	fs := e.flags("new")
-	template := fs.String("template", "", "template to boot from")
-	from := fs.String("from", "", "snapshot to make the sandbox from (its template, cpus and memory come with it)")
-	name := fs.String("name", "", "name of the sandbox")
-	ttl := fs.String("ttl", "", "idle ttl, e.g. 30m")
-	var meta listFlag
-	fs.Var(&meta, "meta", "metadata k=v (repeatable)")
-	cpus := fs.Float64("cpus", 0, "CPU limit")
-	memory := fs.String("memory", "", "memory limit, e.g. 512M")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
+func newNewCmd(e *env) *cobra.Command {
+	var (
+		template, from, name, memory string
+		meta                         []string
+		cpus                         float64
+	)
+	cmd := &cobra.Command{
+		Use:        "new [flags]",
+		SuggestFor: []string{"run", "create", "start"},
+		Short:      "create a sandbox and print its id",
+		Example: "  sbx new --template base --name web --ttl 30m --memory 1G --cpus 1 --meta team=core\n" +
+			"  sbx new --from before-upgrade      # from a snapshot (with memory: its processes carry on)",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("new takes no arguments, got %q (flags are --template, --from, --name, ...)", args)
+			}
+			return nil
+		},
 	}
-	if len(pos) > 0 {
-		return usagef("new takes no arguments, got %q", pos)
-	}
-	opts := []client.CreateOption{client.WithTemplate(*template), client.WithFrom(*from), client.WithName(*name),
-		client.WithTTLString(*ttl), client.WithCPUs(*cpus), client.WithMemoryString(*memory)}
-	for _, kv := range meta {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return usagef("--meta %q: want key=value", kv)
+	fs := cmd.Flags()
+	fs.StringVar(&template, "template", "", "the template to boot from (default: sbxd's --default-template)")
+	fs.StringVar(&from, "from", "", "the snapshot to make the sandbox from; its template, cpus and memory come with it")
+	fs.StringVar(&name, "name", "", "a name, usable wherever the id is")
+	ttl := durationVar(fs, "ttl", "idle ttl: delete the sandbox once it has been idle this long, e.g. 30m or 3600 (seconds)")
+	fs.StringArrayVar(&meta, "meta", nil, "metadata key=value (repeatable)")
+	fs.Float64Var(&cpus, "cpus", 0, "CPU limit, e.g. 0.5 (0: no limit)")
+	fs.StringVar(&memory, "memory", "", "memory limit, e.g. 512M or 2G (default: sbxd's)")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if template != "" && from != "" {
+			return usagef("give --template or --from, not both: a sandbox from a snapshot boots on the snapshot's template")
 		}
-		opts = append(opts, client.WithMeta(k, v))
-	}
-	c, err := e.client()
-	if err != nil {
+		opts := []client.CreateOption{client.WithTemplate(template), client.WithFrom(from), client.WithName(name),
+			client.WithTTLString(ttl.wire()), client.WithCPUs(cpus), client.WithMemoryString(memory)}
+		for _, kv := range meta {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return usagef("--meta %q: want key=value", kv)
+			}
+			opts = append(opts, client.WithMeta(k, v))
+		}
+		c, err := e.client()
+		if err != nil {
+			return err
+		}
+		sb, err := c.Create(e.ctx, opts...)
+		if err != nil {
+			return err
+		}
+		if e.json {
+			return e.printJSON(sb)
+		}
+		_, err = fmt.Fprintln(e.stdout, sb.ID)
 		return err
 	}
-	sb, err := c.Create(e.ctx, opts...)
-	if err != nil {
-		return err
-	}
-	if e.json {
-		return e.printJSON(sb)
-	}
-	_, err = fmt.Fprintln(e.stdout, sb.ID)
-	return err
+	return cmd
 }

@@ -2,42 +2,48 @@ package main
 
 import (
 	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"sbx.dev/sbx/api"
 )
 
-var portsCommand = &command{
-	name:    "ports",
-	usage:   "ports ID",
-	summary: "list the TCP ports listening inside a sandbox",
-	run:     runPorts,
+// portsJSON is what `sbx --json ports` prints.
+type portsJSON struct {
+	Ports []api.Port `json:"ports"`
 }
 
-func runPorts(e *env, args []string) error {
-	pos, err := parseFlags(e.flags("ports"), args)
-	if err != nil {
-		return err
+func newPortsCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:               "ports [flags] ID",
+		Short:             "list the TCP ports listening inside a sandbox",
+		Args:              exactArgs(1, "one sandbox id"),
+		ValidArgsFunction: completeSandboxes(e),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			ps, err := c.Ports(e.ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if e.json {
+				if ps == nil {
+					ps = []api.Port{}
+				}
+				return e.printJSON(portsJSON{ps})
+			}
+			tw := e.table()
+			fmt.Fprintln(tw, "PROTO\tADDRESS\tPORT\tPID\tCOMMAND")
+			for _, p := range ps {
+				pid := "-"
+				if p.Pid != 0 {
+					pid = fmt.Sprint(p.Pid)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", p.Proto, orDash(p.Address), p.Port, pid, orDash(p.Command))
+			}
+			return tw.Flush()
+		},
 	}
-	if len(pos) != 1 {
-		return usagef("ports takes one sandbox id")
-	}
-	c, err := e.client()
-	if err != nil {
-		return err
-	}
-	ps, err := c.Ports(e.ctx, pos[0])
-	if err != nil {
-		return err
-	}
-	if e.json {
-		return e.printJSON(ps)
-	}
-	tw := e.table()
-	fmt.Fprintln(tw, "PROTO\tADDRESS\tPORT\tPID\tCOMMAND")
-	for _, p := range ps {
-		pid := "-"
-		if p.Pid != 0 {
-			pid = fmt.Sprint(p.Pid)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", p.Proto, orDash(p.Address), p.Port, pid, orDash(p.Command))
-	}
-	return tw.Flush()
 }

@@ -5,45 +5,46 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"sbx.dev/sbx/client"
 )
 
-var previewCommand = &command{
-	name:    "preview",
-	usage:   "preview ID PORT [--private [--ttl 1h]]",
-	summary: "print the URL that reaches a port inside a sandbox",
-	run:     runPreview,
-}
-
-func runPreview(e *env, args []string) error {
-	fs := e.flags("preview")
-	private := fs.Bool("private", false, "require a signed, expiring token (carried by the URL)")
-	ttl := fs.Duration("ttl", 0, "how long a private URL's token is valid (default 1h)")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
+func newPreviewCmd(e *env) *cobra.Command {
+	var private bool
+	cmd := &cobra.Command{
+		Use:               "preview [flags] ID PORT",
+		Short:             "print the URL that reaches a port inside a sandbox",
+		Example:           "  sbx preview web 8080\n  sbx preview web 8080 --private --ttl 1h",
+		Args:              exactArgs(2, "a sandbox id and a port"),
+		ValidArgsFunction: completeSandboxes(e),
 	}
-	opts, err := previewOptions(pos, *private, *ttl)
-	if err != nil {
-		return err
+	cmd.Flags().BoolVar(&private, "private", false, "require a signed, expiring token (carried by the URL)")
+	ttl := durationVar(cmd.Flags(), "ttl", "how long a private URL's token is valid (default 1h)")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		opts, err := previewOptions(args, private, ttl.d)
+		if err != nil {
+			return err
+		}
+		port, _ := strconv.Atoi(args[1])
+		c, err := e.client()
+		if err != nil {
+			return err
+		}
+		p, err := c.Preview(e.ctx, args[0], port, opts...)
+		if err != nil {
+			return err
+		}
+		if e.json {
+			return e.printJSON(p)
+		}
+		fmt.Fprintln(e.stdout, p.URL)
+		if p.ExpiresAt != nil {
+			fmt.Fprintf(e.stderr, "private: valid until %s\n", p.ExpiresAt.Local().Format(time.RFC3339))
+		}
+		return nil
 	}
-	port, _ := strconv.Atoi(pos[1])
-	c, err := e.client()
-	if err != nil {
-		return err
-	}
-	p, err := c.Preview(e.ctx, pos[0], port, opts...)
-	if err != nil {
-		return err
-	}
-	if e.json {
-		return e.printJSON(p)
-	}
-	fmt.Fprintln(e.stdout, p.URL)
-	if p.ExpiresAt != nil {
-		fmt.Fprintf(e.stderr, "private: valid until %s\n", p.ExpiresAt.Local().Format(time.RFC3339))
-	}
-	return nil
+	return cmd
 }
 
 // previewOptions checks a preview's command line and returns its options.

@@ -82,8 +82,8 @@ func TestPreviewAndPortsCommands(t *testing.T) {
 	if code := run([]string{"--host", host, "--json", "ports", "sb_1"}, nil, &out, &errb); code != 0 {
 		t.Fatalf("ports --json: exit %d", code)
 	}
-	var ps []api.Port
-	if err := json.Unmarshal([]byte(out.String()), &ps); err != nil || len(ps) != 1 || ps[0].Port != 8080 {
+	var ps struct{ Ports []api.Port }
+	if err := json.Unmarshal([]byte(out.String()), &ps); err != nil || len(ps.Ports) != 1 || ps.Ports[0].Port != 8080 {
 		t.Errorf("got %q: %v", out.String(), err)
 	}
 }

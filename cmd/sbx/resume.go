@@ -1,37 +1,37 @@
 package main
 
-import "fmt"
+import (
+	"fmt"
 
-var resumeCommand = &command{
-	name:    "resume",
-	usage:   "resume ID [--require-memory]",
-	summary: "bring a stopped sandbox back, with its memory if it can be had",
-	run:     runResume,
-}
+	"github.com/spf13/cobra"
+)
 
-func runResume(e *env, args []string) error {
-	fs := e.flags("resume")
-	requireMemory := fs.Bool("require-memory", false, "fail, keeping the image, rather than boot from the disk")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
+func newResumeCmd(e *env) *cobra.Command {
+	var requireMemory bool
+	cmd := &cobra.Command{
+		Use:               "resume [flags] ID",
+		SuggestFor:        []string{"start", "unpause", "restore"},
+		Short:             "bring a stopped sandbox back, with its memory if it can be had",
+		Args:              exactArgs(1, "one sandbox id"),
+		ValidArgsFunction: completeSandboxes(e),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			sb, err := c.Resume(e.ctx, args[0], requireMemory)
+			if err != nil {
+				return err
+			}
+			if e.json {
+				return e.printJSON(sb)
+			}
+			_, err = fmt.Fprintln(e.stdout, resumed(sb.ID, sb.MemoryRestored, sb.ResumeReason))
+			return err
+		},
 	}
-	if len(pos) != 1 {
-		return usagef("resume takes one sandbox id")
-	}
-	c, err := e.client()
-	if err != nil {
-		return err
-	}
-	sb, err := c.Resume(e.ctx, pos[0], *requireMemory)
-	if err != nil {
-		return err
-	}
-	if e.json {
-		return e.printJSON(sb)
-	}
-	_, err = fmt.Fprintln(e.stdout, resumed(sb.ID, sb.MemoryRestored, sb.ResumeReason))
-	return err
+	cmd.Flags().BoolVar(&requireMemory, "require-memory", false, "fail, keeping the image, rather than boot from the disk")
+	return cmd
 }
 
 // resumed says how a sandbox came back: with its memory, or from its disk and why.

@@ -11,15 +11,45 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"sbx.dev/sbx/api"
 )
 
-// fakeDaemon answers the few routes the run tests use.
-func fakeDaemon(t *testing.T) (host string, uploads map[string][]byte) {
+// fake is the state of fakeDaemon: where it listens and what it was asked.
+type fake struct {
+	host    string
+	uploads map[string][]byte
+
+	mu    sync.Mutex
+	execs []api.ExecRequest
+	stats []string // the paths stat was asked for
+}
+
+// lastExec is the last exec request the fake got.
+func (f *fake) lastExec(t *testing.T) api.ExecRequest {
 	t.Helper()
-	uploads = map[string][]byte{}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.execs) == 0 {
+		t.Fatal("no exec request")
+	}
+	return f.execs[len(f.execs)-1]
+}
+
+// fakeDaemon answers the few routes the run tests use. The exec prints its
+// argv on stdout and exits with the number its last word is; "sleep" runs
+// until the client leaves, "timeout" ends as a timed-out exec does.
+func fakeDaemon(t *testing.T) (host string, uploads map[string][]byte) {
+	f := newFake(t)
+	return f.host, f.uploads
+}
+
+func newFake(t *testing.T) *fake {
+	t.Helper()
+	f := &fake{uploads: map[string][]byte{}}
+	uploads := f.uploads
 	mux := http.NewServeMux()
 	writeErr := func(w http.ResponseWriter, kind error, msg string) {
 		status, code := api.StatusOf(kind)
@@ -59,6 +89,9 @@ func fakeDaemon(t *testing.T) (host string, uploads map[string][]byte) {
 		}
 		var req api.ExecRequest
 		json.NewDecoder(r.Body).Decode(&req)
+		f.mu.Lock()
+		f.execs = append(f.execs, req)
+		f.mu.Unlock()
 		if req.Detach {
 			w.WriteHeader(http.StatusCreated)
 			json.NewEncoder(w).Encode(api.Exec{ID: "ex_1", Pid: 7, State: api.ExecRunning})
@@ -66,6 +99,21 @@ func fakeDaemon(t *testing.T) (host string, uploads map[string][]byte) {
 		}
 		code := 0
 		fmt.Sscan(req.Cmd[len(req.Cmd)-1], &code)
+		switch req.Cmd[0] {
+		case "sleep":
+			b, _ := json.Marshal(api.ExecEvent{Event: "started", Exec: &api.Exec{ID: "ex_9", State: api.ExecRunning}})
+			fmt.Fprintf(w, "event: started\ndata: %s\n\n", b)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
+		case "timeout":
+			b, _ := json.Marshal(api.ExecEvent{Event: "stderr", Data: []byte("sbx: command timed out after " + req.Timeout + "\n")})
+			fmt.Fprintf(w, "event: stderr\ndata: %s\n\n", b)
+			code := 124
+			b, _ = json.Marshal(api.ExecEvent{Event: "exit", Exec: &api.Exec{ID: "ex_1", State: api.ExecExited, ExitCode: &code, TimedOut: true}})
+			fmt.Fprintf(w, "event: exit\ndata: %s\n\n", b)
+			return
+		}
 		for _, ev := range []api.ExecEvent{
 			{Event: "stdout", Data: []byte(strings.Join(req.Cmd, " ") + "\n")},
 			{Event: "stderr", Data: []byte("warn\n")},
@@ -75,12 +123,27 @@ func fakeDaemon(t *testing.T) (host string, uploads map[string][]byte) {
 			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", ev.Event, b)
 		}
 	})
+	mux.HandleFunc("POST /v1/sandboxes/{id}/ttl", func(w http.ResponseWriter, r *http.Request) {
+		var req api.TTLRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		if known(w, r) {
+			json.NewEncoder(w).Encode(api.Sandbox{ID: "sb_1", TTL: req.TTL})
+		}
+	})
+	mux.HandleFunc("GET /v1/sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode([]api.Sandbox{{ID: "sb_1", Name: "web", State: api.StateReady}})
+	})
 	mux.HandleFunc("GET /v1/sandboxes/{id}/fs/stat", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.stats = append(f.stats, r.URL.Query().Get("path"))
+		f.mu.Unlock()
 		switch p := r.URL.Query().Get("path"); p {
 		case "/dir":
 			json.NewEncoder(w).Encode(api.FileInfo{Name: "dir", IsDir: true, Mode: "drwxr-xr-x"})
 		case "/file", "/dies":
 			json.NewEncoder(w).Encode(api.FileInfo{Name: p[1:], Size: 10, Mode: "-rw-r-----"})
+		case "~/notes.txt":
+			json.NewEncoder(w).Encode(api.FileInfo{Name: "notes.txt", Path: "/root/notes.txt", Size: 5, Mode: "-rw-r--r--"})
 		default:
 			writeErr(w, api.ErrNotFound, p+" not found")
 		}
@@ -98,6 +161,8 @@ func fakeDaemon(t *testing.T) (host string, uploads map[string][]byte) {
 		switch r.URL.Query().Get("path") {
 		case "/file":
 			io.WriteString(w, "0123456789")
+		case "~/notes.txt":
+			io.WriteString(w, "notes")
 		case "/dies":
 			// promise 10 bytes, send 4, and vanish
 			w.Header().Set("Content-Length", "10")
@@ -112,7 +177,8 @@ func fakeDaemon(t *testing.T) (host string, uploads map[string][]byte) {
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return "tcp://" + srv.Listener.Addr().(*net.TCPAddr).String(), uploads
+	f.host = "tcp://" + srv.Listener.Addr().(*net.TCPAddr).String()
+	return f
 }
 
 func TestRun(t *testing.T) {
@@ -125,12 +191,12 @@ func TestRun(t *testing.T) {
 		wantErrOut string // substring of stderr
 	}{
 		{"no args", nil, 2, "", "usage: sbx"},
-		{"help", []string{"help"}, 0, "commands:", ""},
+		{"help", []string{"help"}, 0, "Sandboxes:", ""},
 		{"unknown verb", []string{"frob"}, 2, "", `unknown command "frob"`},
 		{"new", []string{"new", "--template", "tiny"}, 0, "sb_1\n", ""},
 		{"new json before verb", []string{"--json", "new", "--meta", "a=1"}, 0, `"id": "sb_1"`, ""},
 		{"new json after verb", []string{"new", "--json"}, 0, `"id": "sb_1"`, ""},
-		{"new bad ttl", []string{"new", "--ttl", "soon"}, 1, "", `sbx: ttl "soon": not a duration`},
+		{"new bad ttl", []string{"new", "--ttl", "soon"}, 2, "", `invalid argument "soon" for "--ttl" flag: "soon" is not a duration: use seconds (90) or a number with a unit`},
 		{"new bad meta", []string{"new", "--meta", "novalue"}, 2, "", "key=value"},
 		{"new stray arg", []string{"new", "x"}, 2, "", "usage: sbx new"},
 		{"info", []string{"info", "sb_1"}, 0, "state: ready", ""},

@@ -12,16 +12,11 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
 )
-
-var scpCommand = &command{
-	name:    "scp",
-	usage:   "scp [-r] SRC DST   (one of them ID:/path; write a local path with ':' as ./a:b)",
-	summary: "copy files between here and a sandbox",
-	run:     runScp,
-}
 
 // scpResult is what --json prints for a copy.
 type scpResult struct {
@@ -30,34 +25,41 @@ type scpResult struct {
 	Bytes  int64  `json:"bytes,omitempty"`
 }
 
-func runScp(e *env, args []string) error {
-	fs := e.flags("scp")
-	recursive := fs.Bool("r", false, "copy directories")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
+func newScpCmd(e *env) *cobra.Command {
+	var recursive bool
+	cmd := &cobra.Command{
+		Use:        "scp [flags] SRC DST",
+		SuggestFor: []string{"cp"},
+		Short:      "copy files between here and a sandbox",
+		Long: "scp copies a file (or with -r a directory) into a sandbox or out of one: one of SRC\n" +
+			"and DST is ID:PATH. A path in the sandbox is absolute, or starts at a home directory:\n" +
+			"ID:~/file is in the home of the sandbox's user, ID:~name/file in name's. Write a\n" +
+			"local path that has a ':' as ./a:b.",
+		Example: "  sbx scp ./src web:/srv -r\n  sbx scp web:/srv/report.xml .\n  sbx scp notes.txt web:~/",
+		Args:    exactArgs(2, "SRC and DST"),
 	}
-	if len(pos) != 2 {
-		return usagef("scp takes SRC and DST")
+	cmd.Flags().BoolVarP(&recursive, "recursive", "r", false, "copy directories")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		src, dst, err := classifyScp(args[0], args[1])
+		if err != nil {
+			return err
+		}
+		c, err := e.client()
+		if err != nil {
+			return err
+		}
+		var res *scpResult
+		if dst.id != "" {
+			res, err = upload(e.ctx, c, src.path, dst, recursive)
+		} else {
+			res, err = download(e.ctx, c, src, dst.path, recursive)
+		}
+		if err != nil || !e.json {
+			return err
+		}
+		return e.printJSON(res)
 	}
-	src, dst, err := classifyScp(pos[0], pos[1])
-	if err != nil {
-		return err
-	}
-	c, err := e.client()
-	if err != nil {
-		return err
-	}
-	var res *scpResult
-	if dst.id != "" {
-		res, err = upload(e.ctx, c, src.path, dst, *recursive)
-	} else {
-		res, err = download(e.ctx, c, src, dst.path, *recursive)
-	}
-	if err != nil || !e.json {
-		return err
-	}
-	return e.printJSON(res)
+	return cmd
 }
 
 // scpPath is one side of a copy: a local path, or a path in sandbox id.

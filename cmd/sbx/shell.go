@@ -5,44 +5,61 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
+	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"sbx.dev/sbx/client"
 )
 
-var shellCommand = &command{
-	name:    "shell",
-	usage:   "shell ID [--env K=V]... [--cwd DIR] [-- CMD [ARGS...]]",
-	summary: "open an interactive terminal in a sandbox; exits with its exit code",
-	run:     runShell,
+func newShellCmd(e *env) *cobra.Command {
+	var (
+		envs      []string
+		cwd, user string
+	)
+	cmd := &cobra.Command{
+		Use:   "shell [flags] ID [[--] CMD [ARGS...]]",
+		Short: "open an interactive terminal in a sandbox; exits with its exit code",
+		Long: "shell opens a terminal in the sandbox running CMD, or its shell (bash if it has it,\n" +
+			"else sh). As with exec, the command owns everything from its first word on.",
+		Example:           "  sbx shell web\n  sbx shell -u root web\n  sbx shell web top -d 1",
+		Args:              cobra.ArbitraryArgs,
+		ValidArgsFunction: completeSandboxes(e),
+	}
+	cmd.Flags().SetInterspersed(false)
+	fs := cmd.Flags()
+	fs.StringArrayVarP(&envs, "env", "e", nil, "environment variable K=V (repeatable)")
+	fs.StringVarP(&cwd, "cwd", "w", "", "working directory")
+	fs.StringVarP(&user, "user", "u", "", "run as this user: a name or uid[:gid] (default: the template's user)")
+	cmd.RunE = remote(func(cmd *cobra.Command, args []string) error {
+		pos, command, err := remoteArgs(cmd, args, 1)
+		if err != nil {
+			return err
+		}
+		if len(pos) == 0 {
+			return usagef("shell takes a sandbox id")
+		}
+		if err := checkEnv(envs); err != nil {
+			return err
+		}
+		if e.json {
+			return usagef("shell is an interactive terminal and prints no JSON; use sbx --json exec ID CMD")
+		}
+		return runTerminal(e, pos[0], shellWrap(command), envs, cwd, user)
+	})
+	return cmd
 }
 
-func runShell(e *env, args []string) error {
-	fs := e.flags("shell")
-	var envs listFlag
-	fs.Var(&envs, "env", "environment variable K=V (repeatable)")
-	cwd := fs.String("cwd", "", "working directory")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
+// runTerminal runs argv (or the sandbox's shell) in a terminal in sandbox
+// id: raw mode and resizes when stdin is a terminal; its exit code is sbx's.
+func runTerminal(e *env, id string, argv, envs []string, cwd, user string) error {
+	opts := []client.PTYOption{client.WithPTYEnv(envs...), client.WithPTYUser(user)}
+	if cwd != "" {
+		opts = append(opts, client.WithPTYCwd(cwd))
 	}
-	if len(pos) < 1 {
-		return usagef("shell takes a sandbox id")
-	}
-	for _, kv := range envs {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-			return usagef("--env %q: want K=V", kv)
-		}
-	}
-	opts := []client.PTYOption{client.WithPTYEnv(envs...)}
-	if *cwd != "" {
-		opts = append(opts, client.WithPTYCwd(*cwd))
-	}
-	if len(pos) > 1 {
-		opts = append(opts, client.WithPTYCommand(shellWrap(pos[1:])...))
+	if len(argv) > 0 {
+		opts = append(opts, client.WithPTYCommand(argv...))
 	}
 	fd := -1
 	if f, ok := e.stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
@@ -55,7 +72,7 @@ func runShell(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	t, err := c.PTY(e.ctx, pos[0], opts...)
+	t, err := c.PTY(e.ctx, id, opts...)
 	if err != nil {
 		return err
 	}

@@ -4,141 +4,167 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"sbx.dev/sbx/api"
 )
 
-var snapshotCommand = &command{
-	name:    "snapshot",
-	aliases: []string{"snapshots"},
-	usage:   "snapshot ID NAME [--memory] | snapshot ls | snapshot info NAME | snapshot rm NAME... | snapshots",
-	summary: "capture a sandbox as a named snapshot; list, describe and remove snapshots",
-	run:     runSnapshot,
+// snapshotsJSON is what `sbx --json snapshot ls` prints.
+type snapshotsJSON struct {
+	Snapshots []api.Snapshot `json:"snapshots"`
 }
 
-// snapshotArgs picks what `sbx snapshot` (or `sbx snapshots`, typed as verb)
-// is asked to do from its positional arguments: "ls", "info" (NAME), "rm"
-// (NAME...), or "take" (ID NAME) when the first argument is none of those.
-func snapshotArgs(verb string, pos []string) (sub string, rest []string, err error) {
-	if verb == "snapshots" && len(pos) == 0 {
-		return "ls", nil, nil
-	}
-	if len(pos) == 0 {
-		return "", nil, usagef("snapshot takes ID NAME, or ls, info NAME, rm NAME...")
-	}
-	sub, rest = pos[0], pos[1:]
-	switch sub {
-	case "ls", "list":
-		if len(rest) != 0 {
-			return "", nil, usagef("snapshot ls takes no arguments")
-		}
-		return "ls", nil, nil
-	case "info":
-		if len(rest) != 1 {
-			return "", nil, usagef("snapshot info takes one snapshot name")
-		}
-		return sub, rest, nil
-	case "rm":
-		if len(rest) == 0 {
-			return "", nil, usagef("snapshot rm takes at least one snapshot name")
-		}
-		return sub, rest, nil
-	}
-	if verb == "snapshots" {
-		return "", nil, usagef("snapshots takes no arguments; to take one, run `sbx snapshot ID NAME`")
-	}
-	if len(pos) != 2 {
-		return "", nil, usagef("snapshot takes a sandbox id and a snapshot name")
-	}
-	return "take", pos, nil
+// snapshotJSON is what `sbx --json snapshot info` prints, as info does.
+type snapshotJSON struct {
+	Snapshot *api.Snapshot `json:"snapshot"`
 }
 
-func runSnapshot(e *env, args []string) error {
-	fs := e.flags("snapshot")
-	memory := fs.Bool("memory", false, "capture the processes and memory too, not only the disk")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
+// removedJSON is what `sbx --json snapshot rm` prints.
+type removedJSON struct {
+	Removed []string `json:"removed"`
+}
+
+func newSnapshotCmd(e *env) *cobra.Command {
+	var memory bool
+	cmd := &cobra.Command{
+		Use:        "snapshot [flags] ID NAME",
+		Aliases:    []string{"snapshots"},
+		SuggestFor: []string{"commit", "checkpoint"},
+		Short:      "capture a sandbox as a named snapshot; list, describe and remove snapshots",
+		Long: "snapshot ID NAME captures the sandbox's disk (the sandbox keeps running); with\n" +
+			"--memory its processes and memory too (it is paused while they are written).\n" +
+			"A snapshot outlives its sandbox. `sbx snapshot ls` (or `sbx snapshots`) lists them,\n" +
+			"`sbx snapshot info NAME` describes one, `sbx snapshot rm NAME...` removes them.",
+		Example: "  sbx snapshot web before-upgrade\n  sbx snapshot web live --memory\n  sbx new --from live",
+		Args: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case cmd.CalledAs() == "snapshots" && len(args) > 0:
+				return usagef("snapshots takes no arguments; to take one, run `sbx snapshot ID NAME`")
+			case cmd.CalledAs() == "snapshots":
+				return nil
+			case len(args) == 0:
+				return usagef("snapshot takes ID NAME, or ls, info NAME, rm NAME...")
+			case len(args) != 2:
+				return usagef("snapshot takes a sandbox id and a snapshot name%s", didYouMean(cmd.SuggestionsFor(args[0])))
+			}
+			return nil
+		},
+		ValidArgsFunction: completeSandboxes(e),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.CalledAs() == "snapshots" {
+				if memory {
+					return usagef("--memory is for taking a snapshot: sbx snapshot ID NAME --memory")
+				}
+				return listSnapshots(e)
+			}
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			s, err := c.Snapshot(e.ctx, args[0], args[1], memory)
+			if err != nil {
+				return err
+			}
+			if e.json {
+				return e.printJSON(s)
+			}
+			_, err = fmt.Fprintln(e.stdout, snapshotTaken(s, args[0]))
+			return err
+		},
 	}
-	sub, rest, err := snapshotArgs(e.verb, pos)
-	if err != nil {
-		return err
-	}
-	if *memory && sub != "take" {
-		return usagef("--memory is for taking a snapshot: sbx snapshot ID NAME --memory")
-	}
+	cmd.Flags().BoolVar(&memory, "memory", false, "capture the processes and memory too, not only the disk")
+	cmd.AddCommand(&cobra.Command{
+		Use:     "ls [flags]",
+		Aliases: []string{"list"},
+		Short:   "list snapshots",
+		Args:    exactArgs(0, "no arguments"),
+		RunE:    func(cmd *cobra.Command, args []string) error { return listSnapshots(e) },
+	}, &cobra.Command{
+		Use:   "info [flags] NAME",
+		Short: "describe a snapshot",
+		Args:  exactArgs(1, "one snapshot name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			s, err := c.GetSnapshot(e.ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if e.json {
+				return e.printJSON(snapshotJSON{s})
+			}
+			for _, kv := range snapshotLines(s) {
+				fmt.Fprintf(e.stdout, "%s: %s\n", kv[0], kv[1])
+			}
+			return nil
+		},
+	}, &cobra.Command{
+		Use:   "rm [flags] NAME...",
+		Short: "remove snapshots",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usagef("snapshot rm takes at least one snapshot name")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			done := []string{}
+			failed := 0
+			for _, name := range args {
+				if err := c.DeleteSnapshot(e.ctx, name); err != nil {
+					e.printError(err, false)
+					failed++
+					continue
+				}
+				done = append(done, name)
+				if !e.json {
+					fmt.Fprintln(e.stdout, name)
+				}
+			}
+			if e.json {
+				if err := e.printJSON(removedJSON{done}); err != nil {
+					return err
+				}
+			}
+			if failed > 0 {
+				return &exitError{code: 1} // each failure is reported already
+			}
+			return nil
+		},
+	})
+	return cmd
+}
+
+// listSnapshots prints every snapshot.
+func listSnapshots(e *env) error {
 	c, err := e.client()
 	if err != nil {
 		return err
 	}
-	switch sub {
-	case "ls":
-		ss, err := c.Snapshots(e.ctx)
-		if err != nil {
-			return err
-		}
-		if e.json {
-			if ss == nil {
-				ss = []api.Snapshot{}
-			}
-			return e.printJSON(ss)
-		}
-		now := time.Now()
-		tw := e.table()
-		fmt.Fprintln(tw, "NAME\tSANDBOX\tTEMPLATE\tMEMORY\tSIZE\tAGE")
-		for _, s := range ss {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, orDash(s.SandboxID), orDash(s.Template),
-				yesNo(s.Memory), size(s.Size), age(now, s.CreatedAt))
-		}
-		return tw.Flush()
-	case "info":
-		s, err := c.GetSnapshot(e.ctx, rest[0])
-		if err != nil {
-			return err
-		}
-		if e.json {
-			return e.printJSON(s)
-		}
-		for _, kv := range snapshotLines(s) {
-			fmt.Fprintf(e.stdout, "%s: %s\n", kv[0], kv[1])
-		}
-		return nil
-	case "rm":
-		type removed struct {
-			Name string `json:"name"`
-		}
-		done := []removed{}
-		failed := 0
-		for _, name := range rest {
-			if err := c.DeleteSnapshot(e.ctx, name); err != nil {
-				e.printError(err, false)
-				failed++
-				continue
-			}
-			done = append(done, removed{name})
-			if !e.json {
-				fmt.Fprintln(e.stdout, name)
-			}
-		}
-		if e.json {
-			if err := e.printJSON(done); err != nil {
-				return err
-			}
-		}
-		if failed > 0 {
-			return &exitError{code: 1} // each failure is reported already
-		}
-		return nil
-	default: // take
-		s, err := c.Snapshot(e.ctx, rest[0], rest[1], *memory)
-		if err != nil {
-			return err
-		}
-		if e.json {
-			return e.printJSON(s)
-		}
-		_, err = fmt.Fprintln(e.stdout, snapshotTaken(s, rest[0]))
+	ss, err := c.Snapshots(e.ctx)
+	if err != nil {
 		return err
 	}
+	if e.json {
+		if ss == nil {
+			ss = []api.Snapshot{}
+		}
+		return e.printJSON(snapshotsJSON{ss})
+	}
+	now := time.Now()
+	tw := e.table()
+	fmt.Fprintln(tw, "NAME\tSANDBOX\tTEMPLATE\tMEMORY\tSIZE\tAGE")
+	for _, s := range ss {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, orDash(s.SandboxID), orDash(s.Template),
+			yesNo(s.Memory), size(s.Size), age(now, s.CreatedAt))
+	}
+	return tw.Flush()
 }
 
 // snapshotTaken says what a snapshot captured, for people:

@@ -1,39 +1,39 @@
 package main
 
-import "fmt"
+import (
+	"fmt"
 
-var stopCommand = &command{
-	name:    "stop",
-	usage:   "stop ID [--wait]",
-	summary: "hibernate a sandbox, keeping its memory and processes",
-	run:     runStop,
-}
+	"github.com/spf13/cobra"
+)
 
-func runStop(e *env, args []string) error {
-	fs := e.flags("stop")
-	wait := fs.Bool("wait", false, "return once the sandbox is stopped")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
+func newStopCmd(e *env) *cobra.Command {
+	var wait bool
+	cmd := &cobra.Command{
+		Use:               "stop [flags] ID",
+		SuggestFor:        []string{"pause", "hibernate"},
+		Short:             "hibernate a sandbox, keeping its memory and processes",
+		Args:              exactArgs(1, "one sandbox id"),
+		ValidArgsFunction: completeSandboxes(e),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			sb, err := c.Stop(e.ctx, args[0], wait)
+			if err != nil {
+				return err
+			}
+			if e.json {
+				return e.printJSON(sb)
+			}
+			did := "stopping"
+			if wait {
+				did = "stopped"
+			}
+			_, err = fmt.Fprintf(e.stdout, "%s %s\n", did, orDash(sb.ID))
+			return err
+		},
 	}
-	if len(pos) != 1 {
-		return usagef("stop takes one sandbox id")
-	}
-	c, err := e.client()
-	if err != nil {
-		return err
-	}
-	sb, err := c.Stop(e.ctx, pos[0], *wait)
-	if err != nil {
-		return err
-	}
-	if e.json {
-		return e.printJSON(sb)
-	}
-	did := "stopping"
-	if *wait {
-		did = "stopped"
-	}
-	_, err = fmt.Fprintf(e.stdout, "%s %s\n", did, orDash(sb.ID))
-	return err
+	cmd.Flags().BoolVar(&wait, "wait", false, "return once the sandbox is stopped")
+	return cmd
 }

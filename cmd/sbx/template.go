@@ -7,77 +7,105 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"sbx.dev/sbx/api"
 )
 
-var templateCommand = &command{
-	name:    "template",
-	usage:   "template build NAME [--force] | template ls | template rm NAME | template import NAME PATH",
-	summary: "build, import, list and remove templates",
-	run:     runTemplate,
+// templatesJSON is what `sbx --json template ls` prints.
+type templatesJSON struct {
+	Templates []api.Template `json:"templates"`
 }
 
-func runTemplate(e *env, args []string) error {
-	fs := e.flags("template")
-	force := fs.Bool("force", false, "build again even if the template exists")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
+func newTemplateCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:        "template COMMAND",
+		SuggestFor: []string{"images", "image", "templates"},
+		Short:      "build, import, list and remove templates",
+		Args:       subcommandArgs,
+		RunE:       func(cmd *cobra.Command, args []string) error { return subcommandArgs(cmd, args) },
 	}
-	if len(pos) == 0 {
-		return usagef("template takes build, ls, rm or import")
+	var force bool
+	build := &cobra.Command{
+		Use:   "build [flags] NAME",
+		Short: "build a template that ships with sbx (base, tiny); cached",
+		Args:  exactArgs(1, "a template name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			p := e.progress()
+			t, err := c.BuildTemplate(e.ctx, args[0], force, p.event)
+			return p.finish(t, err, "built")
+		},
 	}
-	verb, rest := pos[0], pos[1:]
-	want := map[string]int{"build": 1, "ls": 0, "list": 0, "rm": 1, "import": 2}
-	n, ok := want[verb]
-	if !ok {
-		return usagef("unknown template command %q", verb)
-	}
-	if len(rest) != n {
-		return usagef("template %s takes %d argument(s)", verb, n)
-	}
-	c, err := e.client()
-	if err != nil {
-		return err
-	}
-	switch verb {
-	case "ls", "list":
-		ts, err := c.Templates(e.ctx)
-		if err != nil {
-			return err
-		}
-		if e.json {
-			return e.printJSON(ts)
-		}
-		now := time.Now()
-		tw := e.table()
-		fmt.Fprintln(tw, "NAME\tSIZE\tSOURCE\tAGE")
-		for _, t := range ts {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, size(t.Size), orDash(t.Source), age(now, t.CreatedAt))
-		}
-		return tw.Flush()
-	case "rm":
-		if err := c.RemoveTemplate(e.ctx, rest[0]); err != nil {
-			return err
-		}
-		if e.json {
-			return e.printJSON(map[string]string{"name": rest[0]})
-		}
-		return nil
-	case "build":
-		p := e.progress()
-		t, err := c.BuildTemplate(e.ctx, rest[0], *force, p.event)
-		return p.finish(t, err, "built")
-	default: // import
-		r, err := openImport(rest[1], e.stdin)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		p := e.progress()
-		t, err := c.ImportTemplate(e.ctx, rest[0], r, p.event)
-		return p.finish(t, err, "imported")
-	}
+	build.Flags().BoolVar(&force, "force", false, "build again even if the template exists")
+	cmd.AddCommand(build, &cobra.Command{
+		Use:     "ls [flags]",
+		Aliases: []string{"list"},
+		Short:   "list templates",
+		Args:    exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			ts, err := c.Templates(e.ctx)
+			if err != nil {
+				return err
+			}
+			if e.json {
+				if ts == nil {
+					ts = []api.Template{}
+				}
+				return e.printJSON(templatesJSON{ts})
+			}
+			now := time.Now()
+			tw := e.table()
+			fmt.Fprintln(tw, "NAME\tSIZE\tSOURCE\tAGE")
+			for _, t := range ts {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, size(t.Size), orDash(t.Source), age(now, t.CreatedAt))
+			}
+			return tw.Flush()
+		},
+	}, &cobra.Command{
+		Use:   "rm [flags] NAME",
+		Short: "remove a template (sandboxes made on it keep their version)",
+		Args:  exactArgs(1, "a template name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			if err := c.RemoveTemplate(e.ctx, args[0]); err != nil {
+				return err
+			}
+			if e.json {
+				return e.printJSON(map[string]string{"name": args[0]})
+			}
+			return nil
+		},
+	}, &cobra.Command{
+		Use:   "import [flags] NAME PATH",
+		Short: "make a template from a root filesystem: a directory, a tar (or .tar.gz), or - for stdin",
+		Args:  exactArgs(2, "a template name and a path"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			r, err := openImport(args[1], e.stdin)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			p := e.progress()
+			t, err := c.ImportTemplate(e.ctx, args[0], r, p.event)
+			return p.finish(t, err, "imported")
+		},
+	})
+	return cmd
 }
 
 // openImport returns what to upload for PATH: a tar made on the fly of a

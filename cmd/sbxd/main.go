@@ -221,6 +221,13 @@ func run(c config) error {
 	if c.cleanup {
 		return cleanup(st, nets)
 	}
+	// Every listener asked for is had before anything is set up, or sbxd
+	// does not start; none serves before the reconcile.
+	ls, err := listen(c, log)
+	if err != nil {
+		return err
+	}
+	defer ls.close()
 	if err := nets.Setup(); err != nil {
 		return fmt.Errorf("network setup: %w", err)
 	}
@@ -261,40 +268,26 @@ func run(c config) error {
 
 	var servers []*http.Server
 	errc := make(chan error, 3)
-	ul, err := listenUnix(c.socket)
-	if err != nil {
-		return err
-	}
 	us := &http.Server{Handler: srv.Handler(""), ReadHeaderTimeout: 10 * time.Second}
 	servers = append(servers, us)
-	go func() { errc <- us.Serve(ul) }()
+	go func() { errc <- us.Serve(ls.unix) }()
 	log.Info("serving", "socket", c.socket, "data_dir", c.dataDir, "tag", c.tag, "runsc", c.runsc, "version", version)
 
-	if c.listen != "" {
-		token, err := loadToken(c)
-		if err != nil {
-			return err
-		}
-		tl, err := net.Listen("tcp", c.listen)
-		if err != nil {
-			return err
-		}
-		ts := &http.Server{Handler: srv.Handler(token), ReadHeaderTimeout: 10 * time.Second}
+	if ls.tcp != nil {
+		ts := &http.Server{Handler: srv.Handler(ls.token), ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, ts)
-		go func() { errc <- ts.Serve(tl) }()
-		log.Info("serving", "tcp", tl.Addr().String())
+		go func() { errc <- ts.Serve(ls.tcp) }()
+		log.Info("serving", "tcp", ls.tcp.Addr().String())
 	}
 
-	if c.previewListen != "" {
-		ps, err := previewServer(c, srv, mgr, log)
+	if ls.preview != nil {
+		ps, err := previewServer(c, srv, mgr, log, ls.preview)
 		if err != nil {
 			return err
 		}
-		if ps != nil {
-			servers = append(servers, ps.srv)
-			go func() { errc <- ps.srv.Serve(ps.l) }()
-			log.Info("serving previews", "tcp", ps.l.Addr().String(), "domain", c.previewDomain)
-		}
+		servers = append(servers, ps.srv)
+		go func() { errc <- ps.srv.Serve(ps.l) }()
+		log.Info("serving previews", "tcp", ps.l.Addr().String(), "domain", c.previewDomain)
 	}
 
 	select {
@@ -316,6 +309,62 @@ func run(c config) error {
 	return nil
 }
 
+// listeners are the addresses sbxd serves on, bound before it starts.
+type listeners struct {
+	unix    net.Listener
+	tcp     net.Listener // nil without --listen
+	token   string       // the bearer token of tcp
+	preview net.Listener // nil with --preview-listen ""
+}
+
+// listen binds every listener sbxd is asked for, and fails, saying which
+// and what to do, when one cannot be had. The default preview address is
+// the one exception: when it is taken (another sbxd), previews go to a free
+// port on the same host, and the log says which.
+func listen(c config, log *slog.Logger) (_ *listeners, err error) {
+	ls := &listeners{}
+	defer func() {
+		if err != nil {
+			ls.close()
+		}
+	}()
+	if ls.unix, err = listenUnix(c.socket); err != nil {
+		return nil, fmt.Errorf("--socket %s: %w", c.socket, err)
+	}
+	if c.listen != "" {
+		if ls.token, err = loadToken(c); err != nil {
+			return nil, err
+		}
+		if ls.tcp, err = net.Listen("tcp", c.listen); err != nil {
+			return nil, fmt.Errorf("--listen %s: %w; give a free address, or stop what listens there", c.listen, err)
+		}
+	}
+	if c.previewListen == "" {
+		return ls, nil
+	}
+	ls.preview, err = net.Listen("tcp", c.previewListen)
+	if err != nil && !c.previewSet {
+		host, _, _ := net.SplitHostPort(c.previewListen)
+		if ls.preview, err = net.Listen("tcp", net.JoinHostPort(host, "0")); err == nil {
+			log.Warn("the default preview address is taken (another sbxd?); serving previews on another port: pass --preview-listen to choose one",
+				"default", c.previewListen, "addr", ls.preview.Addr().String())
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--preview-listen %s: %w; give a free address, or --preview-listen \"\" for no preview URLs", c.previewListen, err)
+	}
+	return ls, nil
+}
+
+// close closes the listeners that were bound.
+func (ls *listeners) close() {
+	for _, l := range []net.Listener{ls.unix, ls.tcp, ls.preview} {
+		if l != nil {
+			l.Close()
+		}
+	}
+}
+
 // listenUnix listens on path with mode 0600, taking over a stale socket but
 // never one another sbxd still serves.
 func listenUnix(path string) (net.Listener, error) {
@@ -324,7 +373,7 @@ func listenUnix(path string) (net.Listener, error) {
 	}
 	if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
 		conn.Close()
-		return nil, fmt.Errorf("another sbxd is serving %s", path)
+		return nil, fmt.Errorf("another sbxd is serving it; stop that one, or give this one its own --socket and --data-dir")
 	}
 	_ = os.Remove(path)
 	old := syscall.Umask(0o177)
@@ -377,28 +426,17 @@ type preview struct {
 	l   net.Listener
 }
 
-// previewServer makes the preview proxy's server and listener. The default
-// address being taken (another sbxd) is a warning, not a failure: the
-// daemon runs without preview URLs. An address asked for must be had.
-func previewServer(c config, srv *server.Server, mgr *sandbox.Manager, log *slog.Logger) (*preview, error) {
+// previewServer makes the preview proxy's server on its listener l.
+func previewServer(c config, srv *server.Server, mgr *sandbox.Manager, log *slog.Logger, l net.Listener) (*preview, error) {
 	secret, err := loadPreviewKey(c.dataDir)
 	if err != nil {
 		return nil, err
-	}
-	l, err := net.Listen("tcp", c.previewListen)
-	if err != nil {
-		if !c.previewSet {
-			log.Warn("preview URLs are off: the default --preview-listen address is taken; pass another", "addr", c.previewListen, "err", err)
-			return nil, nil
-		}
-		return nil, fmt.Errorf("--preview-listen: %w", err)
 	}
 	proxy, err := server.NewProxy(server.ProxyConfig{
 		Manager: mgr, Domain: c.previewDomain, Port: l.Addr().(*net.TCPAddr).Port, Secret: secret,
 		StatePath: filepath.Join(c.dataDir, "preview-private.json"), Linger: 2 * time.Second, Logger: log,
 	})
 	if err != nil {
-		l.Close()
 		return nil, err
 	}
 	srv.SetPreview(proxy)

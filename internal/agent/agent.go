@@ -53,11 +53,14 @@ const usage = `usage:
   sbx-agent spawn --id ID [--timeout DURATION] [--cwd DIR] [--env K=V]... [--pid-fd N] -- PROG [ARGS...]
   sbx-agent attach --id ID [--stdout-offset N] [--stderr-offset N]
   sbx-agent kill --id ID [--signal N]
-  sbx-agent get [--tar] PATH
-  sbx-agent put --size N [--mode 0644] PATH
-  sbx-agent untar PATH
-  sbx-agent stat PATH
-  sbx-agent ls PATH
+  sbx-agent get [--tar] [--user U] PATH
+  sbx-agent put --size N [--mode 0644] [--user U] PATH
+  sbx-agent untar [--user U] PATH
+  sbx-agent stat [--user U] PATH
+  sbx-agent ls [--user U] PATH
+
+A PATH of ~ or ~/... starts at the home of U (default root), ~NAME/... at
+NAME's, from the sandbox's /etc/passwd.
   sbx-agent ports
   sbx-agent now
   sbx-agent sigdfl -- PROG [ARGS...]`

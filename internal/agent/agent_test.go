@@ -79,7 +79,7 @@ func TestMainUsage(t *testing.T) {
 		{"no subcommand", nil, ExitInvalid, "usage"},
 		{"unknown subcommand", []string{"frob"}, ExitInvalid, `sbx-agent: unknown subcommand "frob"`},
 		{"relative path", []string{"stat", "etc"}, ExitInvalid, "sbx-agent: path etc is not absolute"},
-		{"missing path", []string{"get"}, ExitInvalid, "usage: sbx-agent get [--tar] PATH"},
+		{"missing path", []string{"get"}, ExitInvalid, "usage: sbx-agent get [--tar] [--user U] PATH"},
 		{"unknown flag", []string{"get", "--frob", "/x"}, ExitInvalid, "flag provided but not defined"},
 		{"extra argument", []string{"ls", "/a", "/b"}, ExitInvalid, "want 1 argument(s), got 2"},
 	}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -16,14 +18,15 @@ import (
 // runGet writes the bytes of a file, or with --tar a tar of a file or
 // directory, to stdout.
 func runGet(args []string, stdout io.Writer) error {
-	const syntax = "get [--tar] PATH"
+	const syntax = "get [--tar] [--user U] PATH"
 	fset := flag.NewFlagSet("get", flag.ContinueOnError)
 	asTar := fset.Bool("tar", false, "write a tar of PATH")
+	user := userFlag(fset)
 	pos, err := parseFlags(fset, args, 1, syntax)
 	if err != nil {
 		return err
 	}
-	path, err := absPath(pos[0])
+	path, err := resolvePath(pos[0], *user)
 	if err != nil {
 		return err
 	}
@@ -55,10 +58,11 @@ func runGet(args []string, stdout io.Writer) error {
 // runPut replaces a file with exactly --size bytes read from stdin, through a
 // synced temporary file renamed over it, so the file is whole or untouched.
 func runPut(args []string, stdin io.Reader) error {
-	const syntax = "put --size N [--mode 0644] PATH"
+	const syntax = "put --size N [--mode 0644] [--user U] PATH"
 	fset := flag.NewFlagSet("put", flag.ContinueOnError)
 	size := fset.Int64("size", -1, "number of bytes to read from stdin")
 	modeFlag := fset.String("mode", "", "permission bits, octal (default: the old file's, or 0644)")
+	user := userFlag(fset)
 	pos, err := parseFlags(fset, args, 1, syntax)
 	if err != nil {
 		return err
@@ -75,7 +79,7 @@ func runPut(args []string, stdin io.Reader) error {
 		}
 		mode = uint32(m)
 	}
-	path, err := absPath(pos[0])
+	path, err := resolvePath(pos[0], *user)
 	if err != nil {
 		return err
 	}
@@ -87,7 +91,14 @@ func runPut(args []string, stdin io.Reader) error {
 	if err := requireDir(dir); err != nil {
 		return err
 	}
+	// a new file belongs to the user the request names; a replaced one
+	// keeps its owner
 	uid, gid := -1, -1
+	if *user != "" {
+		if u, err := lookupUser(*user); err == nil {
+			uid, gid = u.uid, u.gid
+		}
+	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.IsDir() {
 			return invalidf("%s is a directory", path)
@@ -167,11 +178,13 @@ func syncDir(dir string) {
 
 // runStat writes the apiFileInfo of a path (not following a final symlink).
 func runStat(args []string, stdout io.Writer) error {
-	pos, err := parseFlags(flag.NewFlagSet("stat", flag.ContinueOnError), args, 1, "stat PATH")
+	fset := flag.NewFlagSet("stat", flag.ContinueOnError)
+	user := userFlag(fset)
+	pos, err := parseFlags(fset, args, 1, "stat [--user U] PATH")
 	if err != nil {
 		return err
 	}
-	path, err := absPath(pos[0])
+	path, err := resolvePath(pos[0], *user)
 	if err != nil {
 		return err
 	}
@@ -184,11 +197,13 @@ func runStat(args []string, stdout io.Writer) error {
 
 // runLs writes the apiFileInfo of each entry of a directory, sorted by name.
 func runLs(args []string, stdout io.Writer) error {
-	pos, err := parseFlags(flag.NewFlagSet("ls", flag.ContinueOnError), args, 1, "ls PATH")
+	fset := flag.NewFlagSet("ls", flag.ContinueOnError)
+	user := userFlag(fset)
+	pos, err := parseFlags(fset, args, 1, "ls [--user U] PATH")
 	if err != nil {
 		return err
 	}
-	path, err := absPath(pos[0])
+	path, err := resolvePath(pos[0], *user)
 	if err != nil {
 		return err
 	}
@@ -215,6 +230,40 @@ func runLs(args []string, stdout io.Writer) error {
 		infos = append(infos, info)
 	}
 	return writeJSON(stdout, infos)
+}
+
+// userFlag adds --user to a file subcommand: whose home ~ is.
+func userFlag(fset *flag.FlagSet) *string {
+	return fset.String("user", "", "the user the request is for: a name or uid[:gid] (default root); ~ is their home")
+}
+
+// resolvePath returns p as an absolute, clean path: "~" and "~/..." start
+// at the home of user (a name or uid[:gid]; "" is root), "~name/..." at
+// name's, both from the sandbox's own /etc/passwd. Any other path must be
+// absolute.
+func resolvePath(p, user string) (string, error) {
+	if !strings.HasPrefix(p, "~") {
+		return absPath(p)
+	}
+	who, rest, _ := strings.Cut(p[1:], "/")
+	var e passwdEntry
+	var err error
+	if who == "" {
+		e, err = lookupUser(user)
+	} else {
+		e, err = findPasswd(func(e passwdEntry) bool { return e.name == who })
+	}
+	if err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) {
+			return "", failf(ee.code, "path %s: %s", p, ee.msg)
+		}
+		return "", err
+	}
+	if e.home == "" || !filepath.IsAbs(e.home) {
+		return "", failf(ExitNotFound, "path %s: user %s has no home directory", p, cmp.Or(e.name, user))
+	}
+	return absPath(filepath.Join(e.home, rest))
 }
 
 // apiFileInfo is api.FileInfo, the description of one file, copied so that the

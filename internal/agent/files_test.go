@@ -3,10 +3,12 @@ package agent
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -258,5 +260,112 @@ func TestFileInfoMatchesAPI(t *testing.T) {
 	}
 	if !bytes.Equal(ours, theirs) {
 		t.Errorf("got %s, want %s", ours, theirs)
+	}
+}
+
+// fakePasswd points the agent at a passwd file of its own for the test.
+func fakePasswd(t *testing.T, content string) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "passwd")
+	writeFile(t, p, content, 0o644)
+	g := filepath.Join(t.TempDir(), "group")
+	writeFile(t, g, "root:x:0:\nstaff:x:50:user\n", 0o644)
+	old, oldGroup := passwdFile, groupFile
+	passwdFile, groupFile = p, g
+	t.Cleanup(func() { passwdFile, groupFile = old, oldGroup })
+}
+
+func TestResolvePath(t *testing.T) {
+	fakePasswd(t, "root:x:0:0:root:/root:/bin/sh\n"+
+		"user:x:1000:1000:,,,:/home/user:/bin/bash\n"+
+		"broken line\n"+
+		"nohome:x:1001:1001::relative:/bin/sh\n"+
+		"svc:x:999:999::/srv/svc:/usr/sbin/nologin\n")
+	tests := []struct {
+		name, path, user string
+		want             string
+		code             int
+	}{
+		{"absolute", "/etc/hosts", "", "/etc/hosts", 0},
+		{"absolute is cleaned", "/a/../b//c", "user", "/b/c", 0},
+		{"relative", "x/y", "", "", ExitInvalid},
+		{"home of root by default", "~", "", "/root", 0},
+		{"root's file", "~/f.txt", "", "/root/f.txt", 0},
+		{"the user's home", "~/f.txt", "user", "/home/user/f.txt", 0},
+		{"by uid", "~/f", "1000", "/home/user/f", 0},
+		{"by uid:gid", "~/f", "1000:1000", "/home/user/f", 0},
+		{"another's home", "~svc/data", "user", "/srv/svc/data", 0},
+		{"~user alone", "~user", "", "/home/user", 0},
+		{"cannot climb out by name", "~/../../etc/shadow", "user", "/etc/shadow", 0},
+		{"unknown user", "~nobody/x", "", "", ExitNotFound},
+		{"unknown request user", "~/x", "ghost", "", ExitNotFound},
+		{"uid without an entry has no home", "~/x", "4242", "", ExitNotFound},
+		{"home not absolute", "~nohome/x", "", "", ExitNotFound},
+		{"a group by name", "~/x", "user:staff", "/home/user/x", 0},
+		{"unknown group", "~/x", "user:nogroup", "", ExitNotFound},
+		{"empty group", "~/x", "user:", "", ExitInvalid},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := resolvePath(tc.path, tc.user)
+			if tc.code != 0 {
+				var ee *exitError
+				if !errors.As(err, &ee) || ee.code != tc.code {
+					t.Fatalf("resolvePath(%q, %q) = %q, %v; want exit code %d", tc.path, tc.user, got, err, tc.code)
+				}
+				if !strings.Contains(err.Error(), tc.path) && tc.path != "x/y" {
+					t.Errorf("error %q does not name the path", err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Errorf("resolvePath(%q, %q) = %q, %v; want %q", tc.path, tc.user, got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestResolvePathWithoutPasswd(t *testing.T) {
+	old := passwdFile
+	passwdFile = filepath.Join(t.TempDir(), "none")
+	t.Cleanup(func() { passwdFile = old })
+	if got, err := resolvePath("~/x", ""); err != nil || got != "/root/x" {
+		t.Errorf("root without a passwd file: got %q, %v; want /root/x", got, err)
+	}
+	if _, err := resolvePath("~user/x", ""); err == nil {
+		t.Errorf("~user without a passwd file: got no error")
+	}
+}
+
+func TestFilesUnderHome(t *testing.T) {
+	home := t.TempDir()
+	fakePasswd(t, "user:x:1000:1000::"+home+":/bin/sh\n")
+	if code, _, stderr := run(t, strings.NewReader("hi"), "put", "--size", "2", "--user", "user", "~/note"); code != 0 {
+		t.Fatalf("put ~/note: exit %d: %s", code, stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(home, "note")); err != nil || string(b) != "hi" {
+		t.Fatalf("got %q, %v", b, err)
+	}
+	if os.Geteuid() == 0 {
+		fi, _ := os.Stat(filepath.Join(home, "note"))
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != 1000 || st.Gid != 1000 {
+			t.Errorf("a new file under the user's home is owned by %d:%d, want 1000:1000", st.Uid, st.Gid)
+		}
+	}
+	code, stdout, stderr := run(t, nil, "get", "--user", "user", "~/note")
+	if code != 0 || stdout != "hi" {
+		t.Errorf("get ~/note: exit %d, %q, %s", code, stdout, stderr)
+	}
+	code, stdout, _ = run(t, nil, "stat", "--user", "user", "~/note")
+	if code != 0 || !strings.Contains(stdout, `"path":"`+filepath.Join(home, "note")+`"`) {
+		t.Errorf("stat ~/note: exit %d, %s", code, stdout)
+	}
+	code, stdout, _ = run(t, nil, "ls", "--user", "user", "~")
+	if code != 0 || !strings.Contains(stdout, `"name":"note"`) {
+		t.Errorf("ls ~: exit %d, %s", code, stdout)
+	}
+	code, _, stderr = run(t, nil, "stat", "~nobody/x")
+	if code != ExitNotFound || !strings.Contains(stderr, "~nobody/x") {
+		t.Errorf("stat ~nobody/x: exit %d, %s", code, stderr)
 	}
 }

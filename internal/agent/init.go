@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -324,8 +325,11 @@ func (s *supervisor) spawn(req initRequest) initReply {
 		if err != nil {
 			return fail(ExitUsageExec, "user %s: %s", req.User, err)
 		}
-		cred = &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: u.groups}
-		env = mergeEnv(env, []string{"HOME=" + u.home, "USER=" + u.name, "LOGNAME=" + u.name})
+		cred = &syscall.Credential{Uid: uint32(u.uid), Gid: uint32(u.gid)}
+		for _, g := range u.groups {
+			cred.Groups = append(cred.Groups, uint32(g))
+		}
+		env = mergeEnv(env, []string{"HOME=" + cmp.Or(u.home, "/"), "USER=" + u.name, "LOGNAME=" + u.name})
 	}
 	env = mergeEnv(env, req.Env)
 	if req.Cwd != "" {

@@ -111,11 +111,13 @@ func writeTar(root string, w io.Writer) error {
 // appears whole or not at all; into an existing one, entries are extracted
 // one by one, each file through a temporary file renamed into place.
 func runUntar(args []string, stdin io.Reader) error {
-	pos, err := parseFlags(flag.NewFlagSet("untar", flag.ContinueOnError), args, 1, "untar PATH")
+	fset := flag.NewFlagSet("untar", flag.ContinueOnError)
+	user := userFlag(fset)
+	pos, err := parseFlags(fset, args, 1, "untar [--user U] PATH")
 	if err != nil {
 		return err
 	}
-	dest, err := absPath(pos[0])
+	dest, err := resolvePath(pos[0], *user)
 	if err != nil {
 		return err
 	}

@@ -1,119 +1,146 @@
 package agent
 
 import (
-	"bufio"
-	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
 )
 
-// Where the sandbox's users and groups are; variables for tests.
+// The sandbox's user and group databases; tests point them elsewhere.
 var (
 	passwdFile = "/etc/passwd"
 	groupFile  = "/etc/group"
 )
 
-// user is a user of the sandbox, as a command runs as it.
-type user struct {
+// maxPasswd bounds how much of passwdFile or groupFile is read: they are
+// the sandbox's, so anything may be in them.
+const maxPasswd = 4 << 20
+
+// passwdEntry is one user of passwdFile, with the groups that list it.
+type passwdEntry struct {
 	name     string
-	uid, gid uint32
-	groups   []uint32
+	uid, gid int
 	home     string
+	groups   []int
 }
 
-// lookupUser resolves spec, "NAME", "UID", "NAME:GROUP" or "UID:GID", from
-// the sandbox's own /etc/passwd and /etc/group. A numeric uid need not be
-// listed (its home is then /); a name must be.
-func lookupUser(spec string) (user, error) {
-	name, group, hasGroup := strings.Cut(spec, ":")
-	if name == "" || (hasGroup && group == "") {
-		return user{}, fmt.Errorf("use NAME, UID, NAME:GROUP or UID:GID")
+// lookupUser finds user (a name or a uid, either with ":group", a name or
+// a gid) in passwdFile. A uid without an entry is still that uid (and gid,
+// else the uid); "" is root. Root without an entry has the home /root.
+func lookupUser(user string) (passwdEntry, error) {
+	if user == "" {
+		user = "0"
 	}
-	var u user
-	found := false
-	err := scanColon(passwdFile, 7, func(f []string) bool {
-		if f[0] != name && f[2] != name {
-			return true
+	name, group, hasGroup := strings.Cut(user, ":")
+	if hasGroup && group == "" {
+		return passwdEntry{}, invalidf("user %q: want NAME, UID, NAME:GROUP or UID:GID", user)
+	}
+	uid, numeric := -1, false
+	if n, err := strconv.Atoi(name); err == nil && n >= 0 {
+		uid, numeric = n, true
+	}
+	found, err := findPasswd(func(e passwdEntry) bool {
+		if numeric {
+			return e.uid == uid
 		}
-		uid, err1 := strconv.ParseUint(f[2], 10, 32)
-		gid, err2 := strconv.ParseUint(f[3], 10, 32)
-		if err1 != nil || err2 != nil {
-			return true
-		}
-		u = user{name: f[0], uid: uint32(uid), gid: uint32(gid), home: f[5]}
-		found = true
-		return false
+		return e.name == name
 	})
-	if err != nil && !os.IsNotExist(err) {
-		return user{}, err
-	}
-	if !found {
-		uid, err := strconv.ParseUint(name, 10, 32)
-		if err != nil {
-			return user{}, fmt.Errorf("no such user in %s", passwdFile)
+	switch {
+	case err == nil:
+	case numeric:
+		found = passwdEntry{name: name, uid: uid, gid: uid}
+		if uid == 0 {
+			found.home = "/root"
 		}
-		u = user{name: name, uid: uint32(uid), gid: uint32(uid), home: "/"}
-	}
-	if u.home == "" {
-		u.home = "/"
+	default:
+		return passwdEntry{}, err
 	}
 	// supplementary groups: those that list the user by name
-	_ = scanColon(groupFile, 4, func(f []string) bool {
-		gid, err := strconv.ParseUint(f[2], 10, 32)
-		if err != nil {
-			return true
-		}
-		for _, m := range strings.Split(f[3], ",") {
-			if m == u.name {
-				u.groups = append(u.groups, uint32(gid))
+	_ = scanGroups(func(g string, gid int, members []string) bool {
+		for _, m := range members {
+			if m == found.name {
+				found.groups = append(found.groups, gid)
 			}
 		}
 		return true
 	})
 	if hasGroup {
-		gid, err := strconv.ParseUint(group, 10, 32)
+		g, err := strconv.Atoi(group)
 		if err != nil {
-			found := false
-			_ = scanColon(groupFile, 4, func(f []string) bool {
-				if f[0] == group {
-					if g, err := strconv.ParseUint(f[2], 10, 32); err == nil {
-						gid, found = g, true
-						return false
-					}
+			g = -1
+			_ = scanGroups(func(name string, gid int, _ []string) bool {
+				if name == group {
+					g = gid
+					return false
 				}
 				return true
 			})
-			if !found {
-				return user{}, fmt.Errorf("no such group %q in %s", group, groupFile)
-			}
 		}
-		u.gid = uint32(gid)
+		if g < 0 {
+			return passwdEntry{}, failf(ExitNotFound, "no group %q in the sandbox's %s", group, groupFile)
+		}
+		found.gid = g
 	}
-	return u, nil
+	return found, nil
 }
 
-// scanColon calls fn with the fields of each line of a colon-separated
-// file that has at least n fields, until fn returns false.
-func scanColon(path string, n int, fn func([]string) bool) error {
-	f, err := os.Open(path)
+// findPasswd returns the first entry of passwdFile that match accepts.
+func findPasswd(match func(passwdEntry) bool) (passwdEntry, error) {
+	b, err := readBounded(passwdFile)
+	if os.IsNotExist(err) {
+		return passwdEntry{}, failf(ExitNotFound, "no such user: the sandbox has no %s", passwdFile)
+	}
+	if err != nil {
+		return passwdEntry{}, pathError(passwdFile, err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		// name:password:uid:gid:gecos:home:shell
+		f := strings.Split(line, ":")
+		if len(f) < 7 {
+			continue
+		}
+		uid, err1 := strconv.Atoi(f[2])
+		gid, err2 := strconv.Atoi(f[3])
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		e := passwdEntry{name: f[0], uid: uid, gid: gid, home: f[5]}
+		if match(e) {
+			return e, nil
+		}
+	}
+	return passwdEntry{}, failf(ExitNotFound, "no such user in the sandbox's %s", passwdFile)
+}
+
+// scanGroups calls fn with each group of groupFile until it returns false.
+func scanGroups(fn func(name string, gid int, members []string) bool) error {
+	b, err := readBounded(groupFile)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
+	for _, line := range strings.Split(string(b), "\n") {
+		// name:password:gid:member,member
+		f := strings.Split(line, ":")
+		if len(f) < 4 {
 			continue
 		}
-		fields := strings.Split(line, ":")
-		if len(fields) < n {
+		gid, err := strconv.Atoi(f[2])
+		if err != nil {
 			continue
 		}
-		if !fn(fields) {
+		if !fn(f[0], gid, strings.Split(f[3], ",")) {
 			break
 		}
 	}
-	return sc.Err()
+	return nil
+}
+
+func readBounded(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, maxPasswd))
 }

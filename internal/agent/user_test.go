@@ -16,20 +16,21 @@ func TestLookupUser(t *testing.T) {
 	os.WriteFile(groupFile, []byte("root:x:0:\nsudo:x:27:user\nuser:x:1000:\ndocker:x:999:user,other\n"), 0o644)
 	tests := []struct {
 		spec    string
-		want    user
+		want    passwdEntry
 		wantErr bool
 	}{
-		{"user", user{name: "user", uid: 1000, gid: 1000, groups: []uint32{27, 999}, home: "/home/user"}, false},
-		{"1000", user{name: "user", uid: 1000, gid: 1000, groups: []uint32{27, 999}, home: "/home/user"}, false},
-		{"root", user{name: "root", uid: 0, gid: 0, home: "/root"}, false},
-		{"user:sudo", user{name: "user", uid: 1000, gid: 27, groups: []uint32{27, 999}, home: "/home/user"}, false},
-		{"4242", user{name: "4242", uid: 4242, gid: 4242, home: "/"}, false},
-		{"4242:7", user{name: "4242", uid: 4242, gid: 7, home: "/"}, false},
-		{"nobody-here", user{}, true},
-		{"user:nogroup", user{}, true},
-		{":", user{}, true},
-		{"user:", user{}, true},
-		{"broken", user{}, true},
+		{"user", passwdEntry{name: "user", uid: 1000, gid: 1000, groups: []int{27, 999}, home: "/home/user"}, false},
+		{"1000", passwdEntry{name: "user", uid: 1000, gid: 1000, groups: []int{27, 999}, home: "/home/user"}, false},
+		{"root", passwdEntry{name: "root", uid: 0, gid: 0, home: "/root"}, false},
+		{"", passwdEntry{name: "root", uid: 0, gid: 0, home: "/root"}, false},
+		{"user:sudo", passwdEntry{name: "user", uid: 1000, gid: 27, groups: []int{27, 999}, home: "/home/user"}, false},
+		{"4242", passwdEntry{name: "4242", uid: 4242, gid: 4242}, false},
+		{"4242:7", passwdEntry{name: "4242", uid: 4242, gid: 7}, false},
+		{"nobody-here", passwdEntry{}, true},
+		{"user:nogroup", passwdEntry{}, true},
+		{":", passwdEntry{}, true},
+		{"user:", passwdEntry{}, true},
+		{"broken", passwdEntry{}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.spec, func(t *testing.T) {
@@ -43,7 +44,7 @@ func TestLookupUser(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(user{})); diff != "" {
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(passwdEntry{})); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})

@@ -36,7 +36,7 @@ func TestLimits(t *testing.T) {
 	d := shared
 	id := d.newSandbox(t, "--template", "base", "--memory", "256M", "--cpus", "1")
 	var sb api.Sandbox
-	d.jsonOut(t, &sb, "info", id)
+	sb = d.info(t, id)
 	if sb.Memory != 256<<20 || sb.CPUs != 1 {
 		t.Errorf("info = memory %d cpus %v", sb.Memory, sb.CPUs)
 	}

@@ -81,9 +81,9 @@ func TestDeleteAndOrphans(t *testing.T) {
 	a := d.newSandbox(t, "--template", "tiny")
 	d.must(t, "snapshot", a, "keep-me")
 	d.must(t, "delete", "--yes", a)
-	var sn api.Snapshot
-	d.jsonOut(t, &sn, "snapshot", "info", "keep-me")
-	if sn.SandboxID != a {
+	var info struct{ Snapshot api.Snapshot }
+	d.jsonOut(t, &info, "snapshot", "info", "keep-me")
+	if sn := info.Snapshot; sn.SandboxID != a {
 		t.Errorf("snapshot after its sandbox was deleted: %+v", sn)
 	}
 	d.newSandbox(t, "--from", "keep-me") // still usable
@@ -134,7 +134,7 @@ func TestResumeFallback(t *testing.T) {
 		t.Errorf("resume --require-memory of a damaged image: exit %d %q", r.code, r.stderr)
 	}
 	var sb api.Sandbox
-	d.jsonOut(t, &sb, "info", id)
+	sb = d.info(t, id)
 	if sb.State != api.StateStopped {
 		t.Fatalf("after a refused resume: state %s, want stopped", sb.State)
 	}
@@ -176,7 +176,7 @@ func TestCaptureDiskFull(t *testing.T) {
 		before = after
 	}
 	var sb api.Sandbox
-	d.jsonOut(t, &sb, "info", id)
+	sb = d.info(t, id)
 	if sb.State != api.StateReady {
 		t.Errorf("after failed captures: state %s", sb.State)
 	}

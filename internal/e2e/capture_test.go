@@ -105,7 +105,7 @@ func TestCaptureAcceptance(t *testing.T) {
 			t.Errorf("clock inside is %d s off the host's after a resume", diff)
 		}
 		var info api.Sandbox
-		d.jsonOut(t, &info, "info", id)
+		info = d.info(t, id)
 		if !info.MemoryRestored {
 			t.Errorf("info --json: memoryRestored = false after a resume")
 		}
@@ -176,7 +176,7 @@ func TestCaptureAcceptance(t *testing.T) {
 			t.Errorf("memory snapshot: token %s, want %s", h.Token, first.Token)
 		}
 		var sb api.Sandbox
-		d.jsonOut(t, &sb, "info", fromMem)
+		sb = d.info(t, fromMem)
 		if !sb.MemoryRestored || sb.From != mem {
 			t.Errorf("sandbox from a memory snapshot: %+v", sb)
 		}

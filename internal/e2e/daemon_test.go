@@ -30,7 +30,7 @@ func TestRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	var sb api.Sandbox
-	d.jsonOut(t, &sb, "info", "survivor")
+	sb = d.info(t, "survivor")
 	if sb.ID != id || sb.State != api.StateReady {
 		t.Fatalf("after restart: %+v, want %s running", sb, id)
 	}

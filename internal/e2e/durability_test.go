@@ -55,7 +55,7 @@ func startHolder(t *testing.T, d *daemon) (string, hit) {
 func checkAfterRestart(t *testing.T, d *daemon, id string, want hit) {
 	t.Helper()
 	var sb api.Sandbox
-	d.jsonOut(t, &sb, "info", id)
+	sb = d.info(t, id)
 	switch sb.State {
 	case api.StateReady:
 	case api.StateStopped:
@@ -203,7 +203,7 @@ func TestCheckpointKilled(t *testing.T) {
 		t.Errorf("stop with its checkpoint killed: exit %d %q, want an error naming the checkpoint", r.code, r.stderr)
 	}
 	var sb api.Sandbox
-	d.jsonOut(t, &sb, "info", id)
+	sb = d.info(t, id)
 	if sb.State != api.StateReady {
 		t.Errorf("after a killed checkpoint: state %s", sb.State)
 	}
@@ -261,7 +261,7 @@ func TestCleanShutdown(t *testing.T) {
 		t.Errorf("a clean shutdown left a capture to reconcile: %v", ev)
 	}
 	var sb api.Sandbox
-	d.jsonOut(t, &sb, "info", id)
+	sb = d.info(t, id)
 	if sb.State != api.StateStopped {
 		t.Fatalf("after a clean shutdown during a stop: %s", sb.State)
 	}

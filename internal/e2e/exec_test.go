@@ -69,8 +69,9 @@ func TestExecTimeout(t *testing.T) {
 	if strings.Contains(ps, "sleep 300") {
 		t.Errorf("children survived the timeout:\n%s", ps)
 	}
-	var execs []api.Exec
-	d.jsonOut(t, &execs, "ps", id)
+	var listed struct{ Execs []api.Exec }
+	d.jsonOut(t, &listed, "ps", id)
+	execs := listed.Execs
 	var timed *api.Exec
 	for i := range execs {
 		if execs[i].TimedOut {
@@ -80,8 +81,9 @@ func TestExecTimeout(t *testing.T) {
 	if timed == nil || timed.ExitCode == nil || *timed.ExitCode != 124 {
 		t.Errorf("ps does not show the timed-out exec: %+v", execs)
 	}
+	// a usage error now: sbx reads the duration before it asks sbxd
 	r = d.sbx(t, "exec", id, "--timeout", "forever", "--", "true")
-	if r.code != 1 || !strings.Contains(r.stderr, "timeout") {
+	if r.code != 2 || !strings.Contains(r.stderr, "--timeout") {
 		t.Errorf("bad timeout: exit %d stderr %q", r.code, r.stderr)
 	}
 }

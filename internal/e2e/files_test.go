@@ -48,8 +48,9 @@ func TestFiles(t *testing.T) {
 	if out := d.must(t, "exec", id, "--", "cat", "/srv/a.txt", "/srv/sub/b.txt"); out != "alpha\nbeta\n" {
 		t.Errorf("tree inside = %q", out)
 	}
-	var ls []api.FileInfo
-	d.jsonOut(t, &ls, "fs", "ls", id, "/srv")
+	var dir struct{ Files []api.FileInfo }
+	d.jsonOut(t, &dir, "fs", "ls", id, "/srv")
+	ls := dir.Files
 	var names []string
 	for _, f := range ls {
 		names = append(names, f.Name)

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/flaky"
 )
 
@@ -78,7 +80,8 @@ func checkFlakeRate(t *testing.T, f flakeOut, n int, parent string) []string {
 		if r.Run != i {
 			t.Errorf("run lines number %d where %d was due", r.Run, i)
 		}
-		if seeds[r.Seed] || forks[r.Sandbox] || r.Sandbox == parent || !idRE.MatchString(r.Sandbox) {
+		kept := !r.Pass && r.Sandbox == flaky.KeptName(r.Seed, 0) // --keep-failures: named after its seed
+		if seeds[r.Seed] || forks[r.Sandbox] || r.Sandbox == parent || !idRE.MatchString(r.Sandbox) && !kept {
 			t.Errorf("run %d: seed %d in %s: want a fresh seed in a fresh fork", i, r.Seed, r.Sandbox)
 		}
 		seeds[r.Seed], forks[r.Sandbox] = true, true
@@ -146,15 +149,34 @@ func TestFlakeRateKeepFailures(t *testing.T) {
 	if !slices.Equal(kept, failed) {
 		t.Errorf("kept %v, want the failing forks %v", kept, failed)
 	}
-	want := slices.Sorted(slices.Values(append(slices.Clone(before), failed...)))
+	if len(failed) == 0 {
+		t.Fatalf("no run failed in 20; the test proves nothing about kept failures")
+	}
+	// each failure is kept once, under its seed's name, with a ttl, alive
+	var keptIDs []string
+	for _, r := range f.runs {
+		if r.Pass {
+			continue
+		}
+		name := fmt.Sprintf("flake-%d", r.Seed)
+		if r.Sandbox != name {
+			t.Errorf("run %d (seed %d) kept as %q, want %q", r.Run, r.Seed, r.Sandbox, name)
+		}
+		sb := d.info(t, name)
+		keptIDs = append(keptIDs, sb.ID)
+		if sb.TTL != flaky.DefaultKeepTTL.String() || sb.State != api.StateReady || !sb.MemoryRestored {
+			t.Errorf("kept %s: ttl %q state %s memory %v, want ttl %s, ready, with the failure's memory", name, sb.TTL, sb.State, sb.MemoryRestored, flaky.DefaultKeepTTL)
+		}
+		if out := d.must(t, "info", name); !strings.Contains(out, "name: "+name+"\n") {
+			t.Errorf("sbx info %s does not show the seed's name:\n%s", name, out)
+		}
+		if r := d.sbx(t, "exec", name, "--", "true"); r.code != 0 {
+			t.Errorf("kept fork %s does not run: exit %d: %s", name, r.code, r.stderr)
+		}
+	}
+	want := slices.Sorted(slices.Values(append(slices.Clone(before), keptIDs...)))
 	if got := sandboxIDs(t, d); !slices.Equal(got, want) {
 		t.Errorf("sandboxes after: %v, want those before and the failures: %v", got, want)
-	}
-	for _, id := range failed {
-		r := d.sbx(t, "exec", id, "--", "true")
-		if r.code != 0 {
-			t.Errorf("kept fork %s does not run: exit %d: %s", id, r.code, r.stderr)
-		}
 	}
 
 	// and the human output ends with the summary

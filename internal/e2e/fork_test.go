@@ -71,7 +71,7 @@ func TestDiskFork(t *testing.T) {
 		t.Errorf("the parent lost its process:\n%s", out)
 	}
 	var sb api.Sandbox
-	d.jsonOut(t, &sb, "info", child)
+	sb = d.info(t, child)
 	if sb.Parent != parent || sb.MemoryRestored {
 		t.Errorf("child = %+v, want parent %s and no memory", sb, parent)
 	}
@@ -92,8 +92,7 @@ func TestForkAllOrNothing(t *testing.T) {
 	if r.code != 1 {
 		t.Fatalf("fork of 3 with room for 1: exit %d %q", r.code, r.stderr)
 	}
-	var list []api.Sandbox
-	d.jsonOut(t, &list, "list")
+	list := d.list(t)
 	if len(list) != 1 || list[0].ID != parent {
 		t.Errorf("after a failed fork: %d sandboxes %+v, want only the parent", len(list), list)
 	}

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
 	"sbx.dev/sbx/internal/netns"
 	"sbx.dev/sbx/internal/runsc"
@@ -443,6 +444,25 @@ func (d *daemon) jsonOut(t *testing.T, v any, args ...string) {
 	if err := json.Unmarshal([]byte(out), v); err != nil {
 		t.Fatalf("sbx --json %v: %v\n%s", args, err, out)
 	}
+}
+
+// info is `sbx --json info ID`: {"sandbox": {...}}.
+func (d *daemon) info(t *testing.T, id string) api.Sandbox {
+	t.Helper()
+	var out struct{ Sandbox *api.Sandbox }
+	d.jsonOut(t, &out, "info", id)
+	if out.Sandbox == nil {
+		t.Fatalf("sbx --json info %s: no sandbox object", id)
+	}
+	return *out.Sandbox
+}
+
+// list is `sbx --json list`: {"sandboxes": [...]}.
+func (d *daemon) list(t *testing.T) []api.Sandbox {
+	t.Helper()
+	var out struct{ Sandboxes []api.Sandbox }
+	d.jsonOut(t, &out, "list")
+	return out.Sandboxes
 }
 
 // waitFor polls cond until it holds or the deadline passes.

@@ -92,9 +92,9 @@ func TestPreview(t *testing.T) {
 
 	// ports lists the server, in the table and as JSON
 	waitFor(t, "port 8080 in `sbx ports`", 20*time.Second, func() bool {
-		var ps []api.Port
+		var ps struct{ Ports []api.Port }
 		d.jsonOut(t, &ps, "ports", id)
-		for _, p := range ps {
+		for _, p := range ps.Ports {
 			if p.Port == 8080 && p.Proto != "" {
 				return true
 			}

@@ -50,7 +50,7 @@ func TestReaperEndToEnd(t *testing.T) {
 		time.Sleep(10*time.Second - time.Since(start))
 	}
 	var sb api.Sandbox
-	d.jsonOut(t, &sb, "info", busy)
+	sb = d.info(t, busy)
 	if sb.State != api.StateReady {
 		t.Errorf("a sandbox was reaped while its exec ran: %+v", sb)
 	}
@@ -69,7 +69,8 @@ func TestReaperEndToEnd(t *testing.T) {
 	if ttl.TTL != "1h0m0s" || ttl.ReapReason == "" {
 		t.Errorf("after ttl 1h: %+v", ttl)
 	}
-	if r := d.sbx(t, "ttl", busy, "soon"); r.code != 1 || !strings.Contains(r.stderr, "ttl") {
+	// a usage error: sbx reads the duration before it asks sbxd
+	if r := d.sbx(t, "ttl", busy, "soon"); r.code != 2 || !strings.Contains(r.stderr, "ttl") {
 		t.Errorf("ttl soon: exit %d %q", r.code, r.stderr)
 	}
 }
@@ -89,7 +90,7 @@ func TestLifetimeCap(t *testing.T) {
 		t.Errorf("persist under a lifetime cap: %v, want 403 saying why", err)
 	}
 	var sb api.Sandbox
-	d.jsonOut(t, &sb, "info", id)
+	sb = d.info(t, id)
 	if sb.ReapAt == nil || !strings.Contains(sb.ReapReason, "lifetime") {
 		t.Errorf("info under a lifetime cap: reapAt %v reason %q", sb.ReapAt, sb.ReapReason)
 	}

@@ -18,8 +18,7 @@ func TestSandboxLifecycle(t *testing.T) {
 	name := "life-" + randHex(3)
 	id := d.newSandbox(t, "--template", "tiny", "--name", name, "--ttl", "30m", "--meta", "team=core", "--meta", "run=7")
 
-	var list []api.Sandbox
-	d.jsonOut(t, &list, "list")
+	list := d.list(t)
 	found := false
 	for _, sb := range list {
 		if sb.ID == id {
@@ -30,7 +29,7 @@ func TestSandboxLifecycle(t *testing.T) {
 		t.Errorf("sbx list does not show %s", id)
 	}
 	var sb api.Sandbox
-	d.jsonOut(t, &sb, "info", name) // a name works wherever an id does
+	sb = d.info(t, name) // a name works wherever an id does
 	if sb.ID != id || sb.State != api.StateReady || sb.TTL != "30m0s" || sb.Meta["team"] != "core" || sb.Meta["run"] != "7" {
 		t.Errorf("info %s = %+v", name, sb)
 	}
@@ -69,7 +68,7 @@ func TestBadInput(t *testing.T) {
 		{"unknown id", []string{"info", "sb_aaaaaaaaaa"}, 1, "sandbox sb_aaaaaaaaaa not found"},
 		{"unknown name", []string{"exec", "no-such-box", "--", "true"}, 1, "sandbox no-such-box not found"},
 		{"unknown delete", []string{"delete", "--yes", "nope"}, 1, "not found"},
-		{"bad ttl", []string{"new", "--template", "tiny", "--ttl", "soon"}, 1, "ttl"},
+		{"bad ttl", []string{"new", "--template", "tiny", "--ttl", "soon"}, 2, "--ttl"}, // a usage error: sbx reads durations
 		{"bad memory", []string{"new", "--template", "tiny", "--memory", "lots"}, 1, "memory"},
 		{"bad name", []string{"new", "--template", "tiny", "--name", "no spaces"}, 1, "name"},
 		{"unknown template", []string{"new", "--template", "nope"}, 1, "template nope not found"},

@@ -64,10 +64,10 @@ func TestTemplateImport(t *testing.T) {
 	d.must(t, "template", "import", fromTar, tarPath)
 	t.Cleanup(func() { d.sbx(t, "template", "rm", fromTar) })
 
-	var ts []api.Template
+	var ts struct{ Templates []api.Template }
 	d.jsonOut(t, &ts, "template", "ls")
 	names := map[string]bool{}
-	for _, tp := range ts {
+	for _, tp := range ts.Templates {
 		names[tp.Name] = true
 	}
 	if !names[fromDir] || !names[fromTar] || !names["tiny"] {

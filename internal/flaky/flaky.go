@@ -21,6 +21,7 @@ type Client interface {
 	Fork(ctx context.Context, id string, req api.ForkRequest) ([]api.Sandbox, error)
 	Exec(ctx context.Context, id string, req api.ExecRequest, stdout, stderr io.Writer) (*api.Exec, error)
 	Delete(ctx context.Context, id string) error
+	SetTTL(ctx context.Context, id string, ttl time.Duration) (*api.Sandbox, error)
 }
 
 var _ Client = (*client.Client)(nil)

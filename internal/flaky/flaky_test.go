@@ -46,6 +46,9 @@ type fakeClient struct {
 	deletes     int
 	deleting    int
 	maxDeleting int
+	kept        map[string]string // kept failure's name -> the ttl it was forked with
+	keepErr     error             // if set, what every fork that keeps a failure returns
+	ttls        map[string]time.Duration
 	forkErrAt   int // fail the fork call with this 1-based number
 	forkShortAt int // the fork call with this 1-based number makes one child too few
 	execErrAt   int // fail the exec with this 1-based number
@@ -55,7 +58,8 @@ type fakeClient struct {
 var _ Client = (*fakeClient)(nil)
 
 func newFake(exit func(uint32) int, existing ...string) *fakeClient {
-	f := &fakeClient{exit: exit, alive: map[string]bool{}, from: map[string]string{}, seedOf: map[string]uint32{}}
+	f := &fakeClient{exit: exit, alive: map[string]bool{}, from: map[string]string{}, seedOf: map[string]uint32{},
+		kept: map[string]string{}, ttls: map[string]time.Duration{}}
 	for _, id := range existing {
 		f.alive[id] = true
 	}
@@ -94,6 +98,11 @@ func (f *fakeClient) Create(ctx context.Context, opts ...client.CreateOption) (*
 }
 
 func (f *fakeClient) Fork(ctx context.Context, id string, req api.ForkRequest) ([]api.Sandbox, error) {
+	if req.Name != "" {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.keepFork(id, req)
+	}
 	if f.onFork != nil {
 		f.onFork()
 	}
@@ -129,6 +138,38 @@ func (f *fakeClient) Fork(ctx context.Context, id string, req api.ForkRequest) (
 	}
 	f.maxAlive = max(f.maxAlive, len(f.alive)-f.existing)
 	return kids, nil
+}
+
+// keepFork is a fork that keeps a failure: one named child of a fork whose
+// test has run, carrying its seed (its memory). The child's id is its name.
+func (f *fakeClient) keepFork(id string, req api.ForkRequest) ([]api.Sandbox, error) {
+	switch {
+	case f.keepErr != nil:
+		return nil, f.keepErr
+	case req.Count != 1 || !req.Memory:
+		return nil, fmt.Errorf("fake: a kept failure is one memory fork, got %+v", req)
+	case !f.alive[id]:
+		return nil, api.Errorf(api.ErrNotFound, "sandbox %s not found", id)
+	case f.alive[req.Name]:
+		return nil, api.Errorf(api.ErrConflict, "name %q is taken", req.Name)
+	}
+	if _, ran := f.seedOf[id]; !ran {
+		return nil, fmt.Errorf("fake: %s kept before its test ran", id)
+	}
+	f.alive[req.Name] = true
+	f.seedOf[req.Name] = f.seedOf[id]
+	f.kept[req.Name] = req.TTL
+	return []api.Sandbox{{ID: req.Name, Name: req.Name}}, nil
+}
+
+func (f *fakeClient) SetTTL(ctx context.Context, id string, ttl time.Duration) (*api.Sandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.alive[id] {
+		return nil, api.Errorf(api.ErrNotFound, "sandbox %s not found", id)
+	}
+	f.ttls[id] = ttl
+	return &api.Sandbox{ID: id}, nil
 }
 
 func (f *fakeClient) Exec(ctx context.Context, id string, req api.ExecRequest, stdout, stderr io.Writer) (*api.Exec, error) {
@@ -601,7 +642,9 @@ func TestFlakeRateBound(t *testing.T) {
 			checkRuns(t, f, res.Runs, tc.n)
 			bound := tc.parallel + api.MaxForks
 			if tc.keep {
-				bound = tc.n
+				// every fork stays, and a failure being kept is there
+				// twice until its fork of itself is made
+				bound = tc.n + tc.parallel
 			}
 			if f.maxAlive > bound {
 				t.Errorf("%d forks alive at once, want at most %d", f.maxAlive, bound)
@@ -861,3 +904,88 @@ func TestRateSummaryString(t *testing.T) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
+
+// TestKeptFailures: a kept failure is named after its seed, carries the
+// keep ttl and goes on as a memory fork of the failing fork, which goes.
+func TestKeptFailures(t *testing.T) {
+	t.Run("named after the seed, with the ttl", func(t *testing.T) {
+		f := newFake(failBelow3, "sb_parent000")
+		res, err := FlakeRate(context.Background(), f, RateOptions{Sandbox: "sb_parent000", N: 30, KeepFailures: true, KeepTTL: 45 * time.Minute, Test: shTest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkRuns(t, f, res.Runs, 30)
+		nfail, _ := failures(res.Runs)
+		if nfail == 0 {
+			t.Fatal("no run failed; the test proves nothing")
+		}
+		want := []string{"sb_parent000"}
+		for _, r := range res.Runs {
+			if r.Pass {
+				continue
+			}
+			name := fmt.Sprintf("flake-%d", r.Seed)
+			if r.Sandbox != name {
+				t.Errorf("run %d (seed %d) kept as %q, want %q", r.Run, r.Seed, r.Sandbox, name)
+			}
+			if got := f.kept[name]; got != "45m0s" {
+				t.Errorf("%s forked with ttl %q, want 45m0s", name, got)
+			}
+			want = append(want, name)
+		}
+		slices.Sort(want)
+		if diff := cmp.Diff(want, f.left()); diff != "" {
+			t.Errorf("sandboxes left (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff(want[:len(want)-1], res.Summary.Kept, cmpSorted); len(res.Summary.Kept) != nfail || diff != "" {
+			t.Errorf("summary kept %v, want the %d names", res.Summary.Kept, nfail)
+		}
+	})
+	t.Run("default ttl", func(t *testing.T) {
+		f := newFake(func(uint32) int { return 1 }, "sb_parent000")
+		if _, err := FlakeRate(context.Background(), f, RateOptions{Sandbox: "sb_parent000", N: 2, KeepFailures: true, Test: shTest}); err != nil {
+			t.Fatal(err)
+		}
+		for name, ttl := range f.kept {
+			if ttl != DefaultKeepTTL.String() {
+				t.Errorf("%s: ttl %q, want %s", name, ttl, DefaultKeepTTL)
+			}
+		}
+		if len(f.kept) != 2 {
+			t.Errorf("kept %v, want 2", f.kept)
+		}
+	})
+	t.Run("a taken name gets a number", func(t *testing.T) {
+		f := newFake(func(uint32) int { return 1 }, "sb_parent000", "flake-7", "flake-7-2")
+		res, err := FlakeRate(context.Background(), f, RateOptions{Sandbox: "sb_parent000", N: 1, KeepFailures: true, Test: shTest,
+			Seed: func() uint32 { return 7 }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := res.Summary.Kept; len(got) != 1 || got[0] != "flake-7-3" {
+			t.Errorf("kept %v, want [flake-7-3]", got)
+		}
+	})
+	t.Run("a keep fork that fails keeps the failure as it is", func(t *testing.T) {
+		f := newFake(func(uint32) int { return 1 }, "sb_parent000")
+		f.keepErr = api.Errorf(api.ErrUnavailable, "fake: no space")
+		res, err := FlakeRate(context.Background(), f, RateOptions{Sandbox: "sb_parent000", N: 3, KeepFailures: true, KeepTTL: time.Hour, Test: shTest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range res.Summary.Kept {
+			if !strings.HasPrefix(id, "sb_") || f.ttls[id] != time.Hour {
+				t.Errorf("kept %s with ttl %v, want the fork itself with 1h", id, f.ttls[id])
+			}
+		}
+		if len(res.Summary.Kept) != 3 || len(f.left()) != 4 {
+			t.Errorf("kept %v, left %v", res.Summary.Kept, f.left())
+		}
+	})
+}
+
+var cmpSorted = cmp.Transformer("sorted", func(in []string) []string {
+	out := slices.Clone(in)
+	slices.Sort(out)
+	return out
+})

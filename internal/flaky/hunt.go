@@ -78,6 +78,10 @@ type HuntOptions struct {
 	// OutDir is the local folder the evidence is copied to; "" means
 	// ./sbx-hunt-NAME.
 	OutDir string
+	// User, if set, runs the setup and the test as this user (a name or
+	// uid[:gid] inside the sandbox); /work is then theirs. "" is the
+	// template's default user.
+	User string
 	// OnCrash runs each run under gdb, as `sbx exec --on-crash` does: when
 	// the test's process dies of a fatal signal, the crash bundle lands in
 	// OutDir/crash (crash.tar and backtrace.txt) and in the summary. The
@@ -217,7 +221,12 @@ func Hunt(ctx context.Context, c HuntClient, o HuntOptions) (*HuntSummary, error
 
 // startLoop copies the source in, writes the loop script and starts it detached.
 func startLoop(ctx context.Context, c HuntClient, id string, o *HuntOptions) (*api.Exec, error) {
-	x, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"mkdir", "-p", HuntDir}}, io.Discard, io.Discard)
+	// made as root: the test's user may not create /work; it gets it after
+	asRoot := ""
+	if o.User != "" {
+		asRoot = "0"
+	}
+	x, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"mkdir", "-p", HuntDir}, User: asRoot}, io.Discard, io.Discard)
 	if err != nil {
 		return nil, fmt.Errorf("make %s in %s: %w", HuntDir, id, err)
 	}
@@ -227,6 +236,16 @@ func startLoop(ctx context.Context, c HuntClient, id string, o *HuntOptions) (*a
 	if o.Source != nil {
 		if err := c.WriteTar(ctx, id, "/work", o.Source); err != nil {
 			return nil, fmt.Errorf("copy the source into /work of %s: %w", id, err)
+		}
+	}
+	if o.User != "" {
+		var out bytes.Buffer
+		x, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"chown", "-R", "--", o.User, "/work"}, User: asRoot}, &out, &out)
+		if err != nil {
+			return nil, fmt.Errorf("give /work of %s to %s: %w", id, o.User, err)
+		}
+		if x.ExitCode == nil || *x.ExitCode != 0 {
+			return nil, api.Errorf(api.ErrInvalid, "give /work of %s to user %s: %s", id, o.User, strings.TrimSpace(out.String()))
 		}
 	}
 	if o.OnCrash {
@@ -242,7 +261,7 @@ func startLoop(ctx context.Context, c HuntClient, id string, o *HuntOptions) (*a
 	if err := c.WriteFile(ctx, id, huntLoop, strings.NewReader(script), int64(len(script)), 0o755); err != nil {
 		return nil, fmt.Errorf("write the loop into %s: %w", id, err)
 	}
-	x, err = c.ExecDetached(ctx, id, api.ExecRequest{Cmd: []string{"/bin/sh", huntLoop}, Cwd: "/"})
+	x, err = c.ExecDetached(ctx, id, api.ExecRequest{Cmd: []string{"/bin/sh", huntLoop}, Cwd: "/", User: o.User})
 	if err != nil {
 		return nil, fmt.Errorf("start the loop in %s: %w", id, err)
 	}

@@ -79,13 +79,13 @@ func (f *fakeHunt) Delete(ctx context.Context, id string) error {
 }
 
 func (f *fakeHunt) Exec(ctx context.Context, id string, req api.ExecRequest, stdout, stderr io.Writer) (*api.Exec, error) {
-	f.call("exec " + strings.Join(req.Cmd, " "))
+	f.call("exec " + asUser(req.User) + strings.Join(req.Cmd, " "))
 	zero := 0
 	return &api.Exec{ID: "x_mk", ExitCode: &zero, State: api.ExecExited}, nil
 }
 
 func (f *fakeHunt) ExecDetached(ctx context.Context, id string, req api.ExecRequest) (*api.Exec, error) {
-	f.call("detach " + strings.Join(req.Cmd, " "))
+	f.call("detach " + asUser(req.User) + strings.Join(req.Cmd, " "))
 	return &api.Exec{ID: "x_loop", Cmd: req.Cmd, State: api.ExecRunning, Detached: true}, nil
 }
 
@@ -177,6 +177,14 @@ func (f *fakeHunt) Stop(ctx context.Context, id string, wait bool) (*api.Sandbox
 	}
 	f.state = api.StateStopped
 	return &api.Sandbox{ID: id, State: api.StateStopped}, nil
+}
+
+// asUser names the user an exec asks for, if any: "(as bob) ".
+func asUser(u string) string {
+	if u == "" {
+		return ""
+	}
+	return "(as " + u + ") "
 }
 
 // outside keeps the calls of the steps after the loop, without the gets.
@@ -565,5 +573,23 @@ func TestLoopScriptStraySignal(t *testing.T) {
 		test: []string{"sh", "-c", "kill -USR1 $PPID; exit 0"}})
 	if code != 0 || !strings.Contains(out, "no failure in 20 runs") {
 		t.Fatalf("loop exit %d, want 0 and no failure:\n%s", code, out)
+	}
+}
+
+// TestHuntUser: with --user, /work is made as root and given to the user,
+// and the loop (the setup and every run) runs as the user.
+func TestHuntUser(t *testing.T) {
+	f := newFakeHunt(failingLoop, loopFailed)
+	_, err := Hunt(context.Background(), f, HuntOptions{
+		Name: "hunt-u", Template: "base", Source: strings.NewReader(""), Runs: 20, User: "user",
+		Cmd: []string{"./test.sh"}, OutDir: filepath.Join(t.TempDir(), "out"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"create", "exec (as 0) mkdir -p " + HuntDir, "writetar /work", "exec (as 0) chown -R -- user /work",
+		"write " + huntLoop, "detach (as user) /bin/sh " + huntLoop, "follow x_loop"}
+	if diff := cmp.Diff(want, f.calls[:len(want)]); diff != "" {
+		t.Errorf("calls before the loop ended (-want +got):\n%s", diff)
 	}
 }

@@ -1,10 +1,12 @@
 package flaky
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
@@ -20,8 +22,11 @@ type RateOptions struct {
 	N int
 	// Parallel bounds how many runs go at once; 0 means DefaultParallel.
 	Parallel int
-	// KeepFailures keeps the forks whose run failed; the rest are deleted.
+	// KeepFailures keeps the forks whose run failed, each as a memory fork
+	// of itself named after its seed (KeptName) with the idle ttl KeepTTL
+	// (0: DefaultKeepTTL); the rest are deleted.
 	KeepFailures bool
+	KeepTTL      time.Duration
 	Test         Test
 	// Seed gives each run its seed; nil means a fresh random uint32. The
 	// seeds of one measurement are distinct.
@@ -33,6 +38,23 @@ type RateOptions struct {
 	// called at once.
 	Forked func(ready, n int)
 }
+
+// DefaultKeepTTL is the idle ttl of a failure FlakeRate keeps: long enough
+// to come back to it, short enough that forgotten ones do not pile up.
+const DefaultKeepTTL = 2 * time.Hour
+
+// KeptName is the name of a kept failure: flake-SEED, or flake-SEED-N for
+// the Nth try when that name is taken (an earlier measurement's).
+func KeptName(seed uint32, try int) string {
+	if try == 0 {
+		return fmt.Sprintf("flake-%d", seed)
+	}
+	return fmt.Sprintf("flake-%d-%d", seed, try+1)
+}
+
+// keptNameTries is how many names KeepFailures tries before it keeps the
+// failure under its id.
+const keptNameTries = 5
 
 // RateSummary is the measured failure rate, as `--json` prints it last.
 type RateSummary struct {
@@ -116,6 +138,8 @@ func (o RateOptions) validate() error {
 		return api.Errorf(api.ErrInvalid, "flake-rate: want at least 1 run, got %d", o.N)
 	case o.Parallel < 0:
 		return api.Errorf(api.ErrInvalid, "flake-rate: want a parallelism of at least 1, got %d", o.Parallel)
+	case o.KeepTTL < 0:
+		return api.Errorf(api.ErrInvalid, "flake-rate: the ttl of kept failures is negative (%s)", o.KeepTTL)
 	}
 	return o.Test.validate()
 }
@@ -160,7 +184,7 @@ func flakeRate(ctx context.Context, c Client, root string, o RateOptions) (*Rate
 	s := Summarize(p.runs)
 	for _, r := range p.runs {
 		if !r.Pass && o.KeepFailures {
-			s.Kept = append(s.Kept, r.Sandbox)
+			s.Kept = append(s.Kept, r.Sandbox) // the kept fork's name
 		}
 	}
 	return &RateResult{Runs: p.runs, Summary: s}, nil
@@ -189,7 +213,8 @@ type ratePipeline struct {
 
 	mu      sync.Mutex
 	cond    *sync.Cond      // broadcast on any change below, and when ctx ends
-	forks   []string        // every fork made, in run order
+	forks   []string        // every fork made, in run order (a kept failure's, once kept)
+	stray   []string        // failing forks that were kept as forks of theirs, not yet deleted
 	ready   int             // forks[:ready] may run (a failed call's partial batch may not)
 	gone    map[string]bool // forks deleted
 	live    int             // forks made, not yet deleted, not kept: what maxLive bounds
@@ -274,7 +299,11 @@ func (p *ratePipeline) dispatch() {
 // background delete unless it is a failure to keep.
 func (p *ratePipeline) run(i int, id string) {
 	r, err := p.o.Test.exec(p.ctx, p.c, i, id, p.seed[i])
-	keep := err == nil && !r.Pass && p.o.KeepFailures
+	// a measurement cut short keeps nothing: what it made goes
+	keep := err == nil && !r.Pass && p.o.KeepFailures && p.ctx.Err() == nil
+	if keep {
+		r.Sandbox, err = p.keep(i, id, r.Seed)
+	}
 	p.mu.Lock()
 	p.running--
 	if err == nil {
@@ -298,6 +327,44 @@ func (p *ratePipeline) run(i int, id string) {
 		p.o.Progress(r)
 		p.report.Unlock()
 	}
+}
+
+// keep turns the failing fork id of run i into one a person can find and
+// that goes away by itself: a memory fork of it (the failure's processes
+// and memory carry on) named after its seed, with KeepTTL; the fork itself
+// is deleted. It returns the kept sandbox's name. If the fork cannot be
+// made, the failure is kept as it is, with the ttl, under its id.
+func (p *ratePipeline) keep(i int, id string, seed uint32) (string, error) {
+	ttl := cmp.Or(p.o.KeepTTL, DefaultKeepTTL)
+	// Not cut off by ctx, as grow's forks are not: a named child made after
+	// the caller left would outlive the measurement.
+	ctx := context.WithoutCancel(p.ctx)
+	for try := range keptNameTries {
+		name := KeptName(seed, try)
+		kids, err := p.c.Fork(ctx, id, api.ForkRequest{Memory: true, Count: 1, Name: name, TTL: ttl.String()})
+		if errors.Is(err, api.ErrConflict) {
+			continue // the name is an earlier measurement's
+		}
+		if err != nil || len(kids) != 1 {
+			break
+		}
+		p.mu.Lock()
+		p.forks[i] = kids[0].ID // what an error deletes from now on
+		p.mu.Unlock()
+		p.wg.Go(func() {
+			if err := p.delete(id); err != nil {
+				p.mu.Lock()
+				p.stray = append(p.stray, id) // for deleteLeft to try again
+				p.mu.Unlock()
+				p.fail(fmt.Errorf("run %d: %w", i, err))
+			}
+		})
+		return name, nil
+	}
+	if _, err := p.c.SetTTL(ctx, id, ttl); err != nil {
+		return id, fmt.Errorf("run %d (seed %d): keep %s: %w", i, seed, id, err)
+	}
+	return id, nil
 }
 
 // deleteFork deletes run i's fork, at most rateDeletes at once, and makes
@@ -357,6 +424,7 @@ func (p *ratePipeline) deleteLeft() error {
 			left = append(left, id)
 		}
 	}
+	left = append(left, p.stray...)
 	errs := make([]error, len(left))
 	var wg sync.WaitGroup
 	for i, id := range left {

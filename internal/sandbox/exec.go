@@ -15,7 +15,6 @@ import (
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/agent"
 	"sbx.dev/sbx/internal/runsc"
-	"sbx.dev/sbx/internal/store"
 )
 
 // Every exec is started by the sandbox's init (the agent), so that its
@@ -224,10 +223,6 @@ func (m *Manager) Exec(ctx context.Context, ref string, req api.ExecRequest) (*a
 	}
 	return run.snapshot(), nil
 }
-
-// defaultUser is who a command runs as unless it says: the template's
-// default user ("" is root).
-func (m *Manager) defaultUser(sb *store.Sandbox) string { return "" }
 
 // dataDirError says plainly that sbxd's data dir is full, when it is.
 func (m *Manager) dataDirError(err error) error {

@@ -15,18 +15,25 @@ import (
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/agent"
 	"sbx.dev/sbx/internal/runsc"
+	"sbx.dev/sbx/internal/store"
 )
 
 // Every file operation runs the agent inside the sandbox, so every path is
 // resolved by the sandbox's own kernel: a symlink to /etc/shadow in the
 // sandbox is the sandbox's /etc/shadow. Nothing here touches a host path.
 
+// checkPath checks a path inside the sandbox: absolute, or starting at a
+// home directory ("~", "~/x", "~name/x"), which the agent resolves from the
+// sandbox's own /etc/passwd.
 func checkPath(p string) (string, error) {
-	if p == "" || !strings.HasPrefix(p, "/") {
-		return "", api.Errorf(api.ErrInvalid, "path: %q is not an absolute path inside the sandbox", p)
-	}
 	if strings.ContainsRune(p, 0) {
 		return "", api.Errorf(api.ErrInvalid, "path: contains a NUL byte")
+	}
+	if strings.HasPrefix(p, "~") {
+		return p, nil
+	}
+	if p == "" || !strings.HasPrefix(p, "/") {
+		return "", api.Errorf(api.ErrInvalid, "path: %q is not an absolute path inside the sandbox (nor ~/...)", p)
 	}
 	return path.Clean(p), nil
 }
@@ -77,12 +84,25 @@ func (m *Manager) inspect(ctx context.Context, ref string, args ...string) ([]by
 	return out.Bytes(), err
 }
 
+// defaultUser is the user a request names when it names none: whose home ~
+// is, and who owns the files it makes. "" is root.
+func (m *Manager) defaultUser(sb *store.Sandbox) string {
+	return ""
+}
+
+// fileCommands are the agent's subcommands that take --user.
+var fileCommands = map[string]bool{"get": true, "put": true, "untar": true, "stat": true, "ls": true}
+
 // agentCall runs the agent in a running sandbox and maps its exit codes to
-// the API's error kinds.
+// the API's error kinds. A file subcommand is run for the sandbox's default
+// user.
 func (m *Manager) agentCall(ctx context.Context, ref string, stdin io.Reader, stdout io.Writer, args ...string) error {
 	sb, err := m.whenReady(ctx, ref)
 	if err != nil {
 		return err
+	}
+	if u := m.defaultUser(sb); u != "" && fileCommands[args[0]] {
+		args = append([]string{args[0], "--user", u}, args[1:]...)
 	}
 	stderr := &boundedBuffer{max: maxAgentStderr}
 	code, err := m.cfg.Runtime.Exec(ctx, sb.ID, runsc.ExecOptions{Args: append([]string{runsc.AgentPath}, args...)}, stdin, stdout, stderr)

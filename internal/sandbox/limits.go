@@ -1,10 +1,6 @@
 package sandbox
 
 import (
-	"os"
-	"strconv"
-	"strings"
-
 	"sbx.dev/sbx/api"
 )
 
@@ -82,21 +78,3 @@ const (
 	minPids = 16
 	minDisk = 16 << 20
 )
-
-// hostMemory returns the host's memory in bytes (0 if unknown).
-func hostMemory() int64 {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-			f := strings.Fields(rest)
-			if len(f) >= 1 {
-				kb, _ := strconv.ParseInt(f[0], 10, 64)
-				return kb << 10
-			}
-		}
-	}
-	return 0
-}

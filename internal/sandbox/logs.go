@@ -81,7 +81,7 @@ func (m *Manager) Logs(ctx context.Context, ref, stream string, follow bool, tai
 	case stream == StreamRuntime:
 		files := []*logFile{
 			{stream: StreamRuntime, path: filepath.Join(dir, "console.log"), match: isRuntimeLine},
-			{stream: StreamRuntime, path: filepath.Join(dir, "runsc.log")},
+			{stream: StreamRuntime, path: filepath.Join(dir, "runsc.log"), objects: true},
 		}
 		return followLogs(ctx, files, follow, tail, gone, m.now, emit)
 	case stream == StreamEvents:
@@ -106,7 +106,10 @@ func (m *Manager) execLog(ctx context.Context, sandboxID, execID string, follow 
 			if ev.Event != "stdout" && ev.Event != "stderr" {
 				return nil
 			}
-			return emit(api.LogEvent{Stream: prefix + ev.Event, Data: ev.Data, Time: m.now()})
+			now := m.now()
+			return eachLine(ev.Data, func(line []byte) error {
+				return emit(api.LogEvent{Stream: prefix + ev.Event, Data: line, Time: now})
+			})
 		})
 	}
 	if _, err := m.cfg.Store.Exec(ctx, sandboxID, execID); err != nil {
@@ -214,18 +217,33 @@ var runtimeLine = regexp.MustCompile(`^([DIWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \
 
 func isRuntimeLine(line []byte) bool { return runtimeLine.Match(line) }
 
-// logFile is one file of a log stream, read from where it was left.
+// logFile is one file of a log stream, read from where it was left. It is
+// sent a line per event: a line not ended yet is held back until its newline
+// comes, the stream ends, or it has waited partialWait (a prompt).
 type logFile struct {
 	stream string
 	path   string
 	// match, when set, keeps only the whole lines it accepts.
 	match func(line []byte) bool
+	// objects puts each JSON object on a line of its own: runsc writes its
+	// log (--log) as objects back to back, with no newline between them.
+	objects bool
 
-	f       *os.File
-	off     int64
-	partial []byte // with match: the start of a line not ended yet
-	started bool
+	f         *os.File
+	off       int64
+	partial   []byte    // the start of a line not ended yet
+	partialAt time.Time // when partial last grew
+	split     jsonSplitter
+	started   bool
 }
+
+// partialWait is how long the start of a line waits for its end before it
+// is sent as it is, so that a prompt without a newline still shows.
+const partialWait = 4 * logPoll
+
+// maxPartial bounds the start of a line held back: a longer line is sent
+// in pieces of this size rather than grow sbxd's memory.
+const maxPartial = chunkSize
 
 // followLogs sends the files of a stream: the last tail lines of each
 // (all when tail is 0), then with follow what they gain, polling, until
@@ -256,12 +274,12 @@ func followLogs(ctx context.Context, files []*logFile, follow bool, tail int, en
 			}
 			n += got
 		}
-		if done {
-			for _, f := range files {
-				if err := f.flush(now, emit); err != nil {
-					return err
-				}
+		for _, f := range files {
+			if err := f.flush(done, now, emit); err != nil {
+				return err
 			}
+		}
+		if done {
 			return nil
 		}
 		if n > 0 {
@@ -296,9 +314,12 @@ func (f *logFile) drain(tail int, now func() time.Time, emit func(api.LogEvent) 
 	if !f.started {
 		f.started = true
 		if tail > 0 {
-			if f.match == nil {
+			switch {
+			case f.objects:
+				f.off, err = tailStartObjects(f.f, size, tail)
+			case f.match == nil:
 				f.off, err = tailStart(f.f, size, tail)
-			} else {
+			default:
 				f.off, err = tailStartMatching(f.f, size, tail, f.match)
 			}
 			if err != nil {
@@ -308,7 +329,7 @@ func (f *logFile) drain(tail int, now func() time.Time, emit func(api.LogEvent) 
 	}
 	if size < f.off {
 		// Truncated under us: start again from its beginning.
-		f.off, f.partial = 0, nil
+		f.off, f.partial, f.split = 0, nil, jsonSplitter{}
 	}
 	total := 0
 	buf := make([]byte, chunkSize)
@@ -331,38 +352,178 @@ func (f *logFile) drain(tail int, now func() time.Time, emit func(api.LogEvent) 
 	return total, nil
 }
 
-// send emits b, or with a matcher the whole lines of b it accepts.
+// send emits the whole lines of b (with a matcher, those it accepts), one
+// event each, and holds back the start of a line not ended yet.
 func (f *logFile) send(b []byte, now func() time.Time, emit func(api.LogEvent) error) error {
-	if f.match == nil {
-		return emit(api.LogEvent{Stream: f.stream, Data: append([]byte(nil), b...), Time: now()})
+	if f.objects {
+		b = f.split.split(b)
 	}
 	data := append(f.partial, b...)
-	var out []byte
+	t := now()
 	for {
 		i := bytes.IndexByte(data, '\n')
 		if i < 0 {
 			break
 		}
-		if line := data[:i+1]; f.match(line) {
-			out = append(out, line...)
+		if err := f.emitLine(data[:i+1], t, emit); err != nil {
+			return err
 		}
 		data = data[i+1:]
 	}
-	f.partial = append([]byte(nil), data...)
-	if len(out) == 0 {
-		return nil
+	if len(data) > 0 && len(b) > 0 {
+		f.partialAt = t // it grew: its wait starts again
 	}
-	return emit(api.LogEvent{Stream: f.stream, Data: out, Time: now()})
+	f.partial = append(f.partial[:0:0], data...)
+	if len(f.partial) >= maxPartial {
+		return f.flush(true, now, emit)
+	}
+	return nil
 }
 
-// flush emits a last line without its newline, if the matcher accepts it.
-func (f *logFile) flush(now func() time.Time, emit func(api.LogEvent) error) error {
-	p := f.partial
-	f.partial = nil
-	if len(p) == 0 || f.match == nil || !f.match(p) {
+// emitLine sends one line, if the matcher (if any) accepts it.
+func (f *logFile) emitLine(line []byte, t time.Time, emit func(api.LogEvent) error) error {
+	if f.match != nil && !f.match(line) {
 		return nil
 	}
-	return emit(api.LogEvent{Stream: f.stream, Data: p, Time: now()})
+	return emit(api.LogEvent{Stream: f.stream, Data: append([]byte(nil), line...), Time: t})
+}
+
+// flush sends the start of a line held back, without its newline: at the
+// end (all), or once it has waited partialWait.
+func (f *logFile) flush(all bool, now func() time.Time, emit func(api.LogEvent) error) error {
+	if len(f.partial) == 0 {
+		return nil
+	}
+	t := now()
+	if !all && t.Sub(f.partialAt) < partialWait {
+		return nil
+	}
+	p := f.partial
+	f.partial = nil
+	return f.emitLine(p, t, emit)
+}
+
+// eachLine hands fn each line of b, its newline included; the last piece of
+// b, if it ends without one, too.
+func eachLine(b []byte, fn func([]byte) error) error {
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			i = len(b) - 1
+		}
+		if err := fn(b[:i+1]); err != nil {
+			return err
+		}
+		b = b[i+1:]
+	}
+	return nil
+}
+
+// jsonSplitter puts a newline after each JSON object that starts a line and
+// is not followed by one; everything else passes as it is. It keeps its
+// place across calls, so an object may come in pieces.
+type jsonSplitter struct {
+	depth    int
+	inString bool
+	escaped  bool
+	midLine  bool // not at the start of a line
+	skipNL   bool // an object just ended and its newline was put after it
+}
+
+// split returns b with the newlines put in.
+func (s *jsonSplitter) split(b []byte) []byte {
+	out := make([]byte, 0, len(b)+8)
+	for _, c := range b {
+		if s.skipNL {
+			s.skipNL = false
+			if c == '\n' {
+				continue
+			}
+		}
+		out = append(out, c)
+		if s.step(c) {
+			out = append(out, '\n')
+			s.skipNL = true
+		}
+	}
+	return out
+}
+
+// step moves over c and reports whether it ends an object.
+func (s *jsonSplitter) step(c byte) bool {
+	if s.depth == 0 {
+		if c == '{' && !s.midLine {
+			s.depth, s.midLine = 1, true
+			return false
+		}
+		s.midLine = c != '\n'
+		return false
+	}
+	switch {
+	case s.escaped:
+		s.escaped = false
+	case s.inString:
+		switch c {
+		case '\\':
+			s.escaped = true
+		case '"':
+			s.inString = false
+		}
+	case c == '"':
+		s.inString = true
+	case c == '{':
+		s.depth++
+	case c == '}':
+		s.depth--
+		if s.depth == 0 {
+			s.midLine = false
+			return true
+		}
+	}
+	return false
+}
+
+// tailStartObjects is tailStart for a file read through a jsonSplitter:
+// the offset of the first of its last n lines, an object ending a line.
+func tailStartObjects(r io.ReaderAt, size int64, n int) (int64, error) {
+	if n <= 0 || size == 0 {
+		return size, nil
+	}
+	br := bufio.NewReaderSize(io.NewSectionReader(r, 0, size), chunkSize)
+	starts := make([]int64, 0, n)
+	var s jsonSplitter
+	atStart := true
+	for off := int64(0); ; off++ {
+		c, err := br.ReadByte()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, err
+		}
+		if s.skipNL {
+			s.skipNL = false
+			if c == '\n' {
+				continue // the object's newline, already counted
+			}
+		}
+		if atStart {
+			if len(starts) == n {
+				starts = starts[1:]
+			}
+			starts = append(starts, off)
+			atStart = false
+		}
+		if s.step(c) {
+			s.skipNL, atStart = true, true
+		} else if c == '\n' {
+			atStart = true
+		}
+	}
+	if len(starts) == 0 {
+		return size, nil
+	}
+	return starts[0], nil
 }
 
 // tailStart returns the offset of the first of the last n lines of the

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -160,6 +161,124 @@ func TestFollowLogs(t *testing.T) {
 			t.Errorf("got %q, want %q", got, want)
 		}
 	})
+}
+
+// events runs followLogs without follow and returns each event's data.
+func events(t *testing.T, f *logFile, tail int) []string {
+	t.Helper()
+	var got []string
+	err := followLogs(context.Background(), []*logFile{f}, false, tail, nil, time.Now, func(ev api.LogEvent) error {
+		got = append(got, string(ev.Data))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// runscLog is what runsc leaves in a sandbox's --log file: JSON objects back
+// to back, without newlines, one with braces and quotes in its message.
+const runscLog = `{"msg":"executing processes for container: \"nosuch\" not found","level":"error","time":"2026-11-30T11:53:22Z"}` +
+	`{"msg":"odd } { \\\" text","level":"error","time":"2026-11-30T11:53:23Z"}` +
+	`{"msg":"third","level":"warning","time":"2026-11-30T11:53:24Z"}` + "\n" +
+	"plain text line\n" +
+	`{"msg":"last","level":"error","time":"2026-11-30T11:53:25Z"}`
+
+func TestLogLines(t *testing.T) {
+	dir := t.TempDir()
+	t.Run("runsc's objects, one a line", func(t *testing.T) {
+		p := filepath.Join(dir, "runsc.log")
+		os.WriteFile(p, []byte(runscLog), 0o600)
+		got := events(t, &logFile{stream: "runtime", path: p, objects: true}, 0)
+		if len(got) != 5 {
+			t.Fatalf("got %d events %q, want 5 lines", len(got), got)
+		}
+		for i, line := range got {
+			if !strings.HasSuffix(line, "\n") || strings.Count(line, "\n") != 1 {
+				t.Errorf("event %d %q is not one line", i, line)
+			}
+			if strings.HasPrefix(line, "{") {
+				var v map[string]any
+				if err := json.Unmarshal([]byte(line), &v); err != nil {
+					t.Errorf("event %d %q is not one JSON object: %v", i, line, err)
+				}
+			}
+		}
+		if got[3] != "plain text line\n" {
+			t.Errorf("text line: got %q", got[3])
+		}
+	})
+	t.Run("tail counts objects as lines", func(t *testing.T) {
+		p := filepath.Join(dir, "runsc.log")
+		os.WriteFile(p, []byte(runscLog), 0o600)
+		got := events(t, &logFile{stream: "runtime", path: p, objects: true}, 2)
+		if len(got) != 2 || got[0] != "plain text line\n" || !strings.Contains(got[1], `"last"`) {
+			t.Errorf("tail 2: got %q", got)
+		}
+		got = events(t, &logFile{stream: "runtime", path: p, objects: true}, 4)
+		if len(got) != 4 || !strings.Contains(got[0], `odd } {`) {
+			t.Errorf("tail 4: got %q", got)
+		}
+	})
+	t.Run("an object in pieces", func(t *testing.T) {
+		var s jsonSplitter
+		var out []byte
+		for i := 0; i < len(runscLog); i += 7 {
+			out = append(out, s.split([]byte(runscLog[i:min(i+7, len(runscLog))]))...)
+		}
+		if whole := (&jsonSplitter{}).split([]byte(runscLog)); string(out) != string(whole) {
+			t.Errorf("in pieces:\n%s\nwhole:\n%s", out, whole)
+		}
+	})
+	t.Run("plain lines, one event each", func(t *testing.T) {
+		p := filepath.Join(dir, "console.log")
+		os.WriteFile(p, []byte("a\nbb\n\nccc"), 0o600)
+		got := events(t, &logFile{stream: "console", path: p}, 0)
+		if want := []string{"a\n", "bb\n", "\n", "ccc"}; strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Errorf("got %q, want %q", got, want)
+		}
+	})
+	t.Run("a prompt shows once it has waited", func(t *testing.T) {
+		p := filepath.Join(dir, "prompt.log")
+		os.WriteFile(p, []byte("Password: "), 0o600)
+		clock := time.Unix(1000, 0)
+		now := func() time.Time { return clock }
+		f := &logFile{stream: "console", path: p}
+		var got []string
+		emit := func(ev api.LogEvent) error { got = append(got, string(ev.Data)); return nil }
+		f.drain(0, now, emit)
+		f.flush(false, now, emit)
+		if len(got) != 0 {
+			t.Fatalf("sent %q at once", got)
+		}
+		clock = clock.Add(partialWait)
+		f.flush(false, now, emit)
+		if strings.Join(got, "|") != "Password: " {
+			t.Errorf("got %q, want the prompt", got)
+		}
+	})
+	t.Run("a long line is sent in bounded pieces", func(t *testing.T) {
+		p := filepath.Join(dir, "long.log")
+		os.WriteFile(p, []byte(strings.Repeat("z", 3*maxPartial)+"\n"), 0o600)
+		got := events(t, &logFile{stream: "console", path: p}, 0)
+		for _, g := range got {
+			if len(g) > maxPartial+chunkSize {
+				t.Errorf("an event of %d bytes", len(g))
+			}
+		}
+		if strings.Join(got, "") != strings.Repeat("z", 3*maxPartial)+"\n" {
+			t.Errorf("the pieces do not make the line")
+		}
+	})
+}
+
+func TestEachLine(t *testing.T) {
+	var got []string
+	eachLine([]byte("a\nb\n\nc"), func(l []byte) error { got = append(got, string(l)); return nil })
+	if want := []string{"a\n", "b\n", "\n", "c"}; strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("got %q, want %q", got, want)
+	}
 }
 
 func TestEventLine(t *testing.T) {

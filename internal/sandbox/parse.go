@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"fmt"
+	"math"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -24,20 +26,37 @@ func ValidName(name string) error {
 	return nil
 }
 
-// ParseDuration parses a user's duration for the named field; "" is zero.
+// ParseDuration parses a user's duration for the named field: a Go
+// duration ("90s", "2h30m") or a bare number of seconds ("3600", "1.5"),
+// as scripts written for sbx pass it; "" is zero. A bad or negative one is
+// api.ErrInvalid naming the field.
 func ParseDuration(field, s string) (time.Duration, error) {
 	if s == "" {
 		return 0, nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return 0, api.Errorf(api.ErrInvalid, "%s: %q is not a duration (use a number with a unit, like 90s, 30m or 2h)", field, s)
+		if !secondsRE.MatchString(s) {
+			return 0, api.Errorf(api.ErrInvalid, "%s: %q is not a duration (use seconds, like 90, or a number with a unit, like 90s, 30m or 2h)", field, s)
+		}
+		secs, _ := strconv.ParseFloat(s, 64)
+		if secs >= maxDurationSeconds {
+			return 0, api.Errorf(api.ErrInvalid, "%s: %q is too long (at most %d seconds)", field, s, int64(maxDurationSeconds))
+		}
+		d = time.Duration(secs * float64(time.Second))
 	}
 	if d < 0 {
 		return 0, api.Errorf(api.ErrInvalid, "%s: %q is negative", field, s)
 	}
 	return d, nil
 }
+
+// secondsRE is a bare number of seconds: digits, maybe with a fraction.
+var secondsRE = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
+
+// maxDurationSeconds is the longest bare number of seconds: about 292
+// years, what a time.Duration holds.
+const maxDurationSeconds = float64(math.MaxInt64 / int64(time.Second))
 
 var sizeRE = regexp.MustCompile(`^(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)$`)
 
@@ -79,6 +98,29 @@ func checkMeta(meta map[string]string) error {
 	return nil
 }
 
+// hostMemory is the host's memory in bytes (MemTotal of /proc/meminfo), or
+// 0 when it cannot be read.
+func hostMemory() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			f := strings.Fields(v)
+			if len(f) == 0 {
+				return 0
+			}
+			kb, err := strconv.ParseInt(f[0], 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
+}
+
 func checkCPUs(cpus float64, max int) error {
 	if cpus < 0 || cpus > float64(max) {
 		return api.Errorf(api.ErrInvalid, "cpus: %v is out of range (0 to %d on this host)", cpus, max)
@@ -88,6 +130,8 @@ func checkCPUs(cpus float64, max int) error {
 
 func fmtBytes(n int64) string {
 	switch {
+	case n >= 1<<40:
+		return fmt.Sprintf("%.1f TiB", float64(n)/(1<<40))
 	case n >= 1<<30:
 		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
 	case n >= 1<<20:

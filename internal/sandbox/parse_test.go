@@ -46,9 +46,18 @@ func TestParseDuration(t *testing.T) {
 		{"", 0, true},
 		{"90s", 90 * time.Second, true},
 		{"1h30m", 90 * time.Minute, true},
-		{"10", 0, false},
+		{"10", 10 * time.Second, true},
+		{"3600", time.Hour, true},
+		{"1.5", 1500 * time.Millisecond, true},
+		{"0", 0, true},
 		{"-5m", 0, false},
+		{"-5", 0, false},
 		{"soon", 0, false},
+		{"1e3", 0, false},
+		{"0x10", 0, false},
+		{"Inf", 0, false},
+		{"10 s", 0, false},
+		{"99999999999999999999", 0, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
@@ -92,6 +101,45 @@ func TestParseSize(t *testing.T) {
 				t.Errorf("error %q does not name the field", err)
 			}
 		})
+	}
+}
+
+func TestMemoryLimitAgainstTheHost(t *testing.T) {
+	const host = 24 << 30
+	tests := []struct {
+		name  string
+		asked string
+		total int64
+		ok    bool
+	}{
+		{"unset", "", host, true},
+		{"fits", "1G", host, true},
+		{"all of it", "24G", host, true},
+		{"more than the host", "100T", host, false},
+		{"just over", "25G", host, false},
+		{"host unknown", "100T", 0, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			mem, err := ParseSize("memory", tc.asked)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _, _, err = DefaultLimits.resolve(mem, 0, 0, tc.total)
+			if (err == nil) != tc.ok {
+				t.Fatalf("memory %q against the host: %v, want ok=%v", tc.asked, err, tc.ok)
+			}
+			if err != nil && (!errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "24.0 GiB") || !strings.HasPrefix(err.Error(), "memory: ")) {
+				t.Errorf("error %q: want ErrInvalid naming the field and what the host has", err)
+			}
+		})
+	}
+}
+
+func TestHostMemory(t *testing.T) {
+	// this machine has a /proc/meminfo: anything less than 64 MiB is a misread
+	if got := hostMemory(); got < 64<<20 {
+		t.Errorf("hostMemory() = %d, want the machine's memory", got)
 	}
 }
 

@@ -502,7 +502,8 @@ func (s *Server) progressStream(w http.ResponseWriter, r *http.Request, op func(
 			s.fail(w, r, err)
 			return
 		}
-		_ = out.send("error", api.Progress{Event: "error", Error: err.Error()})
+		_, code := api.StatusOf(err)
+		_ = out.send("error", api.Progress{Event: "error", Error: err.Error(), Code: code})
 		return
 	}
 	_ = out.send("done", api.Progress{Event: "done", Done: true, Template: &t})
