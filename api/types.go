@@ -295,13 +295,29 @@ type TemplateDefaults struct {
 }
 
 // Progress is one server-sent event of a long operation (a template build or
-// import). The last event has Done set, or Error.
+// import). The last event has Done set, or Error, or (an image import whose
+// layers sbxd lacks) Missing.
 type Progress struct {
 	Event    string    `json:"event"`
 	Message  string    `json:"message,omitempty"`
 	Done     bool      `json:"done,omitempty"`
 	Error    string    `json:"error,omitempty"`
 	Template *Template `json:"template,omitempty"`
+	// Missing lists the diff IDs of the layers to upload (PUT
+	// /v1/layers/{diffID}) before the image import is asked again.
+	Missing []string `json:"missing,omitempty"`
+}
+
+// ImageImport is the body of POST /v1/templates/{name}/image: an image,
+// as its config, whose layers sbxd has or is then sent.
+type ImageImport struct {
+	// Config is the image's config, byte for byte: its digest (the image
+	// ID) is the template's version.
+	Config []byte `json:"config"`
+	// Source says where the image came from (shown by template ls).
+	Source string `json:"source,omitempty"`
+	// Force points an existing name at the new version.
+	Force bool `json:"force,omitempty"`
 }
 
 // Health is the body of GET /v1/health.

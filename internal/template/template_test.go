@@ -356,7 +356,10 @@ func TestErrors(t *testing.T) {
 		{"build bad name", func() error { _, err := s.Build(ctx, "Ubuntu", false, []string{"jq"}, nil); return err }, api.ErrInvalid, "invalid template name"},
 		{"build base with packages", func() error { _, err := s.Build(ctx, Base, false, []string{"jq"}, nil); return err }, api.ErrInvalid, "another name"},
 		{"build bad package", func() error { _, err := s.Build(ctx, "tools", false, []string{"jq;rm"}, nil); return err }, api.ErrInvalid, "invalid package name"},
-		{"build option package", func() error { _, err := s.Build(ctx, "tools", false, []string{"--allow-unauthenticated"}, nil); return err }, api.ErrInvalid, "invalid package name"},
+		{"build option package", func() error {
+			_, err := s.Build(ctx, "tools", false, []string{"--allow-unauthenticated"}, nil)
+			return err
+		}, api.ErrInvalid, "invalid package name"},
 		{"import bad name", func() error { _, err := s.Import(ctx, "X", strings.NewReader(""), false, nil); return err }, api.ErrInvalid, "invalid template name"},
 		{"import empty", func() error { _, err := s.Import(ctx, "x", strings.NewReader(""), false, nil); return err }, api.ErrInvalid, "empty"},
 	}
@@ -502,10 +505,10 @@ func TestOpenMigrates(t *testing.T) {
 			}
 		}
 	}
-	mk(".tmp-base-123", "")                                   // an interrupted build
-	mk(".rm-gone-abc", `{"name":"gone"}`)                     // an interrupted removal
-	mk(".old-lost-abc", `{"name":"lost","source":"import"}`)  // a forced build that crashed between its renames
-	mk(".old-kept-abc", `{"name":"kept","source":"import"}`)  // one that crashed after them
+	mk(".tmp-base-123", "")                                  // an interrupted build
+	mk(".rm-gone-abc", `{"name":"gone"}`)                    // an interrupted removal
+	mk(".old-lost-abc", `{"name":"lost","source":"import"}`) // a forced build that crashed between its renames
+	mk(".old-kept-abc", `{"name":"kept","source":"import"}`) // one that crashed after them
 	mk("kept", `{"name":"kept","source":"import","sizeBytes":5}`)
 	mk("tmp", `{"name":"tmp","source":"import"}`) // a template named like a directory of the new layout
 	mk("half", "")                                // never complete
