@@ -18,7 +18,7 @@ import (
 // layerGrace is how long an unused layer is kept: a client uploads an
 // image's layers first and makes the version from them next, and Collect
 // must not take them in between.
-const layerGrace = time.Hour
+var layerGrace = time.Hour
 
 // A lease is an operation in progress. It holds tmp/ID.lease locked for as
 // long as it lives, and names in it the versions and layers it makes or
