@@ -413,4 +413,3 @@ func mustConfigName(t *testing.T, img v1.Image) string {
 	}
 	return h.String()
 }
-
