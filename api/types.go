@@ -298,10 +298,12 @@ type TemplateDefaults struct {
 // import). The last event has Done set, or Error, or (an image import whose
 // layers sbxd lacks) Missing.
 type Progress struct {
-	Event    string    `json:"event"`
-	Message  string    `json:"message,omitempty"`
-	Done     bool      `json:"done,omitempty"`
-	Error    string    `json:"error,omitempty"`
+	Event   string `json:"event"`
+	Message string `json:"message,omitempty"`
+	Done    bool   `json:"done,omitempty"`
+	Error   string `json:"error,omitempty"`
+	// Code is the error's kind, as in an error body ("invalid", ...).
+	Code     string    `json:"code,omitempty"`
 	Template *Template `json:"template,omitempty"`
 	// Missing lists the diff IDs of the layers to upload (PUT
 	// /v1/layers/{diffID}) before the image import is asked again.

@@ -123,6 +123,8 @@ func readProgress(r io.Reader, name string, progress func(api.Progress)) (*api.T
 			progress(p)
 		}
 		switch {
+		case p.Error != "" && p.Code != "":
+			return nil, &api.Error{Code: p.Code, Message: p.Error}
 		case p.Error != "":
 			return nil, errors.New(p.Error)
 		case raw.name == "error":

@@ -503,7 +503,8 @@ func (s *Server) progressStream(w http.ResponseWriter, r *http.Request, op func(
 	case err != nil && !out.started:
 		s.fail(w, r, err)
 	case err != nil:
-		_ = out.send("error", api.Progress{Event: "error", Error: err.Error()})
+		_, code := api.StatusOf(err)
+		_ = out.send("error", api.Progress{Event: "error", Error: err.Error(), Code: code})
 	case len(missing) > 0:
 		_ = out.send("missing", api.Progress{Event: "missing", Missing: missing})
 	default:
@@ -566,7 +567,8 @@ func (s *Server) putLayer(w http.ResponseWriter, r *http.Request) {
 	case err != nil && !out.started:
 		s.fail(w, r, err)
 	case err != nil:
-		_ = out.send("error", api.Progress{Event: "error", Error: err.Error()})
+		_, code := api.StatusOf(err)
+		_ = out.send("error", api.Progress{Event: "error", Error: err.Error(), Code: code})
 	default:
 		msg := "stored"
 		if existed {
