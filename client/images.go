@@ -181,9 +181,15 @@ func openFile(p string, o templateOptions, progress func(api.Progress)) (*source
 		f.Close()
 		return nil, err
 	}
-	first, err := tar.NewReader(in).Next()
+	var isImage bool
+	if gz {
+		first, err := tar.NewReader(in).Next()
+		isImage = err == nil && archiveEntry.MatchString(strings.TrimPrefix(first.Name, "./"))
+	} else {
+		isImage = hasTopLevel(f, "manifest.json", "oci-layout")
+	}
 	f.Close()
-	if err != nil || !archiveEntry.MatchString(strings.TrimPrefix(first.Name, "./")) {
+	if !isImage {
 		// not an image archive: the server reads it as a rootfs tar (or says why not)
 		rf, err := os.Open(p)
 		if err != nil {
@@ -223,7 +229,29 @@ func openFile(p string, o templateOptions, progress func(api.Progress)) (*source
 	return s, nil
 }
 
-var archiveEntry = regexp.MustCompile(`^(blobs(/|$)|oci-layout$|index\.json$|manifest\.json$|repositories$|[0-9a-f]{64}(/|\.json$))`)
+// archiveEntry matches the first entries of image archives: docker save's
+// (a layer directory, or blobs/ since Docker 25), podman's and skopeo's
+// (a layer tar or the config named by its digest), go-containerregistry's
+// (the config named sha256:<hex>), an OCI archive's.
+var archiveEntry = regexp.MustCompile(`^(blobs(/|$)|oci-layout$|index\.json$|manifest\.json$|repositories$|(sha256:)?[0-9a-f]{64}(/|$|\.json$|\.tar(\.gz)?$))`)
+
+// hasTopLevel says whether the uncompressed tar f has one of the names at
+// its top; the reader seeks past contents, so it costs a read per entry.
+func hasTopLevel(f *os.File, names ...string) bool {
+	tr := tar.NewReader(f)
+	for {
+		hdr, err := tr.Next()
+		if err != nil {
+			return false
+		}
+		n := path.Clean(strings.TrimPrefix(hdr.Name, "./"))
+		for _, want := range names {
+			if n == want {
+				return true
+			}
+		}
+	}
+}
 
 func maybeGunzip(f *os.File) (io.Reader, bool, error) {
 	var magic [2]byte

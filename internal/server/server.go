@@ -529,6 +529,8 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 // importTemplate makes a template from a rootfs tar in the body.
 func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {
 	name, force := r.PathValue("name"), boolParam(r, "force")
+	// progress is written while the body is still read
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	s.progressStream(w, r, func(ctx context.Context, p func(string)) (api.Template, []string, error) {
 		// An import reads the client's body: when the client leaves, it ends.
 		t, err := s.t.Import(ctx, name, r.Body, force, p)
@@ -559,6 +561,8 @@ func (s *Server) importImage(w http.ResponseWriter, r *http.Request) {
 // putLayer stores an image layer from the body, by its diff ID.
 func (s *Server) putLayer(w http.ResponseWriter, r *http.Request) {
 	digest := r.PathValue("digest")
+	// progress is written while the body is still read
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	out := newSSE(w)
 	existed, err := s.t.PutLayer(r.Context(), digest, r.Body, func(msg string) {
 		_ = out.send("progress", api.Progress{Event: "progress", Message: msg})
