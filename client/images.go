@@ -125,10 +125,19 @@ func openSource(ctx context.Context, src string, o templateOptions, progress fun
 	return openRegistry(ctx, src, o, progress)
 }
 
-// splitRef splits "path:ref"; a path may not hold a colon then.
+// splitRef splits "path:ref" at the first colon after which what is before
+// is a file or a directory (a ref may hold colons: repo:tag).
 func splitRef(s string) (p, ref string) {
-	if i := strings.LastIndex(s, ":"); i > 0 && !strings.Contains(s[i:], "/") {
-		return s[:i], s[i+1:]
+	if _, err := os.Stat(s); err == nil {
+		return s, ""
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] != ':' {
+			continue
+		}
+		if _, err := os.Stat(s[:i]); err == nil {
+			return s[:i], s[i+1:]
+		}
 	}
 	return s, ""
 }
