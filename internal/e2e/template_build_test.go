@@ -73,7 +73,7 @@ func TestTemplateBuildPackages(t *testing.T) {
 		t.Errorf("tools = %+v, want jq in its source and base's user", tm)
 	}
 	id := d.newSandbox(t, "--template", "tools")
-	if got := d.must(t, "exec", id, "--", "/bin/sh", "-c", "echo '{\"a\":7}' | jq .a; command -v gdb git"); got != "7\n/usr/bin/gdb\n/usr/bin/git\n" {
+	if got := d.must(t, "exec", id, "--", "/bin/sh", "-c", "echo '{\"a\":7}' | jq .a; command -v gdb; command -v git"); got != "7\n/usr/bin/gdb\n/usr/bin/git\n" {
 		t.Errorf("jq and base's tools = %q", got)
 	}
 	var msgs []string
