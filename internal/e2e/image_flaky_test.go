@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 
@@ -134,12 +133,11 @@ func TestImageFlakyHunt(t *testing.T) {
 	d.must(t, "scp", "-r", ex+"/.", id+":/work")
 	out := d.must(t, "--json", "flake-rate", id, "-n", "8", "--parallel", "4", "--", "sh", "-c", "cd /work && ./test.sh")
 	f := parseFlakeRate(t, out)
-	checkFlakeRate(t, f, 8, id)
+	if len(f.runs) != 8 || f.summary.Runs != 8 {
+		t.Errorf("flake-rate: %d run lines, summary of %d runs; want 8", len(f.runs), f.summary.Runs)
+	}
 	if f.summary.Failures == 0 {
 		t.Errorf("flake-rate in the imported image saw no failure in 8 runs: %+v", f.summary)
 	}
 	t.Logf("flake-rate: %d/8 failed", f.summary.Failures)
-	if strings.Contains(out, "error") {
-		t.Logf("flake-rate output:\n%s", out)
-	}
 }
