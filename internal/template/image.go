@@ -158,7 +158,7 @@ func (s *Store) ImportImage(ctx context.Context, name string, config []byte, sou
 	if have {
 		t, err := s.Resolve(name)
 		if err == nil {
-			progress(fmt.Sprintf("image %s is version %s already; %s points at it", short(v), short(v), name))
+			progress(fmt.Sprintf("image %s is here already; %s points at it (nothing to send)", short(v), name))
 		}
 		return t, nil, err
 	}

@@ -303,6 +303,21 @@ func TestImageHostile(t *testing.T) {
 			},
 		},
 		{
+			name: "mount points that are not directories",
+			layers: [][]byte{tarBytes(t, false, []entry{
+				{hdr: file(".sbx", 0o755), body: "#!/bin/sh\n"},
+				{hdr: symlink("proc", "/")},
+				{hdr: symlink("dev", host)},
+			})},
+			check: func(t *testing.T, rootfs string) {
+				for _, p := range []string{".sbx", "proc", "dev"} {
+					if fi, err := os.Lstat(filepath.Join(rootfs, p)); err != nil || !fi.IsDir() {
+						t.Errorf("/%s: %v; want a directory for the runtime to mount on", p, err)
+					}
+				}
+			},
+		},
+		{
 			name: "devices and a whiteout of the parent",
 			layers: [][]byte{
 				tarBytes(t, false, []entry{
