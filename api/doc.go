@@ -51,9 +51,12 @@
 //	GET    /v1/sandboxes/{id}/fs/stat?path=P           FileInfo (of the link itself for a symlink)
 //	GET    /v1/sandboxes/{id}/fs/ls?path=P             []FileInfo
 //	GET    /v1/templates                               []Template
-//	POST   /v1/templates/{name}/build?force=1          stream of Progress, the last with Done or Error
-//	PUT    /v1/templates/{name}                        body: a tar of a root filesystem; stream of Progress
-//	DELETE /v1/templates/{name}                        204
+//	GET    /v1/templates/{name}                        Template (the version the name points at)
+//	POST   /v1/templates/{name}/build?force=1&packages=a,b  stream of Progress, the last with Done or Error
+//	PUT    /v1/templates/{name}?force=1                body: a tar of a root filesystem; stream of Progress
+//	POST   /v1/templates/{name}/image                  ImageImport; stream of Progress, the last with Done, Error or Missing
+//	PUT    /v1/layers/{diffID}                         body: an image layer (tar, gzip or zstd); stream of Progress
+//	DELETE /v1/templates/{name}                        Template (the name's version, which stays until unused)
 //	GET    /metrics                                    Prometheus text (sandboxes by state, captures, reaper, API)
 //
 // The preview proxy listens apart (sbxd --preview-listen): a request to

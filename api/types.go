@@ -283,6 +283,9 @@ type Template struct {
 	Source    string    `json:"source"`
 	// Defaults are what a command run in the template gets unless asked.
 	Defaults TemplateDefaults `json:"defaults,omitzero"`
+	// HeldBy names, when a name is removed, the sandboxes and snapshots
+	// that still hold its version ("sandbox web", "snapshot before").
+	HeldBy []string `json:"heldBy,omitempty"`
 }
 
 // TemplateDefaults are a template's defaults for the commands run in it.
@@ -298,7 +301,8 @@ type TemplateDefaults struct {
 }
 
 // Progress is one server-sent event of a long operation (a template build or
-// import). The last event has Done set, or Error.
+// import). The last event has Done set, or Error, or (an image import whose
+// layers sbxd lacks) Missing.
 type Progress struct {
 	Event   string `json:"event"`
 	Message string `json:"message,omitempty"`
@@ -307,6 +311,21 @@ type Progress struct {
 	// Code is the error's kind (as in ErrorDetail), for "error".
 	Code     string    `json:"code,omitempty"`
 	Template *Template `json:"template,omitempty"`
+	// Missing lists the diff IDs of the layers to upload (PUT
+	// /v1/layers/{diffID}) before the image import is asked again.
+	Missing []string `json:"missing,omitempty"`
+}
+
+// ImageImport is the body of POST /v1/templates/{name}/image: an image,
+// as its config, whose layers sbxd has or is then sent.
+type ImageImport struct {
+	// Config is the image's config, byte for byte: its digest (the image
+	// ID) is the template's version.
+	Config []byte `json:"config"`
+	// Source says where the image came from (shown by template ls).
+	Source string `json:"source,omitempty"`
+	// Force points an existing name at the new version.
+	Force bool `json:"force,omitempty"`
 }
 
 // StreamErrorBody is what every stream's "error" event holds (the events

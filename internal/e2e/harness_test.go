@@ -164,7 +164,7 @@ func templateCache() string {
 	if d := os.Getenv("SBX_TEST_TEMPLATES"); d != "" {
 		return d
 	}
-	return "/var/tmp/sbx-test-templates"
+	return "/var/tmp/sbx-test-templates-v2"
 }
 
 var (

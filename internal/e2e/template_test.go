@@ -3,6 +3,7 @@ package e2e
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +17,7 @@ import (
 // (as `docker export` writes) both boot, and rm removes them.
 func TestTemplateImport(t *testing.T) {
 	d := shared
-	tiny := filepath.Join(templateCache(), "tiny", "rootfs")
+	tiny := templateRootfs(t, d, "tiny")
 
 	// From a directory: tiny's rootfs plus a marker file.
 	dir := t.TempDir()
@@ -80,8 +81,24 @@ func TestTemplateImport(t *testing.T) {
 		}
 	}
 	r := d.sbx(t, "template", "import", fromDir, dir)
-	if r.code != 1 {
+	if r.code != 1 || !strings.Contains(r.stderr, "--force") {
 		t.Errorf("importing over an existing template: exit %d %s", r.code, r.stderr)
+	}
+	// the same tree again, under another name, is the same version
+	ctx := context.Background()
+	first, err := d.client.Template(ctx, fromDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := "imp-again-" + randHex(3)
+	var msgs []string
+	tm, err := d.client.ImportTemplateFrom(ctx, again, dir, func(p api.Progress) { msgs = append(msgs, p.Message) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.client.RemoveTemplate(context.Background(), again) })
+	if tm.Version != first.Version || !strings.Contains(strings.Join(msgs, "\n"), "reused") {
+		t.Errorf("the same tree again: version %s (first %s), progress %q; want the same version, reused", tm.Version, first.Version, msgs)
 	}
 	r = d.sbx(t, "template", "import", "Bad Name", dir)
 	if r.code != 1 || !strings.Contains(r.stderr, "name") {
@@ -97,4 +114,15 @@ func TestTemplateImport(t *testing.T) {
 	if r := d.sbx(t, "template", "build", "nosuch"); r.code != 1 || !strings.Contains(r.stderr, "import") {
 		t.Errorf("build of an unknown template: exit %d %q", r.code, r.stderr)
 	}
+}
+
+// templateRootfs returns the rootfs of the version template name points at,
+// in the shared cache.
+func templateRootfs(t *testing.T, d *daemon, name string) string {
+	t.Helper()
+	tm, err := d.client.Template(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(templateCache(), "versions", strings.Replace(tm.Version, ":", "-", 1), "rootfs")
 }

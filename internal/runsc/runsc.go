@@ -248,6 +248,8 @@ func sandboxFlags(o RunOptions) []string {
 		"--network=sandbox",
 		overlay,
 		"--allow-rootfs-tar-annotation",
+		// sudo inside works (the sandbox, not its users, is the boundary)
+		"--allow-suid",
 	}
 }
 

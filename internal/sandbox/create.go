@@ -61,7 +61,7 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 			return nil, api.Errorf(api.ErrUnavailable, "snapshot %s has no complete image on disk", sn.Name)
 		}
 		// A memory image carries its limits; a disk one takes the snapshot's unless asked.
-		sb.Template, sb.Source = sn.Template, sn.Name
+		sb.Template, sb.Source, sb.TemplateVersion = sn.Template, sn.Name, sn.TemplateVersion
 		if sn.Memory || req.CPUs == 0 {
 			sb.CPUs = sn.CPUs
 		}
@@ -88,7 +88,17 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 	if sb.Template == "" {
 		sb.Template = m.cfg.DefaultTemplate
 	}
-	if b.rootfs, err = m.rootfs(sb.Template); err != nil {
+	if sb.TemplateVersion == "" {
+		t, release, err := m.resolveTemplate(sb.Template)
+		if err != nil {
+			m.releaseDisk(context.WithoutCancel(ctx), sb.Disk)
+			return nil, err
+		}
+		defer release() // once the record holds it
+		sb.TemplateVersion = t.Version
+	}
+	if b.rootfs, err = m.rootfs(sb); err != nil {
+		m.releaseDisk(context.WithoutCancel(ctx), sb.Disk)
 		return nil, err
 	}
 	// locked before the record exists: a delete that finds the record
@@ -114,19 +124,6 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 		return nil, fmt.Errorf("create %s: %w", sb.ID, err)
 	}
 	return toAPI(sb), nil
-}
-
-// rootfs returns a template's root filesystem, free of symlinks (runsc
-// mounts safely: every path it is given must be free of them).
-func (m *Manager) rootfs(template string) (string, error) {
-	rootfs, err := m.cfg.Templates.Rootfs(template)
-	if err != nil {
-		return "", err
-	}
-	if rootfs, err = filepath.EvalSymlinks(rootfs); err != nil {
-		return "", fmt.Errorf("template %s: %w", template, err)
-	}
-	return rootfs, nil
 }
 
 // started moves a booted sandbox from creating to ready, with an event

@@ -99,6 +99,7 @@ func (m *Manager) finishDelete(ctx context.Context, c *inFlight, id string, with
 		return nil, fmt.Errorf("delete %s: %w", id, err)
 	}
 	m.releaseDisk(ctx, disk)
+	defer m.TemplateChanged(ctx) // its template version may be held by nothing now
 	for _, sn := range sns {
 		if err := m.deleteSnapshot(ctx, sn); err != nil {
 			return res, fmt.Errorf("delete %s: snapshot %s: %w", id, sn.Name, err)

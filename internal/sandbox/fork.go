@@ -48,7 +48,7 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 	if ttl == 0 {
 		ttl = parent.TTL
 	}
-	rootfs, err := m.rootfs(parent.Template)
+	rootfs, err := m.rootfs(parent)
 	if err != nil {
 		return nil, err
 	}

@@ -55,9 +55,14 @@ type Networks interface {
 
 var _ Networks = (*netns.Manager)(nil)
 
-// Templates is the slice of the template store the manager uses.
+// Templates is the slice of the template store the manager uses. A name
+// points at a version, which never changes; Collect removes the versions
+// no name points at and inUse says nothing holds.
 type Templates interface {
-	Rootfs(name string) (string, error)
+	Resolve(name string) (api.Template, error)
+	VersionRootfs(version string) (string, error)
+	Remove(name string) (api.Template, error)
+	Collect(inUse func(version string) bool) ([]string, error)
 }
 
 // Config wires a Manager.
@@ -115,6 +120,9 @@ type Manager struct {
 	reaped   atomic.Int64
 	// sweepWake has the image sweep look now.
 	sweepWake chan struct{}
+	// versions are the template versions being made into sandboxes, not
+	// yet in their records: Collect must not take them meanwhile.
+	versions versionLeases
 }
 
 // New returns a Manager; call Start before using it.
@@ -170,6 +178,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.removeLeftovers(ctx); err != nil {
 		return fmt.Errorf("start: remove leftovers: %w", err)
 	}
+	go m.collectTemplates(context.WithoutCancel(ctx))
 	if err := m.recoverExecs(ctx); err != nil {
 		return err
 	}

@@ -127,7 +127,14 @@ func (fakeNets) Dial(ctx context.Context, id string, port int) (net.Conn, error)
 
 type fakeTemplates struct{ dir string }
 
-func (f fakeTemplates) Rootfs(name string) (string, error) { return f.dir, nil }
+func (f fakeTemplates) Resolve(name string) (api.Template, error) {
+	return api.Template{Name: name, Version: "sha256:" + name}, nil
+}
+func (f fakeTemplates) VersionRootfs(v string) (string, error) { return f.dir, nil }
+func (f fakeTemplates) Remove(name string) (api.Template, error) {
+	return api.Template{Name: name, Version: "sha256:" + name}, nil
+}
+func (f fakeTemplates) Collect(inUse func(string) bool) ([]string, error) { return nil, nil }
 
 // clock is a settable clock.
 type clock struct {

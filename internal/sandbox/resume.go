@@ -30,7 +30,7 @@ func (m *Manager) Resume(ctx context.Context, ref string, requireMemory bool) (*
 	if sb.State != api.StateStopped {
 		return nil, api.Errorf(api.ErrConflict, "sandbox %s is %s, not stopped; only a stopped sandbox can be resumed", sb.ID, sb.State)
 	}
-	rootfs, err := m.rootfs(sb.Template)
+	rootfs, err := m.rootfs(sb)
 	if err != nil {
 		return nil, err
 	}

@@ -220,5 +220,6 @@ func (m *Manager) deleteSnapshot(ctx context.Context, sn *store.Snapshot) error 
 		return err
 	}
 	m.releaseDisk(ctx, sn.Disk)
+	m.TemplateChanged(ctx)
 	return m.removeImage(sn.ID)
 }

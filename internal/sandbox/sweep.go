@@ -43,6 +43,7 @@ func (m *Manager) sweepSoon(d time.Duration) {
 // sweep removes the images whose retire time has passed and those
 // orphaned for longer than the grace period.
 func (m *Manager) sweep(ctx context.Context) {
+	defer m.collectTemplates(ctx)
 	if !m.cfg.Store.ReserveHeld() {
 		if err := m.cfg.Store.Replenish(); err == nil {
 			m.log.Info("the database's reserve of space is back")

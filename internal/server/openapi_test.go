@@ -128,6 +128,7 @@ var wireTypes = map[string]any{
 	"Template":         api.Template{},
 	"TemplateDefaults": api.TemplateDefaults{},
 	"Progress":         api.Progress{},
+	"ImageImport":      api.ImageImport{},
 	"PtyControl":       ptyControl{},
 	"State":            nil,
 	"ExecState":        nil,

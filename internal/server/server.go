@@ -51,15 +51,26 @@ type Manager interface {
 	Stat(ctx context.Context, ref, path string) (*api.FileInfo, error)
 	ReadDir(ctx context.Context, ref, path string) ([]api.FileInfo, error)
 	Creating(ctx context.Context, ref string) bool
+	// Templates: a removal says what still holds the version; a change
+	// has the versions nothing holds collected.
+	RemoveTemplate(ctx context.Context, name string) (*api.Template, error)
+	TemplateChanged(ctx context.Context)
 }
 
 // Templates is the slice of the template store the server uses.
 type Templates interface {
 	List() ([]api.Template, error)
-	Build(ctx context.Context, name string, force bool, progress func(msg string)) (api.Template, error)
-	Import(ctx context.Context, name string, tar io.Reader, progress func(msg string)) (api.Template, error)
-	Remove(name string) error
+	Resolve(name string) (api.Template, error)
+	Build(ctx context.Context, name string, force bool, packages []string, progress func(msg string)) (api.Template, error)
+	Import(ctx context.Context, name string, tar io.Reader, force bool, progress func(msg string)) (api.Template, error)
+	PutLayer(ctx context.Context, diffID string, r io.Reader, progress func(msg string)) (existed bool, err error)
+	ImportImage(ctx context.Context, name string, config []byte, source string, force bool, progress func(msg string)) (t api.Template, missing []string, err error)
+	Remove(name string) (api.Template, error)
 }
+
+// maxImageBody bounds POST /v1/templates/{name}/image: an image config
+// (at most 4 MiB) in base64.
+const maxImageBody = 8 << 20
 
 // Config wires a Server.
 type Config struct {
@@ -126,8 +137,11 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("GET /v1/snapshots/{name}", s.getSnapshot)
 	mux.HandleFunc("DELETE /v1/snapshots/{name}", s.deleteSnapshot)
 	mux.HandleFunc("GET /v1/templates", s.templates)
+	mux.HandleFunc("GET /v1/templates/{name}", s.getTemplate)
 	mux.HandleFunc("POST /v1/templates/{name}/build", s.buildTemplate)
 	mux.HandleFunc("PUT /v1/templates/{name}", s.importTemplate)
+	mux.HandleFunc("POST /v1/templates/{name}/image", s.importImage)
+	mux.HandleFunc("PUT /v1/layers/{digest}", s.putLayer)
 	mux.HandleFunc("DELETE /v1/templates/{name}", s.removeTemplate)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, api.Errorf(api.ErrNotFound, "no route %s %s", r.Method, r.URL.Path))
@@ -482,10 +496,19 @@ func (s *Server) templates(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ts)
 }
 
+func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
+	t, err := s.t.Resolve(r.PathValue("name"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, t)
+}
+
 // progressStream runs a long template operation, relaying its progress.
-// The operation goes on if the client leaves: a half-built template is
-// worse than a finished one nobody watched.
-func (s *Server) progressStream(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, progress func(string)) (api.Template, error)) {
+// The last event is "done" with the template, "missing" with the layers an
+// image import lacks, or "error".
+func (s *Server) progressStream(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, progress func(string)) (api.Template, []string, error)) {
 	out := newSSE(w)
 	gone := false
 	progress := func(msg string) {
@@ -496,40 +519,101 @@ func (s *Server) progressStream(w http.ResponseWriter, r *http.Request, op func(
 			gone = true
 		}
 	}
-	t, err := op(r.Context(), progress)
-	if err != nil {
-		if !out.started {
-			s.fail(w, r, err)
-			return
-		}
+	t, missing, err := op(r.Context(), progress)
+	if err == nil && len(missing) == 0 {
+		// the version the name pointed at before may be held by nothing now
+		s.m.TemplateChanged(r.Context())
+	}
+	switch {
+	case err != nil && !out.started:
+		s.fail(w, r, err)
+	case err != nil:
 		_, code := api.StatusOf(err)
 		_ = out.send("error", api.Progress{Event: "error", Error: err.Error(), Code: code})
-		return
+	case len(missing) > 0:
+		_ = out.send("missing", api.Progress{Event: "missing", Missing: missing})
+	default:
+		_ = out.send("done", api.Progress{Event: "done", Done: true, Template: &t})
 	}
-	_ = out.send("done", api.Progress{Event: "done", Done: true, Template: &t})
 }
 
+// buildTemplate builds a template. The build goes on if the client leaves:
+// a half-built template is worse than a finished one nobody watched.
 func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 	name, force := r.PathValue("name"), boolParam(r, "force")
-	s.progressStream(w, r, func(ctx context.Context, p func(string)) (api.Template, error) {
-		return s.t.Build(context.WithoutCancel(ctx), name, force, p)
+	var pkgs []string
+	if p := r.URL.Query().Get("packages"); p != "" {
+		pkgs = strings.Split(p, ",")
+	}
+	s.progressStream(w, r, func(ctx context.Context, p func(string)) (api.Template, []string, error) {
+		t, err := s.t.Build(context.WithoutCancel(ctx), name, force, pkgs, p)
+		return t, nil, err
 	})
 }
 
+// importTemplate makes a template from a rootfs tar in the body.
 func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	s.progressStream(w, r, func(ctx context.Context, p func(string)) (api.Template, error) {
+	name, force := r.PathValue("name"), boolParam(r, "force")
+	// progress is written while the body is still read
+	_ = http.NewResponseController(w).EnableFullDuplex()
+	s.progressStream(w, r, func(ctx context.Context, p func(string)) (api.Template, []string, error) {
 		// An import reads the client's body: when the client leaves, it ends.
-		return s.t.Import(ctx, name, r.Body, p)
+		t, err := s.t.Import(ctx, name, r.Body, force, p)
+		return t, nil, err
 	})
+}
+
+// importImage makes a template from an image config whose layers are in
+// the store, or says which are missing.
+func (s *Server) importImage(w http.ResponseWriter, r *http.Request) {
+	var req api.ImageImport
+	body := http.MaxBytesReader(w, r.Body, maxImageBody)
+	if err := json.NewDecoder(body).Decode(&req); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			s.fail(w, r, api.Errorf(api.ErrTooLarge, "request body is larger than %d bytes", maxImageBody))
+			return
+		}
+		s.fail(w, r, api.Errorf(api.ErrInvalid, "request body: %v", err))
+		return
+	}
+	name := r.PathValue("name")
+	s.progressStream(w, r, func(ctx context.Context, p func(string)) (api.Template, []string, error) {
+		return s.t.ImportImage(context.WithoutCancel(ctx), name, req.Config, req.Source, req.Force, p)
+	})
+}
+
+// putLayer stores an image layer from the body, by its diff ID.
+func (s *Server) putLayer(w http.ResponseWriter, r *http.Request) {
+	digest := r.PathValue("digest")
+	// progress is written while the body is still read
+	_ = http.NewResponseController(w).EnableFullDuplex()
+	out := newSSE(w)
+	existed, err := s.t.PutLayer(r.Context(), digest, r.Body, func(msg string) {
+		_ = out.send("progress", api.Progress{Event: "progress", Message: msg})
+	})
+	switch {
+	case err != nil && !out.started:
+		s.fail(w, r, err)
+	case err != nil:
+		_, code := api.StatusOf(err)
+		_ = out.send("error", api.Progress{Event: "error", Error: err.Error(), Code: code})
+	default:
+		msg := "stored"
+		if existed {
+			msg = "there already"
+		}
+		_ = out.send("done", api.Progress{Event: "done", Done: true, Message: msg})
+	}
 }
 
 func (s *Server) removeTemplate(w http.ResponseWriter, r *http.Request) {
-	if err := s.t.Remove(r.PathValue("name")); err != nil {
+	t, err := s.m.RemoveTemplate(r.Context(), r.PathValue("name"))
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	w.WriteHeader(http.StatusNoContent)
+	writeJSON(w, http.StatusOK, t)
 }
 
 func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {

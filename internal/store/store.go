@@ -363,6 +363,12 @@ func joinStates(states []api.State) string {
 	return strings.Join(s, " or ")
 }
 
+// SetTemplateVersion records the template version a sandbox holds.
+func (s *Store) SetTemplateVersion(ctx context.Context, id, version string) error {
+	_, err := s.q.ExecContext(ctx, `UPDATE sandboxes SET template_version = ? WHERE id = ?`, version, id)
+	return err
+}
+
 // SetDisk records the tar a sandbox's overlay starts from.
 func (s *Store) SetDisk(ctx context.Context, id, disk string) error {
 	_, err := s.q.ExecContext(ctx, `UPDATE sandboxes SET disk = ? WHERE id = ?`, disk, id)

@@ -2,12 +2,17 @@ package template
 
 import (
 	"context"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"sbx.dev/sbx/api"
 )
 
 // TestBuildBase runs the real mmdebstrap build; it takes a minute and needs
@@ -21,7 +26,7 @@ func TestBuildBase(t *testing.T) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	tmpl, err := s.Build(ctx, Base, false, rec.add)
+	tmpl, err := s.Build(ctx, Base, false, nil, rec.add)
 	if err != nil {
 		t.Fatalf("Build base: %v\nprogress:\n%s", err, strings.Join(rec.msgs, "\n"))
 	}
@@ -49,6 +54,34 @@ func TestBuildBase(t *testing.T) {
 		t.Errorf("apt lists left behind: %q", m)
 	}
 	checkSkeleton(t, rootfs)
+	if got, want := tmpl.Defaults, (api.TemplateDefaults{User: "user", WorkDir: "/home/user"}); !cmp.Equal(got, want) {
+		t.Errorf("defaults = %+v, want %+v", got, want)
+	}
+	for _, f := range []struct{ path, line string }{
+		{"etc/passwd", "user:x:1000:1000::/home/user:/bin/bash"},
+		{"etc/group", "user:x:1000:"},
+		{"etc/sudoers.d/user", "user ALL=(ALL:ALL) NOPASSWD: ALL"},
+	} {
+		b, err := os.ReadFile(filepath.Join(rootfs, f.path))
+		if err != nil || !strings.Contains(string(b), f.line) {
+			t.Errorf("/%s = %q, %v; want a line %q", f.path, b, err, f.line)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(rootfs, "etc/sudoers.d/user")); err != nil || fi.Mode().Perm() != 0o440 {
+		t.Errorf("/etc/sudoers.d/user: %v, %v; want mode 0440", fi, err)
+	}
+	if fi, err := os.Stat(filepath.Join(rootfs, "home/user")); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 1000 || fi.Sys().(*syscall.Stat_t).Gid != 1000 {
+		t.Errorf("/home/user: %v; want a directory owned by 1000:1000", err)
+	}
+	if fi, err := os.Stat(filepath.Join(rootfs, "usr/bin/sudo")); err != nil || fi.Mode()&fs.ModeSetuid == 0 {
+		t.Errorf("/usr/bin/sudo: %v; want a setuid binary", err)
+	}
+	if os.Geteuid() == 0 {
+		out, err := exec.Command("chroot", rootfs, "python3", "-c", "import pytest; print(pytest.__name__)").CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "pytest" {
+			t.Errorf("chroot python3 -c 'import pytest' = %q, %v", out, err)
+		}
+	}
 	if os.Geteuid() == 0 {
 		out, err := exec.Command("chroot", rootfs, "python3", "-c", "print('hi')").CombinedOutput()
 		if err != nil || strings.TrimSpace(string(out)) != "hi" {
@@ -70,7 +103,7 @@ func TestBuildBaseCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	start := time.Now()
-	_, err := s.Build(ctx, Base, false, func(m string) {
+	_, err := s.Build(ctx, Base, false, nil, func(m string) {
 		t.Logf("%v %s", time.Since(start).Round(time.Millisecond), m)
 		if strings.Contains(m, "installing") {
 			cancel()
@@ -79,9 +112,7 @@ func TestBuildBaseCancel(t *testing.T) {
 	if err == nil || ctx.Err() == nil {
 		t.Fatalf("Build = %v, want a cancelled build", err)
 	}
-	if got := entries(t, dir); len(got) != 0 {
-		t.Errorf("store holds %q after a cancelled build, want nothing", got)
-	}
+	noLeftovers(t, dir)
 	if mounts, err := mountsUnder(dir); err != nil || len(mounts) > 0 {
 		t.Errorf("mounts left under the store: %q, %v", mounts, err)
 	}

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -28,50 +30,180 @@ var busyboxPath = "/bin/busybox"
 
 // basePackages are what the base template adds to Debian's minbase.
 var basePackages = []string{
-	"bash", "python3", "procps", "iproute2", "lsof", "strace", "gdb", "curl", "ca-certificates", "git",
+	"bash", "python3", "python3-pytest", "procps", "iproute2", "lsof", "strace", "gdb", "curl", "ca-certificates", "git", "sudo",
 }
 
 // baseSuite is the Debian release the base template is built from.
 const baseSuite = "bookworm"
 
-// Build builds template name, one of Tiny and Base, and returns it. If it
-// is already complete and force is false it returns it at once, saying
-// "cached". A forced build replaces the old template only once the new
-// one is complete; a failed or cancelled build leaves nothing behind.
-// Builds of one name take turns. Errors: api.ErrInvalid for any other
-// name, api.ErrUnavailable when the host lacks the build tool.
-func (s *Store) Build(ctx context.Context, name string, force bool, progress func(msg string)) (api.Template, error) {
+// The user base runs commands as.
+const (
+	baseUser = "user"
+	baseUID  = 1000
+	baseHome = "/home/user"
+)
+
+// The recipes: a template's Source says which made it, and a build of tiny
+// or base whose template was made by an older recipe builds it again.
+const (
+	tinySource = "build tiny (busybox-static)"
+	baseSource = "build base v2 (mmdebstrap " + baseSuite + " minbase; user, sudo)"
+)
+
+// maxPackages bounds --packages.
+const maxPackages = 200
+
+var packageRE = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]{1,99}$`)
+
+// ValidPackages checks Debian package names (policy §5.6.1: lowercase
+// letters, digits, '+', '-' and '.', two or more, starting with a letter or
+// digit) and returns them sorted, without repeats: api.ErrInvalid otherwise.
+func ValidPackages(pkgs []string) ([]string, error) {
+	if len(pkgs) > maxPackages {
+		return nil, api.Errorf(api.ErrInvalid, "%d packages: at most %d", len(pkgs), maxPackages)
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, p := range pkgs {
+		if !packageRE.MatchString(p) {
+			return nil, api.Errorf(api.ErrInvalid, "invalid package name %q: Debian names are two or more of a-z, 0-9, '+', '-' and '.', starting with a letter or digit", p)
+		}
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// Build builds template name and returns it: tiny (busybox), base (Debian
+// with the usual tools and a user), or, with packages, any other name as
+// base plus those Debian packages. If name already holds what this recipe
+// makes and force is false it returns it at once, saying "cached"; a tiny or
+// base made by an older recipe is built again. A build makes a new version
+// and points name at it only once it is complete: a failed or cancelled
+// build changes nothing, and sandboxes on the old version keep it. Content
+// that is already a version is reused, and the progress says so. Builds of
+// one name take turns. Errors: api.ErrInvalid for a bad name or package,
+// api.ErrConflict if name holds something else (an import) and force is
+// false, api.ErrUnavailable when the host lacks the build tool.
+func (s *Store) Build(ctx context.Context, name string, force bool, packages []string, progress func(msg string)) (api.Template, error) {
 	progress = orNop(progress)
+	if err := ValidName(name); err != nil {
+		return api.Template{}, err
+	}
+	pkgs, err := ValidPackages(packages)
+	if err != nil {
+		return api.Template{}, err
+	}
 	var source string
+	var defaults api.TemplateDefaults
 	var fill func(ctx context.Context, rootfs string) error
-	switch name {
-	case Tiny:
-		source = "build tiny (busybox-static)"
+	switch {
+	case name == Tiny && len(pkgs) == 0:
+		source = tinySource
 		fill = func(ctx context.Context, rootfs string) error { return buildTiny(ctx, rootfs, progress) }
-	case Base:
-		source = "build base (mmdebstrap " + baseSuite + " minbase)"
-		fill = func(ctx context.Context, rootfs string) error { return buildBase(ctx, rootfs, progress) }
+	case name == Base && len(pkgs) == 0, len(pkgs) > 0 && name != Tiny && name != Base:
+		source = baseSource
+		if len(pkgs) > 0 {
+			source = "build base + " + strings.Join(pkgs, ",") + " (mmdebstrap " + baseSuite + " minbase; user, sudo)"
+		}
+		defaults = api.TemplateDefaults{User: baseUser, WorkDir: baseHome}
+		fill = func(ctx context.Context, rootfs string) error { return buildBase(ctx, rootfs, pkgs, progress) }
+	case len(pkgs) > 0:
+		return api.Template{}, api.Errorf(api.ErrInvalid, "template %s is built without extra packages; give the template with packages another name", name)
 	default:
-		return api.Template{}, api.Errorf(api.ErrInvalid, "cannot build template %q: sbx builds %q and %q; `sbx template import` makes others", name, Tiny, Base)
+		return api.Template{}, api.Errorf(api.ErrInvalid, "cannot build template %q: sbx builds %q, %q, and other names with --packages; `sbx template import` makes others", name, Tiny, Base)
 	}
 	unlock, err := s.lock(ctx, name)
 	if err != nil {
 		return api.Template{}, err
 	}
 	defer unlock()
-	if !force {
-		if t, err := s.Get(name); err == nil {
+	if t, err := s.Resolve(name); err == nil && !force {
+		switch {
+		case t.Source == source:
 			progress("cached")
 			return t, nil
+		case (name == Tiny || name == Base) && strings.HasPrefix(t.Source, "build "+name):
+			progress(fmt.Sprintf("%s was made by an older recipe (%s); building it again", name, t.Source))
+			force = true
+		default:
+			return api.Template{}, api.Errorf(api.ErrConflict, "template %s exists (%s); build again with --force to point it at the new version (sandboxes on the old one keep it)", name, t.Source)
 		}
 	}
 	progress("building " + name)
-	t, err := s.create(ctx, name, source, progress, fill)
+	t, reused, err := s.make(ctx, name, source, defaults, force, "build", progress, fill)
 	if err != nil {
 		return api.Template{}, fmt.Errorf("build template %s: %w", name, err)
 	}
-	progress(fmt.Sprintf("built %s (%d MB)", name, t.Size>>20))
+	if reused {
+		progress(fmt.Sprintf("built %s: the same content as version %s, which is reused", name, short(t.Version)))
+	} else {
+		progress(fmt.Sprintf("built %s (%d MB), version %s", name, t.Size>>20, short(t.Version)))
+	}
 	return t, nil
+}
+
+// make runs fill on the rootfs of a new version in a fresh work directory,
+// adds what the platform needs, computes the version, and installs it as
+// name. It reports whether that content was a version already.
+func (s *Store) make(ctx context.Context, name, source string, defaults api.TemplateDefaults, force bool, verb string, progress func(string), fill func(ctx context.Context, rootfs string) error) (t api.Template, reused bool, err error) {
+	l, err := s.newLease()
+	if err != nil {
+		return api.Template{}, false, err
+	}
+	defer func() {
+		if rerr := l.release(); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("clean up: %w", rerr))
+		}
+	}()
+	ver := filepath.Join(l.work, "version")
+	if err := os.Mkdir(ver, 0o755); err != nil {
+		return api.Template{}, false, err
+	}
+	rootfs := filepath.Join(ver, rootfsDir)
+	if err := fill(ctx, rootfs); err != nil {
+		return api.Template{}, false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return api.Template{}, false, err
+	}
+	progress("preparing mount points")
+	if err := addSkeleton(rootfs); err != nil {
+		return api.Template{}, false, fmt.Errorf("add mount points: %w", err)
+	}
+	progress("computing the version")
+	v, err := treeDigest(rootfs)
+	if err != nil {
+		return api.Template{}, false, err
+	}
+	size, err := diskUsage(rootfs)
+	if err != nil {
+		return api.Template{}, false, fmt.Errorf("measure rootfs: %w", err)
+	}
+	m := meta{Template: api.Template{Name: name, Version: v, Size: size, CreatedAt: time.Now().UTC().Truncate(time.Second), Source: source, Defaults: defaults}}
+	// the rootfs must be on disk before the version is
+	if err := syncFS(ver); err != nil {
+		return api.Template{}, false, err
+	}
+	if err := writeMeta(filepath.Join(ver, metaFile), m); err != nil {
+		return api.Template{}, false, err
+	}
+	reused, err = s.install(l, name, ver, v, force, verb)
+	if err != nil {
+		return api.Template{}, false, err
+	}
+	if reused {
+		if t, err = s.Version(v); err != nil {
+			return api.Template{}, false, err
+		}
+	} else {
+		t = m.Template
+	}
+	t.Name = name
+	return t, reused, nil
 }
 
 // buildTiny makes a busybox rootfs: /bin holds busybox and a link for each
@@ -162,13 +294,16 @@ func copyFile(src, dst string, mode os.FileMode) error {
 }
 
 // buildBase runs mmdebstrap with the host's apt sources and network
-// options, streaming its output to progress.
-func buildBase(ctx context.Context, rootfs string, progress func(string)) error {
+// options, streaming its output to progress: base's packages and extra, and
+// the user commands run as.
+func buildBase(ctx context.Context, rootfs string, extra []string, progress func(string)) error {
 	bin, err := exec.LookPath("mmdebstrap")
 	if err != nil {
 		return api.Errorf(api.ErrUnavailable, "mmdebstrap is missing; run `apt-get install mmdebstrap`")
 	}
-	args := []string{"--variant=minbase", "--include=" + strings.Join(basePackages, ",")}
+	pkgs := append(append([]string(nil), basePackages...), extra...)
+	args := []string{"--variant=minbase", "--include=" + strings.Join(pkgs, ",")}
+	args = append(args, userHooks()...)
 	for _, o := range hostAptOptions(ctx) {
 		args = append(args, "--aptopt="+o)
 	}
@@ -194,11 +329,14 @@ func buildBase(ctx context.Context, rootfs string, progress func(string)) error 
 		return fmt.Errorf("start mmdebstrap: %w", err)
 	}
 	w.Close()
-	var tail []string
+	var tail, missing []string
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		line := sc.Text()
 		progress(line)
+		if _, p, ok := strings.Cut(line, "Unable to locate package "); ok {
+			missing = append(missing, strings.TrimSpace(p))
+		}
 		if tail = append(tail, line); len(tail) > 10 {
 			tail = tail[1:]
 		}
@@ -207,6 +345,9 @@ func buildBase(ctx context.Context, rootfs string, progress func(string)) error 
 	if err := cmd.Wait(); err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("mmdebstrap: %w", ctx.Err())
+		}
+		if len(missing) > 0 {
+			return api.Errorf(api.ErrInvalid, "Debian %s has no package %s; check the names with `apt-cache search`", baseSuite, strings.Join(missing, ", "))
 		}
 		return fmt.Errorf("mmdebstrap: %w: %s", err, strings.Join(tail, "\n"))
 	}
@@ -221,6 +362,17 @@ func buildBase(ctx context.Context, rootfs string, progress func(string)) error 
 		}
 	}
 	return nil
+}
+
+// userHooks are mmdebstrap's hooks that add base's user: uid and gid 1000,
+// a home of its own, and sudo without a password.
+func userHooks() []string {
+	sudoers := "/etc/sudoers.d/" + baseUser
+	return []string{
+		fmt.Sprintf(`--customize-hook=chroot "$1" groupadd --gid %d %s`, baseUID, baseUser),
+		fmt.Sprintf(`--customize-hook=chroot "$1" useradd --uid %d --gid %d --create-home --home-dir %s --shell /bin/bash %s`, baseUID, baseUID, baseHome, baseUser),
+		fmt.Sprintf(`--customize-hook=echo '%s ALL=(ALL:ALL) NOPASSWD: ALL' > "$1%s" && chmod 0440 "$1%s"`, baseUser, sudoers, sudoers),
+	}
 }
 
 // hostSources returns the host's apt sources files under etc.

@@ -31,6 +31,10 @@ var skeletonDirs = []struct {
 	{".sbx", 0o755},
 }
 
+// mountPoints are the skeleton directories the runtime mounts over: they
+// must be directories, whatever a template has there.
+var mountPoints = map[string]bool{"proc": true, "sys": true, "dev": true, ".sbx": true}
+
 // skeletonFiles are bind-mount targets; they may be empty. tmp/.sbx-keep
 // keeps /tmp non-empty: runsc mounts its own tmpfs over an empty /tmp, and
 // then what a sandbox writes there would be in no disk snapshot or fork.
@@ -46,9 +50,17 @@ func addSkeleton(rootfs string) error {
 	}
 	defer root.Close()
 	for _, d := range skeletonDirs {
-		if _, err := root.Lstat(d.name); err == nil {
+		fi, err := root.Lstat(d.name)
+		switch {
+		case err == nil && (fi.IsDir() || !mountPoints[d.name]):
 			continue
-		} else if !errors.Is(err, fs.ErrNotExist) {
+		case err == nil:
+			// something else where the runtime mounts (an image's /.sbx
+			// file, a /proc symlink): the version gets a directory there
+			if err := root.Remove(d.name); err != nil {
+				return err
+			}
+		case !errors.Is(err, fs.ErrNotExist):
 			return err
 		}
 		if err := root.Mkdir(d.name, 0o755); err != nil {

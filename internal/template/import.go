@@ -5,6 +5,8 @@ import (
 	"bufio"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
 	"sbx.dev/sbx/api"
 )
@@ -23,13 +26,16 @@ import (
 // progress messages.
 const progressEvery = 100 << 20
 
-// Import makes template name from tarStream, a root filesystem as a tar
-// (`docker export` output, say), gzip-compressed or not. Names with ".."
-// components, entries below a symlink and hard links to outside the
-// rootfs are refused; device nodes are skipped with a note. A failed or
-// cancelled import leaves nothing behind. Errors: api.ErrInvalid for a bad
-// name or archive, api.ErrConflict if the template exists.
-func (s *Store) Import(ctx context.Context, name string, tarStream io.Reader, progress func(msg string)) (api.Template, error) {
+// Import makes a version of template name from tarStream, a root
+// filesystem as a tar (`docker export` output, say), gzip- or
+// zstd-compressed or not, and points name at it. The version is the digest of
+// the unpacked tree (see treeDigest): importing content that is there
+// already reuses its version and says so. Names with ".." components,
+// entries below a symlink and hard links to outside the rootfs are refused;
+// device nodes are skipped with a note. A failed or cancelled import changes
+// nothing. Errors: api.ErrInvalid for a bad name or archive, api.ErrConflict
+// if the name exists and force is false.
+func (s *Store) Import(ctx context.Context, name string, tarStream io.Reader, force bool, progress func(msg string)) (api.Template, error) {
 	progress = orNop(progress)
 	if err := ValidName(name); err != nil {
 		return api.Template{}, err
@@ -39,40 +45,43 @@ func (s *Store) Import(ctx context.Context, name string, tarStream io.Reader, pr
 		return api.Template{}, err
 	}
 	defer unlock()
-	if _, err := s.Get(name); err == nil {
-		return api.Template{}, api.Errorf(api.ErrConflict, "template %s exists; run `sbx template rm %s` first", name, name)
+	if cur, err := s.Resolve(name); err == nil && !force {
+		return api.Template{}, api.Errorf(api.ErrConflict, "template %s exists (version %s); import again with --force to point it at the new version (sandboxes on the old one keep it), or `sbx template rm %s` first", name, short(cur.Version), name)
 	}
-	t, err := s.create(ctx, name, "import", progress, func(ctx context.Context, rootfs string) error {
-		return extract(ctx, rootfs, tarStream, progress)
+	t, reused, err := s.make(ctx, name, "import", api.TemplateDefaults{}, force, "import", progress, func(ctx context.Context, rootfs string) error {
+		_, err := extract(ctx, rootfs, tarStream, false, progress)
+		return err
 	})
 	if err != nil {
 		return api.Template{}, fmt.Errorf("import template %s: %w", name, err)
 	}
-	progress(fmt.Sprintf("imported %s (%d MB)", name, t.Size>>20))
+	if reused {
+		progress(fmt.Sprintf("imported %s: the same content as version %s, which is reused", name, short(t.Version)))
+	} else {
+		progress(fmt.Sprintf("imported %s (%d MB), version %s", name, t.Size>>20, short(t.Version)))
+	}
 	return t, nil
 }
 
-// extract unpacks the tar (or gzipped tar) r into the new directory rootfs.
-func extract(ctx context.Context, rootfs string, r io.Reader, progress func(string)) error {
+// extract unpacks the tar r (compressed with gzip or zstd, or not) into the
+// new directory rootfs and returns the digest of the uncompressed tar, all
+// of it (the diff ID of an image layer). An empty archive is refused unless
+// allowEmpty.
+func extract(ctx context.Context, rootfs string, r io.Reader, allowEmpty bool, progress func(string)) (diffID string, err error) {
 	cr := &countingReader{ctx: ctx, r: r, progress: progress, next: progressEvery}
-	br := bufio.NewReaderSize(cr, 64<<10)
-	var in io.Reader = br
-	if magic, err := br.Peek(2); err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
-		zr, err := gzip.NewReader(br)
-		if err != nil {
-			return api.Errorf(api.ErrInvalid, "read gzip: %s", err)
-		}
-		defer zr.Close()
-		in = zr
-	} else if err != nil && !errors.Is(err, io.EOF) {
-		return err
+	in, closeIn, err := decompress(cr)
+	if err != nil {
+		return "", err
 	}
+	defer closeIn()
+	h := sha256.New()
+	in = io.TeeReader(in, h)
 	if err := os.Mkdir(rootfs, 0o755); err != nil {
-		return err
+		return "", err
 	}
 	root, err := os.OpenRoot(rootfs)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer root.Close()
 	x := &extractor{root: root, dir: rootfs, progress: progress, checked: make(map[string]bool)}
@@ -85,23 +94,58 @@ func extract(ctx context.Context, rootfs string, r io.Reader, progress func(stri
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return "", ctx.Err()
 			}
-			return api.Errorf(api.ErrInvalid, "read tar after %d entries: %s", n, err)
+			return "", api.Errorf(api.ErrInvalid, "read tar after %d entries: %s", n, err)
 		}
 		if err := x.entry(hdr, tr); err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return "", ctx.Err()
 			}
-			return err
+			return "", err
 		}
 		n++
 	}
-	if n == 0 {
-		return api.Errorf(api.ErrInvalid, "the archive is empty")
+	if n == 0 && !allowEmpty {
+		return "", api.Errorf(api.ErrInvalid, "the archive is empty")
+	}
+	// the diff ID covers the tar's end blocks and any padding after them
+	if _, err := io.Copy(io.Discard, in); err != nil {
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		return "", api.Errorf(api.ErrInvalid, "read the end of the tar: %s", err)
 	}
 	progress(fmt.Sprintf("extracted %d entries (%d MB read)", n, cr.n>>20))
-	return x.finishDirs()
+	if err := x.finishDirs(); err != nil {
+		return "", err
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// decompress returns r uncompressed: gzip and zstd are recognised by their
+// magic numbers, anything else is taken as it is.
+func decompress(r io.Reader) (io.Reader, func(), error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	magic, err := br.Peek(4)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, nil, err
+	}
+	switch {
+	case len(magic) >= 2 && magic[0] == 0x1f && magic[1] == 0x8b:
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, nil, api.Errorf(api.ErrInvalid, "read gzip: %s", err)
+		}
+		return zr, func() { zr.Close() }, nil
+	case len(magic) == 4 && magic[0] == 0x28 && magic[1] == 0xb5 && magic[2] == 0x2f && magic[3] == 0xfd:
+		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(1<<30))
+		if err != nil {
+			return nil, nil, api.Errorf(api.ErrInvalid, "read zstd: %s", err)
+		}
+		return zr, zr.Close, nil
+	}
+	return br, func() {}, nil
 }
 
 // countingReader stops at cancellation and reports progress as it reads.

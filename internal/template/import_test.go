@@ -100,7 +100,7 @@ func TestImport(t *testing.T) {
 		t.Run(map[bool]string{false: "plain", true: "gzip"}[gz], func(t *testing.T) {
 			s, dir := openStore(t)
 			var rec recorder
-			tmpl, err := s.Import(context.Background(), "imp", tarOf(t, gz, es), rec.add)
+			tmpl, err := s.Import(context.Background(), "imp", tarOf(t, gz, es), false, rec.add)
 			if err != nil {
 				t.Fatalf("Import: %v", err)
 			}
@@ -114,8 +114,8 @@ func TestImport(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rootfs != filepath.Join(dir, "imp", "rootfs") {
-				t.Errorf("Rootfs = %q", rootfs)
+			if want := filepath.Join(dir, "versions", digestDir(tmpl.Version), "rootfs"); rootfs != want {
+				t.Errorf("Rootfs = %q, want %q", rootfs, want)
 			}
 			files := []struct {
 				path string
@@ -171,7 +171,7 @@ func TestImport(t *testing.T) {
 			}
 			checkSkeleton(t, rootfs)
 
-			_, err = s.Import(context.Background(), "imp", tarOf(t, gz, es), nil)
+			_, err = s.Import(context.Background(), "imp", tarOf(t, gz, es), false, nil)
 			if !errors.Is(err, api.ErrConflict) {
 				t.Errorf("second Import = %v, want api.ErrConflict", err)
 			}
@@ -239,16 +239,14 @@ func TestImportRejects(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s, dir := openStore(t)
-			_, err := s.Import(context.Background(), "bad", tarOf(t, false, tc.es), nil)
+			_, err := s.Import(context.Background(), "bad", tarOf(t, false, tc.es), false, nil)
 			if !errors.Is(err, api.ErrInvalid) {
 				t.Fatalf("Import = %v, want api.ErrInvalid", err)
 			}
 			if !strings.Contains(err.Error(), tc.says) {
 				t.Errorf("Import = %q, want it to say %s", err, tc.says)
 			}
-			if got := entries(t, dir); len(got) != 0 {
-				t.Errorf("store holds %q after a failed import, want nothing", got)
-			}
+			noLeftovers(t, dir)
 			if _, err := s.Get("bad"); !errors.Is(err, api.ErrNotFound) {
 				t.Errorf("Get = %v, want api.ErrNotFound", err)
 			}
@@ -295,11 +293,9 @@ func TestImportCancel(t *testing.T) {
 	defer cancel()
 	s, sdir := openStore(t)
 	r := &cancelAfter{r: tarOf(t, false, es), n: 20000, cancel: cancel}
-	_, err := s.Import(ctx, "cancelled", r, nil)
+	_, err := s.Import(ctx, "cancelled", r, false, nil)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Import = %v, want context.Canceled", err)
 	}
-	if got := entries(t, sdir); len(got) != 0 {
-		t.Errorf("store holds %q after a cancelled import, want nothing", got)
-	}
+	noLeftovers(t, sdir)
 }

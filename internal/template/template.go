@@ -1,10 +1,21 @@
-// Package template builds and caches the root filesystems sandboxes boot from.
+// Package template builds, imports and keeps the versioned root filesystems
+// sandboxes boot from.
 //
-// A template lives in <dir>/<name>/: rootfs/ is the directory gVisor boots
-// from (read-only; each sandbox gets an overlay on top) and template.json
-// describes it. template.json is written last, so a directory without it is
-// not a template. Builds and imports happen in <dir>/.tmp-<name>-<random>/
-// and are renamed into place, so a failed build leaves nothing behind.
+// The store's layout:
+//
+//	names/NAME                    a symlink whose target is the version NAME points at ("sha256:<hex>")
+//	versions/sha256-<hex>/        one version: rootfs/ (what gVisor boots, read-only) and template.json
+//	layers/sha256-<hex>/          an image layer, unpacked, by its diff ID; versions hard-link its files
+//	tmp/ID.lease, tmp/ID/         an operation in progress: its lease (a file it holds locked) and its work
+//	.lock                         taken briefly by whatever reads or changes names, versions, layers and leases
+//
+// A version never changes once it is in versions/: new content is a new
+// version, made in tmp/ and renamed into place, and a name is repointed by
+// renaming a new symlink over the old one, so a crash leaves the old pointer
+// or the new one. A version's files are removed only by Collect, when no name
+// points at it, no operation holds it, and the caller says nothing uses it.
+// Several processes may share one store (the tests' template cache): the
+// lock and the leases are file locks, so they hold across processes.
 package template
 
 import (
@@ -20,7 +31,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"time"
 
 	"golang.org/x/sys/unix"
 	"sbx.dev/sbx/api"
@@ -30,85 +40,58 @@ const (
 	metaFile  = "template.json"
 	rootfsDir = "rootfs"
 
-	// Prefixes of the store's scratch directories. A .tmp- directory is a
-	// build in progress, a .rm- directory a template being removed, and an
-	// .old- directory a template being replaced by a forced build: if its
-	// name is missing, the crash came between the two renames and it is
-	// put back.
-	tmpPrefix = ".tmp-"
-	rmPrefix  = ".rm-"
-	oldPrefix = ".old-"
+	namesDir    = "names"
+	versionsDir = "versions"
+	layersDir   = "layers"
+	tmpDir      = "tmp"
+	lockFile    = ".lock"
+	leaseSuffix = ".lease"
 )
 
-// Store is a directory of templates. Its methods are safe for concurrent use.
+// Store is a directory of versioned templates. Its methods are safe for
+// concurrent use, also by several processes sharing the directory.
 type Store struct {
-	dir string
+	dir string // absolute, without symlinks
 
 	mu    sync.Mutex
-	locks map[string]chan struct{} // one per name: builds, imports and removals of a name take turns
+	locks map[string]chan struct{} // one per name: builds and imports of a name take turns
+
+	critMu sync.Mutex // with the flock on .lock: see critical
 }
 
-// Open returns the store in dir, creating dir if needed, and removes what
-// interrupted builds and removals left behind.
+// Open returns the store in dir, creating it if needed, migrates a store of
+// the old layout (<dir>/<name>/rootfs and template.json) in place, and
+// removes what interrupted operations left behind. The directory is made
+// 0700: templates hold setuid binaries that a host user must not reach.
 func Open(dir string) (*Store, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("open templates %s: %w", dir, err)
 	}
-	if err := os.MkdirAll(abs, 0o755); err != nil {
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return nil, fmt.Errorf("open templates %s: %w", abs, err)
+	}
+	// a rootfs path is named in checkpoints, so it must not depend on a
+	// symlink that may go (the tests' data dirs link to a shared cache)
+	if abs, err = filepath.EvalSymlinks(abs); err != nil {
+		return nil, fmt.Errorf("open templates %s: %w", dir, err)
+	}
+	if err := os.Chmod(abs, 0o700); err != nil {
 		return nil, fmt.Errorf("open templates %s: %w", abs, err)
 	}
 	s := &Store{dir: abs, locks: make(map[string]chan struct{})}
-	if err := s.recover(); err != nil {
+	// migrate also makes the directories of the layout
+	if err := s.migrate(); err != nil {
+		return nil, fmt.Errorf("open templates %s: migrate the old layout: %w", abs, err)
+	}
+	if _, err := s.sweep(nil); err != nil {
 		return nil, fmt.Errorf("open templates %s: %w", abs, err)
 	}
 	return s, nil
 }
 
-// recover cleans up after builds, replacements and removals that a crash interrupted.
-func (s *Store) recover() error {
-	entries, err := os.ReadDir(s.dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		n := e.Name()
-		p := filepath.Join(s.dir, n)
-		switch {
-		case ValidName(n) == nil:
-			// A template made by an older sbx gets what this one expects.
-			if _, err := os.Stat(filepath.Join(p, "template.json")); err == nil {
-				if err := addSkeleton(filepath.Join(p, "rootfs")); err != nil {
-					return fmt.Errorf("update template %s: %w", n, err)
-				}
-			}
-		case strings.HasPrefix(n, tmpPrefix), strings.HasPrefix(n, rmPrefix):
-			if err := removeTree(p); err != nil {
-				return fmt.Errorf("remove leftover %s: %w", n, err)
-			}
-		case strings.HasPrefix(n, oldPrefix):
-			rest := strings.TrimPrefix(n, oldPrefix)
-			i := strings.LastIndex(rest, "-")
-			if i <= 0 || ValidName(rest[:i]) != nil {
-				if err := removeTree(p); err != nil {
-					return fmt.Errorf("remove leftover %s: %w", n, err)
-				}
-				continue
-			}
-			cur := filepath.Join(s.dir, rest[:i])
-			if _, err := os.Lstat(cur); errors.Is(err, fs.ErrNotExist) {
-				if err := os.Rename(p, cur); err != nil {
-					return fmt.Errorf("restore %s: %w", n, err)
-				}
-				continue
-			}
-			if err := removeTree(p); err != nil {
-				return fmt.Errorf("remove leftover %s: %w", n, err)
-			}
-		}
-	}
-	return nil
-}
+// Dir returns the store's directory, absolute and without symlinks.
+func (s *Store) Dir() string { return s.dir }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
@@ -121,18 +104,56 @@ func ValidName(name string) error {
 	return nil
 }
 
-// List returns the complete templates, sorted by name.
+var digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// ValidVersion returns an api.ErrInvalid error unless v is a version:
+// "sha256:" and 64 lowercase hex digits.
+func ValidVersion(v string) error {
+	if !digestRE.MatchString(v) {
+		return api.Errorf(api.ErrInvalid, "invalid template version %q: want sha256: and 64 hex digits", v)
+	}
+	return nil
+}
+
+// digestDir turns "sha256:<hex>" into the directory name "sha256-<hex>":
+// a colon in a rootfs path is asking for trouble with mount options.
+func digestDir(d string) string { return strings.Replace(d, ":", "-", 1) }
+
+// dirDigest undoes digestDir, or returns "" for a name that is not one.
+func dirDigest(n string) string {
+	d := strings.Replace(n, "-", ":", 1)
+	if !digestRE.MatchString(d) {
+		return ""
+	}
+	return d
+}
+
+func (s *Store) namePath(name string) string { return filepath.Join(s.dir, namesDir, name) }
+func (s *Store) versionPath(v string) string {
+	return filepath.Join(s.dir, versionsDir, digestDir(v))
+}
+func (s *Store) layerPath(d string) string { return filepath.Join(s.dir, layersDir, digestDir(d)) }
+
+// meta is a version's template.json: the api.Template of the version (its
+// Name is the name it was made as) and the layers its rootfs links to.
+type meta struct {
+	api.Template
+	Layers []string `json:"layers,omitempty"`
+}
+
+// List returns the templates the names point at, sorted by name. A name
+// whose version is missing (which only a hand-edited store has) is left out.
 func (s *Store) List() ([]api.Template, error) {
-	entries, err := os.ReadDir(s.dir)
+	entries, err := os.ReadDir(filepath.Join(s.dir, namesDir))
 	if err != nil {
 		return nil, fmt.Errorf("list templates: %w", err)
 	}
 	out := []api.Template{}
 	for _, e := range entries { // ReadDir sorts by name
-		if !e.IsDir() || ValidName(e.Name()) != nil {
+		if ValidName(e.Name()) != nil {
 			continue
 		}
-		t, err := s.Get(e.Name())
+		t, err := s.Resolve(e.Name())
 		if errors.Is(err, api.ErrNotFound) {
 			continue
 		}
@@ -144,65 +165,133 @@ func (s *Store) List() ([]api.Template, error) {
 	return out, nil
 }
 
-// Get returns the complete template name: api.ErrInvalid for a bad name,
-// api.ErrNotFound if there is no such complete template.
-func (s *Store) Get(name string) (api.Template, error) {
+// Resolve returns the version name points at now, as an api.Template named
+// name: api.ErrInvalid for a bad name, api.ErrNotFound if there is no such
+// name.
+func (s *Store) Resolve(name string) (api.Template, error) {
 	if err := ValidName(name); err != nil {
 		return api.Template{}, err
 	}
-	b, err := os.ReadFile(filepath.Join(s.dir, name, metaFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return api.Template{}, notFound(name)
+	v, err := s.pointer(name)
+	if err != nil {
+		return api.Template{}, err
+	}
+	t, err := s.Version(v)
+	if errors.Is(err, api.ErrNotFound) {
+		return api.Template{}, api.Errorf(api.ErrNotFound, "template %s points at version %s, which is missing; run `sbx template build %s --force` or import it again", name, v, name)
 	}
 	if err != nil {
-		return api.Template{}, fmt.Errorf("template %s: %w", name, err)
-	}
-	var t api.Template
-	if err := json.Unmarshal(b, &t); err != nil {
-		return api.Template{}, fmt.Errorf("template %s: read %s: %w", name, metaFile, err)
+		return api.Template{}, err
 	}
 	t.Name = name
 	return t, nil
 }
 
-// Rootfs returns the absolute path of the rootfs directory of the complete
-// template name; the errors are Get's.
-func (s *Store) Rootfs(name string) (string, error) {
-	if _, err := s.Get(name); err != nil {
-		return "", err
+// Get is Resolve.
+func (s *Store) Get(name string) (api.Template, error) { return s.Resolve(name) }
+
+// pointer returns the version the name points at; api.ErrNotFound if none.
+func (s *Store) pointer(name string) (string, error) {
+	v, err := os.Readlink(s.namePath(name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", notFound(name)
 	}
-	return filepath.Join(s.dir, name, rootfsDir), nil
+	if err != nil {
+		return "", fmt.Errorf("template %s: %w", name, err)
+	}
+	if ValidVersion(v) != nil {
+		return "", fmt.Errorf("template %s: its pointer holds %q, not a version", name, v)
+	}
+	return v, nil
 }
 
-// Remove deletes template name, complete or not: api.ErrNotFound if there
-// is none. It waits for a build or import of the same name to finish.
-// Sandboxes running from it keep their open files.
-func (s *Store) Remove(name string) error {
+// Version returns the template of version v, with no Name: api.ErrInvalid
+// for a malformed version, api.ErrNotFound if the store does not have it.
+func (s *Store) Version(v string) (api.Template, error) {
+	m, err := s.readMeta(v)
+	if err != nil {
+		return api.Template{}, err
+	}
+	t := m.Template
+	t.Name = ""
+	return t, nil
+}
+
+func (s *Store) readMeta(v string) (meta, error) {
+	if err := ValidVersion(v); err != nil {
+		return meta{}, err
+	}
+	b, err := os.ReadFile(filepath.Join(s.versionPath(v), metaFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return meta{}, api.Errorf(api.ErrNotFound, "template version %s not found", v)
+	}
+	if err != nil {
+		return meta{}, fmt.Errorf("template version %s: %w", v, err)
+	}
+	var m meta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return meta{}, fmt.Errorf("template version %s: read %s: %w", v, metaFile, err)
+	}
+	m.Version = v // the directory's name is the truth
+	return m, nil
+}
+
+// VersionRootfs returns the absolute path, with no symlink below the store's
+// directory, of version v's rootfs. It is the same for the life of the
+// version. Errors are Version's.
+func (s *Store) VersionRootfs(v string) (string, error) {
+	if _, err := s.Version(v); err != nil {
+		return "", err
+	}
+	return filepath.Join(s.versionPath(v), rootfsDir), nil
+}
+
+// Rootfs returns the rootfs of the version name points at now; the errors
+// are Resolve's.
+func (s *Store) Rootfs(name string) (string, error) {
+	t, err := s.Resolve(name)
+	if err != nil {
+		return "", err
+	}
+	return s.VersionRootfs(t.Version)
+}
+
+// Remove removes the name and returns the template it pointed at:
+// api.ErrInvalid for a bad name, api.ErrNotFound if there is none. The
+// version's files stay until Collect finds nothing uses them. It waits for a
+// build or import of the same name to finish.
+func (s *Store) Remove(name string) (api.Template, error) {
 	if err := ValidName(name); err != nil {
-		return err
+		return api.Template{}, err
 	}
 	unlock, err := s.lock(context.Background(), name)
 	if err != nil {
-		return err
+		return api.Template{}, err
 	}
 	defer unlock()
-	p := filepath.Join(s.dir, name)
-	if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
-		return notFound(name)
+	var t api.Template
+	err = s.critical(func() error {
+		v, err := s.pointer(name)
+		if err != nil {
+			return err
+		}
+		if t, err = s.Version(v); err != nil && !errors.Is(err, api.ErrNotFound) {
+			return err
+		}
+		t.Name, t.Version = name, v
+		if err := os.Remove(s.namePath(name)); err != nil {
+			return fmt.Errorf("remove template %s: %w", name, err)
+		}
+		return syncDir(filepath.Join(s.dir, namesDir))
+	})
+	if err != nil {
+		return api.Template{}, err
 	}
-	// rename first, so the template disappears at once and whole
-	gone := filepath.Join(s.dir, rmPrefix+name+"-"+randomSuffix())
-	if err := os.Rename(p, gone); err != nil {
-		return fmt.Errorf("remove template %s: %w", name, err)
-	}
-	if err := removeTree(gone); err != nil {
-		return fmt.Errorf("remove template %s: %w", name, err)
-	}
-	return nil
+	return t, nil
 }
 
 func notFound(name string) error {
-	return api.Errorf(api.ErrNotFound, "template %s not found; run `sbx template build %s`", name, name)
+	return api.Errorf(api.ErrNotFound, "template %s not found; run `sbx template build %s` or `sbx template import %s IMAGE`", name, name, name)
 }
 
 // lock takes the per-name lock, or gives up when ctx ends.
@@ -222,101 +311,124 @@ func (s *Store) lock(ctx context.Context, name string) (unlock func(), err error
 	}
 }
 
-// create makes template name in a temporary directory with fill, which
-// populates the rootfs path it is given, and renames it into place,
-// replacing an existing template of that name. The caller holds the lock.
-func (s *Store) create(ctx context.Context, name, source string, progress func(string), fill func(ctx context.Context, rootfs string) error) (t api.Template, err error) {
-	tmp, err := os.MkdirTemp(s.dir, tmpPrefix+name+"-")
+// critical runs f holding the store's lock, in this process and across
+// processes. f must be short: no rootfs is built, copied or deleted under it.
+func (s *Store) critical(f func() error) error {
+	s.critMu.Lock()
+	defer s.critMu.Unlock()
+	lf, err := os.OpenFile(filepath.Join(s.dir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return api.Template{}, err
+		return fmt.Errorf("templates: open lock: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			if rerr := removeTree(tmp); rerr != nil {
-				err = errors.Join(err, fmt.Errorf("clean up %s: %w", tmp, rerr))
-			}
-		}
-	}()
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return api.Template{}, err
+	defer lf.Close() // drops the flock
+	if err := flock(lf, unix.LOCK_EX); err != nil {
+		return fmt.Errorf("templates: lock: %w", err)
 	}
-	rootfs := filepath.Join(tmp, rootfsDir)
-	if err := fill(ctx, rootfs); err != nil {
-		return api.Template{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return api.Template{}, err
-	}
-	progress("preparing mount points")
-	if err := addSkeleton(rootfs); err != nil {
-		return api.Template{}, fmt.Errorf("add mount points: %w", err)
-	}
-	size, err := diskUsage(rootfs)
-	if err != nil {
-		return api.Template{}, fmt.Errorf("measure rootfs: %w", err)
-	}
-	t = api.Template{Name: name, Size: size, CreatedAt: time.Now().UTC().Truncate(time.Second), Source: source}
-	// the rootfs must be on disk before the marker says it is complete
-	if err := syncFS(tmp); err != nil {
-		return api.Template{}, err
-	}
-	if err := writeMeta(filepath.Join(tmp, metaFile), t); err != nil {
-		return api.Template{}, err
-	}
-	if err := s.install(name, tmp); err != nil {
-		return api.Template{}, err
-	}
-	return t, nil
+	return f()
 }
 
-// install renames the complete template in tmp to name, moving an existing
-// one aside first and deleting it last.
-func (s *Store) install(name, tmp string) error {
-	dst := filepath.Join(s.dir, name)
-	var old string
-	if _, err := os.Lstat(dst); err == nil {
-		old = filepath.Join(s.dir, oldPrefix+name+"-"+randomSuffix())
-		if err := os.Rename(dst, old); err != nil {
-			return fmt.Errorf("move old template aside: %w", err)
+func flock(f *os.File, how int) error {
+	for {
+		err := unix.Flock(int(f.Fd()), how)
+		if err != unix.EINTR {
+			return err
 		}
 	}
-	if err := os.Rename(tmp, dst); err != nil {
-		if old != "" {
-			if rerr := os.Rename(old, dst); rerr != nil {
-				err = errors.Join(err, fmt.Errorf("restore old template: %w", rerr))
-			}
-		}
-		return fmt.Errorf("install template: %w", err)
-	}
-	if err := syncDir(s.dir); err != nil {
-		return err
-	}
-	if old != "" {
-		if err := removeTree(old); err != nil {
-			return fmt.Errorf("remove old template: %w", err)
-		}
-	}
-	return nil
 }
 
-func writeMeta(path string, t api.Template) error {
-	b, err := json.MarshalIndent(t, "", "  ")
+// point makes name point at version v, atomically: a new symlink renamed
+// over the old. The caller is in critical.
+func (s *Store) point(name, v string) error {
+	dir := filepath.Join(s.dir, namesDir)
+	tmp := filepath.Join(dir, ".tmp-"+name+"-"+randomSuffix())
+	if err := os.Symlink(v, tmp); err != nil {
+		return fmt.Errorf("point %s at %s: %w", name, v, err)
+	}
+	if err := os.Rename(tmp, s.namePath(name)); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("point %s at %s: %w", name, v, err)
+	}
+	return syncDir(dir)
+}
+
+// checkReplace says whether name may be pointed at version v: it may if it
+// is free, already points at v, or force is set. The caller is in critical.
+func (s *Store) checkReplace(name, v string, force bool, verb string) error {
+	cur, err := s.pointer(name)
+	if errors.Is(err, api.ErrNotFound) || err == nil && (cur == v || force) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	return api.Errorf(api.ErrConflict, "template %s exists (version %s); %s again with --force to point it at the new version (sandboxes on the old one keep it), or `sbx template rm %s` first", name, short(cur), verb, name)
+}
+
+// short abbreviates a digest for messages.
+func short(d string) string {
+	if len(d) > 19 {
+		return d[:19]
+	}
+	return d
+}
+
+// install finishes an operation that made version v in work (a directory
+// holding rootfs/ and template.json): it renames work into versions/ unless
+// v is there already, and points name at v. It reports whether v was there
+// already.
+func (s *Store) install(l *lease, name, work, v string, force bool, verb string) (reused bool, err error) {
+	err = s.critical(func() error {
+		if err := l.holdLocked(v); err != nil {
+			return err
+		}
+		if err := s.checkReplace(name, v, force, verb); err != nil {
+			return err
+		}
+		dst := s.versionPath(v)
+		if _, err := os.Lstat(dst); err == nil {
+			reused = true
+		} else if err := os.Rename(work, dst); err != nil {
+			return fmt.Errorf("install version %s: %w", v, err)
+		} else if err := syncDir(filepath.Dir(dst)); err != nil {
+			return err
+		}
+		return s.point(name, v)
+	})
+	return reused, err
+}
+
+func writeMeta(path string, m meta) error {
+	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
+	return writeFileSync(path, append(b, '\n'))
+}
+
+// writeFileSync writes path durably and atomically: a synced temporary file
+// renamed over it.
+func writeFileSync(path string, data []byte) error {
+	tmp := path + ".tmp-" + randomSuffix()
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
 		f.Close()
+		os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
+		os.Remove(tmp)
 		return fmt.Errorf("sync %s: %w", path, err)
 	}
 	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
 		return err
 	}
 	return syncDir(filepath.Dir(path))

@@ -1,0 +1,151 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"sync"
+
+	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/store"
+)
+
+// Templates are versioned (DESIGN §2): a name points at a version, a
+// content digest, and every sandbox and snapshot records the version it
+// was made on and holds it for as long as it lives. Rebuilding or removing
+// a name never changes what an existing sandbox sees; a version's files go
+// only when nothing holds it.
+
+// versionLeases are the versions held by creates in flight, between the
+// name's resolution and the record that holds the version.
+type versionLeases struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// takeLocked holds version; the caller holds mu.
+func (v *versionLeases) takeLocked(version string) func() {
+	if v.n == nil {
+		v.n = map[string]int{}
+	}
+	v.n[version]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			v.mu.Lock()
+			defer v.mu.Unlock()
+			if v.n[version]--; v.n[version] <= 0 {
+				delete(v.n, version)
+			}
+		})
+	}
+}
+
+func (v *versionLeases) held(version string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.n[version] > 0
+}
+
+// resolveTemplate returns the version name points at now, held until
+// release is called (once the sandbox's record holds it).
+func (m *Manager) resolveTemplate(name string) (api.Template, func(), error) {
+	// Resolved and leased at once, under the lock Collect's inUse takes:
+	// else a rebuild and a collection between the two could remove the
+	// version. Resolve reads a link and a small file; nothing else waits.
+	m.versions.mu.Lock()
+	defer m.versions.mu.Unlock()
+	t, err := m.cfg.Templates.Resolve(name)
+	if err != nil {
+		return api.Template{}, nil, err
+	}
+	return t, m.versions.takeLocked(t.Version), nil
+}
+
+// rootfs returns the root filesystem of a sandbox's template version, free
+// of symlinks (runsc mounts safely: every path it is given must be free of
+// them). A sandbox made before templates had versions is given the
+// version its template's name points at.
+func (m *Manager) rootfs(sb *store.Sandbox) (string, error) {
+	if sb.TemplateVersion == "" {
+		t, err := m.cfg.Templates.Resolve(sb.Template)
+		if err != nil {
+			return "", err
+		}
+		sb.TemplateVersion = t.Version
+		if err := m.cfg.Store.SetTemplateVersion(context.Background(), sb.ID, t.Version); err != nil {
+			return "", err
+		}
+	}
+	rootfs, err := m.cfg.Templates.VersionRootfs(sb.TemplateVersion)
+	if err != nil {
+		return "", fmt.Errorf("template %s (version %s): %w", sb.Template, shortVersion(sb.TemplateVersion), err)
+	}
+	if rootfs, err = filepath.EvalSymlinks(rootfs); err != nil {
+		return "", fmt.Errorf("template %s: %w", sb.Template, err)
+	}
+	return rootfs, nil
+}
+
+func shortVersion(v string) string {
+	if len(v) > 19 {
+		return v[:19]
+	}
+	return v
+}
+
+// versionsInUse returns the versions held by a record (with its holders)
+// or by a create in flight.
+func (m *Manager) versionsInUse(ctx context.Context) (func(string) bool, map[string][]string, error) {
+	held, err := m.cfg.Store.TemplateVersionsInUse(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return func(v string) bool {
+		if _, ok := held[v]; ok {
+			return true
+		}
+		return m.versions.held(v)
+	}, held, nil
+}
+
+// collectTemplates removes the template versions nothing holds any more.
+func (m *Manager) collectTemplates(ctx context.Context) {
+	inUse, _, err := m.versionsInUse(ctx)
+	if err != nil {
+		m.log.Warn("collect template versions", "err", err)
+		return
+	}
+	removed, err := m.cfg.Templates.Collect(inUse)
+	if err != nil {
+		m.log.Warn("collect template versions", "err", err)
+	}
+	for _, v := range removed {
+		m.log.Info("removed a template version nothing holds", "version", v)
+	}
+}
+
+// RemoveTemplate removes a template's name and says which sandboxes and
+// snapshots still hold the version it pointed at (its files stay until
+// the last of them goes). An unknown name is api.ErrNotFound.
+func (m *Manager) RemoveTemplate(ctx context.Context, name string) (*api.Template, error) {
+	t, err := m.cfg.Templates.Remove(name)
+	if err != nil {
+		return nil, err
+	}
+	_, held, err := m.versionsInUse(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t.HeldBy = held[t.Version]
+	sort.Strings(t.HeldBy)
+	go m.collectTemplates(context.WithoutCancel(ctx))
+	return &t, nil
+}
+
+// TemplateChanged has the versions a rebuild or an import left without a
+// name collected, unless something holds them.
+func (m *Manager) TemplateChanged(ctx context.Context) {
+	go m.collectTemplates(context.WithoutCancel(ctx))
+}
