@@ -63,6 +63,10 @@ type Config struct {
 	Tag      string       // 4 chars [a-z0-9]; names everything this daemon makes
 	Pool     netip.Prefix // outer addresses; zero value = 10.201.0.0/16
 	LockPath string       // zero = /run/sbx/net.lock
+	// EgressAllow and EgressDeny widen and narrow what every sandbox of
+	// this daemon reaches (see chainRules): IPv4 prefixes, the most
+	// specific winning.
+	EgressAllow, EgressDeny []netip.Prefix
 }
 
 // Manager creates, finds and deletes the namespaces of one daemon (one tag).
@@ -72,6 +76,7 @@ type Manager struct {
 	tag      string
 	pool     netip.Prefix
 	lockPath string
+	egress   []egressRule
 }
 
 // Network is the networking of one sandbox.
@@ -83,8 +88,8 @@ type Network struct {
 	Outer   netip.Prefix // the /30 of up0 and HostIf
 }
 
-// New returns a Manager for cfg. It errors (wrapping ErrInvalid) on a bad tag
-// or pool; it touches no kernel state.
+// New returns a Manager for cfg. It errors (wrapping ErrInvalid) on a bad tag,
+// pool or egress rule; it touches no kernel state.
 func New(cfg Config) (*Manager, error) {
 	if !tagRE.MatchString(cfg.Tag) {
 		return nil, fmt.Errorf("netns: tag %q: %w: want 4 characters [a-z0-9]", cfg.Tag, ErrInvalid)
@@ -100,7 +105,11 @@ func New(cfg Config) (*Manager, error) {
 	if lock == "" {
 		lock = defaultLock
 	}
-	return &Manager{tag: cfg.Tag, pool: pool.Masked(), lockPath: lock}, nil
+	egress, err := egressRules(cfg.EgressAllow, cfg.EgressDeny)
+	if err != nil {
+		return nil, fmt.Errorf("netns: %w", err)
+	}
+	return &Manager{tag: cfg.Tag, pool: pool.Masked(), lockPath: lock, egress: egress}, nil
 }
 
 func (m *Manager) nsName(id string) string { return "sbx-" + m.tag + "-" + id }
