@@ -24,7 +24,7 @@ type Store struct {
 
 // migrations bring a database from user_version i to i+1; a database is
 // never opened by an sbx that does not know its version.
-var migrations = []string{schemaV1, schemaV2, schemaV3, schemaV4, schemaV5, schemaV6, schemaV7}
+var migrations = []string{schemaV1, schemaV2, schemaV3, schemaV4, schemaV5, schemaV6, schemaV7, schemaV8}
 
 const schemaV1 = `
 CREATE TABLE IF NOT EXISTS sandboxes (
@@ -60,6 +60,20 @@ CREATE TABLE IF NOT EXISTS events (
 	detail      TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS events_sandbox ON events(sandbox_id, seq);
+`
+
+// schemaV8 records each sandbox's (and snapshot's) network mode, and the
+// ports published on the preview proxy: the only ones it serves.
+const schemaV8 = `
+ALTER TABLE sandboxes ADD COLUMN network TEXT NOT NULL DEFAULT '';
+ALTER TABLE snapshots ADD COLUMN network TEXT NOT NULL DEFAULT '';
+CREATE TABLE previews (
+	sandbox_id  TEXT NOT NULL,
+	port        INTEGER NOT NULL,
+	private     INTEGER NOT NULL DEFAULT 0,
+	created_at  INTEGER NOT NULL,
+	PRIMARY KEY (sandbox_id, port)
+);
 `
 
 // schemaV7 names the live state "ready", the word sbx users already know.
@@ -206,6 +220,8 @@ type Sandbox struct {
 	Persistent bool
 	// Disk is the tar its root overlay started from ("": the bare template).
 	Disk string
+	// Network is "" (NAT egress) or "none" (loopback only).
+	Network string
 }
 
 func nullable(s string) any {
@@ -219,11 +235,11 @@ func nullable(s string) any {
 func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 	meta, _ := json.Marshal(sb.Meta)
 	_, err := s.db.ExecContext(ctx, `INSERT INTO sandboxes
-		(id, name, template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image, disk)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		(id, name, template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image, disk, network)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, nullable(sb.Name), sb.Template, string(sb.State), sb.Reason, sb.CreatedAt.UnixNano(),
 		int64(sb.TTL), string(meta), sb.CPUs, sb.Memory, sb.LastActivity.UnixNano(),
-		sb.Source, sb.Parent, sb.MemoryRestored, sb.ResumeReason, sb.Image, sb.Disk)
+		sb.Source, sb.Parent, sb.MemoryRestored, sb.ResumeReason, sb.Image, sb.Disk, sb.Network)
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: sandboxes.name") {
 		return api.Errorf(api.ErrConflict, "name %q is taken", sb.Name)
 	}
@@ -294,20 +310,23 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	if _, err := tx.ExecContext(ctx, `DELETE FROM execs WHERE sandbox_id = ?`, id); err != nil {
 		return fmt.Errorf("delete sandbox %s: %w", id, err)
 	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM previews WHERE sandbox_id = ?`, id); err != nil {
+		return fmt.Errorf("delete sandbox %s: %w", id, err)
+	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id); err != nil {
 		return fmt.Errorf("delete sandbox %s: %w", id, err)
 	}
 	return tx.Commit()
 }
 
-const sandboxCols = `id, COALESCE(name, ''), template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image, persistent, disk`
+const sandboxCols = `id, COALESCE(name, ''), template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image, persistent, disk, network`
 
 func scanSandbox(row interface{ Scan(...any) error }) (*Sandbox, error) {
 	var sb Sandbox
 	var state, meta string
 	var created, ttl, last int64
 	if err := row.Scan(&sb.ID, &sb.Name, &sb.Template, &state, &sb.Reason, &created, &ttl, &meta, &sb.CPUs, &sb.Memory, &last,
-		&sb.Source, &sb.Parent, &sb.MemoryRestored, &sb.ResumeReason, &sb.Image, &sb.Persistent, &sb.Disk); err != nil {
+		&sb.Source, &sb.Parent, &sb.MemoryRestored, &sb.ResumeReason, &sb.Image, &sb.Persistent, &sb.Disk, &sb.Network); err != nil {
 		return nil, err
 	}
 	sb.State = api.State(state)
