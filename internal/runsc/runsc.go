@@ -162,14 +162,24 @@ type RunOptions struct {
 	Console *os.File
 	// Overlay is the directory backing the root overlay's upper layer.
 	Overlay string
+	// Network is "" (the interfaces of the spec's network namespace) or
+	// NetworkNone (loopback only, in a namespace of runsc's own).
+	Network string
 }
+
+// NetworkNone is a sandbox without a network: loopback only.
+const NetworkNone = "none"
 
 // sandboxFlags are the global flags that shape a sandbox when it is created
 // or restored. The rootfs tar annotation (a disk snapshot as the starting
 // upper layer) is only honoured with its flag.
 func sandboxFlags(o RunOptions) []string {
+	network := "--network=sandbox"
+	if o.Network == NetworkNone {
+		network = "--network=none"
+	}
 	return []string{
-		"--network=sandbox",
+		network,
 		"--overlay2=root:dir=" + o.Overlay,
 		"--allow-rootfs-tar-annotation",
 	}
@@ -241,6 +251,9 @@ type RestoreOptions struct {
 func (d *Driver) Restore(ctx context.Context, id string, o RestoreOptions) error {
 	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
 	defer cancel()
+	if err := keepImageCapabilities(o.Bundle, o.ImageDir); err != nil {
+		return &Error{Verb: "restore", ID: id, Err: err}
+	}
 	args := []string{"--detach", "--bundle", o.Bundle, "--image-path", o.ImageDir}
 	if o.Background {
 		args = append(args, "--background")
