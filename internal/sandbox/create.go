@@ -42,10 +42,14 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 	if err := checkMeta(req.Meta); err != nil {
 		return nil, err
 	}
+	if err := checkNetwork(req.Network); err != nil {
+		return nil, err
+	}
 	now := m.now()
 	sb := &store.Sandbox{
 		ID: newID("sb_"), Name: req.Name, Template: req.Template, State: api.StateCreating,
 		CreatedAt: now, TTL: ttl, Meta: req.Meta, CPUs: req.CPUs, Memory: mem, LastActivity: now,
+		Network: req.Network,
 	}
 	var b bootSpec
 	if req.From != "" {
@@ -58,6 +62,13 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 		}
 		if !m.imageComplete(sn.ID) {
 			return nil, api.Errorf(api.ErrUnavailable, "snapshot %s has no complete image on disk", sn.Name)
+		}
+		// a memory image restores into the network it was taken with
+		if sn.Memory && req.Network != "" && req.Network != sn.Network {
+			return nil, api.Errorf(api.ErrInvalid, "network: snapshot %s carries its memory, which restores only into the network it was taken with; leave --network out", sn.Name)
+		}
+		if sn.Network != "" {
+			sb.Network = sn.Network
 		}
 		// A memory image carries its limits; a disk one takes the snapshot's unless asked.
 		sb.Template, sb.Source = sn.Template, sn.Name
@@ -157,23 +168,27 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, b bootSpec) error
 	if err := writeEtc(etc, sb.ID); err != nil {
 		return err
 	}
-	nw, err := m.cfg.Networks.Get(sb.ID)
-	if err != nil {
-		if nw, err = m.cfg.Networks.Create(sb.ID); err != nil {
-			return fmt.Errorf("network: %w", err)
+	var netns string // network none: runsc makes a namespace of its own
+	if sb.Network != NetworkNone {
+		nw, err := m.cfg.Networks.Get(sb.ID)
+		if err != nil {
+			if nw, err = m.cfg.Networks.Create(sb.ID); err != nil {
+				return fmt.Errorf("network: %w", err)
+			}
 		}
+		netns = nw.Path
 	}
 	var annotations map[string]string
 	if sb.Disk != "" {
 		annotations = map[string]string{"dev.gvisor.tar.rootfs.upper": sb.Disk}
 	}
 	bundle := filepath.Join(dir, "bundle")
-	err = runsc.WriteBundle(bundle, runsc.SpecOptions{
+	err := runsc.WriteBundle(bundle, runsc.SpecOptions{
 		Hostname:    sb.ID,
 		Rootfs:      b.rootfs,
 		AgentDir:    m.agentDir(),
 		EtcDir:      etc,
-		NetNS:       nw.Path,
+		NetNS:       netns,
 		CgroupsPath: m.cgroupsPath(sb.ID),
 		CPUs:        sb.CPUs,
 		Memory:      sb.Memory,
@@ -187,7 +202,7 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, b bootSpec) error
 		return err
 	}
 	defer console.Close()
-	run := runsc.RunOptions{Bundle: bundle, Console: console, Overlay: upper}
+	run := runsc.RunOptions{Bundle: bundle, Console: console, Overlay: upper, Network: sb.Network}
 	if b.image != "" {
 		return m.cfg.Runtime.Restore(ctx, sb.ID, runsc.RestoreOptions{RunOptions: run, ImageDir: b.image, Background: b.background})
 	}

@@ -246,7 +246,10 @@ func toAPI(sb *store.Sandbox) *api.Sandbox {
 		CreatedAt: sb.CreatedAt, Meta: sb.Meta, CPUs: sb.CPUs, Memory: sb.Memory,
 		LastActivity: sb.LastActivity, Address: strings.TrimSuffix(netns.InsideAddr.String(), "/30"),
 		From: sb.Source, Parent: sb.Parent, MemoryRestored: sb.MemoryRestored, ResumeReason: sb.ResumeReason,
-		Persistent: sb.Persistent,
+		Persistent: sb.Persistent, Network: sb.Network,
+	}
+	if sb.Network == NetworkNone {
+		a.Address = "" // loopback only
 	}
 	if sb.TTL > 0 {
 		a.TTL = sb.TTL.String()
