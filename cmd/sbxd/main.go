@@ -55,6 +55,36 @@ type config struct {
 	previewListen string
 	previewDomain string
 	previewSet    bool // --preview-listen was given, not defaulted
+
+	egressAllow, egressDeny prefixes
+	maxConns                int
+}
+
+// prefixes is a repeatable flag of IPv4 prefixes (an address alone is a /32).
+type prefixes []netip.Prefix
+
+func (p *prefixes) String() string {
+	var s []string
+	for _, x := range *p {
+		s = append(s, x.String())
+	}
+	return strings.Join(s, ",")
+}
+
+func (p *prefixes) Set(v string) error {
+	x, err := netip.ParsePrefix(v)
+	if err != nil {
+		a, aerr := netip.ParseAddr(v)
+		if aerr != nil {
+			return fmt.Errorf("%q is not a CIDR prefix (10.0.0.0/8) or an address", v)
+		}
+		x = netip.PrefixFrom(a, a.BitLen())
+	}
+	if !x.Addr().Is4() {
+		return fmt.Errorf("%q is not IPv4 (sandboxes have no IPv6 route)", v)
+	}
+	*p = append(*p, x.Masked())
+	return nil
 }
 
 func main() {
@@ -78,6 +108,9 @@ func main() {
 	fs.DurationVar(&c.shutdown, "shutdown-timeout", 30*time.Second, "how long a clean shutdown waits for captures and requests in flight")
 	fs.StringVar(&c.previewListen, "preview-listen", "127.0.0.1:8181", "serve preview URLs (http://PORT-ID.DOMAIN:PORT/) on this TCP address (\"\": off)")
 	fs.StringVar(&c.previewDomain, "preview-domain", "localhost", "domain of preview URLs; *.DOMAIN must resolve to the proxy")
+	fs.Var(&c.egressAllow, "egress-allow", "let sandboxes reach this IPv4 CIDR, though it is link-local or the host's own (repeatable; the most specific rule wins)")
+	fs.Var(&c.egressDeny, "egress-deny", "keep sandboxes from reaching this IPv4 CIDR (repeatable; the most specific rule wins)")
+	fs.IntVar(&c.maxConns, "max-conns", server.DefaultMaxConns, "most connections open at once on the TCP API and on the preview proxy, each (fewer if RLIMIT_NOFILE is low)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
@@ -149,6 +182,20 @@ func run(c config) error {
 	if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
 		return err
 	}
+	// a data dir made by hand, or by an older sbxd, may be open to others:
+	// it holds the token, the preview key, images with sandboxes' memory
+	if err := os.Chmod(c.dataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	if c.maxConns < 1 {
+		return fmt.Errorf("--max-conns %d: want at least 1", c.maxConns)
+	}
+	nofile, err := raiseNofile()
+	if err != nil {
+		log.Warn("cannot raise the open file limit", "err", err)
+	}
+	apiConns, previewConns, reserve := server.ConnBudget(nofile, c.maxConns)
+	log.Info("connection limits", "open_files", nofile, "reserve", reserve, "api", apiConns, "preview", previewConns)
 
 	st, err := store.Open(filepath.Join(c.dataDir, "state.db"))
 	if err != nil {
@@ -163,7 +210,7 @@ func run(c config) error {
 	if err != nil {
 		return fmt.Errorf("--pool: %w", err)
 	}
-	nets, err := netns.New(netns.Config{Tag: c.tag, Pool: pool})
+	nets, err := netns.New(netns.Config{Tag: c.tag, Pool: pool, EgressAllow: c.egressAllow, EgressDeny: c.egressDeny})
 	if err != nil {
 		return err
 	}
@@ -214,7 +261,7 @@ func run(c config) error {
 	if err != nil {
 		return err
 	}
-	us := &http.Server{Handler: srv.Handler(""), ReadHeaderTimeout: 10 * time.Second}
+	us := server.NewHTTPServer(srv.Handler(""), nil)
 	servers = append(servers, us)
 	go func() { errc <- us.Serve(ul) }()
 	log.Info("serving", "socket", c.socket, "data_dir", c.dataDir, "tag", c.tag, "runsc", c.runsc, "version", version)
@@ -228,14 +275,15 @@ func run(c config) error {
 		if err != nil {
 			return err
 		}
-		ts := &http.Server{Handler: srv.Handler(token), ReadHeaderTimeout: 10 * time.Second}
+		lim := server.NewConnLimiter("tcp", apiConns, log)
+		ts := server.NewHTTPServer(srv.Handler(token), lim)
 		servers = append(servers, ts)
-		go func() { errc <- ts.Serve(tl) }()
+		go func() { errc <- ts.Serve(lim.Listener(tl)) }()
 		log.Info("serving", "tcp", tl.Addr().String())
 	}
 
 	if c.previewListen != "" {
-		ps, err := previewServer(c, srv, mgr, log)
+		ps, err := previewServer(c, srv, mgr, previewConns, log)
 		if err != nil {
 			return err
 		}
@@ -329,7 +377,7 @@ type preview struct {
 // previewServer makes the preview proxy's server and listener. The default
 // address being taken (another sbxd) is a warning, not a failure: the
 // daemon runs without preview URLs. An address asked for must be had.
-func previewServer(c config, srv *server.Server, mgr *sandbox.Manager, log *slog.Logger) (*preview, error) {
+func previewServer(c config, srv *server.Server, mgr *sandbox.Manager, maxConns int, log *slog.Logger) (*preview, error) {
 	secret, err := loadPreviewKey(c.dataDir)
 	if err != nil {
 		return nil, err
@@ -344,14 +392,33 @@ func previewServer(c config, srv *server.Server, mgr *sandbox.Manager, log *slog
 	}
 	proxy, err := server.NewProxy(server.ProxyConfig{
 		Manager: mgr, Domain: c.previewDomain, Port: l.Addr().(*net.TCPAddr).Port, Secret: secret,
-		StatePath: filepath.Join(c.dataDir, "preview-private.json"), Linger: 2 * time.Second, Logger: log,
+		Linger: 2 * time.Second, Logger: log,
 	})
 	if err != nil {
 		l.Close()
 		return nil, err
 	}
 	srv.SetPreview(proxy)
-	return &preview{srv: &http.Server{Handler: proxy, ReadHeaderTimeout: 10 * time.Second}, l: l}, nil
+	lim := server.NewConnLimiter("preview", maxConns, log)
+	return &preview{srv: server.NewHTTPServer(proxy, lim), l: lim.Listener(l)}, nil
+}
+
+// raiseNofile raises RLIMIT_NOFILE's soft limit to the hard one (children,
+// runsc among them, inherit it) and returns the limit sbxd then has.
+func raiseNofile() (uint64, error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 1024, err
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			var cur syscall.Rlimit
+			_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &cur)
+			return cur.Cur, err
+		}
+	}
+	return lim.Cur, nil
 }
 
 // loadPreviewKey returns the secret that signs private preview tokens: made
