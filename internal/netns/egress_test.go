@@ -1,12 +1,16 @@
 package netns
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/vishvananda/netlink"
 )
 
 func TestEgressRules(t *testing.T) {
@@ -167,4 +171,58 @@ func chainText(t *testing.T, chain string) string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestRearm: runsc takes eth0's address and route when a sandbox starts; a
+// resume in the same namespace needs them back, or the sandbox has no eth0.
+func TestRearm(t *testing.T) {
+	m := newManager(t)
+	nw := create(t, m)
+	// what runsc does when it takes the interface over
+	err := withHandle(nw.Path, func(h *netlink.Handle) error {
+		l, err := h.LinkByName(sandboxIf)
+		if err != nil {
+			return err
+		}
+		return h.AddrDel(l, &netlink.Addr{IPNet: ipNet(InsideAddr)})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dialFrom(nw.Path, "10.250.0.1:1"); err == nil {
+		t.Fatal("control: the namespace still routes without its address")
+	}
+	for i := range 2 { // idempotent
+		if err := m.Rearm(nw.ID); err != nil {
+			t.Fatalf("Rearm #%d: %v", i+1, err)
+		}
+	}
+	ln := listen(t, nw.Path, InsideAddr.Addr().String()+":0")
+	c, err := m.Dial(context.Background(), nw.ID, portOf(ln))
+	if err != nil {
+		t.Fatalf("dial after Rearm: %v", err)
+	}
+	echo(t, c)
+	err = withHandle(nw.Path, func(h *netlink.Handle) error {
+		routes, err := h.RouteList(nil, netlink.FAMILY_V4)
+		if err != nil {
+			return err
+		}
+		defaults := 0
+		for _, r := range routes {
+			if isDefault(r) {
+				defaults++
+			}
+		}
+		if defaults != 1 {
+			return fmt.Errorf("%d default routes, want 1", defaults)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+	if err := m.Rearm("sb_absentabcd"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Rearm of a missing network: %v, want os.ErrNotExist", err)
+	}
 }

@@ -272,6 +272,74 @@ func (m *Manager) Get(id string) (*Network, error) {
 	return &Network{ID: id, Path: sPath, Gateway: gPath, HostIf: hostIf, Outer: outer}, nil
 }
 
+// Rearm gives sandbox id's eth0 back the address and default route that
+// runsc took from it when the sandbox last started (runsc --network=sandbox
+// moves them into the sandbox and removes them from the namespace, and
+// skips an interface without an address): a sandbox restored or booted
+// again in the same namespace, a resume, then has its network again. Call
+// it only while no runsc sandbox uses the namespace. It is idempotent; a
+// missing namespace is an error wrapping os.ErrNotExist.
+func (m *Manager) Rearm(id string) error {
+	if err := checkID(id); err != nil {
+		return fmt.Errorf("rearm network %s: %w", id, err)
+	}
+	sPath, _ := m.paths(id)
+	if _, err := os.Stat(sPath); err != nil {
+		return fmt.Errorf("rearm network %s: %w", id, err)
+	}
+	err := withHandle(sPath, func(h *netlink.Handle) error {
+		l, err := h.LinkByName(sandboxIf)
+		if err != nil {
+			return err
+		}
+		addrs, err := h.AddrList(l, netlink.FAMILY_V4)
+		if err != nil {
+			return err
+		}
+		has := false
+		for _, a := range addrs {
+			if p, ok := prefixOf(a.IPNet); ok && p == InsideAddr {
+				has = true
+			}
+		}
+		if !has {
+			if err := h.AddrAdd(l, &netlink.Addr{IPNet: ipNet(InsideAddr)}); err != nil {
+				return fmt.Errorf("address %s on %s: %w", InsideAddr, sandboxIf, err)
+			}
+		}
+		if err := h.LinkSetUp(l); err != nil {
+			return err
+		}
+		routes, err := h.RouteList(l, netlink.FAMILY_V4)
+		if err != nil {
+			return err
+		}
+		for _, r := range routes {
+			if isDefault(r) && r.Gw != nil && r.Gw.Equal(GatewayAddr.AsSlice()) {
+				return nil
+			}
+		}
+		if err := h.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: GatewayAddr.AsSlice()}); err != nil {
+			return fmt.Errorf("default route via %s: %w", GatewayAddr, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("rearm network %s: %w", id, err)
+	}
+	return nil
+}
+
+// isDefault reports whether r is a default route (netlink gives its
+// destination as nil or as 0.0.0.0/0, depending on the version).
+func isDefault(r netlink.Route) bool {
+	if r.Dst == nil {
+		return true
+	}
+	ones, _ := r.Dst.Mask.Size()
+	return ones == 0 && r.Dst.IP.IsUnspecified()
+}
+
 // linkWithAddr names the root-namespace link that has address a.
 func linkWithAddr(a netip.Addr) (string, error) {
 	addrs, err := addrList()

@@ -175,6 +175,9 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, b bootSpec) error
 			if nw, err = m.cfg.Networks.Create(sb.ID); err != nil {
 				return fmt.Errorf("network: %w", err)
 			}
+		} else if err := m.cfg.Networks.Rearm(sb.ID); err != nil {
+			// the last runsc took eth0's address; without it, no eth0 inside
+			return fmt.Errorf("network: %w", err)
 		}
 		netns = nw.Path
 	}

@@ -44,6 +44,8 @@ var _ Runtime = (*runsc.Driver)(nil)
 type Networks interface {
 	Create(id string) (*netns.Network, error)
 	Get(id string) (*netns.Network, error)
+	// Rearm readies an existing network for a new runsc sandbox (a resume).
+	Rearm(id string) error
 	Delete(id string) error
 	Dial(ctx context.Context, id string, port int) (net.Conn, error)
 }
