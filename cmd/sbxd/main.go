@@ -190,12 +190,6 @@ func run(c config) error {
 	if c.maxConns < 1 {
 		return fmt.Errorf("--max-conns %d: want at least 1", c.maxConns)
 	}
-	nofile, err := raiseNofile()
-	if err != nil {
-		log.Warn("cannot raise the open file limit", "err", err)
-	}
-	apiConns, previewConns, reserve := server.ConnBudget(nofile, c.maxConns)
-	log.Info("connection limits", "open_files", nofile, "reserve", reserve, "api", apiConns, "preview", previewConns)
 
 	st, err := store.Open(filepath.Join(c.dataDir, "state.db"))
 	if err != nil {
@@ -220,6 +214,12 @@ func run(c config) error {
 	if err := nets.Setup(); err != nil {
 		return fmt.Errorf("network setup: %w", err)
 	}
+	nofile, err := raiseNofile()
+	if err != nil {
+		log.Warn("cannot raise the open file limit", "err", err)
+	}
+	apiConns, previewConns, reserve := server.ConnBudget(nofile, c.maxConns)
+	log.Info("connection limits", "open_files", nofile, "reserve", reserve, "api", apiConns, "preview", previewConns)
 	driver := &runsc.Driver{Path: c.runsc, Root: filepath.Join(c.dataDir, "runsc")}
 	// runsc's own errors about a sandbox go to its directory: the `runtime`
 	// log stream. Never for a sandbox whose directory is gone (runsc would
