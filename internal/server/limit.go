@@ -23,14 +23,23 @@ import (
 //     RLIMIT_NOFILE, keeping a reserve for sbxd's own files, sockets and
 //     runsc); at that limit a new connection sheds the oldest one that has
 //     no request in flight, and if there is none it is refused with a 503;
-//   - a client without the API's token is answered 401 and disconnected.
-// The unix socket (mode 0600: root only) has no such limit.
+//   - a client that sends nothing for BodyIdleTimeout in the middle of a
+//     request's body is disconnected (there is no limit on a body's whole
+//     time: a large upload takes what it takes);
+//   - a client without the API's token is answered 401 and disconnected at
+//     once, and so is one the preview proxy answers 404 or 403, without
+//     reading the rest of its body.
+// The unix socket (mode 0600: root only) has no limit of connections or
+// bodies.
 
 const (
 	// ReadHeaderTimeout bounds how long a client takes to send a request's header.
 	ReadHeaderTimeout = 10 * time.Second
 	// IdleTimeout bounds how long a kept-alive connection waits for its next request.
 	IdleTimeout = 30 * time.Second
+	// BodyIdleTimeout bounds how long a client sending a request's body may
+	// pause.
+	BodyIdleTimeout = 30 * time.Second
 	// DefaultMaxConns is the default limit of open connections per listener.
 	DefaultMaxConns = 1024
 )
@@ -49,13 +58,73 @@ func ConnBudget(nofile uint64, maxConns int) (api, preview, reserve int) {
 }
 
 // NewHTTPServer returns the http.Server for a listener that lim guards
-// (nil: no limit), with the header and idle timeouts.
+// (nil: no limit, for the unix socket), with the header and idle timeouts
+// and, where guarded, the body's.
 func NewHTTPServer(h http.Handler, lim *ConnLimiter) *http.Server {
 	s := &http.Server{Handler: h, ReadHeaderTimeout: ReadHeaderTimeout, IdleTimeout: IdleTimeout}
 	if lim != nil {
+		s.Handler = bodyTimeout(h, BodyIdleTimeout)
 		s.ConnState = lim.ConnState
 	}
 	return s
+}
+
+// bodyTimeout drops a client that pauses longer than d while sending a
+// request's body, whether the handler reads it or not. The server would
+// read what a handler left of a body with no deadline at all, before the
+// response (unless full duplex, which is set here) and after the handler;
+// here it is read after the handler, with a deadline. Deadlines are set
+// only around reads: a response that streams for an hour is not cut.
+// Upgrades manage their own connection.
+func bodyTimeout(h http.Handler, d time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody || r.Header.Get("Upgrade") != "" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rc := http.NewResponseController(w)
+		_ = rc.EnableFullDuplex()
+		body := &deadlineBody{ReadCloser: r.Body, rc: rc, d: d}
+		r.Body = body
+		defer func() {
+			if p := recover(); p != nil {
+				panic(p)
+			}
+			_ = rc.SetReadDeadline(time.Now().Add(d))
+			err := body.ReadCloser.Close() // reads what is left (up to 256 KiB), for keep-alive
+			_ = rc.SetReadDeadline(time.Time{})
+			if err != nil {
+				// a client that stalls mid-body is dropped, once it has
+				// what the handler wrote
+				_ = rc.Flush()
+				panic(http.ErrAbortHandler)
+			}
+		}()
+		h.ServeHTTP(w, r)
+	})
+}
+
+type deadlineBody struct {
+	io.ReadCloser
+	rc *http.ResponseController
+	d  time.Duration
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	_ = b.rc.SetReadDeadline(time.Now().Add(b.d))
+	n, err := b.ReadCloser.Read(p)
+	_ = b.rc.SetReadDeadline(time.Time{})
+	return n, err
+}
+
+// dropAfterReply ends the connection once the response is written, without
+// reading what is left of the request (call it before writing).
+func dropAfterReply(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Connection", "close")
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now())
+	_ = r.Body.Close() // closed unread: the server does not read it either
+	_ = rc.SetReadDeadline(time.Time{})
 }
 
 // ConnLimiter bounds the open connections of one listener (see Listener)

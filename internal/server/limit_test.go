@@ -188,3 +188,84 @@ func TestConnLimiterHijacked(t *testing.T) {
 	h.Close()
 	waitOpen(t, lim, 0)
 }
+
+// TestBodyTimeout: a client that stalls in the middle of a body is dropped
+// whether the handler reads the body or not; a response that streams long
+// after a whole body is not cut.
+func TestBodyTimeout(t *testing.T) {
+	const d = 200 * time.Millisecond
+	serve := func(h http.HandlerFunc) string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: bodyTimeout(h, d)}
+		go srv.Serve(l)
+		t.Cleanup(func() { srv.Close() })
+		return l.Addr().String()
+	}
+	stalled := "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n0123456789"
+	t.Run("handler reads", func(t *testing.T) {
+		addr := serve(func(w http.ResponseWriter, r *http.Request) {
+			if _, err := io.ReadAll(r.Body); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			io.WriteString(w, "whole")
+		})
+		c := dialT(t, addr)
+		c.Write([]byte(stalled))
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		start := time.Now()
+		b, err := io.ReadAll(c)
+		if err != nil || strings.Contains(string(b), "whole") || time.Since(start) > 3*time.Second {
+			t.Errorf("got %q %v after %s, want the connection ended soon after %s", b, err, time.Since(start), d)
+		}
+	})
+	t.Run("handler ignores", func(t *testing.T) {
+		addr := serve(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ignored") })
+		c := dialT(t, addr)
+		c.Write([]byte(stalled))
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b, err := io.ReadAll(c)
+		if err != nil || !strings.Contains(string(b), "ignored") {
+			t.Errorf("got %q %v, want the answer, then the connection ended", b, err)
+		}
+	})
+	t.Run("a long stream after a whole body", func(t *testing.T) {
+		addr := serve(func(w http.ResponseWriter, r *http.Request) {
+			io.ReadAll(r.Body)
+			for i := range 4 {
+				fmt.Fprintf(w, "chunk %d\n", i)
+				w.(http.Flusher).Flush()
+				time.Sleep(2 * d)
+			}
+		})
+		c := dialT(t, addr)
+		fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || !strings.Contains(string(b), "chunk 3") {
+			t.Errorf("got %q %v, want all four chunks", b, err)
+		}
+	})
+}
+
+// TestDropAfterReply: a client without the token that announces a body and
+// never sends it is answered and disconnected at once, not held.
+func TestDropAfterReply(t *testing.T) {
+	s := New(Config{Manager: &fakeManager{}})
+	addr, lim := limitedServer(t, 5, s.Handler("tok"))
+	for range 20 {
+		c := dialT(t, addr)
+		c.Write([]byte("POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{"))
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if b, _ := io.ReadAll(c); !strings.HasPrefix(string(b), "HTTP/1.1 401") {
+			t.Fatalf("got %q, want a 401 and the end of the connection", b)
+		}
+	}
+	waitOpen(t, lim, 0)
+}

@@ -222,7 +222,7 @@ func parseHost(host, domain string) (target, bool) {
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t, ok := parseHost(r.Host, p.cfg.Domain)
 	if !ok {
-		refuse(w, fmt.Sprintf("%s is not a preview address; want http://PORT-ID.%s/", r.Host, p.cfg.Domain), http.StatusNotFound)
+		refuse(w, r, fmt.Sprintf("%s is not a preview address; want http://PORT-ID.%s/", r.Host, p.cfg.Domain), http.StatusNotFound)
 		return
 	}
 	private, err := p.cfg.Manager.Published(r.Context(), t.ID, t.Port)
@@ -230,11 +230,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, api.ErrNotFound):
 		// one answer for an unknown sandbox and an unpublished port: the
 		// proxy tells nobody which sandboxes exist
-		refuse(w, fmt.Sprintf("nothing is published at %s; publish the port with `sbx preview ID PORT`", r.Host), http.StatusNotFound)
+		refuse(w, r, fmt.Sprintf("nothing is published at %s; publish the port with `sbx preview ID PORT`", r.Host), http.StatusNotFound)
 		return
 	case err != nil:
 		p.log.Warn("preview proxy: look up publication", "sandbox", t.ID, "port", t.Port, "err", err)
-		refuse(w, "cannot look up this preview now; try again", http.StatusServiceUnavailable)
+		refuse(w, r, "cannot look up this preview now; try again", http.StatusServiceUnavailable)
 		return
 	}
 	tok, fromQuery := tokenOf(r)
@@ -252,7 +252,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if tok != "" {
 				msg += " (" + err.Error() + ")"
 			}
-			refuse(w, msg, http.StatusForbidden)
+			refuse(w, r, msg, http.StatusForbidden)
 			return
 		}
 	}
@@ -267,8 +267,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // refuse answers msg in plain text and closes the connection after it.
-func refuse(w http.ResponseWriter, msg string, status int) {
-	w.Header().Set("Connection", "close")
+func refuse(w http.ResponseWriter, r *http.Request, msg string, status int) {
+	dropAfterReply(w, r)
 	http.Error(w, msg, status)
 }
 

@@ -151,7 +151,7 @@ func requireToken(token string, next http.Handler) http.Handler {
 		if subtle.ConstantTimeCompare(got, want) != 1 {
 			// a client without the token is not kept: no keep-alive, no
 			// reading the rest of its body
-			w.Header().Set("Connection", "close")
+			dropAfterReply(w, r)
 			writeError(w, api.Errorf(api.ErrUnauthorized, "a valid bearer token is required (set SBX_TOKEN)"))
 			return
 		}
