@@ -25,7 +25,10 @@
 //	                                                   once the exec or the sandbox is gone), or "error" with error and code
 //	GET    /v1/sandboxes/{id}/metrics                  Metrics
 //	GET    /v1/sandboxes/{id}/ports                    []Port
-//	POST   /v1/sandboxes/{id}/preview      PreviewRequest -> Preview
+//	POST   /v1/sandboxes/{id}/preview      PreviewRequest -> Preview (publishes the port on the proxy, durably;
+//	                                                   409 for a private port asked public, or a sandbox without network)
+//	GET    /v1/sandboxes/{id}/preview                  []Preview (the published ports)
+//	DELETE /v1/sandboxes/{id}/preview/{port}           204 (withdrawn: the proxy answers 404 for it)
 //	GET    /v1/sandboxes/{id}/exec/pty?cmd=ARG&cmd=ARG...&env=K=V...&cwd=DIR&cols=N&rows=N
 //	                                                   WebSocket: binary frames are bytes both ways; a text frame
 //	                                                   {"type":"resize","cols":N,"rows":N} resizes; the server's last
@@ -60,5 +63,6 @@
 //	GET    /metrics                                    Prometheus text (sandboxes by state, captures, reaper, API)
 //
 // The preview proxy listens apart (sbxd --preview-listen): a request to
-// http://PORT-ID.DOMAIN:PROXYPORT/ is proxied to PORT inside sandbox ID.
+// http://PORT-ID.DOMAIN:PROXYPORT/ is proxied to PORT inside sandbox ID if
+// that port is published; any other is 404.
 package api

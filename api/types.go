@@ -45,6 +45,9 @@ type Sandbox struct {
 	ResumeReason   string `json:"resumeReason,omitempty"`
 	// Persistent sandboxes are exempt from the idle reaper.
 	Persistent bool `json:"persistent,omitempty"`
+	// Network is "" (NAT egress under the daemon's policy) or "none"
+	// (loopback only); forks, snapshots and resumes keep it.
+	Network string `json:"network,omitempty"`
 	// Idle is how long the sandbox has done nothing that counts as
 	// activity; ReapAt when the reaper will delete it and ReapReason why
 	// (idle ttl or lifetime cap), or why not (persistent, an exec running).
@@ -84,6 +87,10 @@ type PreviewRequest struct {
 type Preview struct {
 	URL       string     `json:"url"`
 	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+	// Port is the published port; Private says whether it answers only
+	// requests with a token.
+	Port    int  `json:"port,omitempty"`
+	Private bool `json:"private,omitempty"`
 }
 
 // LogEvent is one server-sent event of a log stream: Data holds bytes of

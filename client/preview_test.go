@@ -70,3 +70,51 @@ func TestPorts(t *testing.T) {
 		t.Errorf("got %v, want ErrNotFound", err)
 	}
 }
+
+func TestWithdrawAndListPreviews(t *testing.T) {
+	var calls []string
+	c := newTest(t, func(w http.ResponseWriter, r *http.Request) {
+		calls = append(calls, r.Method+" "+r.URL.Path)
+		switch {
+		case r.Method == http.MethodDelete && r.URL.Path == "/v1/sandboxes/web/preview/8080":
+			w.WriteHeader(http.StatusNoContent)
+		case r.Method == http.MethodGet && r.URL.Path == "/v1/sandboxes/web/preview":
+			json.NewEncoder(w).Encode([]api.Preview{{URL: "http://3000-sb_1.localhost:8181/", Port: 3000, Private: true}})
+		default:
+			writeErr(w, api.ErrNotFound, "port 9 of sandbox web is not published")
+		}
+	})
+	ctx := context.Background()
+	if err := c.WithdrawPreview(ctx, "web", 8080); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WithdrawPreview(ctx, "web", 9); !errors.Is(err, api.ErrNotFound) {
+		t.Errorf("withdraw of a port not published: %v, want ErrNotFound", err)
+	}
+	ps, err := c.Previews(ctx, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]api.Preview{{URL: "http://3000-sb_1.localhost:8181/", Port: 3000, Private: true}}, ps); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	if want := []string{"DELETE /v1/sandboxes/web/preview/8080", "DELETE /v1/sandboxes/web/preview/9", "GET /v1/sandboxes/web/preview"}; !cmp.Equal(want, calls) {
+		t.Errorf("calls %v, want %v", calls, want)
+	}
+}
+
+func TestWithNetwork(t *testing.T) {
+	var got api.CreateRequest
+	c := newTest(t, func(w http.ResponseWriter, r *http.Request) {
+		json.NewDecoder(r.Body).Decode(&got)
+		w.WriteHeader(http.StatusCreated)
+		json.NewEncoder(w).Encode(api.Sandbox{ID: "sb_1", Network: got.Network})
+	})
+	sb, err := c.Create(context.Background(), WithNetwork("none"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Network != "none" || sb.Network != "none" {
+		t.Errorf("sent network %q, got back %q; want none", got.Network, sb.Network)
+	}
+}

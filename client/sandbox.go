@@ -57,6 +57,11 @@ func WithDiskString(s string) CreateOption { return func(r *api.CreateRequest) {
 // WithPids sets the process limit (per user inside the sandbox).
 func WithPids(n int) CreateOption { return func(r *api.CreateRequest) { r.Pids = n } }
 
+// WithNetwork sets the sandbox's network mode: "none" gives it loopback
+// only (`sbx new --network none`); "" is NAT egress under the daemon's
+// policy. Forks, snapshots and resumes keep it.
+func WithNetwork(mode string) CreateOption { return func(r *api.CreateRequest) { r.Network = mode } }
+
 // Create creates and starts a sandbox. A bad field is an api.ErrInvalid naming
 // it; an unknown template api.ErrNotFound; a taken name api.ErrConflict.
 func (c *Client) Create(ctx context.Context, opts ...CreateOption) (*api.Sandbox, error) {

@@ -27,3 +27,5 @@ for root in "${TMPDIR:-/tmp}"/Benchmark*/*/root; do
 done
 rm -rf "${TMPDIR:-/tmp}"/Benchmark*
 for ns in $(ip netns list | awk '/^e2e-/{print $1}'); do ip netns del "$ns"; done
+# The links the hostile tests add to the root namespace for an extra address.
+for l in $(ip -o link show | awk -F': ' '{print $2}' | cut -d@ -f1 | grep '^e2ed'); do ip link del "$l"; done

@@ -56,11 +56,40 @@ type config struct {
 	previewDomain string
 	previewSet    bool // --preview-listen was given, not defaulted
 
-	limits                 sandbox.Limits
-	memory, maxMemory      string
-	disk, maxDisk          string
-	outputHead, outputTail string
-	stoppedRetention       time.Duration
+	limits                  sandbox.Limits
+	memory, maxMemory       string
+	disk, maxDisk           string
+	outputHead, outputTail  string
+	stoppedRetention        time.Duration
+	egressAllow, egressDeny prefixes
+	maxConns                int
+}
+
+// prefixes is a repeatable flag of IPv4 prefixes (an address alone is a /32).
+type prefixes []netip.Prefix
+
+func (p *prefixes) String() string {
+	var s []string
+	for _, x := range *p {
+		s = append(s, x.String())
+	}
+	return strings.Join(s, ",")
+}
+
+func (p *prefixes) Set(v string) error {
+	x, err := netip.ParsePrefix(v)
+	if err != nil {
+		a, aerr := netip.ParseAddr(v)
+		if aerr != nil {
+			return fmt.Errorf("%q is not a CIDR prefix (10.0.0.0/8) or an address", v)
+		}
+		x = netip.PrefixFrom(a, a.BitLen())
+	}
+	if !x.Addr().Is4() {
+		return fmt.Errorf("%q is not IPv4 (sandboxes have no IPv6 route)", v)
+	}
+	*p = append(*p, x.Masked())
+	return nil
 }
 
 func main() {
@@ -98,6 +127,9 @@ func main() {
 	fs.StringVar(&c.outputHead, "output-head", "32M", "each exec's stdout and stderr, and each console, keep this much from the start...")
 	fs.StringVar(&c.outputTail, "output-tail", "1M", "...and then only this much from the end; what is between is dropped, and said so")
 	fs.DurationVar(&c.stoppedRetention, "stopped-retention", 0, "delete a sandbox stopped for longer than this (0: keep stopped sandboxes; the idle reaper never takes them)")
+	fs.Var(&c.egressAllow, "egress-allow", "let sandboxes reach this IPv4 CIDR, though it is link-local or the host's own (repeatable; the most specific rule wins)")
+	fs.Var(&c.egressDeny, "egress-deny", "keep sandboxes from reaching this IPv4 CIDR (repeatable; the most specific rule wins)")
+	fs.IntVar(&c.maxConns, "max-conns", server.DefaultMaxConns, "most connections open at once on the TCP API and on the preview proxy, each (fewer if RLIMIT_NOFILE is low)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
@@ -196,6 +228,14 @@ func run(c config) error {
 		return err
 	}
 	defer unlock()
+	// a data dir made by hand, or by an older sbxd, may be open to others:
+	// it holds the token, the preview key, images with sandboxes' memory
+	if err := os.Chmod(c.dataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	if c.maxConns < 1 {
+		return fmt.Errorf("--max-conns %d: want at least 1", c.maxConns)
+	}
 
 	st, err := store.Open(filepath.Join(c.dataDir, "state.db"))
 	if err != nil {
@@ -214,7 +254,7 @@ func run(c config) error {
 	if err != nil {
 		return fmt.Errorf("--pool: %w", err)
 	}
-	nets, err := netns.New(netns.Config{Tag: c.tag, Pool: pool})
+	nets, err := netns.New(netns.Config{Tag: c.tag, Pool: pool, EgressAllow: c.egressAllow, EgressDeny: c.egressDeny})
 	if err != nil {
 		return err
 	}
@@ -231,6 +271,12 @@ func run(c config) error {
 	if err := nets.Setup(); err != nil {
 		return fmt.Errorf("network setup: %w", err)
 	}
+	nofile, err := raiseNofile()
+	if err != nil {
+		log.Warn("cannot raise the open file limit", "err", err)
+	}
+	apiConns, previewConns, reserve := server.ConnBudget(nofile, c.maxConns)
+	log.Info("connection limits", "open_files", nofile, "reserve", reserve, "api", apiConns, "preview", previewConns)
 	driver := &runsc.Driver{Path: c.runsc, Root: filepath.Join(c.dataDir, "runsc")}
 	// runsc's own errors about a sandbox go to its directory: the `runtime`
 	// log stream. Never for a sandbox whose directory is gone (runsc would
@@ -268,20 +314,21 @@ func run(c config) error {
 
 	var servers []*http.Server
 	errc := make(chan error, 3)
-	us := &http.Server{Handler: srv.Handler(""), ReadHeaderTimeout: 10 * time.Second}
+	us := server.NewHTTPServer(srv.Handler(""), nil)
 	servers = append(servers, us)
 	go func() { errc <- us.Serve(ls.unix) }()
 	log.Info("serving", "socket", c.socket, "data_dir", c.dataDir, "tag", c.tag, "runsc", c.runsc, "version", version)
 
 	if ls.tcp != nil {
-		ts := &http.Server{Handler: srv.Handler(ls.token), ReadHeaderTimeout: 10 * time.Second}
+		lim := server.NewConnLimiter("tcp", apiConns, log)
+		ts := server.NewHTTPServer(srv.Handler(ls.token), lim)
 		servers = append(servers, ts)
-		go func() { errc <- ts.Serve(ls.tcp) }()
+		go func() { errc <- ts.Serve(lim.Listener(ls.tcp)) }()
 		log.Info("serving", "tcp", ls.tcp.Addr().String())
 	}
 
 	if ls.preview != nil {
-		ps, err := previewServer(c, srv, mgr, log, ls.preview)
+		ps, err := previewServer(c, srv, mgr, previewConns, log, ls.preview)
 		if err != nil {
 			return err
 		}
@@ -427,20 +474,39 @@ type preview struct {
 }
 
 // previewServer makes the preview proxy's server on its listener l.
-func previewServer(c config, srv *server.Server, mgr *sandbox.Manager, log *slog.Logger, l net.Listener) (*preview, error) {
+func previewServer(c config, srv *server.Server, mgr *sandbox.Manager, maxConns int, log *slog.Logger, l net.Listener) (*preview, error) {
 	secret, err := loadPreviewKey(c.dataDir)
 	if err != nil {
 		return nil, err
 	}
 	proxy, err := server.NewProxy(server.ProxyConfig{
 		Manager: mgr, Domain: c.previewDomain, Port: l.Addr().(*net.TCPAddr).Port, Secret: secret,
-		StatePath: filepath.Join(c.dataDir, "preview-private.json"), Linger: 2 * time.Second, Logger: log,
+		Linger: 2 * time.Second, Logger: log,
 	})
 	if err != nil {
 		return nil, err
 	}
 	srv.SetPreview(proxy)
-	return &preview{srv: &http.Server{Handler: proxy, ReadHeaderTimeout: 10 * time.Second}, l: l}, nil
+	lim := server.NewConnLimiter("preview", maxConns, log)
+	return &preview{srv: server.NewHTTPServer(proxy, lim), l: lim.Listener(l)}, nil
+}
+
+// raiseNofile raises RLIMIT_NOFILE's soft limit to the hard one (children,
+// runsc among them, inherit it) and returns the limit sbxd then has.
+func raiseNofile() (uint64, error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 1024, err
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			var cur syscall.Rlimit
+			_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &cur)
+			return cur.Cur, err
+		}
+	}
+	return lim.Cur, nil
 }
 
 // loadPreviewKey returns the secret that signs private preview tokens: made

@@ -128,7 +128,13 @@ func TestPreview(t *testing.T) {
 		t.Errorf("lastActivity %s did not move past %s with a proxied request", after.LastActivity, before.LastActivity)
 	}
 
-	// nothing on the port: 502 saying so; an unknown sandbox: 404; not a preview host: 404
+	// a port not published: 404; published with nothing on it: 502 saying
+	// so; an unknown sandbox: 404; not a preview host: 404
+	resp, body = previewGet(t, hc, fmt.Sprintf("http://9090-%s.localhost:%s/", id, proxyPort), nil)
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(body, "nothing is published") {
+		t.Errorf("unpublished port: %d %q, want 404", resp.StatusCode, body)
+	}
+	d.must(t, "preview", id, "9090")
 	resp, body = previewGet(t, hc, fmt.Sprintf("http://9090-%s.localhost:%s/", id, proxyPort), nil)
 	if want := "nothing listens on port 9090 in sandbox " + id; resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, want) {
 		t.Errorf("closed port: %d %q, want 502 %q", resp.StatusCode, body, want)
@@ -208,6 +214,9 @@ func BenchmarkPreviewProxy(b *testing.B) {
 	}
 	defer d.client.Delete(ctx, sb.ID)
 	if _, err := d.client.ExecDetached(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sh", "-c", "mkdir -p /w && echo hi > /w/i.txt && exec httpd -f -p 8080 -h /w"}}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := d.client.Preview(ctx, sb.ID, 8080); err != nil {
 		b.Fatal(err)
 	}
 	nm, err := netns.New(netns.Config{Tag: d.tag})

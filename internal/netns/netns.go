@@ -63,6 +63,10 @@ type Config struct {
 	Tag      string       // 4 chars [a-z0-9]; names everything this daemon makes
 	Pool     netip.Prefix // outer addresses; zero value = 10.201.0.0/16
 	LockPath string       // zero = /run/sbx/net.lock
+	// EgressAllow and EgressDeny widen and narrow what every sandbox of
+	// this daemon reaches (see chainRules): IPv4 prefixes, the most
+	// specific winning.
+	EgressAllow, EgressDeny []netip.Prefix
 }
 
 // Manager creates, finds and deletes the namespaces of one daemon (one tag).
@@ -72,6 +76,7 @@ type Manager struct {
 	tag      string
 	pool     netip.Prefix
 	lockPath string
+	egress   []egressRule
 }
 
 // Network is the networking of one sandbox.
@@ -83,8 +88,8 @@ type Network struct {
 	Outer   netip.Prefix // the /30 of up0 and HostIf
 }
 
-// New returns a Manager for cfg. It errors (wrapping ErrInvalid) on a bad tag
-// or pool; it touches no kernel state.
+// New returns a Manager for cfg. It errors (wrapping ErrInvalid) on a bad tag,
+// pool or egress rule; it touches no kernel state.
 func New(cfg Config) (*Manager, error) {
 	if !tagRE.MatchString(cfg.Tag) {
 		return nil, fmt.Errorf("netns: tag %q: %w: want 4 characters [a-z0-9]", cfg.Tag, ErrInvalid)
@@ -100,7 +105,11 @@ func New(cfg Config) (*Manager, error) {
 	if lock == "" {
 		lock = defaultLock
 	}
-	return &Manager{tag: cfg.Tag, pool: pool.Masked(), lockPath: lock}, nil
+	egress, err := egressRules(cfg.EgressAllow, cfg.EgressDeny)
+	if err != nil {
+		return nil, fmt.Errorf("netns: %w", err)
+	}
+	return &Manager{tag: cfg.Tag, pool: pool.Masked(), lockPath: lock, egress: egress}, nil
 }
 
 func (m *Manager) nsName(id string) string { return "sbx-" + m.tag + "-" + id }
@@ -261,6 +270,74 @@ func (m *Manager) Get(id string) (*Network, error) {
 		return nil, fmt.Errorf("get network %s: host side %s: %w", id, host, err)
 	}
 	return &Network{ID: id, Path: sPath, Gateway: gPath, HostIf: hostIf, Outer: outer}, nil
+}
+
+// Rearm gives sandbox id's eth0 back the address and default route that
+// runsc took from it when the sandbox last started (runsc --network=sandbox
+// moves them into the sandbox and removes them from the namespace, and
+// skips an interface without an address): a sandbox restored or booted
+// again in the same namespace, a resume, then has its network again. Call
+// it only while no runsc sandbox uses the namespace. It is idempotent; a
+// missing namespace is an error wrapping os.ErrNotExist.
+func (m *Manager) Rearm(id string) error {
+	if err := checkID(id); err != nil {
+		return fmt.Errorf("rearm network %s: %w", id, err)
+	}
+	sPath, _ := m.paths(id)
+	if _, err := os.Stat(sPath); err != nil {
+		return fmt.Errorf("rearm network %s: %w", id, err)
+	}
+	err := withHandle(sPath, func(h *netlink.Handle) error {
+		l, err := h.LinkByName(sandboxIf)
+		if err != nil {
+			return err
+		}
+		addrs, err := h.AddrList(l, netlink.FAMILY_V4)
+		if err != nil {
+			return err
+		}
+		has := false
+		for _, a := range addrs {
+			if p, ok := prefixOf(a.IPNet); ok && p == InsideAddr {
+				has = true
+			}
+		}
+		if !has {
+			if err := h.AddrAdd(l, &netlink.Addr{IPNet: ipNet(InsideAddr)}); err != nil {
+				return fmt.Errorf("address %s on %s: %w", InsideAddr, sandboxIf, err)
+			}
+		}
+		if err := h.LinkSetUp(l); err != nil {
+			return err
+		}
+		routes, err := h.RouteList(l, netlink.FAMILY_V4)
+		if err != nil {
+			return err
+		}
+		for _, r := range routes {
+			if isDefault(r) && r.Gw != nil && r.Gw.Equal(GatewayAddr.AsSlice()) {
+				return nil
+			}
+		}
+		if err := h.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: GatewayAddr.AsSlice()}); err != nil {
+			return fmt.Errorf("default route via %s: %w", GatewayAddr, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("rearm network %s: %w", id, err)
+	}
+	return nil
+}
+
+// isDefault reports whether r is a default route (netlink gives its
+// destination as nil or as 0.0.0.0/0, depending on the version).
+func isDefault(r netlink.Route) bool {
+	if r.Dst == nil {
+		return true
+	}
+	ones, _ := r.Dst.Mask.Size()
+	return ones == 0 && r.Dst.IP.IsUnspecified()
 }
 
 // linkWithAddr names the root-namespace link that has address a.

@@ -276,13 +276,27 @@ func TestDial(t *testing.T) {
 // the path of the namespace and the inside address.
 func outside(t *testing.T, tag string) (string, netip.Addr) {
 	t.Helper()
+	path, _, inside := outsideIn(t, tag, "out", 250)
+	return path, inside
+}
+
+// outsideIn is outside with a free /30 of 10.B.0.0/16 (B < 255) or, with
+// B = 254, of 169.254.0.0/16 (link-local); name tells two apart. It also
+// returns the root side's address, one of the host's own.
+func outsideIn(t *testing.T, tag, name string, b byte) (path string, rootAddr, insideAddr netip.Addr) {
+	t.Helper()
 	addrs, err := addrList()
 	if err != nil {
 		t.Fatal(err)
 	}
+	first := byte(10)
+	if b == 254 {
+		first = 169
+	}
 	var subnet netip.Prefix
 	for range 100 {
-		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 250, byte(rand.IntN(256)), byte(rand.IntN(64) * 4)}), 30)
+		// 169.254.0.x and 169.254.255.x are reserved; keep clear of them
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{first, b, byte(1 + rand.IntN(250)), byte(rand.IntN(64) * 4)}), 30)
 		free := true
 		for _, a := range addrs {
 			if q, ok := prefixOf(a.IPNet); ok && q.Overlaps(p) {
@@ -300,7 +314,7 @@ func outside(t *testing.T, tag string) (string, netip.Addr) {
 	rootSide := netip.PrefixFrom(subnet.Addr().Next(), 30)
 	inside := netip.PrefixFrom(rootSide.Addr().Next(), 30)
 
-	path := filepath.Join(runDir, "sbxtest-"+tag+"-out")
+	path = filepath.Join(runDir, "sbxtest-"+tag+"-"+name)
 	nss, err := newNamed(path)
 	if err != nil {
 		t.Fatal(err)
@@ -312,26 +326,26 @@ func outside(t *testing.T, tag string) (string, netip.Addr) {
 			t.Errorf("remove %s: %v", path, err)
 		}
 	})
-	name := "ot" + tag // not sbx*: the rules must treat it as a foreign link
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: "ext0", PeerNamespace: netlink.NsFd(o.fd)}
+	link := "o" + name[:1] + tag // not sbx*: the rules must treat it as a foreign link
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: link}, PeerName: "ext0", PeerNamespace: netlink.NsFd(o.fd)}
 	if err := netlink.LinkAdd(veth); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if l, err := netlink.LinkByName(name); err == nil {
+		if l, err := netlink.LinkByName(link); err == nil {
 			netlink.LinkDel(l)
 		}
 	})
-	if err := configure(&netlink.Handle{}, name, rootSide, netip.Addr{}); err != nil {
+	if err := configure(&netlink.Handle{}, link, rootSide, netip.Addr{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := configure(o.nl, "ext0", inside, netip.Addr{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := netlink.LinkByName(name); err != nil { // see Create: sync link watch
+	if _, err := netlink.LinkByName(link); err != nil { // see Create: sync link watch
 		t.Fatal(err)
 	}
-	return path, inside.Addr()
+	return path, rootSide.Addr(), inside.Addr()
 }
 
 func TestEgress(t *testing.T) {
@@ -548,7 +562,7 @@ func TestSetupIdempotent(t *testing.T) {
 		"-A INPUT -j " + m.inChain():                 1,
 		"-A FORWARD -j " + m.fwdChain():              1,
 		"-A " + m.inChain():                          1,
-		"-A " + m.fwdChain():                         3,
+		"-A " + m.fwdChain():                         4,
 		"-A POSTROUTING -s " + m.pool.String() + " ": 1,
 	}
 	if diff := cmp.Diff(want, own); diff != "" {

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
+	"sort"
 	"strings"
 )
 
@@ -22,19 +24,89 @@ func (r rule) args(op string) []string {
 func (m *Manager) inChain() string  { return "SBX-" + strings.ToUpper(m.tag) + "-IN" }
 func (m *Manager) fwdChain() string { return "SBX-" + strings.ToUpper(m.tag) + "-FWD" }
 
-// chainRules are this tag's chains and their rules, in order.
+// chainRules are this tag's chains and their rules, in order: the egress
+// policy of every sandbox of this daemon.
+//
+//   - INPUT from a sandbox (to any address of the host's own, every
+//     interface's, sbxd's listeners included) is dropped, unless an
+//     --egress-allow covers the address.
+//   - Forwarding from one sandbox's uplink to another's is dropped, across
+//     daemons too; no flag opens it.
+//   - The daemon's rules (EgressAllow, EgressDeny; the most specific
+//     first), then link-local and metadata addresses (169.254.0.0/16)
+//     dropped, then everything else accepted: the internet through NAT.
 func (m *Manager) chainRules() map[string][][]string {
 	own := hostIfPrefix + m.tag + "+"
 	all := hostIfPrefix + "+"
-	return map[string][][]string{
-		// a sandbox reaches no host service, sbxd's API included
-		m.inChain(): {{"-i", own, "-j", "DROP"}},
-		m.fwdChain(): {
-			{"-i", all, "-o", all, "-j", "DROP"}, // no sandbox to sandbox, across daemons too
-			{"-i", own, "-j", "ACCEPT"},
-			{"-o", own, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"},
-		},
+	var in, policy [][]string
+	for _, r := range m.egress {
+		target := "DROP"
+		if r.allow {
+			target = "ACCEPT"
+		}
+		spec := []string{"-i", own, "-d", r.prefix.String(), "-j", target}
+		in = append(in, spec)
+		policy = append(policy, spec)
 	}
+	fwd := [][]string{{"-i", all, "-o", all, "-j", "DROP"}}
+	fwd = append(fwd, policy...)
+	fwd = append(fwd,
+		[]string{"-i", own, "-d", LinkLocal.String(), "-j", "DROP"},
+		[]string{"-i", own, "-j", "ACCEPT"},
+		[]string{"-o", own, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"},
+	)
+	return map[string][][]string{
+		m.inChain():  append(in, []string{"-i", own, "-j", "DROP"}),
+		m.fwdChain(): fwd,
+	}
+}
+
+// LinkLocal holds the link-local and cloud metadata addresses
+// (169.254.169.254), which no sandbox reaches unless --egress-allow says so.
+var LinkLocal = netip.MustParsePrefix("169.254.0.0/16")
+
+// egressRule is one --egress-allow or --egress-deny.
+type egressRule struct {
+	prefix netip.Prefix
+	allow  bool
+}
+
+// egressRules checks and orders a daemon's rules: the most specific prefix
+// first, so that `--egress-deny 10.0.0.0/8 --egress-allow 10.1.2.3/32`
+// and `--egress-allow 10.0.0.0/8 --egress-deny 10.9.0.0/16` both mean
+// what they say. It errors wrapping ErrInvalid on a prefix that is not
+// IPv4, or one both allowed and denied.
+func egressRules(allow, deny []netip.Prefix) ([]egressRule, error) {
+	seen := map[netip.Prefix]bool{}
+	var rules []egressRule
+	for _, set := range []struct {
+		prefixes []netip.Prefix
+		allow    bool
+		flag     string
+	}{{allow, true, "--egress-allow"}, {deny, false, "--egress-deny"}} {
+		for _, p := range set.prefixes {
+			if !p.IsValid() || !p.Addr().Unmap().Is4() {
+				return nil, fmt.Errorf("%s %s: %w: want an IPv4 prefix (sandboxes have no IPv6 route)", set.flag, p, ErrInvalid)
+			}
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()).Masked()
+			if allowed, dup := seen[p]; dup {
+				if allowed != set.allow {
+					return nil, fmt.Errorf("%s %s: %w: the prefix is both allowed and denied", set.flag, p, ErrInvalid)
+				}
+				continue
+			}
+			seen[p] = set.allow
+			rules = append(rules, egressRule{p, set.allow})
+		}
+	}
+	sort.SliceStable(rules, func(i, j int) bool {
+		a, b := rules[i].prefix, rules[j].prefix
+		if a.Bits() != b.Bits() {
+			return a.Bits() > b.Bits()
+		}
+		return a.Addr().Less(b.Addr())
+	})
+	return rules, nil
 }
 
 // jumps are the jumps to inChain and fwdChain, in that order.
@@ -86,33 +158,45 @@ func (m *Manager) Setup() error {
 }
 
 // ensureChain makes filter chain name hold exactly specs, in order. It
-// rewrites the chain only if a rule is missing.
+// rewrites the chain only if a rule is missing or one is too many (the
+// daemon's egress flags changed), and then in one transaction
+// (iptables-restore), so that running sandboxes never see the chain empty.
 func ensureChain(name string, specs [][]string) error {
-	if ok, err := exists("-w", "-t", "filter", "-S", name); err != nil {
-		return err
-	} else if !ok {
-		if err := iptables("-w", "-t", "filter", "-N", name); err != nil {
-			return err
+	exact := false
+	if out, err := output("iptables", "-w", "-t", "filter", "-S", name); err == nil {
+		n := 0
+		for line := range strings.Lines(out) {
+			if strings.HasPrefix(line, "-A ") {
+				n++
+			}
 		}
+		exact = n == len(specs)
 	}
-	complete := true
 	for _, s := range specs {
+		if !exact {
+			break
+		}
 		ok, err := exists(rule{"filter", name, s}.args("-C")...)
 		if err != nil {
 			return err
 		}
-		complete = complete && ok
+		exact = ok
 	}
-	if complete {
+	if exact {
 		return nil
 	}
-	if err := iptables("-w", "-t", "filter", "-F", name); err != nil {
-		return err
-	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "*filter\n:%s - [0:0]\n", name) // declared: made, or emptied first
 	for _, s := range specs {
-		if err := iptables(rule{"filter", name, s}.args("-A")...); err != nil {
-			return err
-		}
+		fmt.Fprintf(&b, "-A %s %s\n", name, strings.Join(s, " "))
+	}
+	b.WriteString("COMMIT\n")
+	var stderr bytes.Buffer
+	cmd := exec.Command("iptables-restore", "-w", "--noflush")
+	cmd.Stdin = strings.NewReader(b.String())
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("iptables-restore %s: %w: %s", name, err, strings.TrimSpace(stderr.String()))
 	}
 	return nil
 }

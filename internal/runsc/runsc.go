@@ -234,18 +234,28 @@ type RunOptions struct {
 	// OverlaySize caps the upper layer, in bytes: past it the sandbox's
 	// writes fail with ENOSPC (0: no cap).
 	OverlaySize int64
+	// Network is "" (the interfaces of the spec's network namespace) or
+	// NetworkNone (loopback only, in a namespace of runsc's own).
+	Network string
 }
+
+// NetworkNone is a sandbox without a network: loopback only.
+const NetworkNone = "none"
 
 // sandboxFlags are the global flags that shape a sandbox when it is created
 // or restored. The rootfs tar annotation (a disk snapshot as the starting
 // upper layer) is only honoured with its flag.
 func sandboxFlags(o RunOptions) []string {
+	network := "--network=sandbox"
+	if o.Network == NetworkNone {
+		network = "--network=none"
+	}
 	overlay := "--overlay2=root:dir=" + o.Overlay
 	if o.OverlaySize > 0 {
 		overlay += fmt.Sprintf(",size=%d", o.OverlaySize)
 	}
 	return []string{
-		"--network=sandbox",
+		network,
 		overlay,
 		"--allow-rootfs-tar-annotation",
 		// sudo inside works (the sandbox, not its users, is the boundary)
@@ -357,6 +367,9 @@ type RestoreOptions struct {
 // carry on. The bundle's spec must match the checkpointed one in its mounts;
 // the network namespace may be another one with the same addresses.
 func (d *Driver) Restore(ctx context.Context, id string, o RestoreOptions) error {
+	if err := keepImageCapabilities(o.Bundle, o.ImageDir); err != nil {
+		return &Error{Verb: "restore", ID: id, Err: err}
+	}
 	args := []string{"--detach", "--bundle", o.Bundle, "--image-path", o.ImageDir}
 	if o.Background {
 		args = append(args, "--background")

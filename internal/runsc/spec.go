@@ -28,7 +28,8 @@ type SpecOptions struct {
 	AgentDir string
 	// EtcDir is the host directory holding this sandbox's resolv.conf, hosts and hostname.
 	EtcDir string
-	// NetNS is the path of the sandbox's network namespace.
+	// NetNS is the path of the sandbox's network namespace; "" gives it a
+	// new, empty one (runsc --network=none: loopback only).
 	NetNS string
 	// CgroupsPath places the sandbox in its own cgroup.
 	CgroupsPath string
@@ -99,6 +100,7 @@ func Spec(o SpecOptions) *specs.Spec {
 				{Type: specs.IPCNamespace},
 				{Type: specs.UTSNamespace},
 				{Type: specs.MountNamespace},
+				// without a path, runsc makes a fresh namespace (network none)
 				{Type: specs.NetworkNamespace, Path: o.NetNS},
 			},
 			Resources: resources(o),
@@ -184,9 +186,29 @@ func resources(o SpecOptions) *specs.LinuxResources {
 	return r
 }
 
+// defaultCaps is what root inside a sandbox may do: the set docker gives a
+// container, plus CAP_SYS_PTRACE, which gdb needs to attach to processes it
+// did not start (hunt's evidence, exec --on-crash). No CAP_SYS_ADMIN: root
+// inside cannot mount over /.sbx and answer in the agent's place. No
+// CAP_NET_ADMIN: it cannot change the sandbox's addresses or routes.
 var defaultCaps = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
+	"CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_NET_RAW",
+	"CAP_SYS_CHROOT", "CAP_MKNOD", "CAP_AUDIT_WRITE", "CAP_SETFCAP",
+	"CAP_SYS_PTRACE",
+}
+
+// legacyCaps is the set sandboxes had before defaultCaps was narrowed. An
+// image taken then is restored with the set it was taken with (runsc
+// refuses a restore whose capabilities differ), and with no capability
+// outside this set, whatever the image claims.
+var legacyCaps = []string{
 	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_FSETID",
 	"CAP_KILL", "CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
 	"CAP_NET_RAW", "CAP_SYS_CHROOT", "CAP_MKNOD", "CAP_AUDIT_WRITE", "CAP_SETFCAP",
 	"CAP_SYS_PTRACE", "CAP_NET_ADMIN", "CAP_SYS_ADMIN",
 }
+
+// DefaultCapabilities returns the capabilities of every process sbx starts
+// in a sandbox.
+func DefaultCapabilities() []string { return append([]string(nil), defaultCaps...) }

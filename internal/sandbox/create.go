@@ -42,11 +42,14 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 	if err := checkMeta(req.Meta); err != nil {
 		return nil, err
 	}
+	if err := checkNetwork(req.Network); err != nil {
+		return nil, err
+	}
 	now := m.now()
 	sb := &store.Sandbox{
 		ID: newID("sb_"), Name: req.Name, Template: req.Template, State: api.StateCreating,
 		CreatedAt: now, TTL: ttl, Meta: req.Meta, CPUs: req.CPUs, Memory: mem, LastActivity: now,
-		Pids: req.Pids, DiskLimit: disk,
+		Pids: req.Pids, DiskLimit: disk, Network: req.Network,
 	}
 	var b bootSpec
 	if req.From != "" {
@@ -59,6 +62,13 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 		}
 		if !m.imageComplete(sn.ID) {
 			return nil, api.Errorf(api.ErrUnavailable, "snapshot %s has no complete image on disk", sn.Name)
+		}
+		// a memory image restores into the network it was taken with
+		if sn.Memory && req.Network != "" && req.Network != sn.Network {
+			return nil, api.Errorf(api.ErrInvalid, "network: snapshot %s carries its memory, which restores only into the network it was taken with; leave --network out", sn.Name)
+		}
+		if sn.Network != "" {
+			sb.Network = sn.Network
 		}
 		// A memory image carries its limits; a disk one takes the snapshot's unless asked.
 		sb.Template, sb.Source, sb.TemplateVersion = sn.Template, sn.Name, sn.TemplateVersion
@@ -178,27 +188,30 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, b bootSpec) error
 	if err := writeEtc(etc, sb.ID); err != nil {
 		return err
 	}
-	nw, err := m.cfg.Networks.Get(sb.ID)
-	if err == nil {
-		// A namespace kept from before (a stopped sandbox's): the runsc
-		// sandbox that had it took eth0's address and route with it.
-		if err := m.cfg.Networks.Reset(sb.ID); err != nil {
+	var netns string // network none: runsc makes a namespace of its own
+	if sb.Network != NetworkNone {
+		nw, err := m.cfg.Networks.Get(sb.ID)
+		if err != nil {
+			if nw, err = m.cfg.Networks.Create(sb.ID); err != nil {
+				return fmt.Errorf("network: %w", err)
+			}
+		} else if err := m.cfg.Networks.Rearm(sb.ID); err != nil {
+			// the last runsc took eth0's address; without it, no eth0 inside
 			return fmt.Errorf("network: %w", err)
 		}
-	} else if nw, err = m.cfg.Networks.Create(sb.ID); err != nil {
-		return fmt.Errorf("network: %w", err)
+		netns = nw.Path
 	}
 	var annotations map[string]string
 	if sb.Disk != "" {
 		annotations = map[string]string{"dev.gvisor.tar.rootfs.upper": sb.Disk}
 	}
 	bundle := filepath.Join(dir, "bundle")
-	err = runsc.WriteBundle(bundle, runsc.SpecOptions{
+	err := runsc.WriteBundle(bundle, runsc.SpecOptions{
 		Hostname:    sb.ID,
 		Rootfs:      b.rootfs,
 		AgentDir:    m.agentDir(),
 		EtcDir:      etc,
-		NetNS:       nw.Path,
+		NetNS:       netns,
 		CgroupsPath: m.cgroupsPath(sb.ID),
 		CPUs:        sb.CPUs,
 		Memory:      sb.Memory,
@@ -209,7 +222,7 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, b bootSpec) error
 		return err
 	}
 	run := runsc.RunOptions{Bundle: bundle, Console: filepath.Join(dir, "console.log"), ConsoleHead: m.cfg.OutputHead, ConsoleTail: m.cfg.OutputTail,
-		Overlay: upper, OverlaySize: sb.DiskLimit}
+		Overlay: upper, OverlaySize: sb.DiskLimit, Network: sb.Network}
 	if b.image != "" {
 		return m.cfg.Runtime.Restore(ctx, sb.ID, runsc.RestoreOptions{RunOptions: run, ImageDir: b.image, Background: b.background})
 	}

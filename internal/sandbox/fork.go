@@ -66,7 +66,7 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 			ID: newID("sb_"), Template: parent.Template, State: api.StateCreating, CreatedAt: now,
 			TTL: ttl, Meta: parent.Meta, CPUs: parent.CPUs, Memory: parent.Memory, LastActivity: now,
 			Parent: parent.ID, MemoryRestored: req.Memory, TemplateVersion: parent.TemplateVersion,
-			Pids: parent.Pids, DiskLimit: parent.DiskLimit,
+			Pids: parent.Pids, DiskLimit: parent.DiskLimit, Network: parent.Network,
 		}
 		if req.Memory {
 			c.Disk = parent.Disk // the restore names the disk the checkpoint had

@@ -47,7 +47,8 @@ var _ Runtime = (*runsc.Driver)(nil)
 type Networks interface {
 	Create(id string) (*netns.Network, error)
 	Get(id string) (*netns.Network, error)
-	Reset(id string) error
+	// Rearm readies an existing network for a new runsc sandbox (a resume).
+	Rearm(id string) error
 	Delete(id string) error
 	List() ([]string, error)
 	Dial(ctx context.Context, id string, port int) (net.Conn, error)
@@ -268,7 +269,10 @@ func toAPI(sb *store.Sandbox) *api.Sandbox {
 		CreatedAt: sb.CreatedAt, Meta: sb.Meta, CPUs: sb.CPUs, Memory: sb.Memory,
 		LastActivity: sb.LastActivity, Address: strings.TrimSuffix(netns.InsideAddr.String(), "/30"),
 		From: sb.Source, Parent: sb.Parent, MemoryRestored: sb.MemoryRestored, ResumeReason: sb.ResumeReason,
-		Persistent: sb.Persistent,
+		Persistent: sb.Persistent, Network: sb.Network,
+	}
+	if sb.Network == NetworkNone {
+		a.Address = "" // loopback only
 	}
 	if sb.TTL > 0 {
 		a.TTL = sb.TTL.String()

@@ -36,5 +36,8 @@ func (m *Manager) Dial(ctx context.Context, ref string, port int) (net.Conn, err
 	if err != nil {
 		return nil, err
 	}
+	if sb.Network == NetworkNone {
+		return nil, api.Errorf(api.ErrConflict, "sandbox %s has no network (network %q): nothing outside it can reach its ports", sb.ID, NetworkNone)
+	}
 	return m.cfg.Networks.Dial(ctx, sb.ID, port)
 }

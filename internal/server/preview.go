@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"strconv"
 	"time"
 
 	"sbx.dev/sbx/api"
@@ -28,13 +29,14 @@ func (s *Server) ports(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ps)
 }
 
-// preview answers the preview URL of a port of a sandbox; a private one
-// marks that port private and carries a signed, expiring token. Inspection
-// only: asking for a URL is not activity, using it is.
+// preview publishes a port of a sandbox on the preview proxy and answers
+// its URL; a private one carries a signed, expiring token. Publishing is
+// durable (it outlives a restart, a stop and a resume) and is not activity:
+// using the URL is.
 func (s *Server) preview(w http.ResponseWriter, r *http.Request) {
 	p := s.proxy
 	if p == nil {
-		s.fail(w, r, api.Errorf(api.ErrUnavailable, "preview URLs are off: sbxd runs without --preview-listen"))
+		s.fail(w, r, errPreviewOff)
 		return
 	}
 	var req api.PreviewRequest
@@ -59,20 +61,49 @@ func (s *Server) preview(w http.ResponseWriter, r *http.Request) {
 		}
 		ttl = d
 	}
-	// a name is resolved here; preview hosts carry the id
-	sb, err := s.m.Get(r.Context(), r.PathValue("id"))
+	// a name is resolved by the manager; preview hosts carry the id
+	id, err := s.m.Publish(r.Context(), r.PathValue("id"), req.Port, req.Private)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	if !req.Private {
-		writeJSON(w, http.StatusOK, api.Preview{URL: p.URL(sb.ID, req.Port)})
+		writeJSON(w, http.StatusOK, api.Preview{URL: p.URL(id, req.Port), Port: req.Port})
 		return
 	}
-	u, exp, err := p.Private(sb.ID, req.Port, ttl)
+	u, exp := p.TokenURL(id, req.Port, ttl)
+	writeJSON(w, http.StatusOK, api.Preview{URL: u, ExpiresAt: &exp, Port: req.Port, Private: true})
+}
+
+var errPreviewOff = api.Errorf(api.ErrUnavailable, "preview URLs are off: sbxd runs without --preview-listen")
+
+// unpreview withdraws a published port: from then on the proxy answers 404
+// for it. It works with the proxy off too (publications are the manager's).
+func (s *Server) unpreview(w http.ResponseWriter, r *http.Request) {
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil {
+		s.fail(w, r, api.Errorf(api.ErrInvalid, "port: %q is not a TCP port (1-65535)", r.PathValue("port")))
+		return
+	}
+	if err := s.m.Unpublish(r.Context(), r.PathValue("id"), port); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// previews lists the ports published of a sandbox, with their URLs (a
+// private one's without a token: ask for one with POST).
+func (s *Server) previews(w http.ResponseWriter, r *http.Request) {
+	id, ps, err := s.m.Previews(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.Preview{URL: u, ExpiresAt: &exp})
+	if s.proxy != nil {
+		for i := range ps {
+			ps[i].URL = s.proxy.URL(id, ps[i].Port)
+		}
+	}
+	writeJSON(w, http.StatusOK, ps)
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"sbx.dev/sbx/api"
 )
 
@@ -17,7 +19,8 @@ func TestPreviewRoute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := New(Config{Manager: &fakeManager{}})
+	fm := &fakeManager{}
+	s := New(Config{Manager: fm})
 	s.SetPreview(p)
 	ts := httptest.NewServer(s.Handler(""))
 	t.Cleanup(ts.Close)
@@ -36,6 +39,8 @@ func TestPreviewRoute(t *testing.T) {
 		{"ttl without private", testID, `{"port":80,"ttl":"1h"}`, 400, "", false},
 		{"bad ttl", testID, `{"port":80,"private":true,"ttl":"soon"}`, 400, "", false},
 		{"ttl too long", testID, `{"port":80,"private":true,"ttl":"9999h"}`, 400, "", false},
+		{"by name", "web", `{"port":8081}`, 200, "http://8081-" + testID + ".preview.example:8181/", false},
+		{"a private port made public", testID, `{"port":3000}`, 409, "", false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -58,8 +63,32 @@ func TestPreviewRoute(t *testing.T) {
 			}
 		})
 	}
-	if !p.isPrivate(target{testID, 3000}) || p.isPrivate(target{testID, 8080}) {
-		t.Errorf("private marks: %v, want 3000 only", p.private)
+	want := map[int]bool{8080: false, 8081: false, 3000: true, 3001: true}
+	if diff := cmp.Diff(want, fm.published); diff != "" {
+		t.Errorf("publications (-want +got):\n%s", diff)
+	}
+
+	// the list, with URLs; then withdrawals
+	resp, body := do(t, http.MethodGet, ts.URL+"/v1/sandboxes/"+testID+"/preview", "", "")
+	var ps []api.Preview
+	if resp.StatusCode != 200 || json.Unmarshal([]byte(body), &ps) != nil || len(ps) != 4 || ps[0].URL != "http://3000-"+testID+".preview.example:8181/" || !ps[0].Private {
+		t.Errorf("list: %d %s", resp.StatusCode, body)
+	}
+	for _, tc := range []struct {
+		name, path string
+		status     int
+	}{
+		{"withdraw", "/v1/sandboxes/" + testID + "/preview/8080", 204},
+		{"withdraw again", "/v1/sandboxes/" + testID + "/preview/8080", 404},
+		{"not a port", "/v1/sandboxes/" + testID + "/preview/http", 400},
+		{"unknown sandbox", "/v1/sandboxes/sb_zzzzzzzzzz/preview/8081", 404},
+	} {
+		if resp, body := do(t, http.MethodDelete, ts.URL+tc.path, "", ""); resp.StatusCode != tc.status {
+			t.Errorf("%s: got %d %s, want %d", tc.name, resp.StatusCode, body, tc.status)
+		}
+	}
+	if _, ok := fm.published[8080]; ok {
+		t.Errorf("8080 still published after its withdrawal")
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,10 +12,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"os"
-	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,14 +29,17 @@ import (
 // Only sandbox ids name a sandbox in a preview host, never names: a name
 // would be a second key for the same port, and privacy is kept per id.
 //
-// Privacy: a private preview (Proxy.Private) marks the sandbox+port private;
-// from then on a request to it needs a token signed by the daemon's secret
-// for that sandbox and port, unexpired, given as ?sbx_token=... or as the
-// sbx_preview cookie the proxy sets when it first sees a valid token (so a
-// page's follow-up requests work). Requests without one are refused 403.
-// Marks are kept in memory and, with ProxyConfig.StatePath, on disk, so a
-// restart does not make a private port public. A port once private stays
-// private; issuing a new private URL is how to share it again.
+// Publication: the proxy serves only the ports a user published
+// (PreviewManager.Published, kept by the manager across restarts). Any other
+// port, and any unknown sandbox, is 404, alike, before anything else is
+// done: no dial, no activity lease.
+//
+// Privacy: a port published private answers only a request with a token
+// signed by the daemon's secret for that sandbox and port, unexpired,
+// given as ?sbx_token=... or as the sbx_preview cookie the proxy sets when
+// it first sees a valid token (so a page's follow-up requests work).
+// Requests without one are refused 403. A port stays private until it is
+// withdrawn; issuing a new private URL is how to share it again.
 
 const (
 	// TokenParam is the query parameter carrying a private preview's token.
@@ -52,6 +51,10 @@ const (
 
 // PreviewManager is the slice of the sandbox manager the preview proxy uses.
 type PreviewManager interface {
+	// Published reports whether port of sandbox id is published, and
+	// whether privately: api.ErrNotFound for a port not published or a
+	// sandbox that does not exist. It must not count as activity.
+	Published(ctx context.Context, id string, port int) (private bool, err error)
 	Dial(ctx context.Context, ref string, port int) (net.Conn, error)
 	Lease(ctx context.Context, ref string) (release func(), err error)
 }
@@ -65,8 +68,6 @@ type ProxyConfig struct {
 	Port int
 	// Secret signs private previews' tokens; at least 32 bytes.
 	Secret []byte
-	// StatePath keeps the private marks across restarts ("" keeps them in memory only).
-	StatePath string
 	// Linger keeps a sandbox's activity lease open this long after its last
 	// proxied request ends, so a page's burst of requests takes one lease.
 	Linger time.Duration
@@ -80,9 +81,8 @@ type Proxy struct {
 	rp  *httputil.ReverseProxy
 	log *slog.Logger
 
-	mu      sync.Mutex
-	private map[target]bool
-	leases  map[string]*sharedLease
+	mu     sync.Mutex
+	leases map[string]*sharedLease
 }
 
 // target is one port of one sandbox.
@@ -93,7 +93,7 @@ type target struct {
 
 type targetKey struct{}
 
-// NewProxy returns a Proxy; it reads the private marks kept at StatePath.
+// NewProxy returns a Proxy.
 func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 	if len(cfg.Secret) < 32 {
 		return nil, errors.New("preview proxy: the secret must be at least 32 bytes")
@@ -108,23 +108,7 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	p := &Proxy{cfg: cfg, log: cfg.Logger, private: map[target]bool{}, leases: map[string]*sharedLease{}}
-	if cfg.StatePath != "" {
-		b, err := os.ReadFile(cfg.StatePath)
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-		case err != nil:
-			return nil, fmt.Errorf("preview proxy: %w", err)
-		default:
-			var ts []target
-			if err := json.Unmarshal(b, &ts); err != nil {
-				return nil, fmt.Errorf("preview proxy: read %s: %w", cfg.StatePath, err)
-			}
-			for _, t := range ts {
-				p.private[t] = true
-			}
-		}
-	}
+	p := &Proxy{cfg: cfg, log: cfg.Logger, leases: map[string]*sharedLease{}}
 	tr := &http.Transport{
 		// The address is "ID:PORT" (set by rewrite); connections are pooled per sandbox port.
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
@@ -136,7 +120,10 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 			}
 			return c, nil
 		},
-		MaxIdleConnsPerHost:   64,
+		MaxIdleConnsPerHost: 64,
+		// idle connections into sandboxes hold descriptors too: bounded
+		// in all, whatever the number of sandboxes and ports
+		MaxIdleConns:          MaxIdleUpstream,
 		IdleConnTimeout:       30 * time.Second,
 		ResponseHeaderTimeout: 0, // a long poll inside is the app's business
 		ForceAttemptHTTP2:     false,
@@ -160,62 +147,15 @@ func (p *Proxy) URL(id string, port int) string {
 	return "http://" + host + "/"
 }
 
-// Private marks port of sandbox id private and returns a URL carrying a
-// token valid for ttl, and when it expires.
-func (p *Proxy) Private(id string, port int, ttl time.Duration) (string, time.Time, error) {
+// MaxIdleUpstream bounds the idle connections the proxy keeps into
+// sandboxes, in all.
+const MaxIdleUpstream = 64
+
+// TokenURL returns the URL of port in sandbox id carrying a token valid for
+// ttl, and when it expires. Only a port published private asks for one.
+func (p *Proxy) TokenURL(id string, port int, ttl time.Duration) (string, time.Time) {
 	exp := p.cfg.Now().Add(ttl).Truncate(time.Second)
-	t := target{id, port}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.private[t] {
-		p.private[t] = true
-		if err := p.saveLocked(); err != nil {
-			delete(p.private, t)
-			return "", time.Time{}, fmt.Errorf("preview %s port %d: keep private mark: %w", id, port, err)
-		}
-	}
-	return p.URL(id, port) + "?" + TokenParam + "=" + p.sign(t, exp), exp, nil
-}
-
-func (p *Proxy) isPrivate(t target) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.private[t]
-}
-
-// saveLocked writes the private marks whole or not at all.
-func (p *Proxy) saveLocked() error {
-	if p.cfg.StatePath == "" {
-		return nil
-	}
-	ts := make([]target, 0, len(p.private))
-	for t := range p.private {
-		ts = append(ts, t)
-	}
-	sort.Slice(ts, func(i, j int) bool {
-		if ts[i].ID != ts[j].ID {
-			return ts[i].ID < ts[j].ID
-		}
-		return ts[i].Port < ts[j].Port
-	})
-	b, _ := json.Marshal(ts)
-	tmp, err := os.CreateTemp(filepath.Dir(p.cfg.StatePath), ".preview-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), p.cfg.StatePath)
+	return p.URL(id, port) + "?" + TokenParam + "=" + p.sign(target{id, port}, exp), exp
 }
 
 // sign returns the token "EXPIRY.MAC" for t until exp (unix seconds).
@@ -277,14 +217,28 @@ func parseHost(host, domain string) (target, bool) {
 }
 
 // ServeHTTP proxies one request (or upgraded connection) into a sandbox.
+// What it refuses on its own (404, 403) ends the connection: a client that
+// asks for what is not there is not kept.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t, ok := parseHost(r.Host, p.cfg.Domain)
 	if !ok {
-		http.Error(w, fmt.Sprintf("%s is not a preview address; want http://PORT-ID.%s/", r.Host, p.cfg.Domain), http.StatusNotFound)
+		refuse(w, r, fmt.Sprintf("%s is not a preview address; want http://PORT-ID.%s/", r.Host, p.cfg.Domain), http.StatusNotFound)
+		return
+	}
+	private, err := p.cfg.Manager.Published(r.Context(), t.ID, t.Port)
+	switch {
+	case errors.Is(err, api.ErrNotFound):
+		// one answer for an unknown sandbox and an unpublished port: the
+		// proxy tells nobody which sandboxes exist
+		refuse(w, r, fmt.Sprintf("nothing is published at %s; publish the port with `sbx preview ID PORT`", r.Host), http.StatusNotFound)
+		return
+	case err != nil:
+		p.log.Warn("preview proxy: look up publication", "sandbox", t.ID, "port", t.Port, "err", err)
+		refuse(w, r, "cannot look up this preview now; try again", http.StatusServiceUnavailable)
 		return
 	}
 	tok, fromQuery := tokenOf(r)
-	if tok != "" || p.isPrivate(t) {
+	if tok != "" || private {
 		exp, err := p.verify(tok, t)
 		switch {
 		case err == nil && fromQuery:
@@ -293,12 +247,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				Name: CookieName, Value: tok, Path: "/", Expires: exp,
 				HttpOnly: true, SameSite: http.SameSiteLaxMode,
 			})
-		case err != nil && p.isPrivate(t):
+		case err != nil && private:
 			msg := "this preview is private: open it with the URL `sbx preview " + t.ID + " " + strconv.Itoa(t.Port) + " --private` prints"
 			if tok != "" {
 				msg += " (" + err.Error() + ")"
 			}
-			http.Error(w, msg, http.StatusForbidden)
+			refuse(w, r, msg, http.StatusForbidden)
 			return
 		}
 	}
@@ -310,6 +264,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// held until ServeHTTP returns, which for an upgrade is when the connection closes
 	defer release()
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
+}
+
+// refuse answers msg in plain text and closes the connection after it.
+func refuse(w http.ResponseWriter, r *http.Request, msg string, status int) {
+	dropAfterReply(w, r)
+	http.Error(w, msg, status)
 }
 
 // tokenOf returns the token a request carries: the query's, else the cookie's.

@@ -20,17 +20,44 @@ import (
 const testID = "sb_aaaaaaaaaa"
 
 // fakeNet is a PreviewManager whose sandbox testID has port 8080 served by
-// an httptest server; other ports refuse connections.
+// an httptest server; other ports refuse connections. The ports in
+// published (true: private) are published; newFakeNet publishes 8080 and
+// 9999.
 type fakeNet struct {
 	addr string // the httptest server behind port 8080
 
-	mu       sync.Mutex
-	leases   int // open
-	taken    int // ever
-	released int
+	mu        sync.Mutex
+	published map[int]bool
+	leases    int // open
+	taken     int // ever
+	released  int
+	dials     int
+}
+
+func newFakeNet(addr string) *fakeNet {
+	return &fakeNet{addr: addr, published: map[int]bool{8080: false, 9999: false}}
+}
+
+func (f *fakeNet) publish(port int, private bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.published[port] = private
+}
+
+func (f *fakeNet) Published(ctx context.Context, id string, port int) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	private, ok := f.published[port]
+	if id != testID || !ok {
+		return false, api.Errorf(api.ErrNotFound, "port %d of sandbox %s is not published", port, id)
+	}
+	return private, nil
 }
 
 func (f *fakeNet) Dial(ctx context.Context, ref string, port int) (net.Conn, error) {
+	f.mu.Lock()
+	f.dials++
+	f.mu.Unlock()
 	if ref != testID {
 		return nil, api.Errorf(api.ErrNotFound, "sandbox %s not found", ref)
 	}
@@ -117,8 +144,8 @@ func newTestProxy(t *testing.T, now func() time.Time) (*Proxy, *fakeNet, *httpte
 	t.Helper()
 	hold := make(chan struct{})
 	app := echoApp(t, hold)
-	fn := &fakeNet{addr: strings.TrimPrefix(app.URL, "http://")}
-	p, err := NewProxy(ProxyConfig{Manager: fn, Domain: "localhost", Port: 8181, Secret: testSecret, Now: now, StatePath: t.TempDir() + "/private.json"})
+	fn := newFakeNet(strings.TrimPrefix(app.URL, "http://"))
+	p, err := NewProxy(ProxyConfig{Manager: fn, Domain: "localhost", Port: 8181, Secret: testSecret, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +322,8 @@ func TestProxyErrors(t *testing.T) {
 		body       string
 	}{
 		{"nothing listens", "9999-" + testID + ".localhost", http.StatusBadGateway, "nothing listens on port 9999 in sandbox " + testID},
-		{"unknown sandbox", "8080-sb_zzzzzzzzzz.localhost", http.StatusNotFound, "sandbox sb_zzzzzzzzzz not found"},
+		{"unknown sandbox", "8080-sb_zzzzzzzzzz.localhost", http.StatusNotFound, "nothing is published at 8080-sb_zzzzzzzzzz.localhost"},
+		{"unpublished port", "8081-" + testID + ".localhost", http.StatusNotFound, "nothing is published at 8081-" + testID + ".localhost"},
 		{"not a preview host", "localhost:8181", http.StatusNotFound, "not a preview address"},
 		{"api path on a bare host", "127.0.0.1", http.StatusNotFound, "not a preview address"},
 	}
@@ -316,15 +344,14 @@ func TestProxyPrivate(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	p, _, ps, _ := newTestProxy(t, clock)
+	p, fn, ps, _ := newTestProxy(t, clock)
 	host := "8080-" + testID + ".localhost:8181"
 	if resp, _ := get(t, ps, host, "/", nil); resp.StatusCode != http.StatusOK {
 		t.Fatalf("public before: got %d, want 200", resp.StatusCode)
 	}
-	u, exp, err := p.Private(testID, 8080, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fn.publish(8080, true)
+	fn.publish(8081, false)
+	u, exp := p.TokenURL(testID, 8080, time.Hour)
 	if !strings.HasPrefix(u, "http://"+host+"/?sbx_token=") || !exp.Equal(now.Add(time.Hour)) {
 		t.Fatalf("got %s until %s", u, exp)
 	}
@@ -368,9 +395,7 @@ func TestProxyPrivate(t *testing.T) {
 		t.Errorf("got Cookie %q at the app, want a=1", s.Header.Get("Cookie"))
 	}
 	// the token is for port 8080 only
-	if _, _, err := p.Private(testID, 9000, time.Hour); err != nil {
-		t.Fatal(err)
-	}
+	fn.publish(9000, true)
 	if resp, _ := get(t, ps, "9000-"+testID+".localhost", "/?sbx_token="+tok, nil); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("token of another port: got %d, want 403", resp.StatusCode)
 	}
@@ -380,14 +405,41 @@ func TestProxyPrivate(t *testing.T) {
 	if resp, body := get(t, ps, host, "/", map[string]string{"Cookie": CookieName + "=" + tok}); resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "expired") {
 		t.Errorf("expired: got %d %q, want 403 expired", resp.StatusCode, body)
 	}
+}
 
-	// the mark outlives the proxy
-	p2, err := NewProxy(ProxyConfig{Manager: &fakeNet{}, Domain: "localhost", Secret: testSecret, StatePath: p.cfg.StatePath})
-	if err != nil {
-		t.Fatal(err)
+// TestProxyUnpublished: a port not published, and a sandbox that does not
+// exist, get the same 404, before any dial or activity lease, and the
+// connection is closed after it.
+func TestProxyUnpublished(t *testing.T) {
+	_, fn, ps, _ := newTestProxy(t, nil)
+	var bodies []string
+	for _, host := range []string{"8081-" + testID + ".localhost", "8080-sb_zzzzzzzzzz.localhost"} {
+		resp, body := get(t, ps, host, "/", map[string]string{"Cookie": CookieName + "=1.x"})
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("%s: got %d %q, want 404", host, resp.StatusCode, body)
+		}
+		if !resp.Close {
+			t.Errorf("%s: the connection is kept open after a 404", host)
+		}
+		bodies = append(bodies, strings.Replace(body, host, "HOST", 1))
 	}
-	if !p2.isPrivate(target{testID, 8080}) || p2.isPrivate(target{testID, 8081}) {
-		t.Errorf("after a restart: private marks %v", p2.private)
+	if bodies[0] != bodies[1] {
+		t.Errorf("an unknown sandbox and an unpublished port answer differently: %q, %q", bodies[0], bodies[1])
+	}
+	// withdrawn while published: 404 from then on
+	get(t, ps, "8080-"+testID+".localhost", "/", nil)
+	fn.mu.Lock()
+	delete(fn.published, 8080)
+	fn.mu.Unlock()
+	if resp, _ := get(t, ps, "8080-"+testID+".localhost", "/", nil); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("withdrawn port: got %d, want 404", resp.StatusCode)
+	}
+	_, taken, _ := fn.settled(0)
+	fn.mu.Lock()
+	dials := fn.dials
+	fn.mu.Unlock()
+	if taken != 1 || dials != 1 {
+		t.Errorf("leases taken %d, dials %d; want 1 and 1 (the one published request only)", taken, dials)
 	}
 }
 
@@ -449,7 +501,7 @@ func TestProxyWebSocket(t *testing.T) {
 func TestProxyLeaseLinger(t *testing.T) {
 	hold := make(chan struct{})
 	app := echoApp(t, hold)
-	fn := &fakeNet{addr: strings.TrimPrefix(app.URL, "http://")}
+	fn := newFakeNet(strings.TrimPrefix(app.URL, "http://"))
 	p, err := NewProxy(ProxyConfig{Manager: fn, Domain: "localhost", Secret: testSecret, Linger: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

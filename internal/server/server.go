@@ -36,6 +36,10 @@ type Manager interface {
 	SetPersistent(ctx context.Context, ref string, persistent bool) (*api.Sandbox, error)
 	// Lifecycle and reach (ports.go, logs.go, pty.go in internal/sandbox).
 	Ports(ctx context.Context, ref string) ([]api.Port, error)
+	// Preview publications (preview.go in internal/sandbox).
+	Publish(ctx context.Context, ref string, port int, private bool) (id string, err error)
+	Unpublish(ctx context.Context, ref string, port int) error
+	Previews(ctx context.Context, ref string) (id string, ps []api.Preview, err error)
 	Dial(ctx context.Context, ref string, port int) (net.Conn, error)
 	Lease(ctx context.Context, ref string) (release func(), err error)
 	PTY(ctx context.Context, ref string, cmd, env []string, cwd string, cols, rows int) (master *os.File, wait func() (int, error), err error)
@@ -130,6 +134,8 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("GET /v1/sandboxes/{id}/metrics", s.sandboxMetrics)
 	mux.HandleFunc("GET /v1/sandboxes/{id}/ports", s.ports)
 	mux.HandleFunc("POST /v1/sandboxes/{id}/preview", s.preview)
+	mux.HandleFunc("GET /v1/sandboxes/{id}/preview", s.previews)
+	mux.HandleFunc("DELETE /v1/sandboxes/{id}/preview/{port}", s.unpreview)
 	mux.HandleFunc("GET /v1/sandboxes/{id}/exec/pty", s.pty)
 	mux.HandleFunc("GET /v1/sandboxes/{id}/execs/{exec}/attach", s.attach)
 	mux.HandleFunc("GET /metrics", s.prometheus)
@@ -158,6 +164,9 @@ func requireToken(token string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := []byte(r.Header.Get("Authorization"))
 		if subtle.ConstantTimeCompare(got, want) != 1 {
+			// a client without the token is not kept: no keep-alive, no
+			// reading the rest of its body
+			dropAfterReply(w, r)
 			writeError(w, api.Errorf(api.ErrUnauthorized, "a valid bearer token is required (set SBX_TOKEN)"))
 			return
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sort"
 	"strings"
 	"testing"
 
@@ -20,6 +21,54 @@ type fakeManager struct {
 	readErr error
 	readOut string
 	gotReq  api.CreateRequest
+	// published ports of sb_aaaaaaaaaa (named "web"): true if private
+	published map[int]bool
+}
+
+func (f *fakeManager) resolve(ref string) (string, error) {
+	if ref == "sb_aaaaaaaaaa" || ref == "web" {
+		return "sb_aaaaaaaaaa", nil
+	}
+	return "", api.Errorf(api.ErrNotFound, "sandbox %s not found", ref)
+}
+
+func (f *fakeManager) Publish(ctx context.Context, ref string, port int, private bool) (string, error) {
+	id, err := f.resolve(ref)
+	if err != nil {
+		return "", err
+	}
+	if f.published == nil {
+		f.published = map[int]bool{}
+	}
+	if f.published[port] && !private {
+		return "", api.Errorf(api.ErrConflict, "port %d is published private", port)
+	}
+	f.published[port] = f.published[port] || private
+	return id, nil
+}
+
+func (f *fakeManager) Unpublish(ctx context.Context, ref string, port int) error {
+	if _, err := f.resolve(ref); err != nil {
+		return err
+	}
+	if _, ok := f.published[port]; !ok {
+		return api.Errorf(api.ErrNotFound, "port %d is not published", port)
+	}
+	delete(f.published, port)
+	return nil
+}
+
+func (f *fakeManager) Previews(ctx context.Context, ref string) (string, []api.Preview, error) {
+	id, err := f.resolve(ref)
+	if err != nil {
+		return "", nil, err
+	}
+	var ps []api.Preview
+	for port, private := range f.published {
+		ps = append(ps, api.Preview{Port: port, Private: private})
+	}
+	sort.Slice(ps, func(i, j int) bool { return ps[i].Port < ps[j].Port })
+	return id, ps, nil
 }
 
 func (f *fakeManager) Get(ctx context.Context, ref string) (*api.Sandbox, error) {
@@ -121,6 +170,10 @@ func TestToken(t *testing.T) {
 		resp, body := do(t, "GET", ts.URL+"/v1/sandboxes/sb_aaaaaaaaaa", tc.token, "")
 		if resp.StatusCode != tc.status {
 			t.Errorf("token %q: status %d, want %d (%s)", tc.token, resp.StatusCode, tc.status, body)
+		}
+		// a client without the token is not kept connected
+		if resp.Close != (tc.status == 401) {
+			t.Errorf("token %q: connection closed %v, want %v", tc.token, resp.Close, tc.status == 401)
 		}
 	}
 }

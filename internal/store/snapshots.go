@@ -31,13 +31,17 @@ type Snapshot struct {
 	// Pids and DiskLimit are the source's limits.
 	Pids      int
 	DiskLimit int64
+	// Network is the network mode of the sandbox it was taken of, which a
+	// sandbox made from it keeps.
+	Network string
 }
 
-// CreateSnapshot inserts a snapshot; a taken name is api.ErrConflict.
+// CreateSnapshot inserts a snapshot; a taken name is api.ErrConflict. Its
+// network mode is its sandbox's (sn.Network is set to it).
 func (s *Store) CreateSnapshot(ctx context.Context, sn *Snapshot) error {
-	_, err := s.q.ExecContext(ctx, `INSERT INTO snapshots (name, id, sandbox_id, template, memory, cpus, mem_limit, created_at, size, paused_ns, disk, template_version, pids, disk_limit)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		sn.Name, sn.ID, sn.SandboxID, sn.Template, sn.Memory, sn.CPUs, sn.MemLimit, sn.CreatedAt.UnixNano(), sn.Size, int64(sn.Paused), sn.Disk, sn.TemplateVersion, sn.Pids, sn.DiskLimit)
+	err := s.q.QueryRowContext(ctx, `INSERT INTO snapshots (name, id, sandbox_id, template, memory, cpus, mem_limit, created_at, size, paused_ns, disk, template_version, pids, disk_limit, network)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, COALESCE((SELECT network FROM sandboxes WHERE id = ?), '')) RETURNING network`,
+		sn.Name, sn.ID, sn.SandboxID, sn.Template, sn.Memory, sn.CPUs, sn.MemLimit, sn.CreatedAt.UnixNano(), sn.Size, int64(sn.Paused), sn.Disk, sn.TemplateVersion, sn.Pids, sn.DiskLimit, sn.SandboxID).Scan(&sn.Network)
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: snapshots.name") {
 		return api.Errorf(api.ErrConflict, "snapshot name %q is taken", sn.Name)
 	}
@@ -54,12 +58,12 @@ func (s *Store) SnapshotNameTaken(ctx context.Context, name string) (bool, error
 	return n > 0, err
 }
 
-const snapshotCols = `name, id, sandbox_id, template, memory, cpus, mem_limit, created_at, size, paused_ns, disk, template_version, pids, disk_limit`
+const snapshotCols = `name, id, sandbox_id, template, memory, cpus, mem_limit, created_at, size, paused_ns, disk, template_version, pids, disk_limit, network`
 
 func scanSnapshot(row interface{ Scan(...any) error }) (*Snapshot, error) {
 	var sn Snapshot
 	var created, paused int64
-	if err := row.Scan(&sn.Name, &sn.ID, &sn.SandboxID, &sn.Template, &sn.Memory, &sn.CPUs, &sn.MemLimit, &created, &sn.Size, &paused, &sn.Disk, &sn.TemplateVersion, &sn.Pids, &sn.DiskLimit); err != nil {
+	if err := row.Scan(&sn.Name, &sn.ID, &sn.SandboxID, &sn.Template, &sn.Memory, &sn.CPUs, &sn.MemLimit, &created, &sn.Size, &paused, &sn.Disk, &sn.TemplateVersion, &sn.Pids, &sn.DiskLimit, &sn.Network); err != nil {
 		return nil, err
 	}
 	sn.CreatedAt = time.Unix(0, created)

@@ -64,7 +64,7 @@ func (s *Store) update(ctx context.Context, fn func(tx *Store) error) error {
 
 // migrations bring a database from user_version i to i+1; a database is
 // never opened by an sbx that does not know its version.
-var migrations = []string{schemaV1, schemaV2, schemaV3, schemaV4, schemaV5, schemaV6, schemaV7, schemaV8}
+var migrations = []string{schemaV1, schemaV2, schemaV3, schemaV4, schemaV5, schemaV6, schemaV7, schemaV8, schemaV9}
 
 const schemaV1 = `
 CREATE TABLE IF NOT EXISTS sandboxes (
@@ -113,6 +113,20 @@ ALTER TABLE snapshots ADD COLUMN template_version TEXT NOT NULL DEFAULT '';
 ALTER TABLE snapshots ADD COLUMN pids INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE snapshots ADD COLUMN disk_limit INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE images ADD COLUMN retire_at INTEGER;
+`
+
+// schemaV9 records each sandbox's (and snapshot's) network mode, and the
+// ports published on the preview proxy: the only ones it serves.
+const schemaV9 = `
+ALTER TABLE sandboxes ADD COLUMN network TEXT NOT NULL DEFAULT '';
+ALTER TABLE snapshots ADD COLUMN network TEXT NOT NULL DEFAULT '';
+CREATE TABLE previews (
+	sandbox_id  TEXT NOT NULL,
+	port        INTEGER NOT NULL,
+	private     INTEGER NOT NULL DEFAULT 0,
+	created_at  INTEGER NOT NULL,
+	PRIMARY KEY (sandbox_id, port)
+);
 `
 
 // schemaV7 names the live state "ready", the word sbx users already know.
@@ -272,6 +286,8 @@ type Sandbox struct {
 	// Pids limits its processes; DiskLimit its disk changes, in bytes (0: none).
 	Pids      int
 	DiskLimit int64
+	// Network is "" (NAT egress) or "none" (loopback only).
+	Network string
 }
 
 func nullable(s string) any {
@@ -285,11 +301,11 @@ func nullable(s string) any {
 func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 	meta, _ := json.Marshal(sb.Meta)
 	_, err := s.q.ExecContext(ctx, `INSERT INTO sandboxes
-		(id, name, template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image, disk, template_version, pids, disk_limit)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		(id, name, template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image, disk, template_version, pids, disk_limit, network)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, nullable(sb.Name), sb.Template, string(sb.State), sb.Reason, sb.CreatedAt.UnixNano(),
 		int64(sb.TTL), string(meta), sb.CPUs, sb.Memory, sb.LastActivity.UnixNano(),
-		sb.Source, sb.Parent, sb.MemoryRestored, sb.ResumeReason, sb.Image, sb.Disk, sb.TemplateVersion, sb.Pids, sb.DiskLimit)
+		sb.Source, sb.Parent, sb.MemoryRestored, sb.ResumeReason, sb.Image, sb.Disk, sb.TemplateVersion, sb.Pids, sb.DiskLimit, sb.Network)
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: sandboxes.name") {
 		return api.Errorf(api.ErrConflict, "name %q is taken", sb.Name)
 	}
@@ -406,6 +422,9 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 		if _, err := tx.q.ExecContext(ctx, `DELETE FROM execs WHERE sandbox_id = ?`, id); err != nil {
 			return fmt.Errorf("delete sandbox %s: %w", id, err)
 		}
+		if _, err := tx.q.ExecContext(ctx, `DELETE FROM previews WHERE sandbox_id = ?`, id); err != nil {
+			return fmt.Errorf("delete sandbox %s: %w", id, err)
+		}
 		if _, err := tx.q.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id); err != nil {
 			return fmt.Errorf("delete sandbox %s: %w", id, err)
 		}
@@ -413,7 +432,7 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	})
 }
 
-const sandboxCols = `id, COALESCE(name, ''), template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image, persistent, disk, template_version, pids, disk_limit`
+const sandboxCols = `id, COALESCE(name, ''), template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image, persistent, disk, template_version, pids, disk_limit, network`
 
 func scanSandbox(row interface{ Scan(...any) error }) (*Sandbox, error) {
 	var sb Sandbox
@@ -421,7 +440,7 @@ func scanSandbox(row interface{ Scan(...any) error }) (*Sandbox, error) {
 	var created, ttl, last int64
 	if err := row.Scan(&sb.ID, &sb.Name, &sb.Template, &state, &sb.Reason, &created, &ttl, &meta, &sb.CPUs, &sb.Memory, &last,
 		&sb.Source, &sb.Parent, &sb.MemoryRestored, &sb.ResumeReason, &sb.Image, &sb.Persistent, &sb.Disk,
-		&sb.TemplateVersion, &sb.Pids, &sb.DiskLimit); err != nil {
+		&sb.TemplateVersion, &sb.Pids, &sb.DiskLimit, &sb.Network); err != nil {
 		return nil, err
 	}
 	sb.State = api.State(state)

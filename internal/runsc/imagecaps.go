@@ -1,0 +1,123 @@
+package runsc
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// A checkpoint's state file (checkpoint.img) starts with runsc's magic, an
+// 8-byte big-endian length and that many bytes of JSON metadata, which
+// holds the specs the sandbox was checkpointed with
+// (gvisor.dev/gvisor/pkg/state/statefile).
+const (
+	stateFile        = "checkpoint.img"
+	stateMagic       = "\x67\x56\x69\x73\x6f\x72\x53\x46"
+	specsMetadataKey = "container_specs"
+	// maxStateMetadata bounds what is read of an image's metadata (runsc's
+	// own limit is 16 MiB; the specs of one container take a few KiB).
+	maxStateMetadata = 4 << 20
+)
+
+// keepImageCapabilities makes the bundle's capabilities those the image
+// was taken with, when they differ: runsc refuses to restore an image into
+// a spec whose capabilities changed, and images taken before defaultCaps
+// was narrowed must still restore. Capabilities outside legacyCaps are
+// never taken from an image. The restored processes keep the capabilities
+// they had in any case; the spec's only have to agree.
+func keepImageCapabilities(bundle, imageDir string) error {
+	caps, err := imageCapabilities(imageDir)
+	if err != nil || caps == nil {
+		// no readable metadata: let runsc judge the image
+		return nil
+	}
+	for _, set := range [][]string{caps.Bounding, caps.Effective, caps.Permitted, caps.Inheritable, caps.Ambient} {
+		for _, c := range set {
+			if !slices.Contains(legacyCaps, c) {
+				return fmt.Errorf("image %s asks for capability %s, which no sbx sandbox ever had", imageDir, c)
+			}
+		}
+	}
+	path := filepath.Join(bundle, "config.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return fmt.Errorf("bundle %s: %w", bundle, err)
+	}
+	if spec.Process == nil || sameCaps(spec.Process.Capabilities, caps) {
+		return nil
+	}
+	spec.Process.Capabilities = caps
+	b, err = json.MarshalIndent(&spec, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func sameCaps(a, b *specs.LinuxCapabilities) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return slices.Equal(a.Bounding, b.Bounding) && slices.Equal(a.Effective, b.Effective) &&
+		slices.Equal(a.Permitted, b.Permitted) && slices.Equal(a.Inheritable, b.Inheritable) &&
+		slices.Equal(a.Ambient, b.Ambient)
+}
+
+// imageCapabilities returns the capabilities of the first process of the
+// container an image was taken of, or nil if the image does not say.
+func imageCapabilities(imageDir string) (*specs.LinuxCapabilities, error) {
+	f, err := os.Open(filepath.Join(imageDir, stateFile))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var head [len(stateMagic) + 8]byte
+	if _, err := io.ReadFull(f, head[:]); err != nil {
+		return nil, err
+	}
+	if string(head[:len(stateMagic)]) != stateMagic {
+		return nil, errors.New("not a runsc state file")
+	}
+	n := binary.BigEndian.Uint64(head[len(stateMagic):])
+	if n > maxStateMetadata {
+		return nil, fmt.Errorf("state metadata of %d bytes is over %d", n, maxStateMetadata)
+	}
+	raw := make([]byte, n)
+	if _, err := io.ReadFull(f, raw); err != nil {
+		return nil, err
+	}
+	var meta map[string]string
+	if err := json.Unmarshal(raw, &meta); err != nil {
+		return nil, err
+	}
+	s, ok := meta[specsMetadataKey]
+	if !ok {
+		return nil, nil
+	}
+	var all map[string]*specs.Spec
+	if err := json.Unmarshal([]byte(s), &all); err != nil {
+		return nil, err
+	}
+	// one container per sandbox
+	for _, spec := range all {
+		if spec != nil && spec.Process != nil {
+			return spec.Process.Capabilities, nil
+		}
+	}
+	return nil, nil
+}
