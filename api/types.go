@@ -45,6 +45,13 @@ type Sandbox struct {
 	ResumeReason   string `json:"resumeReason,omitempty"`
 	// Persistent sandboxes are exempt from the idle reaper.
 	Persistent bool `json:"persistent,omitempty"`
+	// TemplateVersion is the version of Template the sandbox was made on and
+	// holds for as long as it lives.
+	TemplateVersion string `json:"templateVersion,omitempty"`
+	// Pids and DiskLimit are its process limit (per user inside) and disk
+	// limit in bytes.
+	Pids      int   `json:"pids,omitempty"`
+	DiskLimit int64 `json:"diskLimitBytes,omitempty"`
 	// Network is "" (NAT egress under the daemon's policy) or "none"
 	// (loopback only); forks, snapshots and resumes keep it.
 	Network string `json:"network,omitempty"`

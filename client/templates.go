@@ -92,10 +92,15 @@ func (c *Client) importTar(ctx context.Context, name string, tar io.Reader, forc
 	return readProgress(resp.Body, name, progress)
 }
 
-// RemoveTemplate removes the name; the version it pointed at stays for the
-// sandboxes and snapshots made on it. api.ErrNotFound if there is none.
-func (c *Client) RemoveTemplate(ctx context.Context, name string) error {
-	return c.call(ctx, http.MethodDelete, "/v1/templates/"+url.PathEscape(name), nil, nil, nil)
+// RemoveTemplate removes the name and returns what it pointed at, with the
+// sandboxes and snapshots that still hold that version (HeldBy): its files
+// stay until the last of them goes. api.ErrNotFound if there is no such name.
+func (c *Client) RemoveTemplate(ctx context.Context, name string) (*api.Template, error) {
+	var t api.Template
+	if err := c.call(ctx, http.MethodDelete, "/v1/templates/"+url.PathEscape(name), nil, nil, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
 }
 
 // readProgress follows a progress stream to its last event. An image

@@ -349,6 +349,17 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 	}
 }
 
+// rangeArgs is cobra.RangeArgs as a usage error that says what the
+// arguments are.
+func rangeArgs(min, max int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < min || len(args) > max {
+			return usagef("%s takes %s, got %d argument(s)", cmd.Name(), what, len(args))
+		}
+		return nil
+	}
+}
+
 // completeSandboxes completes the first argument with the ids and names of
 // the sandboxes sbxd has.
 func completeSandboxes(e *env) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {

@@ -133,6 +133,8 @@ func newExecCmd(e *env) *cobra.Command {
 				_, err = e.stdout.Write(ev.Data)
 			case "stderr":
 				_, err = e.stderr.Write(ev.Data)
+			case "notice":
+				_, err = fmt.Fprintf(e.stderr, "sbx: %s\n", ev.Message)
 			}
 			return err
 		})

@@ -76,6 +76,14 @@ func infoLines(sb *api.Sandbox) [][2]string {
 	if sb.Memory != 0 {
 		add("memory", size(sb.Memory))
 	}
+	if sb.DiskLimit != 0 {
+		add("disk", size(sb.DiskLimit))
+	}
+	if sb.Pids != 0 {
+		add("pids", fmt.Sprint(sb.Pids))
+	}
+	add("network", sb.Network)
+	add("template version", sb.TemplateVersion)
 	add("address", sb.Address)
 	add("from", sb.From)
 	add("parent", sb.Parent)

@@ -11,15 +11,17 @@ import (
 
 func newNewCmd(e *env) *cobra.Command {
 	var (
-		template, from, name, memory string
-		meta                         []string
-		cpus                         float64
+		template, from, name, memory, disk, network string
+		meta                                        []string
+		cpus                                        float64
+		pids                                        int
 	)
 	cmd := &cobra.Command{
 		Use:        "new [flags]",
 		SuggestFor: []string{"run", "create", "start"},
 		Short:      "create a sandbox and print its id",
 		Example: "  sbx new --template base --name web --ttl 30m --memory 1G --cpus 1 --meta team=core\n" +
+			"  sbx new --disk 20G --pids 1000 --network none\n" +
 			"  sbx new --from before-upgrade      # from a snapshot (with memory: its processes carry on)",
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
@@ -36,12 +38,19 @@ func newNewCmd(e *env) *cobra.Command {
 	fs.StringArrayVar(&meta, "meta", nil, "metadata key=value (repeatable)")
 	fs.Float64Var(&cpus, "cpus", 0, "CPU limit, e.g. 0.5 (0: no limit)")
 	fs.StringVar(&memory, "memory", "", "memory limit, e.g. 512M or 2G (default: sbxd's)")
+	fs.StringVar(&disk, "disk", "", "disk limit, e.g. 10G: past it writes fail with ENOSPC inside (default: sbxd's)")
+	fs.IntVar(&pids, "pids", 0, "process limit, per user inside (default: sbxd's)")
+	fs.StringVar(&network, "network", "", `"none": loopback only, no network (default: NAT egress under sbxd's policy)`)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if template != "" && from != "" {
 			return usagef("give --template or --from, not both: a sandbox from a snapshot boots on the snapshot's template")
 		}
 		opts := []client.CreateOption{client.WithTemplate(template), client.WithFrom(from), client.WithName(name),
-			client.WithTTLString(ttl.wire()), client.WithCPUs(cpus), client.WithMemoryString(memory)}
+			client.WithTTLString(ttl.wire()), client.WithCPUs(cpus), client.WithMemoryString(memory),
+			client.WithDiskString(disk), client.WithPids(pids), client.WithNetwork(network)}
+		if network != "" && network != "none" {
+			return usagef("--network %q: the one network mode to ask for is none", network)
+		}
 		for _, kv := range meta {
 			k, v, ok := strings.Cut(kv, "=")
 			if !ok || k == "" {

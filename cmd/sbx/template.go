@@ -2,14 +2,13 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/client"
 )
 
 // templatesJSON is what `sbx --json template ls` prints.
@@ -25,22 +24,33 @@ func newTemplateCmd(e *env) *cobra.Command {
 		Args:       subcommandArgs,
 		RunE:       func(cmd *cobra.Command, args []string) error { return subcommandArgs(cmd, args) },
 	}
-	var force bool
+	var (
+		force, importForce bool
+		packages           []string
+		platform           string
+	)
 	build := &cobra.Command{
 		Use:   "build [flags] NAME",
-		Short: "build a template that ships with sbx (base, tiny); cached",
-		Args:  exactArgs(1, "a template name"),
+		Short: "build a template that ships with sbx (base, tiny), or base plus Debian packages; cached",
+		Example: "  sbx template build base\n" +
+			"  sbx template build ci --packages jq,postgresql-client   # base plus these packages",
+		Args: exactArgs(1, "a template name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := e.client()
 			if err != nil {
 				return err
 			}
+			var opts []client.TemplateOption
+			if len(packages) > 0 {
+				opts = append(opts, client.WithPackages(packages...))
+			}
 			p := e.progress()
-			t, err := c.BuildTemplate(e.ctx, args[0], force, p.event)
+			t, err := c.BuildTemplate(e.ctx, args[0], force, p.event, opts...)
 			return p.finish(t, err, "built")
 		},
 	}
-	build.Flags().BoolVar(&force, "force", false, "build again even if the template exists")
+	build.Flags().BoolVar(&force, "force", false, "build a new version even if the template exists (sandboxes on the old one keep it)")
+	build.Flags().StringSliceVar(&packages, "packages", nil, "Debian packages to add to base, comma-separated")
 	cmd.AddCommand(build, &cobra.Command{
 		Use:     "ls [flags]",
 		Aliases: []string{"list"},
@@ -63,9 +73,9 @@ func newTemplateCmd(e *env) *cobra.Command {
 			}
 			now := time.Now()
 			tw := e.table()
-			fmt.Fprintln(tw, "NAME\tSIZE\tSOURCE\tAGE")
+			fmt.Fprintln(tw, "NAME\tVERSION\tSIZE\tSOURCE\tAGE")
 			for _, t := range ts {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, size(t.Size), orDash(t.Source), age(now, t.CreatedAt))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, shortVersion(t.Version), size(t.Size), orDash(t.Source), age(now, t.CreatedAt))
 			}
 			return tw.Flush()
 		},
@@ -78,50 +88,58 @@ func newTemplateCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := c.RemoveTemplate(e.ctx, args[0]); err != nil {
+			t, err := c.RemoveTemplate(e.ctx, args[0])
+			if err != nil {
 				return err
 			}
 			if e.json {
-				return e.printJSON(map[string]string{"name": args[0]})
+				return e.printJSON(map[string]any{"template": t})
 			}
-			return nil
+			if len(t.HeldBy) == 0 {
+				_, err = fmt.Fprintf(e.stdout, "template %s removed; nothing holds its version %s, whose files go\n", t.Name, shortVersion(t.Version))
+				return err
+			}
+			_, err = fmt.Fprintf(e.stdout, "template %s removed; its version %s stays for: %s\n", t.Name, shortVersion(t.Version), strings.Join(t.HeldBy, ", "))
+			return err
 		},
-	}, &cobra.Command{
-		Use:   "import [flags] NAME PATH",
-		Short: "make a template from a root filesystem: a directory, a tar (or .tar.gz), or - for stdin",
-		Args:  exactArgs(2, "a template name and a path"),
+	})
+	imp := &cobra.Command{
+		Use:   "import [flags] NAME IMAGE",
+		Short: "make a template from a container image, or from a root filesystem",
+		Long: `IMAGE is any of:
+  an OCI image layout directory, an OCI archive, a docker-save archive
+  (gzipped or not; - for stdin), a registry reference (registry/repo:tag or
+  @sha256:..., pulled with the credentials of ~/.docker/config.json), or a
+  root filesystem: a directory or a tar. The forms oci:PATH, oci-archive:PATH,
+  docker-archive:PATH and docker://REF say which explicitly. Only the layers
+  sbxd does not have are sent; importing the same image again is instant.`,
+		Example: "  sbx template import ci ./image.tar          # docker save myimage > image.tar\n" +
+			"  sbx template import ci registry.local:5000/ci:latest\n" +
+			"  sbx template import rootfs ./rootfs-dir",
+		Args: exactArgs(2, "a template name and an image"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := e.client()
 			if err != nil {
 				return err
 			}
-			r, err := openImport(args[1], e.stdin)
-			if err != nil {
-				return err
-			}
-			defer r.Close()
 			p := e.progress()
-			t, err := c.ImportTemplate(e.ctx, args[0], r, p.event)
+			t, err := c.ImportTemplateFrom(e.ctx, args[0], args[1], p.event,
+				client.WithForce(importForce), client.WithStdin(e.stdin), client.WithPlatform(platform))
 			return p.finish(t, err, "imported")
 		},
-	})
+	}
+	imp.Flags().BoolVar(&importForce, "force", false, "point an existing name at the new version (sandboxes on the old one keep it)")
+	imp.Flags().StringVar(&platform, "platform", "", "the platform to take from a multi-platform image, os/arch (default: this host's)")
+	cmd.AddCommand(imp)
 	return cmd
 }
 
-// openImport returns what to upload for PATH: a tar made on the fly of a
-// directory, a file as it is (the server detects gzip), or stdin for "-".
-func openImport(p string, stdin io.Reader) (io.ReadCloser, error) {
-	if p == "-" {
-		return io.NopCloser(stdin), nil
+// shortVersion is a version as a table shows it.
+func shortVersion(v string) string {
+	if len(v) > 19 {
+		return v[:19]
 	}
-	fi, err := os.Stat(p)
-	if err != nil {
-		return nil, err
-	}
-	if fi.IsDir() {
-		return tarDir(p), nil
-	}
-	return os.Open(p)
+	return orDash(v)
 }
 
 // progressPrinter shows template progress: JSON lines with --json, one

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,7 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const execSyntax = "exec [--timeout DURATION] [--cwd DIR] [--env K=V]... -- PROG [ARGS...]"
+const execSyntax = "exec [--timeout DURATION] [--cwd DIR] [--env K=V]... [--user USER] -- PROG [ARGS...]"
 
 // defaultPath is the search path when $PATH is unset, as in a login shell.
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -37,9 +38,26 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cwd := fset.String("cwd", "", "directory to run the command in")
 	var env envFlag
 	fset.Var(&env, "env", "KEY=VALUE to set for the command (repeatable; wins over the sandbox's own)")
+	userName := fset.String("user", "", "run the command as this user: a name or uid, with :group (the sandbox's /etc/passwd)")
 	if err := fset.Parse(args); err != nil {
 		fmt.Fprintf(stderr, "sbx: exec: %s; usage: sbx-agent %s\n", err, execSyntax)
 		return ExitUsageExec
+	}
+	var cred *syscall.Credential
+	if *userName != "" {
+		u, err := lookupUser(*userName)
+		if err != nil {
+			fmt.Fprintf(stderr, "sbx: user %s: %s\n", *userName, oneLine(err.Error()))
+			return ExitUsageExec
+		}
+		cred = &syscall.Credential{Uid: uint32(u.uid), Gid: uint32(u.gid)}
+		for _, g := range u.groups {
+			cred.Groups = append(cred.Groups, uint32(g))
+		}
+		// the user's own, unless --env says otherwise (applied below)
+		os.Setenv("HOME", cmp.Or(u.home, "/"))
+		os.Setenv("USER", u.name)
+		os.Setenv("LOGNAME", u.name)
 	}
 	argv := fset.Args()
 	switch {
@@ -73,6 +91,13 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return code
 	}
 	if *timeout == 0 {
+		if cred != nil {
+			// become the user for good, then become the command
+			if err := dropTo(cred); err != nil {
+				fmt.Fprintf(stderr, "sbx: user %s: %s\n", *userName, err)
+				return ExitError
+			}
+		}
 		if code, ok := execInPlace(prog, argv, stdin, stdout, stderr); ok {
 			return code
 		}
@@ -88,7 +113,7 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		Stdin:       stdin,
 		Stdout:      stdout,
 		Stderr:      stderr,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Credential: cred},
 		// only matters when stdio is not an *os.File (tests): do not wait
 		// for background processes that keep the output pipes open
 		WaitDelay: 200 * time.Millisecond,
@@ -137,6 +162,21 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return ExitTimeoutExec
 		}
 	}
+}
+
+// dropTo makes this process (every thread of it) the user cred names.
+func dropTo(cred *syscall.Credential) error {
+	groups := make([]int, len(cred.Groups))
+	for i, g := range cred.Groups {
+		groups[i] = int(g)
+	}
+	if err := syscall.Setgroups(groups); err != nil {
+		return err
+	}
+	if err := syscall.Setgid(int(cred.Gid)); err != nil {
+		return err
+	}
+	return syscall.Setuid(int(cred.Uid))
 }
 
 // exitCode is the shell's view of how the command ended.

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -198,9 +200,11 @@ func (m *Manager) Exec(ctx context.Context, ref string, req api.ExecRequest) (*a
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, m.dataDirError(fmt.Errorf("exec in %s: %w", sb.ID, err))
 	}
-	start := agent.StartRequest{ID: e.ID, Argv: req.Cmd, Env: req.Env, Cwd: req.Cwd, User: req.User}
-	if start.User == "" {
-		start.User = m.defaultUser(sb)
+	// what the exec does not say, its template's defaults do
+	def := m.defaults(sb)
+	start := agent.StartRequest{ID: e.ID, Argv: req.Cmd, Env: append(slices.Clip(def.Env), req.Env...), Cwd: cmp.Or(req.Cwd, def.WorkDir), User: cmp.Or(req.User, def.User)}
+	if req.User != "" && req.Cwd == "" && def.WorkDir != "" && req.User != def.User {
+		start.Cwd = "" // another user's working directory is not the default one's
 	}
 	if timeout > 0 {
 		start.Timeout = timeout.String()

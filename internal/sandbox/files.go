@@ -15,7 +15,6 @@ import (
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/agent"
 	"sbx.dev/sbx/internal/runsc"
-	"sbx.dev/sbx/internal/store"
 )
 
 // Every file operation runs the agent inside the sandbox, so every path is
@@ -82,12 +81,6 @@ func (m *Manager) inspect(ctx context.Context, ref string, args ...string) ([]by
 		return nil, api.Errorf(api.ErrUnavailable, "%s: the sandbox did not answer within %s", args[0], inspectTimeout)
 	}
 	return out.Bytes(), err
-}
-
-// defaultUser is the user a request names when it names none: whose home ~
-// is, and who owns the files it makes. "" is root.
-func (m *Manager) defaultUser(sb *store.Sandbox) string {
-	return ""
 }
 
 // fileCommands are the agent's subcommands that take --user.

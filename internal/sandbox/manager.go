@@ -61,6 +61,7 @@ var _ Networks = (*netns.Manager)(nil)
 // no name points at and inUse says nothing holds.
 type Templates interface {
 	Resolve(name string) (api.Template, error)
+	Version(version string) (api.Template, error)
 	VersionRootfs(version string) (string, error)
 	Remove(name string) (api.Template, error)
 	Collect(inUse func(version string) bool) ([]string, error)
@@ -269,7 +270,7 @@ func toAPI(sb *store.Sandbox) *api.Sandbox {
 		CreatedAt: sb.CreatedAt, Meta: sb.Meta, CPUs: sb.CPUs, Memory: sb.Memory,
 		LastActivity: sb.LastActivity, Address: strings.TrimSuffix(netns.InsideAddr.String(), "/30"),
 		From: sb.Source, Parent: sb.Parent, MemoryRestored: sb.MemoryRestored, ResumeReason: sb.ResumeReason,
-		Persistent: sb.Persistent, Network: sb.Network,
+		Persistent: sb.Persistent, TemplateVersion: sb.TemplateVersion, Pids: sb.Pids, DiskLimit: sb.DiskLimit, Network: sb.Network,
 	}
 	if sb.Network == NetworkNone {
 		a.Address = "" // loopback only

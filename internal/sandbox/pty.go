@@ -1,10 +1,12 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -24,7 +26,7 @@ var DefaultShell = []string{"/bin/sh", "-c", "if [ -x /bin/bash ]; then exec /bi
 // returns: the caller must call wait. It returns api.ErrNotFound for an
 // unknown sandbox, api.ErrConflict for one not running, api.ErrInvalid for a
 // bad env, cwd or size.
-func (m *Manager) PTY(ctx context.Context, ref string, cmd, env []string, cwd string, cols, rows int) (*os.File, func() (int, error), error) {
+func (m *Manager) PTY(ctx context.Context, ref string, cmd, env []string, cwd, user string, cols, rows int) (*os.File, func() (int, error), error) {
 	for _, e := range env {
 		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
 			return nil, nil, api.Errorf(api.ErrInvalid, "env: %q is not KEY=VALUE", e)
@@ -48,9 +50,22 @@ func (m *Manager) PTY(ctx context.Context, ref string, cmd, env []string, cwd st
 	if cmd[0] == "" {
 		return nil, nil, api.Errorf(api.ErrInvalid, "cmd: give a command to run")
 	}
+	if strings.IndexByte(user, 0) >= 0 || strings.ContainsAny(user, "\n/") {
+		return nil, nil, api.Errorf(api.ErrInvalid, "user: %q is not a user name or uid", user)
+	}
 	sb, err := m.whenReady(ctx, ref)
 	if err != nil {
 		return nil, nil, err
+	}
+	def := m.defaults(sb)
+	if user == "" {
+		user, cwd = def.User, cmp.Or(cwd, def.WorkDir)
+	}
+	env = append(slices.Clip(def.Env), env...)
+	if user != "" && user != "0" && user != "root" {
+		// the agent becomes the user (from the sandbox's own /etc/passwd),
+		// then becomes the command
+		cmd = append([]string{runsc.AgentPath, "exec", "--user", user, "--"}, cmd...)
 	}
 	release, err := m.Lease(ctx, sb.ID)
 	if err != nil {

@@ -132,6 +132,7 @@ func (f fakeTemplates) Resolve(name string) (api.Template, error) {
 	return api.Template{Name: name, Version: "sha256:" + name}, nil
 }
 func (f fakeTemplates) VersionRootfs(v string) (string, error) { return f.dir, nil }
+func (f fakeTemplates) Version(v string) (api.Template, error) { return api.Template{Version: v}, nil }
 func (f fakeTemplates) Remove(name string) (api.Template, error) {
 	return api.Template{Name: name, Version: "sha256:" + name}, nil
 }

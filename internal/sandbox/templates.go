@@ -22,6 +22,8 @@ import (
 type versionLeases struct {
 	mu sync.Mutex
 	n  map[string]int
+	// defaults caches each version's defaults (a version never changes).
+	defaults map[string]api.TemplateDefaults
 }
 
 // takeLocked holds version; the caller holds mu.
@@ -94,6 +96,36 @@ func shortVersion(v string) string {
 	}
 	return v
 }
+
+// defaults are what a command in sb gets unless it asks otherwise: its
+// template version's defaults (a user, a working directory, environment).
+func (m *Manager) defaults(sb *store.Sandbox) api.TemplateDefaults {
+	if sb.TemplateVersion == "" {
+		return api.TemplateDefaults{}
+	}
+	m.versions.mu.Lock()
+	d, ok := m.versions.defaults[sb.TemplateVersion]
+	m.versions.mu.Unlock()
+	if ok {
+		return d
+	}
+	t, err := m.cfg.Templates.Version(sb.TemplateVersion)
+	if err != nil {
+		m.log.Warn("read a template version's defaults", "version", sb.TemplateVersion, "err", err)
+		return api.TemplateDefaults{}
+	}
+	m.versions.mu.Lock()
+	if m.versions.defaults == nil {
+		m.versions.defaults = map[string]api.TemplateDefaults{}
+	}
+	m.versions.defaults[sb.TemplateVersion] = t.Defaults // a version never changes
+	m.versions.mu.Unlock()
+	return t.Defaults
+}
+
+// defaultUser is the user a request names when it names none: who runs a
+// command, whose home ~ is, who owns the files it makes. "" is root.
+func (m *Manager) defaultUser(sb *store.Sandbox) string { return m.defaults(sb).User }
 
 // versionsInUse returns the versions held by a record (with its holders)
 // or by a create in flight.

@@ -113,7 +113,7 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	master, wait, err := s.m.PTY(ctx, r.PathValue("id"), q["cmd"], q["env"], q.Get("cwd"), cols, rows)
+	master, wait, err := s.m.PTY(ctx, r.PathValue("id"), q["cmd"], q["env"], q.Get("cwd"), q.Get("user"), cols, rows)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -27,7 +27,7 @@ type ptyManager struct {
 	calls  atomic.Int32
 }
 
-func (f *ptyManager) PTY(ctx context.Context, ref string, cmd, env []string, cwd string, cols, rows int) (*os.File, func() (int, error), error) {
+func (f *ptyManager) PTY(ctx context.Context, ref string, cmd, env []string, cwd, user string, cols, rows int) (*os.File, func() (int, error), error) {
 	if ref != "sb_aaaaaaaaaa" {
 		return nil, nil, api.Errorf(api.ErrNotFound, "sandbox %s not found", ref)
 	}

@@ -42,7 +42,7 @@ type Manager interface {
 	Previews(ctx context.Context, ref string) (id string, ps []api.Preview, err error)
 	Dial(ctx context.Context, ref string, port int) (net.Conn, error)
 	Lease(ctx context.Context, ref string) (release func(), err error)
-	PTY(ctx context.Context, ref string, cmd, env []string, cwd string, cols, rows int) (master *os.File, wait func() (int, error), err error)
+	PTY(ctx context.Context, ref string, cmd, env []string, cwd, user string, cols, rows int) (master *os.File, wait func() (int, error), err error)
 	Logs(ctx context.Context, ref, stream string, follow bool, tail int, emit func(api.LogEvent) error) error
 	Metrics(ctx context.Context, ref string) (*api.Metrics, error)
 	Exec(ctx context.Context, ref string, req api.ExecRequest) (*api.Exec, error)
