@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -364,6 +365,7 @@ func (s *supervisor) spawn(req initRequest) initReply {
 		prog, argv = self, append([]string{self, "exec", "--timeout", timeout.String(), "--"}, req.Argv...)
 	}
 
+	s.prune()
 	dir := filepath.Join(s.dir, req.ID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -460,6 +462,54 @@ func (s *supervisor) wait() (int, syscall.WaitStatus, bool) {
 		}
 	}
 	return 0, 0, false
+}
+
+// Ended commands' directories are kept for re-attaching (their output, and
+// their exit code) until there are more than keepEnded of them or they
+// hold more than keepEndedBytes; then the oldest go. The host has long
+// had what it needs of them by then.
+const (
+	keepEnded      = 256
+	keepEndedBytes = 128 << 20
+)
+
+// prune removes the oldest ended commands' directories past the budget.
+func (s *supervisor) prune() {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return
+	}
+	type ended struct {
+		dir  string
+		at   time.Time
+		size int64
+	}
+	var all []ended
+	var total int64
+	for _, e := range ents {
+		dir := filepath.Join(s.dir, e.Name())
+		fi, err := os.Stat(filepath.Join(dir, "exit"))
+		if err != nil {
+			continue // running, or not a command
+		}
+		var size int64
+		for _, f := range []string{"stdout", "stderr"} {
+			if fi, err := os.Stat(filepath.Join(dir, f)); err == nil {
+				size += fi.Size()
+			}
+		}
+		all = append(all, ended{dir, fi.ModTime(), size})
+		total += size
+	}
+	if len(all) <= keepEnded && total <= keepEndedBytes {
+		return
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].at.Before(all[j].at) })
+	for i := 0; i < len(all) && (len(all)-i > keepEnded || total > keepEndedBytes); i++ {
+		if os.RemoveAll(all[i].dir) == nil {
+			total -= all[i].size
+		}
+	}
 }
 
 // recordExit writes the exit file of a command that has ended, and tells

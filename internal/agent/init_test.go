@@ -562,3 +562,29 @@ func TestBinaryClientGoesAway(t *testing.T) {
 		t.Errorf("attach from %d: got %q, want %q", offset, out2.String(), want)
 	}
 }
+
+// TestPruneEnded: ended commands' directories go, oldest first, once there
+// are too many; running ones never do.
+func TestPruneEnded(t *testing.T) {
+	s := startSupervisor(t)
+	for i := 0; i < keepEnded+5; i++ {
+		dir := filepath.Join(s.dir, fmt.Sprintf("ex_old%03d", i))
+		os.MkdirAll(dir, 0o700)
+		os.WriteFile(filepath.Join(dir, "exit"), []byte("0\n"), 0o600)
+		os.Chtimes(filepath.Join(dir, "exit"), time.Now(), time.Now().Add(time.Duration(i)*time.Second))
+	}
+	running := filepath.Join(s.dir, "ex_running")
+	os.MkdirAll(running, 0o700)
+	s.prune()
+	for i := 0; i < 5; i++ {
+		if _, err := os.Stat(filepath.Join(s.dir, fmt.Sprintf("ex_old%03d", i))); !os.IsNotExist(err) {
+			t.Errorf("the oldest ended command %d is kept past the budget", i)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(s.dir, fmt.Sprintf("ex_old%03d", keepEnded+4))); err != nil {
+		t.Errorf("the newest ended command went: %v", err)
+	}
+	if _, err := os.Stat(running); err != nil {
+		t.Errorf("a running command's directory went: %v", err)
+	}
+}

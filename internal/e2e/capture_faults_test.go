@@ -115,7 +115,7 @@ func TestDeleteAndOrphans(t *testing.T) {
 func TestResumeFallback(t *testing.T) {
 	d := shared
 	id := d.newSandbox(t, "--template", "tiny")
-	d.must(t, "exec", id, "--", "sh", "-c", "echo kept > /root/disk-file")
+	d.must(t, "exec", id, "--", "sh", "-c", "echo kept > /tmp/disk-file")
 	d.must(t, "stop", id, "--wait")
 	pages, _ := filepath.Glob(filepath.Join(d.dir, "images", "im_*", "memory", "checkpoint.img"))
 	var damaged int
@@ -142,8 +142,8 @@ func TestResumeFallback(t *testing.T) {
 	if sb.State != api.StateReady || sb.MemoryRestored || sb.ResumeReason == "" {
 		t.Errorf("resume from the disk: %+v, want running, memoryRestored false and a reason", sb)
 	}
-	if out := d.must(t, "exec", id, "--", "cat", "/root/disk-file"); out != "kept\n" {
-		t.Errorf("after booting from the disk: /root/disk-file = %q", out)
+	if out := d.must(t, "exec", id, "--", "cat", "/tmp/disk-file"); out != "kept\n" {
+		t.Errorf("after booting from the disk: /tmp/disk-file = %q", out)
 	}
 }
 

@@ -59,8 +59,8 @@ func mustGet(t *testing.T, d *daemon, id string) hit {
 // startServer starts the token server detached in sandbox id.
 func startServer(t *testing.T, d *daemon, id string) hit {
 	t.Helper()
-	d.must(t, "exec", id, "--", "sh", "-c", "mkdir -p /srv && cat > /srv/server.py <<'EOF'\n"+serverPy+"EOF")
-	d.must(t, "exec", id, "--detach", "--", "python3", "/srv/server.py", "8080")
+	d.must(t, "exec", id, "--", "sh", "-c", "mkdir -p /tmp/srv && cat > /tmp/srv/server.py <<'EOF'\n"+serverPy+"EOF")
+	d.must(t, "exec", id, "--detach", "--", "python3", "/tmp/srv/server.py", "8080")
 	var h hit
 	waitFor(t, "the server to answer", 20*time.Second, func() bool {
 		var ok bool
@@ -150,7 +150,7 @@ func TestCaptureAcceptance(t *testing.T) {
 	})
 
 	t.Run("snapshots", func(t *testing.T) {
-		d.must(t, "exec", id, "--", "sh", "-c", "echo evidence > /root/marker")
+		d.must(t, "exec", id, "--", "sh", "-c", "echo evidence > /tmp/marker")
 		disk, mem := "acc-disk-"+randHex(3), "acc-mem-"+randHex(3)
 		d.must(t, "snapshot", id, disk)
 		t.Cleanup(func() { d.sbx(t, "snapshot", "rm", disk) })
@@ -164,8 +164,8 @@ func TestCaptureAcceptance(t *testing.T) {
 		mustGet(t, d, id)
 
 		fromDisk := d.newSandbox(t, "--from", disk)
-		if out := d.must(t, "exec", fromDisk, "--", "cat", "/root/marker"); out != "evidence\n" {
-			t.Errorf("disk snapshot: /root/marker = %q", out)
+		if out := d.must(t, "exec", fromDisk, "--", "cat", "/tmp/marker"); out != "evidence\n" {
+			t.Errorf("disk snapshot: /tmp/marker = %q", out)
 		}
 		if _, ok := get(t, d, fromDisk); ok {
 			t.Errorf("disk snapshot: the server answers, but processes are not carried over")
@@ -180,8 +180,8 @@ func TestCaptureAcceptance(t *testing.T) {
 		if !sb.MemoryRestored || sb.From != mem {
 			t.Errorf("sandbox from a memory snapshot: %+v", sb)
 		}
-		if out := d.must(t, "exec", fromMem, "--", "cat", "/root/marker"); out != "evidence\n" {
-			t.Errorf("memory snapshot: /root/marker = %q", out)
+		if out := d.must(t, "exec", fromMem, "--", "cat", "/tmp/marker"); out != "evidence\n" {
+			t.Errorf("memory snapshot: /tmp/marker = %q", out)
 		}
 	})
 }

@@ -52,12 +52,12 @@ func TestExecOnCrash(t *testing.T) {
 		}
 	}
 	id := d.newSandbox(t, "--template", "base")
-	d.must(t, "exec", id, "--", "mkdir", "-p", "/work")
-	d.must(t, "scp", bin, id+":/work/crash")
+	d.must(t, "exec", id, "--", "mkdir", "-p", "/tmp/work")
+	d.must(t, "scp", bin, id+":/tmp/work/crash")
 
 	t.Run("crash", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "bundle")
-		r := d.sbx(t, "exec", "--on-crash", "--crash-dir", dir, id, "--", "/work/crash")
+		r := d.sbx(t, "exec", "--on-crash", "--crash-dir", dir, id, "--", "/tmp/work/crash")
 		if r.code != 139 {
 			t.Fatalf("exit %d, want 139\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 		}
@@ -84,7 +84,7 @@ func TestExecOnCrash(t *testing.T) {
 		}
 		for what, pred := range map[string]func(string) bool{
 			"core":      func(n string) bool { return n == "core" },
-			"binary":    func(n string) bool { return n == "files/work/crash" },
+			"binary":    func(n string) bool { return n == "files/tmp/work/crash" },
 			"libc.so.6": func(n string) bool { return strings.HasPrefix(n, "files/") && strings.HasSuffix(n, "/libc.so.6") },
 			"mappings":  func(n string) bool { return n == "mappings.txt" },
 			"maps":      func(n string) bool { return n == "maps" },
@@ -101,8 +101,8 @@ func TestExecOnCrash(t *testing.T) {
 
 	// a script runs under gdb through its #! interpreter; what it execs is traced
 	t.Run("script that execs", func(t *testing.T) {
-		d.must(t, "exec", id, "--", "sh", "-c", `printf '#!/bin/sh\necho from the script\nexec /work/crash "$@"\n' >/work/run.sh && chmod +x /work/run.sh`)
-		r := d.sbx(t, "exec", "--on-crash", "--crash-dir", filepath.Join(t.TempDir(), "bundle"), id, "--", "/work/run.sh")
+		d.must(t, "exec", id, "--", "sh", "-c", `printf '#!/bin/sh\necho from the script\nexec /tmp/work/crash "$@"\n' >/tmp/work/run.sh && chmod +x /tmp/work/run.sh`)
+		r := d.sbx(t, "exec", "--on-crash", "--crash-dir", filepath.Join(t.TempDir(), "bundle"), id, "--", "/tmp/work/run.sh")
 		if r.code != 139 {
 			t.Fatalf("exit %d, want 139\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 		}
@@ -121,7 +121,7 @@ func TestExecOnCrash(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer os.Chdir(wd)
-		r := d.sbx(t, "exec", "--on-crash", id, "--", "/work/crash", "3")
+		r := d.sbx(t, "exec", "--on-crash", id, "--", "/tmp/work/crash", "3")
 		if r.code != 3 {
 			t.Fatalf("exit %d, want 3\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 		}

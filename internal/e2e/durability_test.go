@@ -38,8 +38,8 @@ http.server.HTTPServer(("0.0.0.0", 8080), H).serve_forever()
 func startHolder(t *testing.T, d *daemon) (string, hit) {
 	t.Helper()
 	id := d.newSandbox(t, "--template", "base", "--memory", "1G")
-	d.must(t, "exec", id, "--", "sh", "-c", "cat > /root/holder.py <<'EOF'\n"+memHolderPy+"EOF")
-	d.must(t, "exec", id, "--detach", "--", "python3", "/root/holder.py")
+	d.must(t, "exec", id, "--", "sh", "-c", "cat > /tmp/holder.py <<'EOF'\n"+memHolderPy+"EOF")
+	d.must(t, "exec", id, "--detach", "--", "python3", "/tmp/holder.py")
 	var h hit
 	waitFor(t, "the marker holder to answer", 60*time.Second, func() bool {
 		var ok bool

@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/client"
 )
 
 // TestTemplateImport: a template made from a directory and one from a tar
@@ -125,4 +127,118 @@ func templateRootfs(t *testing.T, d *daemon, name string) string {
 		t.Fatal(err)
 	}
 	return filepath.Join(templateCache(), "versions", strings.Replace(tm.Version, ":", "-", 1), "rootfs")
+}
+
+// TestTemplateVersionsHeld: a template rebuilt (a new version under the
+// same name) or removed never moves under what was made on it: a running
+// sandbox, a stopped one, a snapshot and a fork keep working on the
+// version they were made on; rm says who still holds it; its files go
+// only once nothing does.
+func TestTemplateVersionsHeld(t *testing.T) {
+	d := shared
+	ctx := context.Background()
+	tiny := templateRootfs(t, d, "tiny")
+	name := "held-" + randHex(3)
+	imp := func(flavour string, force bool) *api.Template {
+		dir := t.TempDir()
+		if out, err := exec.Command("cp", "-a", tiny+"/.", dir).CombinedOutput(); err != nil {
+			t.Fatalf("cp: %v %s", err, out)
+		}
+		os.WriteFile(filepath.Join(dir, "etc", "flavour"), []byte(flavour+"\n"), 0o644)
+		tm, err := d.client.ImportTemplateFrom(ctx, name, dir, nil, client.WithForce(force))
+		if err != nil {
+			t.Fatalf("import %s: %v", flavour, err)
+		}
+		return tm
+	}
+	v1 := imp("one", false)
+	t.Cleanup(func() { d.client.RemoveTemplate(context.Background(), name) })
+	newOn := func() string {
+		sb, err := d.client.Create(ctx, client.WithTemplate(name))
+		if err != nil {
+			t.Fatalf("create on %s: %v", name, err)
+		}
+		t.Cleanup(func() { d.client.Delete(context.Background(), sb.ID) })
+		return sb.ID
+	}
+	flavour := func(id string) string {
+		t.Helper()
+		return strings.TrimSpace(d.must(t, "exec", id, "--", "sh", "-c", "cat /etc/flavour && ls /bin | wc -l >/dev/null"))
+	}
+	running, stopped := newOn(), newOn()
+	d.must(t, "exec", running, "--detach", "--", "sleep", "1000")
+	snap := "held-snap-" + randHex(3)
+	d.must(t, "snapshot", running, snap, "--memory")
+	t.Cleanup(func() { d.client.DeleteSnapshot(context.Background(), snap) })
+	d.must(t, "stop", stopped, "--wait")
+
+	// a rebuild: the name points at a new version
+	v2 := imp("two", true)
+	if v1.Version == v2.Version {
+		t.Fatalf("a rebuild with other content kept the version %s", v1.Version)
+	}
+	kids, err := d.client.Fork(ctx, running, api.ForkRequest{})
+	if err != nil {
+		t.Fatalf("fork after a rebuild: %v", err)
+	}
+	fork := kids[0].ID
+	t.Cleanup(func() { d.client.Delete(context.Background(), fork) })
+	if got := flavour(running); got != "one" {
+		t.Errorf("a running sandbox after a rebuild sees %q, want its own version's %q", got, "one")
+	}
+	if got := flavour(fork); got != "one" {
+		t.Errorf("a fork made after the rebuild sees %q, want its parent's version's %q", got, "one")
+	}
+	d.must(t, "resume", stopped)
+	if got := flavour(stopped); got != "one" {
+		t.Errorf("a stopped sandbox resumed after a rebuild sees %q, want %q", got, "one")
+	}
+	from := strings.TrimSpace(d.must(t, "new", "--from", snap))
+	t.Cleanup(func() { d.client.Delete(context.Background(), from) })
+	if got := flavour(from); got != "one" {
+		t.Errorf("a sandbox from a snapshot taken before the rebuild sees %q, want %q", got, "one")
+	}
+	if got := flavour(newOn()); got != "two" {
+		t.Errorf("a new sandbox sees %q, want the new version's %q", got, "two")
+	}
+
+	// a removal: the name goes, the versions stay for what holds them
+	rm, err := d.client.RemoveTemplate(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rm.Version != v2.Version || len(rm.HeldBy) == 0 {
+		t.Errorf("template rm: %+v, want version %s and who holds it", rm, v2.Version)
+	}
+	r := d.sbx(t, "template", "rm", name)
+	if r.code == 0 || !strings.Contains(r.stderr, "not found") {
+		t.Errorf("rm of a removed name: exit %d %q", r.code, r.stderr)
+	}
+	if got := flavour(running); got != "one" {
+		t.Errorf("after rm, the running sandbox sees %q", got)
+	}
+	d.must(t, "stop", running, "--wait")
+	d.must(t, "resume", running)
+	if got := flavour(running); got != "one" {
+		t.Errorf("after rm, a stop and resume sees %q", got)
+	}
+	// once nothing holds them, the versions' files go
+	versionDir := func(v string) string {
+		return filepath.Join(templateCache(), "versions", strings.Replace(v, ":", "-", 1))
+	}
+	if _, err := os.Stat(versionDir(v1.Version)); err != nil {
+		t.Fatalf("version %s is gone while sandboxes hold it: %v", v1.Version, err)
+	}
+	sbs, _ := d.client.List(ctx)
+	for _, sb := range sbs {
+		if sb.TemplateVersion == v1.Version || sb.TemplateVersion == v2.Version {
+			d.client.Delete(ctx, sb.ID)
+		}
+	}
+	d.client.DeleteSnapshot(ctx, snap)
+	waitFor(t, "the versions nothing holds to be collected", 30*time.Second, func() bool {
+		_, e1 := os.Stat(versionDir(v1.Version))
+		_, e2 := os.Stat(versionDir(v2.Version))
+		return os.IsNotExist(e1) && os.IsNotExist(e2)
+	})
 }

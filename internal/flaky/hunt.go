@@ -221,10 +221,21 @@ func Hunt(ctx context.Context, c HuntClient, o HuntOptions) (*HuntSummary, error
 
 // startLoop copies the source in, writes the loop script and starts it detached.
 func startLoop(ctx context.Context, c HuntClient, id string, o *HuntOptions) (*api.Exec, error) {
-	// made as root: the test's user may not create /work; it gets it after
-	asRoot := ""
-	if o.User != "" {
-		asRoot = "0"
+	// made as root: the test's user (o.User, else the template's default
+	// user) may not create /work; it gets it after
+	const asRoot = "0"
+	owner := o.User
+	if owner == "" {
+		var out bytes.Buffer
+		x, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", "echo $(id -u):$(id -g)"}}, &out, io.Discard)
+		if err != nil {
+			return nil, fmt.Errorf("who runs the test in %s: %w", id, err)
+		}
+		if x.ExitCode != nil && *x.ExitCode == 0 {
+			if u := strings.TrimSpace(out.String()); u != "0:0" && u != "" {
+				owner = u
+			}
+		}
 	}
 	x, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"mkdir", "-p", HuntDir}, User: asRoot}, io.Discard, io.Discard)
 	if err != nil {
@@ -238,14 +249,14 @@ func startLoop(ctx context.Context, c HuntClient, id string, o *HuntOptions) (*a
 			return nil, fmt.Errorf("copy the source into /work of %s: %w", id, err)
 		}
 	}
-	if o.User != "" {
+	if owner != "" {
 		var out bytes.Buffer
-		x, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"chown", "-R", "--", o.User, "/work"}, User: asRoot}, &out, &out)
+		x, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"chown", "-R", "--", owner, "/work"}, User: asRoot}, &out, &out)
 		if err != nil {
-			return nil, fmt.Errorf("give /work of %s to %s: %w", id, o.User, err)
+			return nil, fmt.Errorf("give /work of %s to %s: %w", id, owner, err)
 		}
 		if x.ExitCode == nil || *x.ExitCode != 0 {
-			return nil, api.Errorf(api.ErrInvalid, "give /work of %s to user %s: %s", id, o.User, strings.TrimSpace(out.String()))
+			return nil, api.Errorf(api.ErrInvalid, "give /work of %s to user %s: %s", id, owner, strings.TrimSpace(out.String()))
 		}
 	}
 	if o.OnCrash {

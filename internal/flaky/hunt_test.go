@@ -217,7 +217,7 @@ func TestHuntFailureOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantSetup := []string{"create", "exec mkdir -p " + HuntDir, "writetar /work", "write " + huntLoop, "detach /bin/sh " + huntLoop, "follow x_loop"}
+	wantSetup := []string{"create", "exec sh -c echo $(id -u):$(id -g)", "exec (as 0) mkdir -p " + HuntDir, "writetar /work", "write " + huntLoop, "detach /bin/sh " + huntLoop, "follow x_loop"}
 	if diff := cmp.Diff(wantSetup, f.calls[:len(wantSetup)]); diff != "" {
 		t.Errorf("calls before the loop ended (-want +got):\n%s", diff)
 	}

@@ -32,12 +32,16 @@ const (
 // was narrowed must still restore. Capabilities outside legacyCaps are
 // never taken from an image. The restored processes keep the capabilities
 // they had in any case; the spec's only have to agree.
+//
+// Mounts sbx added since (RunSbxMount) are dropped from the bundle when
+// the image lacks them, for the same reason.
 func keepImageCapabilities(bundle, imageDir string) error {
-	caps, err := imageCapabilities(imageDir)
-	if err != nil || caps == nil {
+	old, err := imageSpec(imageDir)
+	if err != nil || old == nil || old.Process == nil {
 		// no readable metadata: let runsc judge the image
 		return nil
 	}
+	caps := old.Process.Capabilities
 	for _, set := range [][]string{caps.Bounding, caps.Effective, caps.Permitted, caps.Inheritable, caps.Ambient} {
 		for _, c := range set {
 			if !slices.Contains(legacyCaps, c) {
@@ -54,10 +58,18 @@ func keepImageCapabilities(bundle, imageDir string) error {
 	if err := json.Unmarshal(b, &spec); err != nil {
 		return fmt.Errorf("bundle %s: %w", bundle, err)
 	}
-	if spec.Process == nil || sameCaps(spec.Process.Capabilities, caps) {
+	changed := false
+	if spec.Process != nil && caps != nil && !sameCaps(spec.Process.Capabilities, caps) {
+		spec.Process.Capabilities = caps
+		changed = true
+	}
+	if !slices.ContainsFunc(old.Mounts, isRunSbx) && slices.ContainsFunc(spec.Mounts, isRunSbx) {
+		spec.Mounts = slices.DeleteFunc(spec.Mounts, isRunSbx)
+		changed = true
+	}
+	if !changed {
 		return nil
 	}
-	spec.Process.Capabilities = caps
 	b, err = json.MarshalIndent(&spec, "", "  ")
 	if err != nil {
 		return err
@@ -78,9 +90,21 @@ func sameCaps(a, b *specs.LinuxCapabilities) bool {
 		slices.Equal(a.Ambient, b.Ambient)
 }
 
+func isRunSbx(m specs.Mount) bool { return m.Destination == RunSbx }
+
 // imageCapabilities returns the capabilities of the first process of the
 // container an image was taken of, or nil if the image does not say.
 func imageCapabilities(imageDir string) (*specs.LinuxCapabilities, error) {
+	spec, err := imageSpec(imageDir)
+	if err != nil || spec == nil || spec.Process == nil {
+		return nil, err
+	}
+	return spec.Process.Capabilities, nil
+}
+
+// imageSpec returns the spec of the container an image was taken of, or
+// nil if the image does not say.
+func imageSpec(imageDir string) (*specs.Spec, error) {
 	f, err := os.Open(filepath.Join(imageDir, stateFile))
 	if err != nil {
 		return nil, err
@@ -116,7 +140,7 @@ func imageCapabilities(imageDir string) (*specs.LinuxCapabilities, error) {
 	// one container per sandbox
 	for _, spec := range all {
 		if spec != nil && spec.Process != nil {
-			return spec.Process.Capabilities, nil
+			return spec, nil
 		}
 	}
 	return nil, nil

@@ -16,6 +16,13 @@ const AgentDir = "/.sbx"
 // AgentPath is the agent binary as seen from inside a sandbox.
 const AgentPath = AgentDir + "/sbx-agent"
 
+// RunSbx is where the agent keeps its bookkeeping inside a sandbox, a tmpfs
+// of runSbxSize.
+const (
+	RunSbx     = "/run/sbx"
+	runSbxSize = "512m"
+)
+
 // DefaultPath is the PATH of every process sbx starts in a sandbox.
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -87,6 +94,10 @@ func Spec(o SpecOptions) *specs.Spec {
 			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
 			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
 			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777"}},
+			// the agent's bookkeeping (execs' output and exit codes): in the
+			// sandbox's memory, so that a sandbox whose disk is full still runs
+			// and reports commands
+			{Destination: RunSbx, Type: "tmpfs", Source: "sbx", Options: []string{"nosuid", "nodev", "mode=755", "size=" + runSbxSize}},
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 			{Destination: AgentDir, Type: "bind", Source: o.AgentDir, Options: []string{"rbind", "ro"}},
 			{Destination: "/etc/resolv.conf", Type: "bind", Source: filepath.Join(o.EtcDir, "resolv.conf"), Options: []string{"rbind", "rw"}},

@@ -28,6 +28,9 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 	if err != nil {
 		return nil, err
 	}
+	if err := m.checkRoom("create"); err != nil {
+		return nil, err
+	}
 	mem, err := ParseSize("memory", req.Memory)
 	if err != nil {
 		return nil, err

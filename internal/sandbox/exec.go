@@ -184,6 +184,9 @@ func (m *Manager) Exec(ctx context.Context, ref string, req api.ExecRequest) (*a
 	if err != nil {
 		return nil, err
 	}
+	if err := m.checkRoom("exec"); err != nil {
+		return nil, err
+	}
 	sb, err := m.whenReady(ctx, ref)
 	if err != nil {
 		return nil, err
@@ -257,7 +260,7 @@ func (m *Manager) startCopier(run *execRun, argv []string, stdin []byte, offsets
 	run.attaches++
 	m.execs.put(run)
 	go func() {
-		code, lost := -1, ""
+		lost := ""
 		for ev := range sh.Events {
 			switch {
 			case ev.Pid > 0:
@@ -266,15 +269,19 @@ func (m *Manager) startCopier(run *execRun, argv []string, stdin []byte, offsets
 				run.mu.Unlock()
 				m.execs.broadcast()
 			case ev.Exit != nil:
-				code = *ev.Exit
+				// the end is known now; the shim may take a while longer
+				// (its exit file waits for room on a full disk)
+				m.finishExec(context.Background(), run, *ev.Exit)
 			case ev.Lost != "":
 				lost = ev.Lost
 			}
 		}
-		if code < 0 {
-			if c, ok := runsc.ReadExit(run.dir); ok {
-				code = c
-			}
+		if run.ended() {
+			return
+		}
+		code := -1
+		if c, ok := runsc.ReadExit(run.dir); ok {
+			code = c
 		}
 		m.copierEnded(run, code, lost)
 	}()

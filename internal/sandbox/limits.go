@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"syscall"
+
 	"sbx.dev/sbx/api"
 )
 
@@ -46,9 +48,9 @@ func (l Limits) resolve(memory int64, pids int, disk int64, hostMemory int64) (i
 	case maxMem > 0 && memory > maxMem:
 		what := "sbxd's maximum"
 		if maxMem == hostMemory {
-			what = "what this host has"
+			what = "this host has"
 		}
-		return 0, 0, 0, api.Errorf(api.ErrInvalid, "memory: %s is more than %s (%s)", fmtBytes(memory), what, fmtBytes(maxMem))
+		return 0, 0, 0, api.Errorf(api.ErrInvalid, "memory: %s is more than %s (%s); ask for at most that", fmtBytes(memory), what, fmtBytes(maxMem))
 	}
 	if pids == 0 {
 		pids = l.Pids
@@ -78,3 +80,21 @@ const (
 	minPids = 16
 	minDisk = 16 << 20
 )
+
+// minFree is the room sbxd wants on its data dir before it takes new work:
+// below it, new execs, sandboxes and captures are refused with a clear
+// error, and what is under way can still record how it ends (the store
+// keeps a reserve of its own besides).
+const minFree = 64 << 20
+
+// checkRoom refuses new work when the data dir is (nearly) full.
+func (m *Manager) checkRoom(what string) error {
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(m.cfg.DataDir, &fs); err != nil {
+		return nil // cannot tell: let the work say
+	}
+	if free := int64(fs.Bavail) * fs.Bsize; free < minFree {
+		return api.Errorf(api.ErrUnavailable, "%s: sbxd's data dir %s is full (%s free, it wants %s): free some space there", what, m.cfg.DataDir, fmtBytes(free), fmtBytes(minFree))
+	}
+	return nil
+}

@@ -197,6 +197,12 @@ func (m *Manager) installAgent() error {
 	if err != nil {
 		return fmt.Errorf("install agent: %w (build it with `make build`)", err)
 	}
+	// /.sbx in every sandbox: every user there runs the agent (a timeout
+	// is enforced by it), so it is open to all of them; the data dir around
+	// it keeps the host's other users out
+	if err := os.Chmod(m.agentDir(), 0o755); err != nil {
+		return fmt.Errorf("install agent: %w", err)
+	}
 	dst := filepath.Join(m.agentDir(), "sbx-agent")
 	if cur, err := os.ReadFile(dst); err == nil && string(cur) == string(src) {
 		return nil
