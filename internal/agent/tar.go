@@ -121,6 +121,14 @@ func runUntar(args []string, stdin io.Reader) error {
 	if err != nil {
 		return err
 	}
+	// what a request for a user extracts is that user's: an upload of a
+	// project is theirs to change, whoever owned it where it came from
+	if *user != "" {
+		if u, err := lookupUser(*user); err == nil && u.uid != 0 {
+			extractOwner = &u
+			defer func() { extractOwner = nil }()
+		}
+	}
 	fi, err := os.Stat(dest)
 	switch {
 	case err == nil && !fi.IsDir():
@@ -143,6 +151,9 @@ func runUntar(args []string, stdin io.Reader) error {
 	tmp := tempName(dest)
 	if err := os.Mkdir(tmp, 0o755); err != nil {
 		return pathError(filepath.Dir(dest), err)
+	}
+	if extractOwner != nil {
+		_ = os.Lchown(tmp, extractOwner.uid, extractOwner.gid)
 	}
 	if err := extract(stdin, tmp); err != nil {
 		os.RemoveAll(tmp)
@@ -409,11 +420,19 @@ func replaceWith(target string, hdr *tar.Header, create func(tmp string) error) 
 	return nil
 }
 
+// extractOwner, when set, owns everything untar extracts (one untar per
+// agent process).
+var extractOwner *passwdEntry
+
 // setMeta gives p the owner, mode and times of hdr, without following a
 // symlink at p.
 func setMeta(p string, hdr *tar.Header) error {
 	if os.Geteuid() == 0 {
-		if err := os.Lchown(p, hdr.Uid, hdr.Gid); err != nil {
+		uid, gid := hdr.Uid, hdr.Gid
+		if extractOwner != nil {
+			uid, gid = extractOwner.uid, extractOwner.gid
+		}
+		if err := os.Lchown(p, uid, gid); err != nil {
 			return err
 		}
 	}

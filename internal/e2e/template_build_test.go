@@ -29,22 +29,22 @@ func TestTemplateBaseUser(t *testing.T) {
 		"stat -c '%u:%g %a' /home/user":                     "1000:1000 755\n",
 		"stat -c '%a %U' /usr/bin/sudo /etc/sudoers.d/user": "4755 root\n440 root\n",
 		"cat /etc/sudoers.d/user":                           "user ALL=(ALL:ALL) NOPASSWD: ALL\n",
-		"su user -s /bin/sh -c 'touch ~/x && echo ok'":      "ok\n",
 		"python3 -c 'import pytest; print(1)'":              "1\n",
 	} {
-		if got := d.must(t, "exec", id, "--", "/bin/sh", "-c", cmd); got != want {
+		if got := d.must(t, "exec", id, "--user", "root", "--", "/bin/sh", "-c", cmd); got != want {
 			t.Errorf("%s = %q, want %q", cmd, got, want)
 		}
 	}
-	// sudo itself also needs runsc to honour setuid bits (runsc --allow-suid,
-	// which internal/runsc does not pass yet): until then say so, not fail
-	r := d.sbx(t, "exec", id, "--", "su", "user", "-s", "/bin/sh", "-c", "sudo -n id -u")
-	switch {
-	case r.code == 0 && r.stdout == "0\n":
-	case strings.Contains(r.stderr, "effective uid is not 0"):
-		t.Logf("sudo as user: runsc ignores setuid bits without --allow-suid: %s", strings.TrimSpace(r.stderr))
-	default:
-		t.Errorf("sudo -n id -u as user: exit %d %q %q", r.code, r.stdout, r.stderr)
+	// commands run as user by default, at home, and sudo works without a password
+	for cmd, want := range map[string]string{
+		"id -un; pwd; echo $HOME":  "user\n/home/user\n/home/user\n",
+		"touch ~/x && echo ok":     "ok\n",
+		"sudo -n id -u":            "0\n",
+		"touch /root/x 2>&1 || :": "touch: cannot touch '/root/x': Permission denied\n",
+	} {
+		if got := d.must(t, "exec", id, "--", "/bin/sh", "-c", cmd); got != want {
+			t.Errorf("as the default user, %s = %q, want %q", cmd, got, want)
+		}
 	}
 }
 

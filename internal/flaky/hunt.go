@@ -264,7 +264,7 @@ func startLoop(ctx context.Context, c HuntClient, id string, o *HuntOptions) (*a
 			return nil, fmt.Errorf("install the crash wrapper in %s: %w", id, err)
 		}
 	}
-	cfg := loopConfig{setup: o.Setup, runs: o.Runs, seedEnv: o.SeedEnv, test: o.Cmd, collect: o.Collect, onCrash: o.OnCrash}
+	cfg := loopConfig{setup: o.Setup, runs: o.Runs, seedEnv: o.SeedEnv, test: o.Cmd, collect: o.Collect, onCrash: o.OnCrash, user: owner}
 	if o.Timeout > 0 {
 		cfg.timeout = strconv.FormatFloat(o.Timeout.Seconds(), 'f', 3, 64)
 	}
@@ -272,7 +272,9 @@ func startLoop(ctx context.Context, c HuntClient, id string, o *HuntOptions) (*a
 	if err := c.WriteFile(ctx, id, huntLoop, strings.NewReader(script), int64(len(script)), 0o755); err != nil {
 		return nil, fmt.Errorf("write the loop into %s: %w", id, err)
 	}
-	x, err = c.ExecDetached(ctx, id, api.ExecRequest{Cmd: []string{"/bin/sh", huntLoop}, Cwd: "/", User: o.User})
+	// the loop runs as root (it reads the evidence of whatever the test
+	// left); the setup and the test run as owner
+	x, err = c.ExecDetached(ctx, id, api.ExecRequest{Cmd: []string{"/bin/sh", huntLoop}, Cwd: "/", User: asRoot})
 	if err != nil {
 		return nil, fmt.Errorf("start the loop in %s: %w", id, err)
 	}

@@ -128,6 +128,9 @@ type loopConfig struct {
 	// timeout, in seconds ("" for none), makes a run that lasts longer a
 	// failure, captured while it hangs: its processes are left alone.
 	timeout string
+	// user, if set, runs the setup and the test (the loop itself, and the
+	// evidence, run as root: gdb attaches to any process the test left).
+	user string
 }
 
 // listenWait is how long after a failure the loop keeps looking for the
@@ -200,7 +203,11 @@ stacks() {
 	done
 }
 `, shellQuote(HuntDir), shellQuote(crashDir), maxStacks, maxStacks)
-	run := "env " + c.seedEnv + `="$seed" ` + shellJoin(c.test)
+	asUser := ""
+	if c.user != "" {
+		asUser = "/.sbx/sbx-agent exec --user " + shellQuote(c.user) + " -- "
+	}
+	run := asUser + "env " + c.seedEnv + `="$seed" ` + shellJoin(c.test)
 	crashCheck, pre := "", ""
 	if c.onCrash {
 		// the wrapper failing is not the test failing
@@ -215,14 +222,14 @@ stacks() {
 fi
 `, loopCrashWrapper)
 		pre = "\trm -rf \"$CR/bundle\" \"$CR/status\"\n"
-		run = "env " + c.seedEnv + `="$seed" /bin/sh "$CR/run.sh" ` + shellJoin(c.test)
+		run = asUser + "env " + c.seedEnv + `="$seed" /bin/sh "$CR/run.sh" ` + shellJoin(c.test)
 	}
 	if c.setup != "" {
 		fmt.Fprintf(&b, `echo "sbx-hunt: setup"
-/bin/sh -c %s >"$H/setup.out" 2>&1
+%s/bin/sh -c %s >"$H/setup.out" 2>&1
 code=$?
 if [ $code -ne 0 ]; then echo "sbx-hunt: setup failed exit $code"; exit %d; fi
-`, shellQuote(c.setup), loopSetupFailed)
+`, asUser, shellQuote(c.setup), loopSetupFailed)
 	}
 	if c.timeout != "" {
 		b.WriteString(`# a watchdog's USR1: the run it names is the one under way, or a stale one

@@ -217,7 +217,7 @@ func TestHuntFailureOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantSetup := []string{"create", "exec sh -c echo $(id -u):$(id -g)", "exec (as 0) mkdir -p " + HuntDir, "writetar /work", "write " + huntLoop, "detach /bin/sh " + huntLoop, "follow x_loop"}
+	wantSetup := []string{"create", "exec sh -c echo $(id -u):$(id -g)", "exec (as 0) mkdir -p " + HuntDir, "writetar /work", "write " + huntLoop, "detach (as 0) /bin/sh " + huntLoop, "follow x_loop"}
 	if diff := cmp.Diff(wantSetup, f.calls[:len(wantSetup)]); diff != "" {
 		t.Errorf("calls before the loop ended (-want +got):\n%s", diff)
 	}
@@ -576,8 +576,9 @@ func TestLoopScriptStraySignal(t *testing.T) {
 	}
 }
 
-// TestHuntUser: with --user, /work is made as root and given to the user,
-// and the loop (the setup and every run) runs as the user.
+// TestHuntUser: with --user, /work is made as root and given to the user;
+// the loop runs as root (its evidence reads any process) and the setup and
+// every run as the user.
 func TestHuntUser(t *testing.T) {
 	f := newFakeHunt(failingLoop, loopFailed)
 	_, err := Hunt(context.Background(), f, HuntOptions{
@@ -588,8 +589,11 @@ func TestHuntUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"create", "exec (as 0) mkdir -p " + HuntDir, "writetar /work", "exec (as 0) chown -R -- user /work",
-		"write " + huntLoop, "detach (as user) /bin/sh " + huntLoop, "follow x_loop"}
+		"write " + huntLoop, "detach (as 0) /bin/sh " + huntLoop, "follow x_loop"}
 	if diff := cmp.Diff(want, f.calls[:len(want)]); diff != "" {
 		t.Errorf("calls before the loop ended (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(f.script, "/.sbx/sbx-agent exec --user user -- env SEED=") {
+		t.Errorf("the loop does not run the test as the user:\n%s", f.script)
 	}
 }
