@@ -37,9 +37,9 @@ func TestTemplateBaseUser(t *testing.T) {
 	}
 	// commands run as user by default, at home, and sudo works without a password
 	for cmd, want := range map[string]string{
-		"id -un; pwd; echo $HOME":  "user\n/home/user\n/home/user\n",
-		"touch ~/x && echo ok":     "ok\n",
-		"sudo -n id -u":            "0\n",
+		"id -un; pwd; echo $HOME": "user\n/home/user\n/home/user\n",
+		"touch ~/x && echo ok":    "ok\n",
+		"sudo -n id -u":           "0\n",
 		"touch /root/x 2>&1 || :": "touch: cannot touch '/root/x': Permission denied\n",
 	} {
 		if got := d.must(t, "exec", id, "--", "/bin/sh", "-c", cmd); got != want {
