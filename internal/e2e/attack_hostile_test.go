@@ -360,7 +360,7 @@ func TestAttackPidsLimitTimeout(t *testing.T) {
 		t.Fatalf("exec: %v", err)
 	}
 	if e.ExitCode == nil || *e.ExitCode != 124 {
-		t.Errorf("a command that hit its pids limit under --timeout 10s exited %v, want 124 (timed out)", e.ExitCode)
+		t.Errorf("a command that hit its pids limit under --timeout 10s exited %s, want 124 (timed out)", exitOf(e))
 	}
 	if strings.Contains(errb.String(), "goroutine ") || strings.Contains(errb.String(), "fatal error") {
 		t.Errorf("the command's stderr holds a Go runtime crash of sbx's agent: %q", lastBytes(firstLine(errb.String(), "fatal error"), 200))
@@ -386,4 +386,12 @@ func firstLine(s, sub string) string {
 		}
 	}
 	return s
+}
+
+// exitOf is an exec's exit code as text, "none" if it has none.
+func exitOf(e *api.Exec) string {
+	if e == nil || e.ExitCode == nil {
+		return "none"
+	}
+	return fmt.Sprint(*e.ExitCode)
 }
