@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -394,4 +395,72 @@ func exitOf(e *api.Exec) string {
 		return "none"
 	}
 	return fmt.Sprint(*e.ExitCode)
+}
+
+// TestAttackDiskLimitEtcFiles: a sandbox's disk changes are capped by its
+// overlay (`--disk`), but /etc/hosts and /etc/resolv.conf are bound
+// read-write from files in the sandbox's directory on the host, outside
+// the overlay. Root inside writes 300 MB into each with `--disk 100M`: the
+// host's data dir takes 600 MB, without limit. DESIGN §3: "Past its disk
+// limit a sandbox sees ENOSPC; the host's disk is not its to fill." These
+// files should be read-only binds, or counted and capped.
+func TestAttackDiskLimitEtcFiles(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny", "--disk", "100M")
+	r := d.sbx(t, "exec", "--timeout", "120", id, "--", "sh", "-c", "dd if=/dev/zero of=/big bs=1M count=200 2>/dev/null; echo overlay $?; rm -f /big; for f in /etc/hosts /etc/resolv.conf /etc/hostname; do dd if=/dev/zero of=$f bs=1M count=300 2>/dev/null; echo $f $?; done")
+	t.Logf("inside: %s", strings.TrimSpace(r.stdout))
+	if !strings.Contains(r.stdout, "overlay 1") {
+		t.Errorf("200 MB written under --disk 100M did not fail: %q", r.stdout)
+	}
+	var total int64
+	filepath.Walk(filepath.Join(d.dir, "sandboxes", id), func(p string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() && fi.Size() > 50<<20 {
+			t.Errorf("the host holds %s of %d MB, written by a sandbox with --disk 100M: its /etc binds are outside the disk limit", p, fi.Size()>>20)
+			total += fi.Size()
+		}
+		return nil
+	})
+	if total > 0 {
+		t.Logf("%d MB on the host outside the sandbox's 100 MB disk limit", total>>20)
+	}
+}
+
+// TestAttackPreviewOutlivesDelete: a request through the preview proxy to
+// a sandbox whose app holds it open (a slow response, a WebSocket) stays
+// open after the sandbox is deleted: the proxy keeps the client's
+// connection, its own upstream socket (which keeps the deleted sandbox's
+// gateway namespace alive in the kernel), a goroutine and a slot of its
+// connection limit, for as long as the client wishes. A delete should
+// close the connections into the sandbox it deletes.
+func TestAttackPreviewOutlivesDelete(t *testing.T) {
+	previewAddr := freePort()
+	d, err := startDaemon([]string{"--preview-listen", previewAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.stop(true) })
+	id := d.newSandbox(t, "--template", "tiny")
+	d.must(t, "exec", "-d", id, "--", "sh", "-c", "nc -l -p 8080 -e sleep 1000")
+	time.Sleep(time.Second)
+	d.must(t, "preview", id, "8080")
+	c, err := net.DialTimeout("tcp", previewAddr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: 8080-%s.localhost\r\n\r\n", id)
+	time.Sleep(2 * time.Second)
+	before := fdCount(t, d.cmd.Process.Pid)
+	if err := d.client.Delete(context.Background(), id); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	c.SetReadDeadline(time.Now().Add(15 * time.Second))
+	buf := make([]byte, 4096)
+	var rerr error
+	for rerr == nil {
+		_, rerr = c.Read(buf)
+	}
+	if ne, ok := rerr.(net.Error); ok && ne.Timeout() {
+		t.Errorf("a preview request into sandbox %s is still open 15 s after the sandbox was deleted (sbxd holds %d descriptors, %d before the delete): the proxy keeps it, and its upstream socket in the deleted sandbox's namespace, for as long as the client wants", id, fdCount(t, d.cmd.Process.Pid), before)
+	}
 }
