@@ -464,3 +464,73 @@ func TestAttackPreviewOutlivesDelete(t *testing.T) {
 		t.Errorf("a preview request into sandbox %s is still open 15 s after the sandbox was deleted (sbxd holds %d descriptors, %d before the delete): the proxy keeps it, and its upstream socket in the deleted sandbox's namespace, for as long as the client wants", id, fdCount(t, d.cmd.Process.Pid), before)
 	}
 }
+
+// stallScript stops every agent sbxd runs for one inspection verb and
+// leaves it stopped: an answer that never comes.
+const stallScript = `import os, sys, time, signal
+verb = sys.argv[1].encode()
+seen = set()
+while True:
+    for p in os.listdir("/proc"):
+        if not p.isdigit() or p in seen:
+            continue
+        try:
+            cl = open("/proc/%s/cmdline" % p, "rb").read().split(b"\0")
+        except Exception:
+            continue
+        if len(cl) > 1 and cl[0].endswith(b"sbx-agent") and verb in cl[1:2]:
+            seen.add(p)
+            try:
+                os.kill(int(p), signal.SIGSTOP)
+                print("stalled", p, flush=True)
+            except Exception as e:
+                print("failed", p, e, flush=True)
+    time.sleep(0.002)
+`
+
+// TestAttackLyingAgentStalls (held): root stops the agent of every `fs
+// stat`; the call fails within its bound (30 s, and runsc's 5 s grace)
+// with a clear error, and the sandbox still runs commands.
+func TestAttackLyingAgentStalls(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "base")
+	putFile(t, d, id, "/tmp/stall.py", stallScript)
+	detachRoot(t, d, id, "python3", "/tmp/stall.py", "stat")
+	time.Sleep(2 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	_, err := d.client.Stat(ctx, id, "/etc/hostname")
+	took := time.Since(start)
+	t.Logf("stat of a stalled agent: %v after %s", err, took.Round(time.Millisecond))
+	if err == nil {
+		t.Errorf("stat answered although its agent was stopped")
+	}
+	if took > 45*time.Second {
+		t.Errorf("stat of a stalled agent took %s, want its 30 s bound", took.Round(time.Second))
+	}
+	if out := d.must(t, "exec", id, "--", "echo", "ok"); out != "ok\n" {
+		t.Errorf("exec after the stall printed %q", out)
+	}
+}
+
+// TestAttackFsLsBigDir: a directory of 60,000 files with long names (a
+// build's object files, a cache) is listed by nobody: `sbx fs ls` fails
+// with "the sandbox answered more than 16 MiB; its agent may have been
+// replaced from inside". The user is told an attacker may be at work, and
+// has no way (a limit, paging) to list the directory at all. A legitimate
+// listing past the cap should be cut with a clear note (or paged), and the
+// message should not cry wolf.
+func TestAttackFsLsBigDir(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "base")
+	d.must(t, "exec", "-u", "root", "--timeout", "300", id, "--", "python3", "-c",
+		`import os
+os.makedirs("/srv/many", exist_ok=True)
+for i in range(60000):
+    open("/srv/many/%s-%06d.o" % ("x" * 200, i), "w").close()`)
+	r := d.sbx(t, "fs", "ls", id, "/srv/many")
+	if r.code != 0 {
+		t.Errorf("`sbx fs ls` of a directory of 60,000 files: exit %d, %q; a legitimate big listing is refused as an attack, with no way to list it", r.code, strings.TrimSpace(r.stderr))
+	}
+}
