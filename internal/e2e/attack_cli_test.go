@@ -59,7 +59,7 @@ func TestAttackDockerFlags(t *testing.T) {
 		{"held: new --rm", []string{"new", "--rm"}, "ttl"},
 		{"held: exec --privileged", []string{"exec", "--privileged", id, "true"}, "gVisor"},
 		{"exec --workdir (docker's long -w)", []string{"exec", "--workdir", "/tmp", id, "pwd"}, "--cwd"},
-		{"exec --env-file", []string{"exec", "--env-file", "/dev/null", id, "true"}, "-e"},
+		{"exec --env-file", []string{"exec", "--env-file", "/dev/null", id, "true"}, "variable"},
 		{"stop -t (docker's grace seconds)", []string{"stop", "-t", "10", id}, "memory"},
 		{"logs --since", []string{"logs", "--since", "5m", id}, "--tail"},
 		{"logs --timestamps", []string{"logs", "--timestamps", id}, "--tail"},
