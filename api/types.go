@@ -273,6 +273,12 @@ type ExecEvent struct {
 	Message string `json:"message,omitempty"`
 }
 
+// MaxListPage is the most entries one directory listing answers (fs/ls's
+// limit, and its default): a bigger directory is listed a page at a time,
+// each page asking for the names after the last one it got. A page bounds
+// what one answer of the sandbox can make sbxd hold.
+const MaxListPage = 5000
+
 // FileInfo describes one file inside a sandbox.
 type FileInfo struct {
 	Name    string    `json:"name"`

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
+	"strconv"
 
 	"sbx.dev/sbx/api"
 )
@@ -80,13 +81,34 @@ func (c *Client) Stat(ctx context.Context, id, path string) (*api.FileInfo, erro
 	return &fi, nil
 }
 
-// ReadDir lists the directory at path inside the sandbox.
+// maxListEntries is the most entries ReadDir gathers.
+const maxListEntries = 1 << 20
+
+// ReadDir lists the directory at path inside the sandbox, sorted by name,
+// a page (api.MaxListPage entries) at a time.
 func (c *Client) ReadDir(ctx context.Context, id, path string) ([]api.FileInfo, error) {
-	var fis []api.FileInfo
-	if err := c.call(ctx, http.MethodGet, sandboxPath(id, "fs", "ls"), url.Values{"path": {path}}, nil, &fis); err != nil {
-		return nil, err
+	var all []api.FileInfo
+	after := ""
+	for {
+		var page []api.FileInfo
+		q := url.Values{"path": {path}, "limit": {strconv.Itoa(api.MaxListPage)}}
+		if after != "" {
+			q.Set("after", after)
+		}
+		if err := c.call(ctx, http.MethodGet, sandboxPath(id, "fs", "ls"), q, nil, &page); err != nil {
+			return nil, err
+		}
+		all = append(all, page...)
+		if len(page) < api.MaxListPage {
+			return all, nil
+		}
+		// What a sandbox answers may be anything: each page must move on.
+		if last := page[len(page)-1].Name; last > after && len(all) < maxListEntries {
+			after = last
+		} else {
+			return nil, fmt.Errorf("list %s in %s: the sandbox's listing does not end (%d entries so far)", path, id, len(all))
+		}
 	}
-	return fis, nil
 }
 
 // drain reads what is left of a short answer so the connection can be reused.

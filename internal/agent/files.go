@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -195,11 +196,15 @@ func runStat(args []string, stdout io.Writer) error {
 	return writeJSON(stdout, info)
 }
 
-// runLs writes the apiFileInfo of each entry of a directory, sorted by name.
+// runLs writes the apiFileInfo of each entry of a directory, sorted by name:
+// with --after, only the names after that one; with --limit, at most that
+// many (a page: the caller asks again after the last name it got).
 func runLs(args []string, stdout io.Writer) error {
 	fset := flag.NewFlagSet("ls", flag.ContinueOnError)
 	user := userFlag(fset)
-	pos, err := parseFlags(fset, args, 1, "ls [--user U] PATH")
+	after := fset.String("after", "", "list only the names after this one")
+	limit := fset.Int("limit", 0, "list at most this many entries (0: all)")
+	pos, err := parseFlags(fset, args, 1, "ls [--user U] [--after NAME] [--limit N] PATH")
 	if err != nil {
 		return err
 	}
@@ -218,8 +223,22 @@ func runLs(args []string, stdout io.Writer) error {
 	if err != nil {
 		return pathError(path, err)
 	}
-	infos := make([]apiFileInfo, 0, len(ents))
+	if *after != "" {
+		i, _ := slices.BinarySearchFunc(ents, *after, func(e fs.DirEntry, name string) int { return strings.Compare(e.Name(), name) })
+		for i < len(ents) && ents[i].Name() == *after {
+			i++
+		}
+		ents = ents[i:]
+	}
+	n := len(ents)
+	if *limit > 0 {
+		n = min(n, *limit)
+	}
+	infos := make([]apiFileInfo, 0, n)
 	for _, e := range ents {
+		if *limit > 0 && len(infos) == *limit {
+			break
+		}
 		info, err := fileInfo(filepath.Join(path, e.Name()))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // removed since the listing

@@ -232,6 +232,38 @@ func TestStatAndLs(t *testing.T) {
 			t.Errorf("links: got %v, want %v", links, want)
 		}
 	})
+	t.Run("ls pages", func(t *testing.T) {
+		page := func(args ...string) []string {
+			code, stdout, stderr := run(t, nil, append([]string{"ls"}, append(args, dir)...)...)
+			if code != 0 {
+				t.Fatalf("ls %v: exit code %d: %s", args, code, stderr)
+			}
+			var got []api.FileInfo
+			if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, fi := range got {
+				names = append(names, fi.Name)
+			}
+			return names
+		}
+		for _, c := range []struct {
+			args []string
+			want []string
+		}{
+			{[]string{"--limit", "2"}, []string{"a-dir", "b-file"}},
+			{[]string{"--limit", "2", "--after", "b-file"}, []string{"c-link"}},
+			{[]string{"--after", "a"}, []string{"a-dir", "b-file", "c-link"}},
+			{[]string{"--after", "a-dir"}, []string{"b-file", "c-link"}},
+			{[]string{"--after", "b-fil~"}, []string{"c-link"}},
+			{[]string{"--after", "c-link"}, nil},
+		} {
+			if got := page(c.args...); !slices.Equal(got, c.want) {
+				t.Errorf("ls %v: got %v, want %v", c.args, got, c.want)
+			}
+		}
+	})
 	t.Run("ls empty", func(t *testing.T) {
 		_, stdout, _ := run(t, nil, "ls", dir+"/a-dir")
 		if stdout != "[]\n" {

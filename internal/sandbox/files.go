@@ -235,13 +235,25 @@ func (m *Manager) Stat(ctx context.Context, ref, p string) (*api.FileInfo, error
 	return &fi, nil
 }
 
-// ReadDir lists a directory of the sandbox. Inspection: no activity.
-func (m *Manager) ReadDir(ctx context.Context, ref, p string) ([]api.FileInfo, error) {
+// ReadDir lists a directory of the sandbox, sorted by name: the names after
+// after ("" from the start), at most limit of them (0: all, within the
+// bound of an agent's answer). Inspection: no activity.
+func (m *Manager) ReadDir(ctx context.Context, ref, p, after string, limit int) ([]api.FileInfo, error) {
 	p, err := checkPath(p)
 	if err != nil {
 		return nil, err
 	}
-	out, err := m.inspect(ctx, ref, "ls", p)
+	if strings.ContainsAny(after, "/\x00") {
+		return nil, api.Errorf(api.ErrInvalid, "after %q: not a file name", after)
+	}
+	args := []string{"ls"}
+	if after != "" {
+		args = append(args, "--after", after)
+	}
+	if limit > 0 {
+		args = append(args, "--limit", strconv.Itoa(limit))
+	}
+	out, err := m.inspect(ctx, ref, append(args, "--", p)...)
 	if err != nil {
 		return nil, err
 	}

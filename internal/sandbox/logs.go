@@ -619,7 +619,7 @@ func (m *Manager) Metrics(ctx context.Context, ref string) (*api.Metrics, error)
 	} else if b, ok := readCgroupInt("/sys/fs/cgroup", cg, "memory.current"); ok {
 		out.MemoryBytes = b
 	}
-	fis, err := m.ReadDir(ctx, sb.ID, "/proc")
+	fis, err := m.ReadDir(ctx, sb.ID, "/proc", "", 0)
 	if err != nil {
 		return nil, fmt.Errorf("metrics of %s: count processes: %w", sb.ID, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,7 +54,7 @@ type Manager interface {
 	WriteFile(ctx context.Context, ref, path string, r io.Reader, size int64, mode string) error
 	WriteTar(ctx context.Context, ref, path string, r io.Reader) error
 	Stat(ctx context.Context, ref, path string) (*api.FileInfo, error)
-	ReadDir(ctx context.Context, ref, path string) ([]api.FileInfo, error)
+	ReadDir(ctx context.Context, ref, path, after string, limit int) ([]api.FileInfo, error)
 	Creating(ctx context.Context, ref string) bool
 	// Templates: a removal says what still holds the version; a change
 	// has the versions nothing holds collected.
@@ -485,7 +486,17 @@ func (s *Server) stat(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) readDir(w http.ResponseWriter, r *http.Request) {
-	fis, err := s.m.ReadDir(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"))
+	q := r.URL.Query()
+	limit := api.MaxListPage
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > api.MaxListPage {
+			s.fail(w, r, api.Errorf(api.ErrInvalid, "limit %q: want a number of entries from 1 to %d", v, api.MaxListPage))
+			return
+		}
+		limit = n
+	}
+	fis, err := s.m.ReadDir(r.Context(), r.PathValue("id"), q.Get("path"), q.Get("after"), limit)
 	if err != nil {
 		s.fail(w, r, err)
 		return
