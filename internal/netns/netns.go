@@ -388,16 +388,19 @@ func (m *Manager) Delete(id string) error {
 	var errs []error
 	// delete up0 explicitly: namespace teardown is asynchronous, and the host
 	// side must be gone (its /30 free) when Delete returns
-	err := withHandle(gPath, func(h *netlink.Handle) error {
-		l, err := h.LinkByName(uplinkIf)
-		if err != nil {
-			if errors.As(err, &netlink.LinkNotFoundError{}) {
-				return nil
+	err := os.ErrNotExist
+	if isNamespace(gPath) { // a plain file (a crash between unmount and remove) is a gateway gone
+		err = withHandle(gPath, func(h *netlink.Handle) error {
+			l, err := h.LinkByName(uplinkIf)
+			if err != nil {
+				if errors.As(err, &netlink.LinkNotFoundError{}) {
+					return nil
+				}
+				return err
 			}
-			return err
-		}
-		return h.LinkDel(l)
-	})
+			return h.LinkDel(l)
+		})
+	}
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, fmt.Errorf("delete %s: %w", uplinkIf, err))
 	}

@@ -132,6 +132,12 @@ func ensureRunDir() error {
 	return nil
 }
 
+// isNamespace reports whether path is a namespace (a mounted nsfs file).
+func isNamespace(path string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(path, &st) == nil && st.Type == unix.NSFS_MAGIC
+}
+
 // removeNamed unmounts and removes a named namespace; a missing one is fine.
 func removeNamed(path string) error {
 	err := unix.Unmount(path, unix.MNT_DETACH)
