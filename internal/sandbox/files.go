@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -96,6 +97,35 @@ func (b *boundedBuffer) Bytes() []byte {
 
 // String returns what was written.
 func (b *boundedBuffer) String() string { return string(b.Bytes()) }
+
+// maxAnswerEntries is the most entries sbxd decodes from one agent answer
+// that lists things: 16 MiB of "{}," is millions of values, each costing
+// far more decoded than its bytes.
+const maxAnswerEntries = 1 << 16
+
+// decodeList decodes an agent's answer, a JSON array, one element at a
+// time, refusing one of more than max elements before it decodes them.
+func decodeList[T any](b []byte, max int, what string) ([]T, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return nil, fmt.Errorf("%s: decode agent answer: not a JSON array", what)
+	}
+	out := []T{}
+	for dec.More() {
+		if len(out) == max {
+			return nil, api.Errorf(api.ErrUnavailable, "%s: the sandbox answered more than %d entries; its agent may have been replaced from inside", what, max)
+		}
+		var v T
+		if err := dec.Decode(&v); err != nil {
+			return nil, fmt.Errorf("%s: decode agent answer: %w", what, err)
+		}
+		out = append(out, v)
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, fmt.Errorf("%s: decode agent answer: %w", what, err)
+	}
+	return out, nil
+}
 
 // inspect runs an agent call whose whole answer sbxd reads, within
 // maxAnswer bytes and inspectTimeout.
@@ -257,9 +287,13 @@ func (m *Manager) ReadDir(ctx context.Context, ref, p, after string, limit int) 
 	if err != nil {
 		return nil, err
 	}
-	var fis []api.FileInfo
-	if err := json.Unmarshal(out, &fis); err != nil {
-		return nil, fmt.Errorf("ls %s: decode agent answer: %w", p, err)
+	max := limit
+	if max <= 0 {
+		max = maxAnswerEntries
+	}
+	fis, err := decodeList[api.FileInfo](out, max, "ls "+p)
+	if err != nil {
+		return nil, err
 	}
 	return fis, nil
 }

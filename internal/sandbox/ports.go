@@ -2,8 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"net"
 
 	"sbx.dev/sbx/api"
@@ -16,9 +14,9 @@ func (m *Manager) Ports(ctx context.Context, ref string) ([]api.Port, error) {
 	if err != nil {
 		return nil, err
 	}
-	var ps []api.Port
-	if err := json.Unmarshal(out, &ps); err != nil {
-		return nil, fmt.Errorf("ports: decode agent answer: %w", err)
+	ps, err := decodeList[api.Port](out, maxAnswerEntries, "ports")
+	if err != nil {
+		return nil, err
 	}
 	if ps == nil {
 		ps = []api.Port{}
