@@ -247,6 +247,9 @@ func ShimMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "shim:", err)
 		return 1
 	}
+	// not inherited by runsc, nor by what runsc leaves behind: the report's
+	// end is the shim's
+	syscall.CloseOnExec(3)
 	report := os.NewFile(3, "report")
 	say := func(format string, args ...any) {
 		if report != nil {
@@ -337,10 +340,15 @@ func shimExec(spec ShimSpec, say func(string, ...any)) int {
 			}
 		}
 		cmd.Stderr = io.MultiWriter(rl, &runscErr)
-		if outPipe, err = cmd.StdoutPipe(); err != nil {
+		r, w, err := os.Pipe()
+		if err != nil {
 			say("lost %s", err)
 			return 1
 		}
+		defer r.Close()
+		defer w.Close()
+		cmd.Stdout = w
+		outPipe = r
 	} else {
 		cmd.Stdout = stdout
 	}
@@ -352,12 +360,28 @@ func shimExec(spec ShimSpec, say func(string, ...any)) int {
 	}
 	code, known, lost := -1, false, ""
 	offsets := spec.Offsets
+	waited := make(chan error, 1)
 	if spec.Framed {
+		// Our copy of the pipe's write end goes, so that its end is runsc
+		// exec's. But a process in the sandbox can hold the copier's
+		// output open after it ends (root there reopens /proc/PID/fd/1):
+		// the pipe never ends then. So the frames are read until the exit
+		// frame, or until a grace after runsc exec has ended.
+		_ = cmd.Stdout.(*os.File).Close()
+		go func() {
+			err := cmd.Wait()
+			_ = outPipe.(*os.File).SetReadDeadline(time.Now().Add(drainGrace))
+			waited <- err
+		}()
 		buf := make([]byte, frame.MaxPayload)
+	frames:
 		for {
 			typ, p, err := frame.Read(outPipe, buf)
 			if err != nil {
-				if !errors.Is(err, io.EOF) {
+				switch {
+				case errors.Is(err, os.ErrDeadlineExceeded):
+					lost = "the copier's output did not end with it (something in the sandbox holds it open)"
+				case !errors.Is(err, io.EOF):
 					lost = err.Error()
 				}
 				break
@@ -377,12 +401,16 @@ func shimExec(spec ShimSpec, say func(string, ...any)) int {
 			case frame.Exit:
 				if n, err := frame.Code(p); err == nil {
 					code, known = n, true
+					break frames // the copier's last word
 				}
 			}
 		}
+		_ = outPipe.(*os.File).SetReadDeadline(time.Now().Add(drainGrace))
 		_, _ = io.Copy(io.Discard, outPipe)
+	} else {
+		go func() { waited <- cmd.Wait() }()
 	}
-	werr := cmd.Wait()
+	werr := <-waited
 	if !spec.Framed {
 		code, known = exitCode(werr)
 	} else if !known && lost == "" {
@@ -410,6 +438,10 @@ func shimExec(spec ShimSpec, say func(string, ...any)) int {
 	}
 	return 0
 }
+
+// drainGrace is how long the shim reads a copier's output after runsc exec
+// has ended (what is left in the pipe), or after the exit frame.
+var drainGrace = 2 * time.Second
 
 // exitCode is the code of a finished command, if it exited.
 func exitCode(err error) (int, bool) {

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,6 +40,17 @@ func writeFrames(args []string) int {
 	case len(args) == 0:
 		_ = fw.WriteCode(frame.Exit, 3)
 	case args[0] == "noexit":
+	case args[0] == "held", args[0] == "heldnoexit":
+		// a process that outlives the copier and holds its output
+		holder := exec.Command("sleep", "60")
+		holder.Stdout = os.Stdout
+		if err := holder.Start(); err != nil {
+			return 1
+		}
+		_ = os.WriteFile(args[1], []byte(strconv.Itoa(holder.Process.Pid)), 0o600)
+		if args[0] == "held" {
+			_ = fw.WriteCode(frame.Exit, 5)
+		}
 	case args[0] == "garbage":
 		os.Stdout.Write([]byte{'z', 0, 0, 0, 1, 'q'})
 	case args[0] == "flood":
@@ -126,6 +140,38 @@ func TestShimLost(t *testing.T) {
 			last := evs[len(evs)-1]
 			if last.Exit != nil || last.Lost == "" {
 				t.Errorf("last event: got %+v, want lost with a reason", last)
+			}
+		})
+	}
+}
+
+// TestShimHeldOutput: a process that holds the copier's output open after
+// the copier ends (root in the sandbox can) does not hold the exec: it ends
+// at the exit frame, or lost a grace after runsc exec ends without one.
+func TestShimHeldOutput(t *testing.T) {
+	self, _ := os.Executable()
+	for _, mode := range []string{"held", "heldnoexit"} {
+		t.Run(mode, func(t *testing.T) {
+			pidFile := filepath.Join(t.TempDir(), "holder")
+			t.Cleanup(func() {
+				if b, err := os.ReadFile(pidFile); err == nil {
+					if pid, err := strconv.Atoi(string(b)); err == nil {
+						syscall.Kill(pid, syscall.SIGKILL)
+					}
+				}
+			})
+			dir, evs := runShim(t, ShimSpec{Kind: "exec", Argv: []string{self, "frames", mode, pidFile}, Framed: true}, nil)
+			last := evs[len(evs)-1]
+			code, ok := ReadExit(dir)
+			switch mode {
+			case "held":
+				if !ok || code != 5 || last.Exit == nil || *last.Exit != 5 {
+					t.Errorf("exit file %d %v, last event %+v: want exit 5", code, ok, last)
+				}
+			case "heldnoexit":
+				if ok || last.Exit != nil || !strings.Contains(last.Lost, "holds it open") {
+					t.Errorf("last event %+v: want lost, saying something holds the output open", last)
+				}
 			}
 		})
 	}
