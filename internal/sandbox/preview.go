@@ -18,22 +18,24 @@ import (
 // not, and returns the sandbox's id (preview hosts carry ids, not names).
 // A bad port is api.ErrInvalid; an unknown sandbox api.ErrNotFound; a
 // sandbox without a network, or a private port published again without
-// private, api.ErrConflict. Not activity.
-func (m *Manager) Publish(ctx context.Context, ref string, port int, private bool) (string, error) {
+// private, api.ErrConflict. It returns the publication's generation too
+// (Published). Not activity.
+func (m *Manager) Publish(ctx context.Context, ref string, port int, private bool) (string, int64, error) {
 	if port < 1 || port > 65535 {
-		return "", api.Errorf(api.ErrInvalid, "port: %d is not a TCP port (1-65535)", port)
+		return "", 0, api.Errorf(api.ErrInvalid, "port: %d is not a TCP port (1-65535)", port)
 	}
 	sb, err := m.cfg.Store.Sandbox(ctx, ref)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	if sb.Network == NetworkNone {
-		return "", api.Errorf(api.ErrConflict, "sandbox %s has no network (network %q): nothing outside it can reach its ports", sb.ID, NetworkNone)
+		return "", 0, api.Errorf(api.ErrConflict, "sandbox %s has no network (network %q): nothing outside it can reach its ports", sb.ID, NetworkNone)
 	}
-	if _, err := m.cfg.Store.Publish(ctx, sb.ID, port, private, m.now()); err != nil {
-		return "", err
+	p, err := m.cfg.Store.Publish(ctx, sb.ID, port, private, m.now())
+	if err != nil {
+		return "", 0, err
 	}
-	return sb.ID, nil
+	return sb.ID, p.CreatedAt.UnixNano(), nil
 }
 
 // Unpublish withdraws port of sandbox ref from the preview proxy: from then
@@ -69,13 +71,16 @@ func (m *Manager) Previews(ctx context.Context, ref string) (string, []api.Previ
 }
 
 // Published reports whether port of sandbox id (an id, never a name) is
-// published, and whether privately; a port not published, or a sandbox
-// that does not exist, is api.ErrNotFound, the two alike. Not activity:
-// the proxy calls it before anything else, for every request.
-func (m *Manager) Published(ctx context.Context, id string, port int) (private bool, err error) {
+// published, whether privately, and its generation: when it was published
+// (a port withdrawn and published again is a new publication, which the
+// private URLs handed out for the old one do not open). A port not
+// published, or a sandbox that does not exist, is api.ErrNotFound, the two
+// alike. Not activity: the proxy calls it before anything else, for every
+// request.
+func (m *Manager) Published(ctx context.Context, id string, port int) (private bool, since int64, err error) {
 	p, err := m.cfg.Store.Published(ctx, id, port)
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
-	return p.Private, nil
+	return p.Private, p.CreatedAt.UnixNano(), nil
 }

@@ -62,7 +62,7 @@ func (s *Server) preview(w http.ResponseWriter, r *http.Request) {
 		ttl = d
 	}
 	// a name is resolved by the manager; preview hosts carry the id
-	id, err := s.m.Publish(r.Context(), r.PathValue("id"), req.Port, req.Private)
+	id, since, err := s.m.Publish(r.Context(), r.PathValue("id"), req.Port, req.Private)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -71,7 +71,7 @@ func (s *Server) preview(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, api.Preview{URL: p.URL(id, req.Port), Port: req.Port})
 		return
 	}
-	u, exp := p.TokenURL(id, req.Port, ttl)
+	u, exp := p.TokenURL(id, req.Port, since, ttl)
 	writeJSON(w, http.StatusOK, api.Preview{URL: u, ExpiresAt: &exp, Port: req.Port, Private: true})
 }
 

@@ -51,10 +51,12 @@ const (
 
 // PreviewManager is the slice of the sandbox manager the preview proxy uses.
 type PreviewManager interface {
-	// Published reports whether port of sandbox id is published, and
-	// whether privately: api.ErrNotFound for a port not published or a
+	// Published reports whether port of sandbox id is published, whether
+	// privately, and since when (a publication's generation: a port
+	// withdrawn and published again is a new one, which the tokens of the
+	// old one do not open): api.ErrNotFound for a port not published or a
 	// sandbox that does not exist. It must not count as activity.
-	Published(ctx context.Context, id string, port int) (private bool, err error)
+	Published(ctx context.Context, id string, port int) (private bool, since int64, err error)
 	Dial(ctx context.Context, ref string, port int) (net.Conn, error)
 	Lease(ctx context.Context, ref string) (release func(), err error)
 }
@@ -89,6 +91,8 @@ type Proxy struct {
 type target struct {
 	ID   string `json:"id"`
 	Port int    `json:"port"`
+	// Since is the publication's generation, which a token is signed for.
+	Since int64 `json:"-"`
 }
 
 type targetKey struct{}
@@ -116,7 +120,7 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 			n, _ := strconv.Atoi(port)
 			c, err := cfg.Manager.Dial(ctx, host, n)
 			if err != nil {
-				return nil, &dialError{target: target{host, n}, err: err}
+				return nil, &dialError{target: target{ID: host, Port: n}, err: err}
 			}
 			return c, nil
 		},
@@ -152,10 +156,12 @@ func (p *Proxy) URL(id string, port int) string {
 const MaxIdleUpstream = 64
 
 // TokenURL returns the URL of port in sandbox id carrying a token valid for
-// ttl, and when it expires. Only a port published private asks for one.
-func (p *Proxy) TokenURL(id string, port int, ttl time.Duration) (string, time.Time) {
+// ttl, and when it expires; the token opens the publication of generation
+// since only (PreviewManager.Published). Only a port published private
+// asks for one.
+func (p *Proxy) TokenURL(id string, port int, since int64, ttl time.Duration) (string, time.Time) {
 	exp := p.cfg.Now().Add(ttl).Truncate(time.Second)
-	return p.URL(id, port) + "?" + TokenParam + "=" + p.sign(target{id, port}, exp), exp
+	return p.URL(id, port) + "?" + TokenParam + "=" + p.sign(target{id, port, since}, exp), exp
 }
 
 // sign returns the token "EXPIRY.MAC" for t until exp (unix seconds).
@@ -166,7 +172,7 @@ func (p *Proxy) sign(t target, exp time.Time) string {
 
 func (p *Proxy) mac(t target, exp string) []byte {
 	h := hmac.New(sha256.New, p.cfg.Secret)
-	fmt.Fprintf(h, "sbx-preview\x00%s\x00%d\x00%s", t.ID, t.Port, exp)
+	fmt.Fprintf(h, "sbx-preview\x00%s\x00%d\x00%d\x00%s", t.ID, t.Port, t.Since, exp)
 	return h.Sum(nil)
 }
 
@@ -225,7 +231,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(w, r, fmt.Sprintf("%s is not a preview address; want http://PORT-ID.%s/", r.Host, p.cfg.Domain), http.StatusNotFound)
 		return
 	}
-	private, err := p.cfg.Manager.Published(r.Context(), t.ID, t.Port)
+	private, since, err := p.cfg.Manager.Published(r.Context(), t.ID, t.Port)
+	t.Since = since
 	switch {
 	case errors.Is(err, api.ErrNotFound):
 		// one answer for an unknown sandbox and an unpublished port: the

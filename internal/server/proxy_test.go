@@ -28,6 +28,7 @@ type fakeNet struct {
 
 	mu        sync.Mutex
 	published map[int]bool
+	since     map[int]int64 // a publication's generation
 	leases    int // open
 	taken     int // ever
 	released  int
@@ -44,14 +45,25 @@ func (f *fakeNet) publish(port int, private bool) {
 	f.published[port] = private
 }
 
-func (f *fakeNet) Published(ctx context.Context, id string, port int) (bool, error) {
+// republish withdraws port and publishes it again: a new generation.
+func (f *fakeNet) republish(port int, private bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.since == nil {
+		f.since = map[int]int64{}
+	}
+	f.since[port]++
+	f.published[port] = private
+}
+
+func (f *fakeNet) Published(ctx context.Context, id string, port int) (bool, int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	private, ok := f.published[port]
 	if id != testID || !ok {
-		return false, api.Errorf(api.ErrNotFound, "port %d of sandbox %s is not published", port, id)
+		return false, 0, api.Errorf(api.ErrNotFound, "port %d of sandbox %s is not published", port, id)
 	}
-	return private, nil
+	return private, f.since[port], nil
 }
 
 func (f *fakeNet) Dial(ctx context.Context, ref string, port int) (net.Conn, error) {
@@ -177,10 +189,10 @@ func TestParseHost(t *testing.T) {
 		want       target
 		ok         bool
 	}{
-		{"plain", "8080-sb_aaaaaaaaaa.localhost", target{testID, 8080}, true},
-		{"with port", "8080-sb_aaaaaaaaaa.localhost:8181", target{testID, 8080}, true},
-		{"upper case", "3000-SB_AAAAAAAAAA.LOCALHOST:8181", target{testID, 3000}, true},
-		{"trailing dot", "80-sb_aaaaaaaaaa.localhost.", target{testID, 80}, true},
+		{"plain", "8080-sb_aaaaaaaaaa.localhost", target{ID: testID, Port: 8080}, true},
+		{"with port", "8080-sb_aaaaaaaaaa.localhost:8181", target{ID: testID, Port: 8080}, true},
+		{"upper case", "3000-SB_AAAAAAAAAA.LOCALHOST:8181", target{ID: testID, Port: 3000}, true},
+		{"trailing dot", "80-sb_aaaaaaaaaa.localhost.", target{ID: testID, Port: 80}, true},
 		{"other domain", "8080-sb_aaaaaaaaaa.example.com", target{}, false},
 		{"domain only", "localhost:8181", target{}, false},
 		{"bare address", "127.0.0.1:8181", target{}, false},
@@ -207,7 +219,7 @@ func TestPreviewToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tg := target{testID, 8080}
+	tg := target{testID, 8080, 42}
 	good := p.sign(tg, now.Add(time.Hour))
 	other, _ := NewProxy(ProxyConfig{Manager: &fakeNet{}, Domain: "localhost", Secret: []byte("ffffffffffffffffffffffffffffffff"), Now: p.cfg.Now})
 	exp, mac, _ := strings.Cut(good, ".")
@@ -218,8 +230,9 @@ func TestPreviewToken(t *testing.T) {
 		ok     bool
 	}{
 		{"valid", good, tg, true},
-		{"other port", good, target{testID, 8081}, false},
-		{"other sandbox", good, target{"sb_bbbbbbbbbb", 8080}, false},
+		{"other port", good, target{testID, 8081, 42}, false},
+		{"other sandbox", good, target{"sb_bbbbbbbbbb", 8080, 42}, false},
+		{"published again since", good, target{testID, 8080, 43}, false},
 		{"expired", p.sign(tg, now.Add(-time.Second)), tg, false},
 		{"expires now", p.sign(tg, now), tg, false},
 		{"expiry moved", fmt.Sprint(now.Add(48*time.Hour).Unix()) + "." + mac, tg, false},
@@ -351,7 +364,7 @@ func TestProxyPrivate(t *testing.T) {
 	}
 	fn.publish(8080, true)
 	fn.publish(8081, false)
-	u, exp := p.TokenURL(testID, 8080, time.Hour)
+	u, exp := p.TokenURL(testID, 8080, 0, time.Hour)
 	if !strings.HasPrefix(u, "http://"+host+"/?sbx_token=") || !exp.Equal(now.Add(time.Hour)) {
 		t.Fatalf("got %s until %s", u, exp)
 	}
@@ -398,6 +411,20 @@ func TestProxyPrivate(t *testing.T) {
 	fn.publish(9000, true)
 	if resp, _ := get(t, ps, "9000-"+testID+".localhost", "/?sbx_token="+tok, nil); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("token of another port: got %d, want 403", resp.StatusCode)
+	}
+	// withdrawn and published private again: the old URL and cookie are
+	// revoked for good, a new URL opens it
+	fn.republish(8080, true)
+	if resp, _ := get(t, ps, host, "/", map[string]string{"Cookie": CookieName + "=" + tok}); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a token of a withdrawn publication: got %d, want 403", resp.StatusCode)
+	}
+	fn.mu.Lock()
+	since := fn.since[8080]
+	fn.mu.Unlock()
+	u, _ = p.TokenURL(testID, 8080, since, time.Hour)
+	tok = u[strings.Index(u, "=")+1:]
+	if resp, body := get(t, ps, host, "/?sbx_token="+tok, nil); resp.StatusCode != http.StatusOK {
+		t.Errorf("a token of the new publication: got %d %q, want 200", resp.StatusCode, body)
 	}
 	mu.Lock()
 	now = now.Add(time.Hour)

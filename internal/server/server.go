@@ -38,7 +38,7 @@ type Manager interface {
 	// Lifecycle and reach (ports.go, logs.go, pty.go in internal/sandbox).
 	Ports(ctx context.Context, ref string) ([]api.Port, error)
 	// Preview publications (preview.go in internal/sandbox).
-	Publish(ctx context.Context, ref string, port int, private bool) (id string, err error)
+	Publish(ctx context.Context, ref string, port int, private bool) (id string, since int64, err error)
 	Unpublish(ctx context.Context, ref string, port int) error
 	Previews(ctx context.Context, ref string) (id string, ps []api.Preview, err error)
 	Dial(ctx context.Context, ref string, port int) (net.Conn, error)

@@ -32,19 +32,19 @@ func (f *fakeManager) resolve(ref string) (string, error) {
 	return "", api.Errorf(api.ErrNotFound, "sandbox %s not found", ref)
 }
 
-func (f *fakeManager) Publish(ctx context.Context, ref string, port int, private bool) (string, error) {
+func (f *fakeManager) Publish(ctx context.Context, ref string, port int, private bool) (string, int64, error) {
 	id, err := f.resolve(ref)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	if f.published == nil {
 		f.published = map[int]bool{}
 	}
 	if f.published[port] && !private {
-		return "", api.Errorf(api.ErrConflict, "port %d is published private", port)
+		return "", 0, api.Errorf(api.ErrConflict, "port %d is published private", port)
 	}
 	f.published[port] = f.published[port] || private
-	return id, nil
+	return id, 0, nil
 }
 
 func (f *fakeManager) Unpublish(ctx context.Context, ref string, port int) error {
