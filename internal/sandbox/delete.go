@@ -135,6 +135,7 @@ func (m *Manager) destroy(ctx context.Context, id string) error {
 // network. Each step tolerates a missing part.
 func (m *Manager) destroyRuntime(ctx context.Context, id string) error {
 	m.unwatch(id)
+	defer m.conns.closeAll(id)
 	err := m.cfg.Runtime.Delete(ctx, id)
 	kerr := m.killCgroup(id)
 	if err != nil && kerr == nil {

@@ -117,6 +117,7 @@ type Manager struct {
 	locks    keyedLocks
 	execs    execTable
 	leases   leaseTable
+	conns    connTable
 	watcher  watcher
 	captures captureGate
 	reaped   atomic.Int64

@@ -25,7 +25,8 @@ func (m *Manager) Ports(ctx context.Context, ref string) ([]api.Port, error) {
 }
 
 // Dial connects to a TCP port inside a running sandbox, from its gateway
-// namespace. The caller accounts for activity (Lease).
+// namespace. The caller accounts for activity (Lease). The connection ends
+// when the sandbox stops or is deleted.
 func (m *Manager) Dial(ctx context.Context, ref string, port int) (net.Conn, error) {
 	if port < 1 || port > 65535 {
 		return nil, api.Errorf(api.ErrInvalid, "port: %d is not a TCP port", port)
@@ -37,5 +38,9 @@ func (m *Manager) Dial(ctx context.Context, ref string, port int) (net.Conn, err
 	if sb.Network == NetworkNone {
 		return nil, api.Errorf(api.ErrConflict, "sandbox %s has no network (network %q): nothing outside it can reach its ports", sb.ID, NetworkNone)
 	}
-	return m.cfg.Networks.Dial(ctx, sb.ID, port)
+	c, err := m.cfg.Networks.Dial(ctx, sb.ID, port)
+	if err != nil {
+		return nil, err
+	}
+	return m.conns.track(sb.ID, c), nil
 }

@@ -80,6 +80,7 @@ func (m *Manager) stop(ctx context.Context, sb *store.Sandbox) error {
 		return fmt.Errorf("stop %s: %w", sb.ID, err)
 	}
 	c.step(ctx, "source-destroyed")
+	m.conns.closeAll(sb.ID) // nothing in there answers them now
 	crashPoint("stop:after-destroy")
 	if err := m.killCgroup(sb.ID); err != nil {
 		m.log.Warn("stop: processes left of the sandbox", "sandbox", sb.ID, "err", err)
