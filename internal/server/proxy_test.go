@@ -29,8 +29,8 @@ type fakeNet struct {
 	mu        sync.Mutex
 	published map[int]bool
 	since     map[int]int64 // a publication's generation
-	leases    int // open
-	taken     int // ever
+	leases    int           // open
+	taken     int           // ever
 	released  int
 	dials     int
 }
