@@ -39,6 +39,7 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var env envFlag
 	fset.Var(&env, "env", "KEY=VALUE to set for the command (repeatable; wins over the sandbox's own)")
 	userName := fset.String("user", "", "run the command as this user: a name or uid, with :group (the sandbox's /etc/passwd)")
+	as := fset.String("as", "", "run the command, not the agent, as UID:GID[:GROUP,...], its environment as given (init's)")
 	if err := fset.Parse(args); err != nil {
 		fmt.Fprintf(stderr, "sbx: exec: %s; usage: sbx-agent %s\n", err, execSyntax)
 		return ExitUsageExec
@@ -58,6 +59,14 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		os.Setenv("HOME", cmp.Or(u.home, "/"))
 		os.Setenv("USER", u.name)
 		os.Setenv("LOGNAME", u.name)
+	}
+	if *as != "" {
+		c, err := parseCred(*as)
+		if err != nil {
+			fmt.Fprintf(stderr, "sbx: exec: --as %q: %s\n", *as, err)
+			return ExitUsageExec
+		}
+		cred = c
 	}
 	argv := fset.Args()
 	switch {
@@ -92,6 +101,9 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if *timeout == 0 {
 		if cred != nil {
+			// the agent too (--as is for a timeout's agent only, which
+			// stays root: at the user's process limit, a Go program of
+			// theirs could not get the thread to kill them with)
 			// become the user for good, then become the command
 			if err := dropTo(cred); err != nil {
 				fmt.Fprintf(stderr, "sbx: user %s: %s\n", *userName, err)
@@ -162,6 +174,49 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return ExitTimeoutExec
 		}
 	}
+}
+
+// parseCred parses UID:GID[:GROUP,...].
+func parseCred(s string) (*syscall.Credential, error) {
+	f := strings.Split(s, ":")
+	if len(f) < 2 || len(f) > 3 {
+		return nil, errors.New("want UID:GID[:GROUP,...]")
+	}
+	num := func(v string) (uint32, error) {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			return 0, fmt.Errorf("%q is not a number", v)
+		}
+		return uint32(n), nil
+	}
+	uid, err := num(f[0])
+	if err != nil {
+		return nil, err
+	}
+	gid, err := num(f[1])
+	if err != nil {
+		return nil, err
+	}
+	c := &syscall.Credential{Uid: uid, Gid: gid}
+	if len(f) == 3 && f[2] != "" {
+		for _, g := range strings.Split(f[2], ",") {
+			n, err := num(g)
+			if err != nil {
+				return nil, err
+			}
+			c.Groups = append(c.Groups, n)
+		}
+	}
+	return c, nil
+}
+
+// formatCred is parseCred's inverse.
+func formatCred(c *syscall.Credential) string {
+	gs := make([]string, len(c.Groups))
+	for i, g := range c.Groups {
+		gs[i] = strconv.FormatUint(uint64(g), 10)
+	}
+	return fmt.Sprintf("%d:%d:%s", c.Uid, c.Gid, strings.Join(gs, ","))
 }
 
 // dropTo makes this process (every thread of it) the user cred names.

@@ -243,3 +243,27 @@ func TestDescendants(t *testing.T) {
 		t.Errorf("descendants(self) = %v, want it to contain %d", all, cmd.Process.Pid)
 	}
 }
+
+// TestExecAs: with a timeout, the agent enforcing it stays root and only
+// the command runs as the user (--as, which init passes): at the user's
+// process limit, an agent running as them could not get a thread.
+func TestExecAs(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root")
+	}
+	code, stdout, stderr := runAgent(t, []string{"PATH=/usr/bin:/bin", "HOME=/kept"}, "exec", "--timeout", "10s", "--as", "65534:65534:65533,65532", "--", "/bin/sh", "-c", "id -u; id -g; id -G; echo $HOME")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if want := "65534\n65534\n65534 65532 65533\n/kept\n"; stdout != want {
+		t.Errorf("got %q, want %q (the user's ids, the environment as given)", stdout, want)
+	}
+	for _, bad := range []string{"x", "1", "1:x", "1:2:3:4", "1:2:a"} {
+		if code, _, stderr := runAgent(t, nil, "exec", "--timeout", "1s", "--as", bad, "--", "/bin/true"); code != ExitUsageExec || !strings.Contains(stderr, "--as") {
+			t.Errorf("--as %q: exit %d %q, want a usage error", bad, code, stderr)
+		}
+	}
+	if c, err := parseCred(formatCred(&syscall.Credential{Uid: 1000, Gid: 1000, Groups: []uint32{27, 100}})); err != nil || c.Uid != 1000 || c.Gid != 1000 || len(c.Groups) != 2 || c.Groups[1] != 100 {
+		t.Errorf("formatCred and parseCred disagree: %+v %v", c, err)
+	}
+}

@@ -365,7 +365,15 @@ func (s *supervisor) spawn(req initRequest) initReply {
 		if err != nil {
 			return fail(ExitError, "spawn %s: %s", req.ID, err)
 		}
-		prog, argv = self, append([]string{self, "exec", "--timeout", timeout.String(), "--"}, req.Argv...)
+		argv = []string{self, "exec", "--timeout", timeout.String()}
+		if cred != nil {
+			// the agent stays root, the command is the user: at the user's
+			// process limit (a fork bomb), an agent of theirs could not get
+			// a thread to enforce the timeout with
+			argv = append(argv, "--as", formatCred(cred))
+			cred = nil
+		}
+		prog, argv = self, append(append(argv, "--"), req.Argv...)
 	}
 
 	s.prune()
