@@ -229,6 +229,9 @@ func flagError(cmd *cobra.Command, err error) error {
 	default:
 		return &usageError{msg}
 	}
+	if hint, ok := dockerHints[cmd.Name()+" "+name]; ok {
+		return usagef("%s: %s", msg, hint)
+	}
 	if hint, ok := dockerHints[name]; ok {
 		return usagef("%s: %s", msg, hint)
 	}
@@ -239,19 +242,28 @@ func flagError(cmd *cobra.Command, err error) error {
 }
 
 // dockerHints say what sbx does where a docker habit asks for a flag sbx
-// does not have.
+// does not have: "COMMAND FLAG" for a flag of one command, else "FLAG".
 var dockerHints = map[string]string{
-	"rm":          "sbx has no --rm: a sandbox lives until `sbx delete ID`, or until it has been idle for its --ttl",
-	"volume":      "sbx mounts no host paths: copy files in with `sbx scp -r DIR ID:/path`",
-	"v":           "sbx mounts no host paths: copy files in with `sbx scp -r DIR ID:/path`",
-	"publish":     "ports are reached through preview URLs: `sbx preview ID PORT`",
-	"p":           "ports are reached through preview URLs: `sbx preview ID PORT`",
-	"privileged":  "every sandbox is a gVisor sandbox; there is no privileged mode",
-	"restart":     "sbx has no restart policy: `sbx stop ID` keeps a sandbox, `sbx resume ID` brings it back",
-	"entrypoint":  "give the command after the sandbox id: `sbx exec ID CMD [ARGS...]`",
-	"interactive": "only `sbx exec` takes -i, with -t: `sbx exec -it ID CMD`",
-	"a":           "`sbx list` lists every sandbox; `sbx ps ID` lists one sandbox's execs",
-	"all":         "`sbx list` lists every sandbox; `sbx ps ID` lists one sandbox's execs",
+	"exec workdir":    "sbx exec takes --cwd DIR for the command's working directory",
+	"exec w":          "sbx exec takes --cwd DIR for the command's working directory",
+	"exec env-file":   "pass each variable with -e KEY=VALUE (`sbx exec -e A=1 -e B=2 ID CMD`)",
+	"stop t":          "sbx stop has no grace period: it keeps the sandbox's memory and processes, and `sbx resume ID` brings them back as they were",
+	"stop time":       "sbx stop has no grace period: it keeps the sandbox's memory and processes, and `sbx resume ID` brings them back as they were",
+	"logs since":      "sbx logs has no --since; take the last lines with --tail N",
+	"logs until":      "sbx logs has no --until; take the last lines with --tail N",
+	"logs timestamps": "sbx logs prints no timestamps; take the last lines with --tail N, or `sbx --json logs` for each line with its time",
+	"logs t":          "sbx logs prints no timestamps; take the last lines with --tail N, or `sbx --json logs` for each line with its time",
+	"rm":              "sbx has no --rm: a sandbox lives until `sbx delete ID`, or until it has been idle for its --ttl",
+	"volume":          "sbx has no volumes and mounts no host paths: copy files in with `sbx scp -r DIR ID:/path`",
+	"v":               "sbx has no volumes and mounts no host paths: copy files in with `sbx scp -r DIR ID:/path`",
+	"publish":         "ports are reached through preview URLs: `sbx preview ID PORT`",
+	"p":               "ports are reached through preview URLs: `sbx preview ID PORT`",
+	"privileged":      "every sandbox is a gVisor sandbox; there is no privileged mode",
+	"restart":         "sbx has no restart policy: `sbx stop ID` keeps a sandbox, `sbx resume ID` brings it back",
+	"entrypoint":      "give the command after the sandbox id: `sbx exec ID CMD [ARGS...]`",
+	"interactive":     "only `sbx exec` takes -i, with -t: `sbx exec -it ID CMD`",
+	"a":               "`sbx list` lists every sandbox; `sbx ps ID` lists one sandbox's execs",
+	"all":             "`sbx list` lists every sandbox; `sbx ps ID` lists one sandbox's execs",
 }
 
 // closestFlag is the flag of fs whose name is nearest to name (a typo of

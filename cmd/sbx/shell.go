@@ -96,8 +96,14 @@ func runTerminal(e *env, id string, argv, envs []string, cwd, user string) error
 		}()
 	}
 	go func() {
-		// input ends with stdin; the remote command decides when to end
 		_, _ = io.Copy(t, e.stdin)
+		if fd < 0 {
+			// Input that is no terminal (a pipe, /dev/null in a CI job)
+			// ends: that is the remote terminal's end of input, ^D, as
+			// it would be a pipe's (a terminal's own input never ends;
+			// there the remote command decides).
+			_, _ = t.Write([]byte{4})
+		}
 	}()
 	if _, err := io.Copy(e.stdout, t); err != nil {
 		return err
