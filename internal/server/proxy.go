@@ -378,6 +378,9 @@ func (p *Proxy) plainError(w http.ResponseWriter, t target, err error) {
 		http.Error(w, fmt.Sprintf("nothing listens on port %d in sandbox %s", t.Port, t.ID), http.StatusBadGateway)
 	case isDial:
 		http.Error(w, fmt.Sprintf("cannot reach port %d in sandbox %s: %v", t.Port, t.ID, de.err), http.StatusBadGateway)
+	case errors.Is(err, net.ErrClosed):
+		// sbx ended the connection: the sandbox stopped or went
+		http.Error(w, fmt.Sprintf("sandbox %s stopped or was deleted while this request to port %d was open", t.ID, t.Port), http.StatusBadGateway)
 	default:
 		p.log.Debug("preview proxy", "sandbox", t.ID, "port", t.Port, "err", err)
 		http.Error(w, fmt.Sprintf("port %d in sandbox %s: %v", t.Port, t.ID, err), http.StatusBadGateway)
