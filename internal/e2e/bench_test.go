@@ -16,6 +16,7 @@ import (
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
 	"sbx.dev/sbx/internal/runsc"
+	tmpl "sbx.dev/sbx/internal/template"
 )
 
 // Each benchmark times sbx and raw runsc doing the same work in the same
@@ -40,7 +41,11 @@ func newRawRunsc(b *testing.B) *rawRunsc {
 func newRawRunscTemplate(b *testing.B, template string, args []string) *rawRunsc {
 	b.Helper()
 	dir := b.TempDir()
-	rootfs, err := filepath.EvalSymlinks(filepath.Join(templateCache(), template, "rootfs"))
+	store, err := tmpl.Open(templateCache())
+	if err != nil {
+		b.Fatal(err)
+	}
+	rootfs, err := store.Rootfs(template)
 	if err != nil {
 		b.Fatal(err)
 	}
