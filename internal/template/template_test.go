@@ -344,7 +344,7 @@ func TestErrors(t *testing.T) {
 		kind error
 		says string
 	}{
-		{"get missing", func() error { _, err := s.Get("nope"); return err }, api.ErrNotFound, "sbx template build nope"},
+		{"get missing", func() error { _, err := s.Get("nope"); return err }, api.ErrNotFound, "template nope not found; build it or import"},
 		{"rootfs missing", func() error { _, err := s.Rootfs("nope"); return err }, api.ErrNotFound, "not found"},
 		{"remove missing", func() error { _, err := s.Remove("nope"); return err }, api.ErrNotFound, "not found"},
 		{"get bad name", func() error { _, err := s.Get("../x"); return err }, api.ErrInvalid, "invalid template name"},
