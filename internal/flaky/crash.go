@@ -45,7 +45,6 @@ import (
 	"time"
 
 	"sbx.dev/sbx/api"
-	"sbx.dev/sbx/client"
 )
 
 // CrashClient is the slice of *client.Client crash capture uses.
@@ -55,8 +54,6 @@ type CrashClient interface {
 	ReadFile(ctx context.Context, id, path string) (io.ReadCloser, error)
 	ReadTar(ctx context.Context, id, path string) (io.ReadCloser, error)
 }
-
-var _ CrashClient = (*client.Client)(nil)
 
 // CrashRoot is the directory inside the sandbox under which each capture
 // gets its own TOKEN directory; a crash's bundle stays there after the fetch.

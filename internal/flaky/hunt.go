@@ -46,8 +46,6 @@ type HuntClient interface {
 	Stop(ctx context.Context, id string, wait bool) (*api.Sandbox, error)
 }
 
-var _ HuntClient = (*client.Client)(nil)
-
 // DefaultHuntRuns is how many runs Hunt tries unless told.
 const DefaultHuntRuns = 100
 
