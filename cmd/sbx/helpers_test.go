@@ -82,7 +82,6 @@ func TestAge(t *testing.T) {
 	}
 }
 
-
 // mkTar returns a tar of the given entries; a name ending in "/" is a directory,
 // a value starting with "->" a symlink.
 func mkTar(t *testing.T, entries [][2]string) []byte {
@@ -108,4 +107,3 @@ func mkTar(t *testing.T, entries [][2]string) []byte {
 	tw.Close()
 	return buf.Bytes()
 }
-
