@@ -195,6 +195,9 @@ func runExecOnCrash(e *env, c *client.Client, id string, req api.ExecRequest, di
 			if err == nil {
 				fmt.Fprintf(e.stderr, "sbx: crash bundle: %s (in the sandbox: %s)\n", safe(cr.Tar), safe(cr.Remote))
 			}
+			if cr.Truncated != "" {
+				fmt.Fprintf(e.stderr, "sbx: warning: the crash bundle is cut short: %s\n", cr.Truncated)
+			}
 		}
 	}
 	if err != nil {

@@ -169,6 +169,9 @@ func printHunt(e *env, s *flaky.HuntSummary) error {
 		if !strings.HasSuffix(cr.Backtrace, "\n") {
 			fmt.Fprintln(e.stdout)
 		}
+		if cr.Truncated != "" {
+			fmt.Fprintf(e.stdout, "warning: the crash bundle is cut short: %s\n", cr.Truncated)
+		}
 	}
 	fmt.Fprintln(e.stdout, "next:")
 	labels := []string{"resume", "fork", "replay"}
