@@ -17,6 +17,11 @@
 // alike; a stream that breaks before its end (sbxd went away) is a
 // *StreamError, of kind api.ErrUnavailable, naming what goes on without it.
 // Errors carry no advice for the sbx command line: they say what happened.
+//
+// The examples do three whole jobs: run a project's tests and fetch the
+// result (Example_runTests), snapshot a server and fork it N ways,
+// querying every child (Example_forkServer), and hunt a flaky test, then
+// resume the failure alive (Example_huntFlaky).
 package client
 
 import (
