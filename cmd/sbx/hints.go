@@ -27,6 +27,8 @@ func (e *env) hint(err error) string {
 		return "make it with `sbx template build NAME` (tiny, base, or base plus --packages) or `sbx template import NAME IMAGE`; `sbx template ls` lists those there are"
 	case errors.Is(err, api.ErrUnavailable) && strings.Contains(msg, "memory cannot be restored") && len(e.args) > 0:
 		return fmt.Sprintf("run `sbx resume %s` without --require-memory to boot it from its disk", e.args[0])
+	case errors.Is(err, api.ErrInvalid) && strings.Contains(msg, "others are imported"):
+		return "`sbx template build` makes tiny, base, and base plus --packages; `sbx template import NAME IMAGE` makes a template of any other image"
 	case errors.Is(err, api.ErrConflict) && strings.Contains(msg, "with force"):
 		return fmt.Sprintf("run `sbx %s` again with --force", name)
 	case errors.Is(err, api.ErrConflict) && strings.Contains(msg, "published private") && len(e.args) > 1:
