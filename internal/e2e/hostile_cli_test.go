@@ -69,7 +69,7 @@ func TestHostileFakeGdb(t *testing.T) {
 	d := shared
 	ctx := context.Background()
 	sb := newSDKSandbox(t, d, client.WithTemplate("base"))
-	if err := sb.Files().WriteString(ctx, "/usr/local/bin/gdb", fakeGdb, client.WithMode(0o755)); err != nil {
+	if err := sb.Files().WriteString(ctx, "/usr/bin/gdb", fakeGdb, client.WithMode(0o755)); err != nil {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "bundle")
