@@ -5,7 +5,7 @@
 // "event: NAME\ndata: JSON\n\n").
 //
 //	GET    /v1/health                                  Health
-//	GET    /v1/sandboxes                               []Sandbox
+//	GET    /v1/sandboxes?meta=K=V&parent=ID&state=S    []Sandbox (the filters are optional; meta and state repeat)
 //	POST   /v1/sandboxes                   CreateRequest -> 201 Sandbox
 //	GET    /v1/sandboxes/{id}                          Sandbox        ({id} is an id or a name, everywhere)
 //	DELETE /v1/sandboxes/{id}?withSnapshots=1          DeleteResult (withSnapshots also removes the snapshots taken from it)
@@ -16,8 +16,10 @@
 //	                                                   goes on if the client leaves
 //	POST   /v1/sandboxes/{id}/stop?wait=1              202 Sandbox (stopping), or with wait 200 Sandbox (stopped)
 //	POST   /v1/sandboxes/{id}/resume       ResumeRequest (optional body) -> 200 Sandbox
-//	GET    /v1/sandboxes/{id}/events?follow=1          stream of Event ("event" events), live with follow, then "eof"
-//	                                                   (or "error" with error and code)
+//	GET    /v1/sandboxes/{id}/events?follow=1&after=SEQ
+//	                                                   stream of Event ("event" events) after sequence number SEQ,
+//	                                                   live with follow, then "eof" (or "error" with error and code;
+//	                                                   code "unavailable" when sbxd shuts down)
 //	POST   /v1/sandboxes/{id}/ttl          TTLRequest -> Sandbox
 //	POST   /v1/sandboxes/{id}/persist      PersistRequest -> Sandbox (403 where a lifetime cap is set)
 //	GET    /v1/sandboxes/{id}/logs?stream=console|events|runtime|exec/ID&follow=1&tail=N
@@ -43,6 +45,7 @@
 //	                                                   else a stream of ExecEvent: "started", "stdout"/"stderr"..., "exit"
 //	GET    /v1/sandboxes/{id}/execs                    []Exec
 //	GET    /v1/sandboxes/{id}/execs/{exec}             Exec
+//	POST   /v1/sandboxes/{id}/execs/{exec}/signal  SignalRequest (optional) -> 204 (to the exec's process group)
 //	GET    /v1/sandboxes/{id}/execs/{exec}/output?follow=1
 //	                                                   stream of ExecEvent: the output kept so far, then (with
 //	                                                   follow) live output; ends with "exit" once the exec has ended
@@ -51,6 +54,9 @@
 //	PUT    /v1/sandboxes/{id}/files?path=P&mode=0644   body: the file's bytes (Content-Length required); 204.
 //	                                                   The file lands whole or not at all.
 //	PUT    /v1/sandboxes/{id}/files?path=P&tar=1       body: a tar, extracted under directory P; 204
+//	DELETE /v1/sandboxes/{id}/files?path=P&recursive=1 204 (a file or empty directory; recursive: all below P)
+//	POST   /v1/sandboxes/{id}/fs/mkdir?path=P&mode=0755 204 (and the missing parents)
+//	POST   /v1/sandboxes/{id}/fs/rename    RenameRequest -> 204
 //	GET    /v1/sandboxes/{id}/fs/stat?path=P           FileInfo (of the link itself for a symlink)
 //	GET    /v1/sandboxes/{id}/fs/ls?path=P             []FileInfo
 //	GET    /v1/templates                               []Template

@@ -179,6 +179,9 @@ type ForkRequest struct {
 	// Count is how many children, 1 to MaxForks; 0 means 1.
 	Count int    `json:"count,omitempty"`
 	TTL   string `json:"ttl,omitempty"`
+	// Meta is merged into the parent's metadata for the children: a key
+	// here replaces the parent's value.
+	Meta map[string]string `json:"meta,omitempty"`
 }
 
 // ForkEvent is one server-sent event of a fork: "sandbox.forking" at once
@@ -215,8 +218,10 @@ type Event struct {
 
 // ExecRequest is the body of POST /v1/sandboxes/{id}/exec.
 type ExecRequest struct {
-	// Cmd is the program and its arguments. A single element containing
-	// shell syntax is run by the client as ["/bin/sh", "-c", Cmd[0]].
+	// Cmd is the program and its arguments, run as they are: no shell is
+	// put in between (the sbx command line wraps a single word of shell
+	// syntax in ["/bin/sh", "-c", WORD]; the Go client's Shell does it on
+	// request).
 	Cmd     []string `json:"cmd"`
 	Env     []string `json:"env,omitempty"`
 	Cwd     string   `json:"cwd,omitempty"`
@@ -278,6 +283,19 @@ type ExecEvent struct {
 // each page asking for the names after the last one it got. A page bounds
 // what one answer of the sandbox can make sbxd hold.
 const MaxListPage = 5000
+
+// SignalRequest is the body of POST /v1/sandboxes/{id}/execs/{exec}/signal:
+// the signal number (SIGTERM when 0) sent to the exec's process group.
+type SignalRequest struct {
+	Signal int `json:"signal,omitempty"`
+}
+
+// RenameRequest is the body of POST /v1/sandboxes/{id}/fs/rename: From is
+// renamed to To inside the sandbox (replacing a file at To, as rename(2)).
+type RenameRequest struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
 
 // FileInfo describes one file inside a sandbox.
 type FileInfo struct {

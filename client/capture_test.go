@@ -33,11 +33,11 @@ func TestCaptureCalls(t *testing.T) {
 		wantV  any
 	}{
 		{"snapshot memory", 201, api.Snapshot{Name: "s1", SandboxID: "sb_1", Memory: true, Paused: "120ms", CreatedAt: created},
-			func(c *Client) (any, error) { return c.Snapshot(ctx, "sb_1", "s1", true) },
+			func(c *Client) (any, error) { return c.Sandbox("sb_1").Snapshot(ctx, "s1", WithMemory()) },
 			seen{"POST", "/v1/sandboxes/sb_1/snapshots", "", `{"name":"s1","memory":true}`},
 			&api.Snapshot{Name: "s1", SandboxID: "sb_1", Memory: true, Paused: "120ms", CreatedAt: created}},
 		{"snapshot disk", 201, api.Snapshot{Name: "s2"},
-			func(c *Client) (any, error) { return c.Snapshot(ctx, "web", "s2", false) },
+			func(c *Client) (any, error) { return c.Sandbox("web").Snapshot(ctx, "s2") },
 			seen{"POST", "/v1/sandboxes/web/snapshots", "", `{"name":"s2"}`},
 			&api.Snapshot{Name: "s2"}},
 		{"snapshots", 200, []api.Snapshot{{Name: "a"}, {Name: "b"}},
@@ -53,23 +53,23 @@ func TestCaptureCalls(t *testing.T) {
 			seen{"DELETE", "/v1/snapshots/a", "", ""},
 			nil},
 		{"delete with snapshots", 200, api.DeleteResult{ID: "sb_1", Snapshots: []string{"a", "b"}},
-			func(c *Client) (any, error) { return c.DeleteWithSnapshots(ctx, "sb_1") },
+			func(c *Client) (any, error) { return c.Sandbox("sb_1").Delete(ctx, WithSnapshots()) },
 			seen{"DELETE", "/v1/sandboxes/sb_1", "withSnapshots=1", ""},
 			&api.DeleteResult{ID: "sb_1", Snapshots: []string{"a", "b"}}},
 		{"stop", 202, api.Sandbox{ID: "sb_1", State: api.StateStopping},
-			func(c *Client) (any, error) { return c.Stop(ctx, "sb_1", false) },
+			func(c *Client) (any, error) { return c.Sandbox("sb_1").Stop(ctx, NoWait()) },
 			seen{"POST", "/v1/sandboxes/sb_1/stop", "", ""},
 			&api.Sandbox{ID: "sb_1", State: api.StateStopping}},
 		{"stop wait", 200, api.Sandbox{ID: "sb_1", State: api.StateStopped},
-			func(c *Client) (any, error) { return c.Stop(ctx, "sb_1", true) },
+			func(c *Client) (any, error) { return c.Sandbox("sb_1").Stop(ctx) },
 			seen{"POST", "/v1/sandboxes/sb_1/stop", "wait=1", ""},
 			&api.Sandbox{ID: "sb_1", State: api.StateStopped}},
 		{"resume", 200, api.Sandbox{ID: "sb_1", MemoryRestored: true},
-			func(c *Client) (any, error) { return c.Resume(ctx, "sb_1", false) },
+			func(c *Client) (any, error) { return c.Sandbox("sb_1").Resume(ctx) },
 			seen{"POST", "/v1/sandboxes/sb_1/resume", "", `{}`},
 			&api.Sandbox{ID: "sb_1", MemoryRestored: true}},
 		{"resume require memory", 200, api.Sandbox{ID: "sb_1", MemoryRestored: true},
-			func(c *Client) (any, error) { return c.Resume(ctx, "sb_1", true) },
+			func(c *Client) (any, error) { return c.Sandbox("sb_1").Resume(ctx, RequireMemory()) },
 			seen{"POST", "/v1/sandboxes/sb_1/resume", "", `{"requireMemory":true}`},
 			&api.Sandbox{ID: "sb_1", MemoryRestored: true}},
 		{"create from", 201, api.Sandbox{ID: "sb_2", From: "s1", MemoryRestored: true},
@@ -110,11 +110,11 @@ func TestCaptureErrors(t *testing.T) {
 	})
 	ctx := context.Background()
 	calls := map[string]func() error{
-		"resume":   func() error { _, err := c.Resume(ctx, "sb_1", true); return err },
-		"stop":     func() error { _, err := c.Stop(ctx, "sb_1", true); return err },
-		"snapshot": func() error { _, err := c.Snapshot(ctx, "sb_1", "s", true); return err },
-		"fork":     func() error { _, err := c.Fork(ctx, "sb_1", api.ForkRequest{Count: 2}); return err },
-		"events":   func() error { return c.Events(ctx, "sb_1", false, func(api.Event) error { return nil }) },
+		"resume":   func() error { _, err := c.Sandbox("sb_1").Resume(ctx, RequireMemory()); return err },
+		"stop":     func() error { _, err := c.Sandbox("sb_1").Stop(ctx); return err },
+		"snapshot": func() error { _, err := c.Sandbox("sb_1").Snapshot(ctx, "s", WithMemory()); return err },
+		"fork":     func() error { _, err := c.Sandbox("sb_1").Fork(ctx, WithCount(2)); return err },
+		"events":   func() error { return c.Sandbox("sb_1").Events(ctx, func(api.Event) error { return nil }) },
 	}
 	for name, call := range calls {
 		t.Run(name, func(t *testing.T) {
@@ -133,24 +133,33 @@ func TestForkEvents(t *testing.T) {
 		name    string
 		events  []api.ForkEvent
 		wantErr string
+		kind    error
 		wantSbs []api.Sandbox
+		deleted []string
 	}{
 		{"done", []api.ForkEvent{
-			{Event: "sandbox.forking", IDs: []string{"sb_a", "sb_b"}}, ready("sb_a"), ready("sb_b"),
-			{Event: "done", Sandboxes: []api.Sandbox{{ID: "sb_a"}, {ID: "sb_b"}}},
-		}, "", []api.Sandbox{{ID: "sb_a"}, {ID: "sb_b"}}},
+			{Event: "sandbox.forking", IDs: []string{"sb_a"}}, ready("sb_a"),
+			{Event: "done", Sandboxes: []api.Sandbox{{ID: "sb_a"}}},
+		}, "", nil, []api.Sandbox{{ID: "sb_a"}}, nil},
 		{"done without list", []api.ForkEvent{
 			{Event: "sandbox.forking", IDs: []string{"sb_a"}}, ready("sb_a"), {Event: "done"},
-		}, "", []api.Sandbox{{ID: "sb_a"}}},
+		}, "", nil, []api.Sandbox{{ID: "sb_a"}}, nil},
 		{"error", []api.ForkEvent{
 			{Event: "sandbox.forking", IDs: []string{"sb_a"}}, {Event: "error", Error: "checkpoint failed: no space"},
-		}, "checkpoint failed: no space", nil},
-		{"cut", []api.ForkEvent{{Event: "sandbox.forking", IDs: []string{"sb_a"}}, ready("sb_a")}, "ended before", nil},
+		}, "checkpoint failed: no space", nil, nil, []string{"sb_a"}},
+		{"cut", []api.ForkEvent{{Event: "sandbox.forking", IDs: []string{"sb_a"}}, ready("sb_a")},
+			"sb_a", api.ErrUnavailable, nil, []string{"sb_a"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var req api.ForkRequest
+			var deleted []string
 			c := newTest(t, func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == "DELETE" {
+					deleted = append(deleted, strings.TrimPrefix(r.URL.Path, "/v1/sandboxes/"))
+					writeErr(w, api.ErrNotFound, "gone")
+					return
+				}
 				if r.Method != "POST" || r.URL.Path != "/v1/sandboxes/sb_1/fork" {
 					t.Errorf("got %s %s", r.Method, r.URL.Path)
 				}
@@ -160,14 +169,17 @@ func TestForkEvents(t *testing.T) {
 				}
 			})
 			var got []api.ForkEvent
-			want := api.ForkRequest{Name: "x", Memory: true, Count: 1, TTL: "5m"}
-			err := c.ForkEvents(context.Background(), "sb_1", want, func(ev api.ForkEvent) error {
-				got = append(got, ev)
-				return nil
-			})
+			sbs, err := c.Sandbox("sb_1").Fork(context.Background(), WithName("x"), WithMemory(), WithTTL(5*time.Minute),
+				WithMeta("k", "v"), WithForkEvents(func(ev api.ForkEvent) error {
+					got = append(got, ev)
+					return nil
+				}))
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("got %v, want an error containing %q", err, tc.wantErr)
+				}
+				if tc.kind != nil && !errors.Is(err, tc.kind) {
+					t.Errorf("got %v, want an error of kind %v", err, tc.kind)
 				}
 			} else if err != nil {
 				t.Fatal(err)
@@ -180,24 +192,32 @@ func TestForkEvents(t *testing.T) {
 			if diff := cmp.Diff(wantEvents, got); diff != "" {
 				t.Errorf("events (-want +got):\n%s", diff)
 			}
+			want := api.ForkRequest{Name: "x", Memory: true, Count: 1, TTL: "5m0s", Meta: map[string]string{"k": "v"}}
 			if diff := cmp.Diff(want, req); diff != "" {
 				t.Errorf("request (-want +got):\n%s", diff)
 			}
-			sbs, err := c.Fork(context.Background(), "sb_1", want)
-			if (err != nil) != (tc.wantErr != "") {
-				t.Fatalf("Fork: got %v, want error %v", err, tc.wantErr != "")
-			}
 			if diff := cmp.Diff(tc.wantSbs, sbs); diff != "" {
 				t.Errorf("Fork (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.deleted, deleted); diff != "" {
+				t.Errorf("children deleted after a failure (-want +got):\n%s", diff)
 			}
 		})
 	}
 }
 
+// A handler that stops the fork ends it, and the child it announced is
+// deleted: Fork returns its children or leaves none.
 func TestForkEventsStop(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
+	var deleted []string
 	c := newTest(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "DELETE" {
+			deleted = append(deleted, strings.TrimPrefix(r.URL.Path, "/v1/sandboxes/"))
+			json.NewEncoder(w).Encode(api.DeleteResult{})
+			return
+		}
 		sse(w, "sandbox.forking", api.ForkEvent{IDs: []string{"sb_a"}})
 		select { // hold the stream open, as a fork that takes its time
 		case <-release:
@@ -205,14 +225,17 @@ func TestForkEventsStop(t *testing.T) {
 		}
 	})
 	stop := errors.New("stop")
-	err := c.ForkEvents(context.Background(), "sb_1", api.ForkRequest{}, func(ev api.ForkEvent) error {
+	_, err := c.Sandbox("sb_1").Fork(context.Background(), WithForkEvents(func(ev api.ForkEvent) error {
 		if ev.Event != "sandbox.forking" || len(ev.IDs) != 1 {
 			t.Errorf("got %+v", ev)
 		}
 		return stop
-	})
+	}))
 	if !errors.Is(err, stop) {
 		t.Fatalf("got %v, want the handler's error", err)
+	}
+	if diff := cmp.Diff([]string{"sb_a"}, deleted); diff != "" {
+		t.Errorf("deleted (-want +got):\n%s", diff)
 	}
 }
 
@@ -299,7 +322,7 @@ func TestForkTree(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &forkFake{live: map[string]bool{"sb_0": true}, failAt: tc.failAt, failRaw: tc.failRaw}
 			c := newTest(t, f.handle)
-			sbs, err := c.ForkTree(context.Background(), "sb_0", tc.n, true)
+			sbs, err := c.Sandbox("sb_0").Fork(context.Background(), WithCount(tc.n), WithMemory())
 			f.mu.Lock()
 			defer f.mu.Unlock()
 			if diff := cmp.Diff(tc.wantCalls, f.calls); diff != "" {
@@ -336,8 +359,11 @@ func TestForkTree(t *testing.T) {
 
 func TestForkTreeInvalid(t *testing.T) {
 	c := newTest(t, func(w http.ResponseWriter, r *http.Request) { t.Errorf("unexpected %s", r.URL) })
-	if _, err := c.ForkTree(context.Background(), "sb_0", 0, true); !errors.Is(err, api.ErrInvalid) {
+	if _, err := c.Sandbox("sb_0").Fork(context.Background(), WithCount(-1), WithMemory()); !errors.Is(err, api.ErrInvalid) {
 		t.Errorf("got %v, want ErrInvalid", err)
+	}
+	if _, err := c.Sandbox("sb_0").Fork(context.Background(), WithCount(20), WithName("x")); !errors.Is(err, api.ErrInvalid) {
+		t.Errorf("a name for 20 children: got %v, want ErrInvalid", err)
 	}
 }
 
@@ -345,17 +371,23 @@ func TestEvents(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	evs := []api.Event{
 		{Seq: 1, SandboxID: "sb_1", Time: t0, Type: "created"},
-		{Seq: 2, SandboxID: "sb_1", Time: t0.Add(time.Second), Type: "snapshotted", Detail: map[string]any{"outcome": "ok", "sizeBytes": float64(42)}},
+		{Seq: 2, SandboxID: "sb_1", Time: t0.Add(time.Second), Type: "snapshot", Detail: map[string]any{"outcome": "ok", "sizeBytes": float64(42)}},
 	}
 	tests := []struct {
 		name    string
 		follow  bool
+		after   int64
 		tail    func(w io.Writer)
 		wantErr string
+		kind    error
 	}{
-		{"all", false, func(io.Writer) {}, ""},
-		{"follow", true, func(w io.Writer) { io.WriteString(w, ": keep-alive\n\n") }, ""},
-		{"error", true, func(w io.Writer) { sse(w, "error", map[string]string{"error": "journal unreadable"}) }, "journal unreadable"},
+		{"all", false, 0, func(w io.Writer) { sse(w, "eof", map[string]string{}) }, "", nil},
+		{"after", false, 7, func(w io.Writer) { sse(w, "eof", map[string]string{}) }, "", nil},
+		{"follow broken", true, 0, func(w io.Writer) { io.WriteString(w, ": keep-alive\n\n") }, "the last event seen was 2", api.ErrUnavailable},
+		{"shut down", true, 0, func(w io.Writer) {
+			sse(w, "error", map[string]string{"error": "sbxd is shutting down", "code": "unavailable"})
+		}, "the last event seen was 2", api.ErrUnavailable},
+		{"error", true, 0, func(w io.Writer) { sse(w, "error", map[string]string{"error": "journal unreadable"}) }, "journal unreadable", nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -363,6 +395,9 @@ func TestEvents(t *testing.T) {
 				want := ""
 				if tc.follow {
 					want = "follow=1"
+				}
+				if tc.after > 0 {
+					want = "after=7"
 				}
 				if r.Method != "GET" || r.URL.Path != "/v1/sandboxes/sb_1/events" || r.URL.RawQuery != want {
 					t.Errorf("got %s %s", r.Method, r.URL)
@@ -373,13 +408,21 @@ func TestEvents(t *testing.T) {
 				tc.tail(w)
 			})
 			var got []api.Event
-			err := c.Events(context.Background(), "sb_1", tc.follow, func(ev api.Event) error {
+			opts := []EventsOption{After(tc.after)}
+			if tc.follow {
+				opts = append(opts, Follow())
+			}
+			err := c.Sandbox("sb_1").Events(context.Background(), func(ev api.Event) error {
 				got = append(got, ev)
 				return nil
-			})
+			}, opts...)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("got %v, want an error containing %q", err, tc.wantErr)
+				}
+				var se *StreamError
+				if tc.kind != nil && (!errors.Is(err, tc.kind) || !errors.As(err, &se) || se.LastSeq != 2) {
+					t.Errorf("got %#v, want a *StreamError of kind %v with LastSeq 2", err, tc.kind)
 				}
 			} else if err != nil {
 				t.Fatal(err)

@@ -1,4 +1,27 @@
-// Package client is the Go client of sbxd's HTTP API.
+// Package client is the Go client of sbxd, the daemon of sbx: sandboxes on
+// gVisor that run commands, move files, and freeze, fork and replay a
+// whole machine.
+//
+// A Client talks to one sbxd. Most work goes through a Sandbox handle:
+//
+//	c, err := client.New("") // $SBX_HOST, else the local socket
+//	info, err := c.Create(ctx, client.WithTemplate("base"), client.WithTTL(30*time.Minute))
+//	sb := c.Sandbox(info.ID)
+//	res, err := sb.Exec(ctx, []string{"go", "test", "./..."}, client.WithStdout(os.Stdout))
+//	kids, err := sb.Fork(ctx, client.WithMemory(), client.WithCount(4))
+//
+// Every option is a functional option (WithX) of the call it is passed to;
+// durations are time.Duration. Every error that sbxd reports matches one of
+// the kinds of package api under errors.Is (api.ErrNotFound,
+// api.ErrConflict, api.ErrInvalid, ...), on a plain call and on a stream
+// alike; a stream that breaks before its end (sbxd went away) is a
+// *StreamError, of kind api.ErrUnavailable, naming what goes on without it.
+// Errors carry no advice for the sbx command line: they say what happened.
+//
+// The examples do three whole jobs: run a project's tests and fetch the
+// result (Example_runTests), snapshot a server and fork it N ways,
+// querying every child (Example_forkServer), and hunt a flaky test, then
+// resume the failure alive (Example_huntFlaky).
 package client
 
 import (
@@ -28,21 +51,25 @@ type Client struct {
 	hc    *http.Client
 }
 
-// Option configures a Client.
-type Option func(*Client)
+// ClientOption configures New.
+type ClientOption interface{ applyClient(*Client) }
+
+type clientOption func(*Client)
+
+func (o clientOption) applyClient(c *Client) { o(c) }
 
 // WithToken sets the bearer token sent with every request; the default is $SBX_TOKEN.
-func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+func WithToken(token string) ClientOption { return clientOption(func(c *Client) { c.token = token }) }
 
 // WithHTTPClient replaces the HTTP client (its transport decides how to reach
 // the host). It should have no Timeout: streams last as long as their exec.
-func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+func WithHTTPClient(hc *http.Client) ClientOption { return clientOption(func(c *Client) { c.hc = hc }) }
 
 // New returns a client of the sbxd at host: "unix:///path/to.sock",
 // "tcp://host:port" (or "http://host:port", "https://host:port"). An empty
 // host means $SBX_HOST, else DefaultHost. It returns an error wrapping
 // api.ErrInvalid for a host it cannot parse; it does not connect.
-func New(host string, opts ...Option) (*Client, error) {
+func New(host string, opts ...ClientOption) (*Client, error) {
 	if host == "" {
 		host = os.Getenv("SBX_HOST")
 	}
@@ -74,7 +101,7 @@ func New(host string, opts ...Option) (*Client, error) {
 	}
 	c.hc = &http.Client{Transport: tr}
 	for _, o := range opts {
-		o(c)
+		o.applyClient(c)
 	}
 	return c, nil
 }
@@ -130,25 +157,37 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 	return resp, nil
 }
 
-// transportError says that sbxd could not be reached; a failed dial also
-// matches api.ErrUnavailable.
+// transportError says that sbxd could not be reached or went away: an error
+// of kind api.ErrUnavailable, unless ctx ended it.
 func (c *Client) transportError(err error) error {
 	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return &unreachableError{host: c.host, err: err}
+	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("sbxd at %s: %w", c.host, err)
+	case errors.As(err, &op) && op.Op == "dial":
+		return &UnreachableError{Host: c.host, Err: err}
 	}
-	return fmt.Errorf("sbxd at %s: %w", c.host, err)
+	return &UnreachableError{Host: c.host, Err: err, Dropped: true}
 }
 
-type unreachableError struct {
-	host string
-	err  error
+// UnreachableError says that sbxd could not be reached (Dropped false: the
+// dial failed, nothing was sent), or that the connection broke before an
+// answer (Dropped true: the request may have been carried out). It matches
+// api.ErrUnavailable.
+type UnreachableError struct {
+	Host    string
+	Dropped bool
+	Err     error
 }
 
-func (e *unreachableError) Error() string {
-	return fmt.Sprintf("cannot reach sbxd at %s (is it running? set --host or $SBX_HOST): %v", e.host, e.err)
+func (e *UnreachableError) Error() string {
+	if e.Dropped {
+		return fmt.Sprintf("the connection to sbxd at %s broke before its answer: %v", e.Host, e.Err)
+	}
+	return fmt.Sprintf("cannot reach sbxd at %s: %v", e.Host, e.Err)
 }
-func (e *unreachableError) Unwrap() []error { return []error{e.err, api.ErrUnavailable} }
+
+func (e *UnreachableError) Unwrap() []error { return []error{e.Err, api.ErrUnavailable} }
 
 // maxErrorBody bounds how much of an error answer is read.
 const maxErrorBody = 64 << 10

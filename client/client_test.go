@@ -1,6 +1,7 @@
 package client
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -83,7 +85,7 @@ func TestErrorKinds(t *testing.T) {
 			c := newTest(t, func(w http.ResponseWriter, r *http.Request) {
 				writeErr(w, kind, "sandbox sb_x is broken")
 			})
-			_, err := c.Get(context.Background(), "sb_x")
+			_, err := c.Sandbox("sb_x").Info(context.Background())
 			if !errors.Is(err, kind) {
 				t.Fatalf("got %v, want errors.Is %v", err, kind)
 			}
@@ -193,48 +195,93 @@ func TestExec(t *testing.T) {
 		sse(w, "exit", api.ExecEvent{Event: "exit", Exec: &api.Exec{ID: "ex_1", State: api.ExecExited, ExitCode: intp(3)}})
 	})
 	var stdout, stderr bytes.Buffer
-	req := api.ExecRequest{Cmd: []string{"sh", "-c", "x"}, Timeout: "5s", Detach: true}
-	x, err := c.Exec(context.Background(), "sb_1", req, &stdout, &stderr)
+	var events []string
+	res, err := c.Sandbox("sb_1").Exec(context.Background(), Shell("x"), WithTimeout(5*time.Second), WithEnv("A=1"),
+		WithCwd("/w"), WithUser("bob"), WithStdout(&stdout), WithStderr(&stderr),
+		WithExecEvents(func(ev api.ExecEvent) error { events = append(events, ev.Event); return nil }))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if x.ExitCode == nil || *x.ExitCode != 3 {
-		t.Errorf("got exit %v, want 3", x.ExitCode)
+	if res.ExitCode != 3 || !res.Exited() || res.ID != "ex_1" {
+		t.Errorf("got %+v, want ex_1 exited 3", res)
 	}
 	if stdout.String() != "out1\nout2\n" || stderr.String() != "err\n" {
 		t.Errorf("got stdout %q stderr %q", stdout.String(), stderr.String())
 	}
-	req.Detach = false
-	if diff := cmp.Diff(req, got); diff != "" {
+	want := api.ExecRequest{Cmd: []string{"/bin/sh", "-c", "x"}, Timeout: "5s", Env: []string{"A=1"}, Cwd: "/w", User: "bob"}
+	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("request (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"started", "stdout", "stderr", "stdout", "exit"}, events); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
 	}
 }
 
+// An exec whose stream breaks returns what it knows (the exec's id, still
+// running) with an error of kind unavailable that names the exec.
 func TestExecStreamErrors(t *testing.T) {
 	tests := []struct {
-		name  string
-		write func(w io.Writer)
-		want  string
+		name    string
+		write   func(w io.Writer)
+		want    string
+		kind    error
+		started bool
 	}{
-		{"no exit", func(w io.Writer) {
+		{"cut after start", func(w io.Writer) {
+			sse(w, "started", api.ExecEvent{Exec: &api.Exec{ID: "ex_9", SandboxID: "sb_1", State: api.ExecRunning}})
 			sse(w, "stdout", api.ExecEvent{Data: []byte("x")})
-		}, "ended before"},
+		}, "ex_9 goes on", api.ErrUnavailable, true},
+		{"cut before start", func(w io.Writer) {}, "broke", api.ErrUnavailable, false},
 		{"error event", func(w io.Writer) {
-			sse(w, "error", api.ExecEvent{Error: "agent died"})
-		}, "agent died"},
+			sse(w, "started", api.ExecEvent{Exec: &api.Exec{ID: "ex_9", State: api.ExecRunning}})
+			sse(w, "error", api.ExecEvent{Error: "agent died", Code: "internal"})
+		}, "agent died", api.ErrInternal, true},
+		{"shutting down", func(w io.Writer) {
+			sse(w, "started", api.ExecEvent{Exec: &api.Exec{ID: "ex_9", State: api.ExecRunning}})
+			sse(w, "error", api.ExecEvent{Error: "sbxd is shutting down", Code: "unavailable"})
+		}, "ex_9 goes on", api.ErrUnavailable, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newTest(t, func(w http.ResponseWriter, r *http.Request) { tc.write(w) })
-			_, err := c.Exec(context.Background(), "sb_1", api.ExecRequest{Cmd: []string{"x"}}, nil, nil)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("got %v, want an error containing %q", err, tc.want)
+			res, err := c.Sandbox("sb_1").Exec(context.Background(), []string{"x"})
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, tc.kind) {
+				t.Fatalf("got %v, want an error of kind %v containing %q", err, tc.kind, tc.want)
+			}
+			if !tc.started {
+				return
+			}
+			if res == nil || res.ID != "ex_9" || res.State != api.ExecRunning || res.ExitCode != -1 {
+				t.Errorf("got %+v, want what is known: ex_9 running", res)
+			}
+			var se *StreamError
+			if tc.kind == api.ErrUnavailable && (!errors.As(err, &se) || se.ExecID != "ex_9") {
+				t.Errorf("got %#v, want a *StreamError naming ex_9", err)
 			}
 		})
 	}
 }
 
-func TestExecDetached(t *testing.T) {
+// Cancelling an exec stops the waiting, not the command: the Result names it.
+func TestExecCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := newTest(t, func(w http.ResponseWriter, r *http.Request) {
+		sse(w, "started", api.ExecEvent{Exec: &api.Exec{ID: "ex_5", State: api.ExecRunning}})
+		<-r.Context().Done()
+	})
+	res, err := c.Sandbox("sb_1").Exec(ctx, []string{"sleep", "100"}, WithExecEvents(func(ev api.ExecEvent) error {
+		cancel() // once it has started
+		return nil
+	}))
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "goes on") {
+		t.Fatalf("got %v, want context.Canceled saying the command goes on", err)
+	}
+	if res == nil || res.ID != "ex_5" || res.State != api.ExecRunning {
+		t.Errorf("got %+v, want ex_5 running", res)
+	}
+}
+
+func TestStart(t *testing.T) {
 	c := newTest(t, func(w http.ResponseWriter, r *http.Request) {
 		var req api.ExecRequest
 		json.NewDecoder(r.Body).Decode(&req)
@@ -244,30 +291,103 @@ func TestExecDetached(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 		json.NewEncoder(w).Encode(api.Exec{ID: "ex_2", Pid: 42, State: api.ExecRunning})
 	})
-	x, err := c.ExecDetached(context.Background(), "sb_1", api.ExecRequest{Cmd: []string{"sleep", "9"}})
-	if err != nil || x.ID != "ex_2" || x.Pid != 42 {
-		t.Fatalf("got %+v, %v", x, err)
+	p, err := c.Sandbox("sb_1").Start(context.Background(), []string{"sleep", "9"})
+	if err != nil || p.ID != "ex_2" || p.Pid != 42 || p.SandboxID != "sb_1" {
+		t.Fatalf("got %+v, %v", p, err)
 	}
 }
 
-func TestExecOutput(t *testing.T) {
+// Wait delivers each output byte once, across a stream that broke and a
+// Wait again, which starts from the start.
+func TestWaitOnce(t *testing.T) {
+	calls := 0
+	c := newTest(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/sandboxes/sb_1/execs/ex_1/output" || r.URL.Query().Get("follow") != "1" {
+			t.Errorf("got %s", r.URL)
+		}
+		calls++
+		sse(w, "stdout", api.ExecEvent{Data: []byte("abc")})
+		sse(w, "stderr", api.ExecEvent{Data: []byte("E")})
+		if calls == 1 {
+			return // broken
+		}
+		sse(w, "stdout", api.ExecEvent{Data: []byte("def")})
+		sse(w, "exit", api.ExecEvent{Exec: &api.Exec{ID: "ex_1", State: api.ExecExited, ExitCode: intp(0)}})
+	})
+	var out, errOut bytes.Buffer
+	p := c.Sandbox("sb_1").Process("ex_1")
+	res, err := p.Wait(context.Background(), WithStdout(&out), WithStderr(&errOut))
+	var se *StreamError
+	if !errors.As(err, &se) || se.ExecID != "ex_1" || res.State != api.ExecRunning {
+		t.Fatalf("first wait: got %+v, %v; want a StreamError naming ex_1", res, err)
+	}
+	res, err = p.Wait(context.Background())
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("second wait: got %+v, %v", res, err)
+	}
+	if out.String() != "abcdef" || errOut.String() != "E" {
+		t.Errorf("got stdout %q stderr %q, want each byte once: abcdef and E", out.String(), errOut.String())
+	}
+}
+
+func TestOutput(t *testing.T) {
 	for _, ended := range []bool{true, false} {
 		t.Run(fmt.Sprint("ended=", ended), func(t *testing.T) {
 			c := newTest(t, func(w http.ResponseWriter, r *http.Request) {
-				if r.URL.Path != "/v1/sandboxes/sb_1/execs/ex_1/output" || r.URL.Query().Get("follow") != "1" {
+				if r.URL.Path == "/v1/sandboxes/sb_1/execs/ex_1" {
+					json.NewEncoder(w).Encode(api.Exec{ID: "ex_1", State: api.ExecRunning, Pid: 3})
+					return
+				}
+				if r.URL.Path != "/v1/sandboxes/sb_1/execs/ex_1/output" || r.URL.Query().Get("follow") != "" {
 					t.Errorf("got %s", r.URL)
 				}
 				sse(w, "stdout", api.ExecEvent{Data: []byte("kept")})
 				if ended {
-					sse(w, "exit", api.ExecEvent{Exec: &api.Exec{ID: "ex_1", ExitCode: intp(0)}})
+					sse(w, "exit", api.ExecEvent{Exec: &api.Exec{ID: "ex_1", State: api.ExecExited, ExitCode: intp(0)}})
+				} else {
+					sse(w, "eof", api.ExecEvent{})
 				}
 			})
 			var out bytes.Buffer
-			x, err := c.ExecOutput(context.Background(), "sb_1", "ex_1", true, &out, nil)
-			if err != nil || out.String() != "kept" || (x != nil) != ended {
-				t.Fatalf("got %+v, %v, output %q", x, err, out.String())
+			res, err := c.Sandbox("sb_1").Process("ex_1").Output(context.Background(), WithStdout(&out))
+			if err != nil || out.String() != "kept" || res.Exited() != ended {
+				t.Fatalf("got %+v, %v, output %q", res, err, out.String())
 			}
 		})
+	}
+}
+
+func TestSignal(t *testing.T) {
+	var got []string
+	c := newTest(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got = append(got, r.Method+" "+r.URL.Path+" "+string(b))
+		if strings.Contains(r.URL.Path, "ex_gone") {
+			writeErr(w, api.ErrConflict, "exec ex_gone has ended")
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	sb := c.Sandbox("sb_1")
+	if err := sb.Process("ex_1").Kill(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Process("ex_1").Signal(context.Background(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Process("ex_gone").Kill(context.Background()); !errors.Is(err, api.ErrConflict) {
+		t.Errorf("got %v, want ErrConflict", err)
+	}
+	if err := sb.Process("ex_1").Signal(context.Background(), 0); !errors.Is(err, api.ErrInvalid) {
+		t.Errorf("signal 0: got %v, want ErrInvalid", err)
+	}
+	want := []string{
+		`POST /v1/sandboxes/sb_1/execs/ex_1/signal {"signal":9}`,
+		`POST /v1/sandboxes/sb_1/execs/ex_1/signal {"signal":2}`,
+		`POST /v1/sandboxes/sb_1/execs/ex_gone/signal {"signal":9}`,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("requests (-want +got):\n%s", diff)
 	}
 }
 
@@ -284,7 +404,7 @@ func TestWriteFile(t *testing.T) {
 	})
 	// a reader that is not a *bytes.Reader, so net/http cannot size it itself
 	r := io.MultiReader(bytes.NewReader(content))
-	if err := c.WriteFile(context.Background(), "sb_1", "/tmp/a b&c", r, int64(len(content)), 0o755); err != nil {
+	if err := c.Sandbox("sb_1").Files().Write(context.Background(), "/tmp/a b&c", r, int64(len(content)), WithMode(0o755)); err != nil {
 		t.Fatal(err)
 	}
 	if gotLen != int64(len(content)) || !bytes.Equal(gotBody, content) {
@@ -301,7 +421,7 @@ func TestPathEscape(t *testing.T) {
 		got = r.URL.EscapedPath()
 		json.NewEncoder(w).Encode(api.Sandbox{ID: "x"})
 	})
-	if _, err := c.Get(context.Background(), "a/b c"); err != nil {
+	if _, err := c.Sandbox("a/b c").Info(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if want := "/v1/sandboxes/a%2Fb%20c"; got != want {
@@ -317,11 +437,13 @@ func TestCreate(t *testing.T) {
 		json.NewEncoder(w).Encode(api.Sandbox{ID: "sb_new"})
 	})
 	sb, err := c.Create(context.Background(), WithTemplate("tiny"), WithName("n"), WithTTL(30*time.Minute),
-		WithMeta("a", "1"), WithMeta("b", "2"), WithCPUs(1.5), WithMemoryString("512M"))
+		WithMeta("a", "1"), WithMeta("b", "2"), WithCPUs(1.5), WithMemoryLimit(512<<20), WithDiskLimit(1<<30),
+		WithPidsLimit(100), WithNetwork(NetworkNone))
 	if err != nil || sb.ID != "sb_new" {
 		t.Fatalf("got %+v, %v", sb, err)
 	}
-	want := api.CreateRequest{Template: "tiny", Name: "n", TTL: "30m0s", Meta: map[string]string{"a": "1", "b": "2"}, CPUs: 1.5, Memory: "512M"}
+	want := api.CreateRequest{Template: "tiny", Name: "n", TTL: "30m0s", Meta: map[string]string{"a": "1", "b": "2"}, CPUs: 1.5,
+		Memory: "536870912", Disk: "1073741824", Pids: 100, Network: "none"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("request (-want +got):\n%s", diff)
 	}
@@ -335,7 +457,7 @@ func TestBuildTemplate(t *testing.T) {
 	}{
 		{"done", []api.Progress{{Event: "step", Message: "debootstrap"}, {Event: "done", Done: true, Template: &api.Template{Name: "base", Size: 9}}}, ""},
 		{"failed", []api.Progress{{Event: "step", Message: "x"}, {Event: "error", Error: "mmdebstrap failed"}}, "mmdebstrap failed"},
-		{"cut", []api.Progress{{Event: "step", Message: "x"}}, "ended before"},
+		{"cut", []api.Progress{{Event: "step", Message: "x"}}, "broke before its end"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -348,7 +470,7 @@ func TestBuildTemplate(t *testing.T) {
 				}
 			})
 			var got []api.Progress
-			tpl, err := c.BuildTemplate(context.Background(), "base", true, func(p api.Progress) { got = append(got, p) })
+			tpl, err := c.BuildTemplate(context.Background(), "base", WithForce(), WithProgress(func(p api.Progress) { got = append(got, p) }))
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("got %v, want error %q", err, tc.wantErr)
@@ -375,10 +497,14 @@ func TestImportTemplateStreams(t *testing.T) {
 		body, _ = io.ReadAll(r.Body)
 		sse(w, "done", api.Progress{Done: true, Template: &api.Template{Name: "mine"}})
 	})
-	if _, err := c.ImportTemplate(context.Background(), "mine", strings.NewReader("tarbytes"), nil); err != nil {
+	var tb bytes.Buffer
+	tw := tar.NewWriter(&tb)
+	tw.WriteHeader(&tar.Header{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755})
+	tw.Close()
+	if _, err := c.ImportTemplate(context.Background(), "mine", "-", WithStdin(bytes.NewReader(tb.Bytes()))); err != nil {
 		t.Fatal(err)
 	}
-	if string(body) != "tarbytes" || len(te) != 1 || te[0] != "chunked" {
+	if !bytes.Equal(body, tb.Bytes()) || len(te) != 1 || te[0] != "chunked" {
 		t.Errorf("got body %q transfer-encoding %v", body, te)
 	}
 }
@@ -417,26 +543,30 @@ func TestEveryStreamErrorKind(t *testing.T) {
 	streams := []stream{
 		{"exec", func(m, c string) any { return api.ExecEvent{Event: "error", Error: m, Code: c} },
 			func(c *Client) error {
-				_, err := c.Exec(ctx, "sb_1", api.ExecRequest{Cmd: []string{"x"}}, nil, nil)
+				_, err := c.Sandbox("sb_1").Exec(ctx, []string{"x"})
 				return err
 			}, "/v1/sandboxes/sb_1/exec"},
 		{"exec output", func(m, c string) any { return api.ExecEvent{Event: "error", Error: m, Code: c} },
-			func(c *Client) error { _, err := c.ExecOutput(ctx, "sb_1", "ex_1", true, nil, nil); return err }, "/v1/sandboxes/sb_1/execs/ex_1/output"},
+			func(c *Client) error { _, err := c.Sandbox("sb_1").Process("ex_1").Wait(ctx); return err }, "/v1/sandboxes/sb_1/execs/ex_1/output"},
 		{"fork", func(m, c string) any { return api.ForkEvent{Event: "error", Error: m, Code: c} },
-			func(c *Client) error {
-				return c.ForkEvents(ctx, "sb_1", api.ForkRequest{}, func(api.ForkEvent) error { return nil })
-			}, "/v1/sandboxes/sb_1/fork"},
+			func(c *Client) error { _, err := c.Sandbox("sb_1").Fork(ctx); return err }, "/v1/sandboxes/sb_1/fork"},
 		{"logs", func(m, c string) any { return api.StreamErrorBody{Error: m, Code: c} },
-			func(c *Client) error { return c.Logs(ctx, "sb_1", func(api.LogEvent) error { return nil }) }, "/v1/sandboxes/sb_1/logs"},
+			func(c *Client) error { return c.Sandbox("sb_1").Logs(ctx, func(api.LogEvent) error { return nil }) }, "/v1/sandboxes/sb_1/logs"},
 		{"events", func(m, c string) any { return api.StreamErrorBody{Error: m, Code: c} },
-			func(c *Client) error { return c.Events(ctx, "sb_1", true, func(api.Event) error { return nil }) }, "/v1/sandboxes/sb_1/events"},
+			func(c *Client) error {
+				return c.Sandbox("sb_1").Events(ctx, func(api.Event) error { return nil }, Follow())
+			}, "/v1/sandboxes/sb_1/events"},
 		{"template build", func(m, c string) any { return api.Progress{Event: "error", Error: m, Code: c} },
-			func(c *Client) error { _, err := c.BuildTemplate(ctx, "base", false, nil); return err }, "/v1/templates/base/build"},
+			func(c *Client) error { _, err := c.BuildTemplate(ctx, "base"); return err }, "/v1/templates/base/build"},
 	}
 	for _, s := range streams {
 		for _, k := range kinds {
 			t.Run(s.name+"/"+k.code, func(t *testing.T) {
 				c := newTest(t, func(w http.ResponseWriter, r *http.Request) {
+					if r.Method == "DELETE" {
+						writeErr(w, api.ErrNotFound, "gone") // a failed fork's undo
+						return
+					}
 					if r.URL.Path != s.path {
 						t.Errorf("got %s, want %s", r.URL.Path, s.path)
 					}

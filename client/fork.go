@@ -1,116 +1,67 @@
 package client
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 
 	"sbx.dev/sbx/api"
 )
 
-// errNoDone is returned when a fork stream ends before its "done" event.
-var errNoDone = errors.New("stream ended before the fork's done event")
-
-// ForkEvents forks the sandbox as req says and hands each event of the fork's
-// stream to fn: "sandbox.forking" with the new ids at once,
-// "sandbox.captured" once the parent's state is taken, "sandbox.ready" per
-// child, then "done". It returns nil after "done"; an "error" event (after
-// which no child is left), or a stream that ends without "done", is an error.
-// An error from fn ends the stream and is returned wrapped; the fork goes on
-// on the server. Errors before the stream starts are *api.Error (a Count
-// above api.MaxForks is an api.ErrInvalid naming the limit).
-func (c *Client) ForkEvents(ctx context.Context, id string, req api.ForkRequest, fn func(api.ForkEvent) error) error {
-	resp, err := c.send(ctx, jsonRequest(http.MethodPost, sandboxPath(id, "fork"), &req))
-	if err != nil {
-		return err
+// Fork makes new sandboxes from this one, now, and returns them once every
+// one is ready. By default each child boots fresh on a copy of the
+// sandbox's disk; WithMemory makes each carry on its processes and memory.
+// WithCount says how many (default 1): up to api.MaxForks come from one
+// capture; more grow a tree breadth-first (children of children, each a
+// copy of the same state). WithName names a single child, WithTTL and
+// WithMeta set the children's ttl and metadata (merged into the parent's),
+// WithForkEvents hears each step; NoWait returns the children's ids at
+// once, as they are being made.
+//
+// It is all or nothing, whatever ends it: on an error, or when ctx ends, it
+// deletes every child that sbxd announced (waiting, past ctx, for those
+// still being made), and the error says which it could not delete. Errors
+// before the fork starts: api.ErrNotFound, api.ErrConflict (the sandbox
+// is not ready), api.ErrInvalid (a bad option). A stream that breaks is a
+// *StreamError naming the children.
+func (s *Sandbox) Fork(ctx context.Context, opts ...ForkOption) ([]api.Sandbox, error) {
+	var cfg forkConfig
+	for _, o := range opts {
+		o.applyFork(&cfg)
 	}
-	defer resp.Body.Close()
-	if err := readForkStream(resp.Body, fn); err != nil {
-		return fmt.Errorf("fork %s: %w", id, err)
+	n := cfg.req.Count
+	if n == 0 {
+		n = 1
 	}
-	return nil
-}
-
-// readForkStream hands each event to fn until "done" (nil) or "error".
-func readForkStream(r io.Reader, fn func(api.ForkEvent) error) error {
-	ended, err := readStream(r, func(name string, ev api.ForkEvent) (bool, error) {
-		if name != "" {
-			ev.Event = name // the SSE event name is authoritative
-		}
-		if err := fn(ev); err != nil {
-			return false, err
-		}
-		return ev.Event == "done", nil
-	})
-	if ended {
-		return errNoDone
+	if n < 0 {
+		return nil, api.Errorf(api.ErrInvalid, "fork %s: want at least 1 child, got %d", s.id, n)
 	}
-	return err
-}
-
-// Fork forks the sandbox as req says and waits for every child to be ready;
-// it returns the children. See ForkEvents for the errors.
-func (c *Client) Fork(ctx context.Context, id string, req api.ForkRequest) ([]api.Sandbox, error) {
-	return c.fork(ctx, id, req, nil)
-}
-
-// fork is Fork telling announce the ids the server names at once, made or not.
-func (c *Client) fork(ctx context.Context, id string, req api.ForkRequest, announce func([]string)) ([]api.Sandbox, error) {
-	var ready, done []api.Sandbox
-	err := c.ForkEvents(ctx, id, req, func(ev api.ForkEvent) error {
-		switch ev.Event {
-		case "sandbox.forking":
-			if announce != nil {
-				announce(ev.IDs)
-			}
-		case "sandbox.ready":
-			if ev.Sandbox != nil {
-				ready = append(ready, *ev.Sandbox)
-			}
-		case "done":
-			done = ev.Sandboxes
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
+	if n > api.MaxForks && cfg.req.Name != "" {
+		return nil, api.Errorf(api.ErrInvalid, "fork %s: only a single child can be named", s.id)
 	}
-	if done == nil {
-		done = ready // a "done" without its list: the ready events had them all
+	if n > api.MaxForks && cfg.noWait {
+		return nil, api.Errorf(api.ErrInvalid, "fork %s: without waiting, a fork makes 1 to %d children (more grow a tree from the children, which must be ready)", s.id, api.MaxForks)
 	}
-	return done, nil
-}
-
-// ForkTree makes n memory (or, without memory, disk) forks of the sandbox,
-// at most api.MaxForks per call, growing a wider tree breadth-first: first up
-// to api.MaxForks children of id, then children of those children (each a
-// copy of the same state, since a memory fork carries on its parent), level
-// by level, until n exist. The calls are made one after the other. It is all
-// or nothing: on an error it deletes the children it made (and those a failed
-// call had announced) and returns the error. An n below 1 is api.ErrInvalid.
-func (c *Client) ForkTree(ctx context.Context, id string, n int, memory bool) ([]api.Sandbox, error) {
-	if n < 1 {
-		return nil, api.Errorf(api.ErrInvalid, "fork tree of %s: want at least 1 fork, got %d", id, n)
-	}
-	var made []api.Sandbox
 	var announced []string // every id a call named: what to delete on failure
-	parents := []string{id}
+	var made []api.Sandbox
+	parents := []string{s.id}
 	for len(made) < n {
 		var next []string
 		for _, p := range parents {
 			if len(made) == n {
 				break
 			}
-			k := min(api.MaxForks, n-len(made))
-			kids, err := c.fork(ctx, p, api.ForkRequest{Memory: memory, Count: k},
-				func(ids []string) { announced = append(announced, ids...) })
+			req := cfg.req
+			req.Count = min(api.MaxForks, n-len(made))
+			kids, err := s.c.forkOnce(ctx, p, req, cfg, func(ids []string) { announced = append(announced, ids...) })
 			if err == nil && len(kids) == 0 {
 				err = fmt.Errorf("fork %s: done without children", p)
 			}
 			if err != nil {
-				return nil, c.undoForkTree(ctx, id, len(made), n, announced, err)
+				return nil, s.c.undoFork(ctx, s.id, announced, err)
 			}
 			for _, kid := range kids {
 				announced = append(announced, kid.ID) // in case "sandbox.forking" named none
@@ -123,19 +74,84 @@ func (c *Client) ForkTree(ctx context.Context, id string, n int, memory bool) ([
 	return made, nil
 }
 
-// undoForkTree deletes every child a failed ForkTree announced and returns
-// cause, with any failure to delete joined to it.
-func (c *Client) undoForkTree(ctx context.Context, id string, made, n int, announced []string, cause error) error {
-	err := fmt.Errorf("fork tree of %s: %d of %d forks made, deleting them: %w", id, made, n, cause)
-	if derr := c.deleteAll(ctx, announced); derr != nil {
-		return errors.Join(err, derr)
+// forkOnce makes one fork call of id, telling announce the ids sbxd names
+// at once, made or not.
+func (c *Client) forkOnce(ctx context.Context, id string, req api.ForkRequest, cfg forkConfig, announce func([]string)) ([]api.Sandbox, error) {
+	b, err := json.Marshal(&req)
+	if err != nil {
+		return nil, api.Errorf(api.ErrInvalid, "fork %s: %v", id, err)
 	}
-	return err
+	resp, err := c.send(ctx, request{
+		method: http.MethodPost, path: sandboxPath(id, "fork"),
+		body: bytes.NewReader(b), size: int64(len(b)),
+		ctype: "application/json", accept: "text/event-stream",
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var ready, done []api.Sandbox
+	var ids []string
+	var fnErr error
+	end, err := readStream(resp.Body, func(name string, ev api.ForkEvent) (bool, error) {
+		if name != "" {
+			ev.Event = name // the SSE event name is authoritative
+		}
+		switch ev.Event {
+		case api.ForkForking:
+			ids = ev.IDs
+			announce(ev.IDs)
+		case api.ForkReady:
+			if ev.Sandbox != nil {
+				ready = append(ready, *ev.Sandbox)
+			}
+		case api.ForkDone:
+			done = ev.Sandboxes
+		}
+		if cfg.events != nil {
+			if fnErr = cfg.events(ev); fnErr != nil {
+				return false, fnErr
+			}
+		}
+		if ev.Event == api.ForkForking && cfg.noWait {
+			for _, id := range ev.IDs {
+				done = append(done, api.Sandbox{ID: id, State: api.StateCreating})
+			}
+			return true, nil
+		}
+		return ev.Event == api.ForkDone, nil
+	})
+	switch {
+	case fnErr != nil:
+		return nil, fnErr
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("fork %s: %w", id, ctx.Err())
+	case err == nil && end == streamCut, isBroken(err), errors.Is(err, api.ErrUnavailable):
+		return nil, &StreamError{Op: "fork", SandboxID: id, Children: ids, Err: brokenCause(err)}
+	case err != nil:
+		return nil, fmt.Errorf("fork %s: %w", id, err)
+	}
+	if done == nil {
+		done = ready // a "done" without its list: the ready events had them all
+	}
+	return done, nil
+}
+
+// undoFork deletes every child a failed Fork announced and returns cause,
+// with any failure to delete joined to it.
+func (c *Client) undoFork(ctx context.Context, id string, announced []string, cause error) error {
+	if len(announced) == 0 {
+		return cause
+	}
+	if derr := c.deleteAll(ctx, announced); derr != nil {
+		return errors.Join(cause, fmt.Errorf("fork %s: some of its children may be left: %w", id, derr))
+	}
+	return cause
 }
 
 // deleteAll deletes the sandboxes, newest first, even once ctx has ended:
-// a child left behind would outlive the call that promised none. One that is
-// already gone is no error.
+// a child left behind would outlive the call that promised none. One that
+// is already gone is no error.
 func (c *Client) deleteAll(ctx context.Context, ids []string) error {
 	ctx = context.WithoutCancel(ctx)
 	seen := map[string]bool{}
@@ -146,7 +162,7 @@ func (c *Client) deleteAll(ctx context.Context, ids []string) error {
 			continue
 		}
 		seen[id] = true
-		if err := c.Delete(ctx, id); err != nil && !errors.Is(err, api.ErrNotFound) {
+		if _, err := c.Sandbox(id).Delete(ctx); err != nil && !errors.Is(err, api.ErrNotFound) {
 			errs = append(errs, fmt.Errorf("delete %s: %w", id, err))
 		}
 	}

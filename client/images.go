@@ -28,7 +28,7 @@ import (
 	"sbx.dev/sbx/api"
 )
 
-// What ImportTemplateFrom found a source to be.
+// What ImportTemplate found a source to be.
 const (
 	SourceRootfsDir  = "rootfs directory"
 	SourceRootfsTar  = "rootfs tar"
@@ -38,7 +38,7 @@ const (
 	SourceRegistry   = "registry"
 )
 
-// ImportTemplateFrom makes template name from source, which is any of:
+// ImportTemplate makes template name from source, which is any of:
 //   - "-": standard input (WithStdin; os.Stdin otherwise), spooled to a
 //     temporary file, then taken as a file;
 //   - a directory: an OCI image layout if it holds an oci-layout file,
@@ -54,13 +54,11 @@ const (
 // An image's layers are sent only if sbxd lacks them, so importing an image
 // sbxd has is instant; the template's version is then the image ID (the
 // digest of its config). Progress events come from sbxd and from the upload
-// itself. Errors: api.ErrInvalid for a source that is none of these, and
+// itself (WithProgress). Errors: api.ErrInvalid for a source that is none of these, and
 // sbxd's errors (api.ErrConflict if name exists and WithForce is not given).
-func (c *Client) ImportTemplateFrom(ctx context.Context, name, source string, progress func(api.Progress), opts ...TemplateOption) (*api.Template, error) {
+func (c *Client) ImportTemplate(ctx context.Context, name, source string, opts ...TemplateOption) (*api.Template, error) {
 	o := templateOpts(opts)
-	if progress == nil {
-		progress = func(api.Progress) {}
-	}
+	progress := o.progress
 	src, err := openSource(ctx, source, o, progress)
 	if err != nil {
 		return nil, fmt.Errorf("import template %s: %w", name, err)
@@ -684,31 +682,16 @@ type templateOptions struct {
 	packages []string
 	stdin    io.Reader
 	platform string
+	progress func(api.Progress)
 }
-
-// TemplateOption changes a template build or import.
-type TemplateOption func(*templateOptions)
-
-// WithForce makes a build build again, and an import point an existing
-// name at the new version (sandboxes on the old one keep it).
-func WithForce(force bool) TemplateOption { return func(o *templateOptions) { o.force = force } }
-
-// WithPackages makes a build base plus these Debian packages.
-func WithPackages(pkgs ...string) TemplateOption {
-	return func(o *templateOptions) { o.packages = append(o.packages, pkgs...) }
-}
-
-// WithStdin is what an import from "-" reads (os.Stdin otherwise).
-func WithStdin(r io.Reader) TemplateOption { return func(o *templateOptions) { o.stdin = r } }
-
-// WithPlatform picks an image of a multi-platform index ("linux/arm64");
-// the default is linux and this machine's architecture.
-func WithPlatform(p string) TemplateOption { return func(o *templateOptions) { o.platform = p } }
 
 func templateOpts(opts []TemplateOption) templateOptions {
 	var o templateOptions
 	for _, f := range opts {
-		f(&o)
+		f.applyTemplate(&o)
+	}
+	if o.progress == nil {
+		o.progress = func(api.Progress) {}
 	}
 	return o
 }

@@ -28,66 +28,45 @@ type Terminal struct {
 	exited bool
 }
 
-// PTYOption configures a terminal.
-type PTYOption func(q url.Values)
-
-// WithPTYCommand sets the command's argv; without, the sandbox's shell
-// (bash if it has it, else sh).
-func WithPTYCommand(argv ...string) PTYOption {
-	return func(q url.Values) { q["cmd"] = argv }
-}
-
-// WithPTYSize sets the terminal's initial size (default 80x24).
-func WithPTYSize(cols, rows int) PTYOption {
-	return func(q url.Values) {
-		if cols > 0 && rows > 0 {
-			q.Set("cols", strconv.Itoa(cols))
-			q.Set("rows", strconv.Itoa(rows))
-		}
-	}
-}
-
-// WithPTYEnv adds environment variables, K=V.
-func WithPTYEnv(kv ...string) PTYOption {
-	return func(q url.Values) { q["env"] = append(q["env"], kv...) }
-}
-
-// WithPTYUser runs the command as user, a name or uid[:gid] inside the
-// sandbox; "" is the template's default user.
-func WithPTYUser(user string) PTYOption {
-	return func(q url.Values) {
-		if user != "" {
-			q.Set("user", user)
-		}
-	}
-}
-
-// WithPTYCwd sets the command's working directory.
-func WithPTYCwd(dir string) PTYOption {
-	return func(q url.Values) { q.Set("cwd", dir) }
-}
-
-// PTY opens an interactive terminal in running sandbox id. Errors are
-// *api.Error: api.ErrNotFound for an unknown sandbox, api.ErrConflict for
-// one not running, api.ErrInvalid for a bad option. ctx bounds the whole
-// session, not only the opening; Close ends it (and hangs the command up).
-func (c *Client) PTY(ctx context.Context, id string, opts ...PTYOption) (*Terminal, error) {
-	q := url.Values{}
+// PTY opens an interactive terminal in the running sandbox: WithCommand
+// (default its shell), WithSize, WithEnv, WithCwd, WithUser. Errors are
+// api.ErrNotFound for an unknown sandbox, api.ErrConflict for one not
+// running, api.ErrInvalid for a bad option. ctx bounds the whole session,
+// not only the opening; Close ends it (and hangs the command up).
+func (s *Sandbox) PTY(ctx context.Context, opts ...PTYOption) (*Terminal, error) {
+	var cfg ptyConfig
 	for _, o := range opts {
-		o(q)
+		o.applyPTY(&cfg)
 	}
-	return c.dialTerminal(ctx, sandboxPath(id, "exec", "pty"), q)
+	q := url.Values{}
+	if len(cfg.cmd) > 0 {
+		q["cmd"] = cfg.cmd
+	}
+	if len(cfg.env) > 0 {
+		q["env"] = cfg.env
+	}
+	if cfg.cwd != "" {
+		q.Set("cwd", cfg.cwd)
+	}
+	if cfg.user != "" {
+		q.Set("user", cfg.user)
+	}
+	if cfg.cols > 0 && cfg.rows > 0 {
+		q.Set("cols", strconv.Itoa(cfg.cols))
+		q.Set("rows", strconv.Itoa(cfg.rows))
+	}
+	return s.c.dialTerminal(ctx, s.path("exec", "pty"), q)
 }
 
-// Attach re-attaches to exec execID of sandbox id: its output from the start
-// (fromStart) or from now on, then its exit. Write is refused: an exec's
-// stdin is out of reach.
-func (c *Client) Attach(ctx context.Context, id, execID string, fromStart bool) (*Terminal, error) {
+// Attach re-attaches a terminal to the exec's output: from now on, or
+// FromStart; Read ends with io.EOF at its exit, and ExitCode says it.
+// Write is refused: an exec's stdin is out of reach.
+func (p *Process) Attach(ctx context.Context, opts ...AttachOption) (*Terminal, error) {
 	q := url.Values{"from": {"tail"}}
-	if fromStart {
-		q.Set("from", "start")
+	for _, o := range opts {
+		o.applyAttach(q)
 	}
-	return c.dialTerminal(ctx, sandboxPath(id, "execs", url.PathEscape(execID), "attach"), q)
+	return p.sb.c.dialTerminal(ctx, p.path("attach"), q)
 }
 
 func (c *Client) dialTerminal(ctx context.Context, path string, q url.Values) (*Terminal, error) {

@@ -72,17 +72,17 @@ func TestPTY(t *testing.T) {
 
 	t.Run("errors", func(t *testing.T) {
 		c, _ := New("tcp://"+strings.TrimPrefix(ts.URL, "http://"), WithToken("bad"))
-		if _, err := c.PTY(ctx, "sb_1"); !errors.Is(err, api.ErrUnauthorized) {
+		if _, err := c.Sandbox("sb_1").PTY(ctx); !errors.Is(err, api.ErrUnauthorized) {
 			t.Errorf("bad token: got %v, want ErrUnauthorized", err)
 		}
 		c, _ = New("tcp://"+strings.TrimPrefix(ts.URL, "http://"), WithToken("tok"))
-		if _, err := c.PTY(ctx, "sb_2"); !errors.Is(err, api.ErrNotFound) {
+		if _, err := c.Sandbox("sb_2").PTY(ctx); !errors.Is(err, api.ErrNotFound) {
 			t.Errorf("unknown sandbox: got %v, want ErrNotFound", err)
 		}
 	})
 	t.Run("session", func(t *testing.T) {
 		c, _ := New("tcp://"+strings.TrimPrefix(ts.URL, "http://"), WithToken("tok"))
-		term, err := c.PTY(ctx, "sb_1", WithPTYCommand("sh", "-l"), WithPTYSize(100, 30))
+		term, err := c.Sandbox("sb_1").PTY(ctx, WithCommand("sh", "-l"), WithSize(100, 30))
 		if err != nil {
 			t.Fatal(err)
 		}

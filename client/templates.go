@@ -3,7 +3,6 @@ package client
 import (
 	"archive/tar"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -37,14 +36,17 @@ func (c *Client) Template(ctx context.Context, name string) (*api.Template, erro
 	return &t, nil
 }
 
-// BuildTemplate builds the template name (again, with force), handing each
-// progress event to progress (which may be nil). WithPackages builds base
-// plus those Debian packages under name. It returns the template from the
-// last event, or the build's error.
-func (c *Client) BuildTemplate(ctx context.Context, name string, force bool, progress func(api.Progress), opts ...TemplateOption) (*api.Template, error) {
+// BuildTemplate builds the template name: "tiny", "base", or with
+// WithPackages base plus those Debian packages. A name already built the
+// same way is cached; WithForce builds it again. WithProgress hears each
+// step. It returns the template from the last event, or the build's error
+// (api.ErrConflict for a name taken by something else, without WithForce).
+// The build goes on on sbxd if the client leaves.
+func (c *Client) BuildTemplate(ctx context.Context, name string, opts ...TemplateOption) (*api.Template, error) {
 	o := templateOpts(opts)
+	progress := o.progress
 	q := url.Values{}
-	if force || o.force {
+	if o.force {
 		q.Set("force", "1")
 	}
 	if len(o.packages) > 0 {
@@ -61,17 +63,6 @@ func (c *Client) BuildTemplate(ctx context.Context, name string, force bool, pro
 	t, err := readProgress(resp.Body, name, progress)
 	if err != nil {
 		return nil, fmt.Errorf("build template %s: %w", name, err)
-	}
-	return t, nil
-}
-
-// ImportTemplate makes the template name from tar, a tar (or gzipped tar) of a
-// root filesystem, streamed as it is read. ImportTemplateFrom takes images,
-// directories and files.
-func (c *Client) ImportTemplate(ctx context.Context, name string, tar io.Reader, progress func(api.Progress), opts ...TemplateOption) (*api.Template, error) {
-	t, err := c.importTar(ctx, name, tar, templateOpts(opts).force, progress)
-	if err != nil {
-		return nil, fmt.Errorf("import template %s: %w", name, err)
 	}
 	return t, nil
 }
@@ -109,7 +100,7 @@ func (c *Client) RemoveTemplate(ctx context.Context, name string) (*api.Template
 func readProgress(r io.Reader, name string, progress func(api.Progress)) (*api.Template, error) {
 	var t *api.Template
 	missing := false
-	ended, err := readStream(r, func(ev string, p api.Progress) (bool, error) {
+	end, err := readStream(r, func(ev string, p api.Progress) (bool, error) {
 		if p.Event == "" {
 			p.Event = ev
 		}
@@ -131,8 +122,8 @@ func readProgress(r io.Reader, name string, progress func(api.Progress)) (*api.T
 		}
 		return false, nil
 	})
-	if ended {
-		return nil, errors.New("stream ended before the last progress event")
+	if end == streamCut || isBroken(err) {
+		return nil, &StreamError{Op: "template " + name, Err: brokenCause(err)}
 	}
 	if missing {
 		return nil, err

@@ -5,6 +5,8 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+
+	"sbx.dev/sbx/client"
 )
 
 // attachLine is one JSON line of `sbx --json attach`: the exec's output as
@@ -31,7 +33,11 @@ func newAttachCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			t, err := c.Attach(e.ctx, args[0], args[1], from == "start")
+			var opts []client.AttachOption
+			if from == "start" {
+				opts = append(opts, client.FromStart())
+			}
+			t, err := c.Sandbox(args[0]).Process(args[1]).Attach(e.ctx, opts...)
 			if err != nil {
 				return err
 			}

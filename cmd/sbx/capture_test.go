@@ -198,6 +198,7 @@ func newCaptureFake(t *testing.T) *captureFake {
 		if r.URL.Query().Get("follow") == "1" {
 			sse(w, "event", api.Event{Seq: 3, SandboxID: "sb_1", Time: t0, Type: "stopped", Detail: map[string]any{"reason": "asked by user"}})
 		}
+		sse(w, "eof", map[string]string{})
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
@@ -261,7 +262,7 @@ func TestRunCapture(t *testing.T) {
 		{"fork wait", []string{"fork", "sb_1", "--count", "2", "--wait"}, 0, "sb_c1\nsb_c2\nready sb_c1\nready sb_c2\n", ""},
 		{"fork error event", []string{"fork", "sb_err", "--wait"}, 1, "sb_c1\n", "sbx: fork sb_err: checkpoint: no space left\n"},
 		{"fork error event json", []string{"fork", "sb_err", "--wait", "--json"}, 1, `{"event":"sandbox.forking","id":"sb_c1"}`, "checkpoint: no space left"},
-		{"fork over the limit", []string{"fork", "sb_1", "--count", "17"}, 1, "", "at most 16 forks per call"},
+		{"fork over the limit", []string{"fork", "sb_1", "--count", "17"}, 1, "", "a fork makes 1 to 16 sandboxes per call"},
 		{"fork bad count", []string{"fork", "sb_1", "--count", "many"}, 2, "", "usage: sbx fork"},
 		{"fork no id", []string{"fork"}, 2, "", "usage: sbx fork"},
 		{"fork missing", []string{"fork", "sb_x"}, 1, "", "sandbox sb_x not found"},
@@ -297,8 +298,8 @@ func TestForkRequest(t *testing.T) {
 		{"all flags", []string{"fork", "--memory", "sb_1", "--name", "kid", "--count", "1", "--ttl", "5m", "--wait"},
 			api.ForkRequest{Name: "kid", Memory: true, Count: 1, TTL: "5m0s"}},
 		{"ttl in seconds", []string{"fork", "sb_1", "--ttl", "3600"}, api.ForkRequest{Count: 1, TTL: "1h0m0s"}},
-		// passed through as it is: the server names the limit
-		{"over the limit", []string{"fork", "sb_1", "--count", "40"}, api.ForkRequest{Count: 40}},
+		// refused here, naming the limit: a fork is never split or cut
+		{"over the limit", []string{"fork", "sb_1", "--count", "40"}, api.ForkRequest{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -307,7 +308,11 @@ func TestForkRequest(t *testing.T) {
 			run(append([]string{"--host", f.host}, tc.args...), strings.NewReader(""), &stdout, &stderr)
 			f.mu.Lock()
 			defer f.mu.Unlock()
-			if diff := cmp.Diff([]api.ForkRequest{tc.want}, f.forkReqs); diff != "" {
+			want := []api.ForkRequest{tc.want}
+			if tc.want.Count == 0 {
+				want = nil
+			}
+			if diff := cmp.Diff(want, f.forkReqs); diff != "" {
 				t.Errorf("fork requests (-want +got):\n%s", diff)
 			}
 		})

@@ -53,7 +53,7 @@ func TestRemoteCommandOwnsItsFlags(t *testing.T) {
 		{"-e NAME takes the value from here", []string{"exec", "-e", "SBX_TEST_FROM_HERE", "sb_1", "env"}, api.ExecRequest{Cmd: []string{"env"}, Env: []string{"SBX_TEST_FROM_HERE=a b"}, Timeout: def}},
 		{"long flags after the id", []string{"exec", "sb_1", "--env", "A=1,2", "--env=B=x y", "--cwd=/tmp", "--user", "1000:1000", "id"},
 			api.ExecRequest{Cmd: []string{"id"}, Env: []string{"A=1,2", "B=x y"}, Cwd: "/tmp", User: "1000:1000", Timeout: def}},
-		{"--timeout 0 is no limit", []string{"exec", "--timeout", "0", "sb_1", "true"}, api.ExecRequest{Cmd: []string{"true"}, Timeout: "0s"}},
+		{"--timeout 0 is no limit", []string{"exec", "--timeout", "0", "sb_1", "true"}, api.ExecRequest{Cmd: []string{"true"}}}, // no timeout
 		{"detached: no default timeout", []string{"exec", "-d", "sb_1", "sleep", "9"}, api.ExecRequest{Cmd: []string{"sleep", "9"}, Detach: true}},
 		{"one string of shell", []string{"exec", "sb_1", "ls | wc -l"}, api.ExecRequest{Cmd: []string{"/bin/sh", "-c", "ls | wc -l"}, Timeout: def}},
 		{"--json after the id is sbx's", []string{"exec", "sb_1", "--json", "echo", "0"}, api.ExecRequest{Cmd: []string{"echo", "0"}, Timeout: def}},

@@ -132,13 +132,18 @@ func deleteAll(e *env, c *client.Client, ids []string, withSnapshots bool) ([]ap
 
 // deleteOne deletes one sandbox, with its snapshots if asked.
 func deleteOne(ctx context.Context, c *client.Client, id string, withSnapshots bool) (*api.DeleteResult, error) {
+	var opts []client.DeleteOption
 	if withSnapshots {
-		return c.DeleteWithSnapshots(ctx, id)
+		opts = append(opts, client.WithSnapshots())
 	}
-	if err := c.Delete(ctx, id); err != nil {
+	res, err := c.Sandbox(id).Delete(ctx, opts...)
+	if err != nil {
 		return nil, err
 	}
-	return &api.DeleteResult{ID: id}, nil
+	if res.ID == "" {
+		res.ID = id
+	}
+	return res, nil
 }
 
 // deletedLine names a deleted sandbox and the snapshots removed with it:

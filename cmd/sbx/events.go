@@ -10,10 +10,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/client"
 )
 
 func newEventsCmd(e *env) *cobra.Command {
-	var follow bool
+	var (
+		follow bool
+		after  int64
+	)
 	cmd := &cobra.Command{
 		Use:               "events [flags] ID",
 		Short:             "print a sandbox's lifecycle events",
@@ -24,16 +28,24 @@ func newEventsCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.Events(e.ctx, args[0], follow, func(ev api.Event) error {
+			var opts []client.EventsOption
+			if follow {
+				opts = append(opts, client.Follow())
+			}
+			if after > 0 {
+				opts = append(opts, client.After(after))
+			}
+			return c.Sandbox(args[0]).Events(e.ctx, func(ev api.Event) error {
 				if e.json {
 					return e.printJSONLine(ev)
 				}
 				_, err := fmt.Fprintln(e.stdout, eventLine(ev))
 				return err
-			})
+			}, opts...)
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing live events (Ctrl-C ends it)")
+	cmd.Flags().Int64Var(&after, "after", 0, "only the events after this sequence number (the seq of --json), to pick a follow up again")
 	return cmd
 }
 
@@ -43,14 +55,14 @@ func eventLine(ev api.Event) string {
 	var b strings.Builder
 	b.WriteString(ev.Time.Local().Format("2006-01-02T15:04:05.000Z07:00"))
 	b.WriteString(" ")
-	b.WriteString(ev.Type)
+	b.WriteString(safe(ev.Type))
 	keys := make([]string, 0, len(ev.Detail))
 	for k := range ev.Detail {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		fmt.Fprintf(&b, " %s=%s", k, detailValue(ev.Detail[k]))
+		fmt.Fprintf(&b, " %s=%s", safe(k), detailValue(ev.Detail[k]))
 	}
 	return b.String()
 }
@@ -60,7 +72,7 @@ func eventLine(ev api.Event) string {
 func detailValue(v any) string {
 	switch v := v.(type) {
 	case string:
-		if v == "" || strings.ContainsAny(v, " \t\n\"=") {
+		if v == "" || strings.ContainsAny(v, " \t\n\"=") || safe(v) != v {
 			return strconv.Quote(v)
 		}
 		return v
@@ -71,8 +83,8 @@ func detailValue(v any) string {
 	default:
 		b, err := json.Marshal(v)
 		if err != nil {
-			return fmt.Sprint(v)
+			return safe(fmt.Sprint(v))
 		}
-		return string(b)
+		return safe(string(b))
 	}
 }

@@ -105,49 +105,57 @@ func newExecCmd(e *env) *cobra.Command {
 		if err != nil {
 			return err
 		}
+		if o.onCrash {
+			return runExecOnCrash(e, c, id, req, o.crashDir)
+		}
+		opts := []client.ExecOption{client.WithEnv(o.envs...), client.WithCwd(o.cwd), client.WithUser(o.user)}
+		switch {
+		case defaulted:
+			opts = append(opts, client.WithTimeout(defaultExecTimeout))
+		case o.timeout.set:
+			opts = append(opts, client.WithTimeout(o.timeout.d))
+		}
+		sb := c.Sandbox(id)
 		if o.detach {
-			x, err := c.ExecDetached(e.ctx, id, req)
+			p, err := sb.Start(e.ctx, req.Cmd, opts...)
 			if err != nil {
 				return err
 			}
 			if e.json {
-				return e.printJSON(x)
+				x, err := p.Info(e.ctx)
+				if err != nil {
+					return err
+				}
+				return e.printJSON(x.API())
 			}
-			_, err = fmt.Fprintf(e.stdout, "%s %d\n", x.ID, x.Pid)
+			_, err = fmt.Fprintf(e.stdout, "%s %d\n", p.ID, p.Pid)
 			return err
 		}
-		if o.onCrash {
-			return runExecOnCrash(e, c, id, req, o.crashDir)
-		}
-		var started *api.Exec
-		x, err := c.ExecEvents(e.ctx, id, req, func(ev api.ExecEvent) error {
-			if ev.Event == "started" {
-				started = ev.Exec
-			}
+		res, err := sb.Exec(e.ctx, req.Cmd, append(opts, client.WithExecEvents(func(ev api.ExecEvent) error {
 			if e.json {
 				return e.printJSONLine(ev)
 			}
 			var err error
 			switch ev.Event {
-			case "stdout":
+			case api.ExecStdout:
 				_, err = e.stdout.Write(ev.Data)
-			case "stderr":
+			case api.ExecStderr:
 				_, err = e.stderr.Write(ev.Data)
-			case "notice":
-				_, err = fmt.Fprintf(e.stderr, "sbx: %s\n", ev.Message)
+			case api.ExecNotice:
+				_, err = fmt.Fprintf(e.stderr, "sbx: %s\n", safe(ev.Message))
 			}
 			return err
-		})
+		}))...)
 		if err != nil {
-			if e.interrupted() && started != nil && !e.json {
-				fmt.Fprintf(e.stderr, "\nsbx: %s goes on in the sandbox: `sbx attach %s %s` follows it\n", started.ID, id, started.ID)
+			if e.interrupted() && res != nil && !e.json {
+				fmt.Fprintf(e.stderr, "\nsbx: %s goes on in the sandbox: `sbx attach %s %s` follows it\n", res.ID, id, res.ID)
 			}
 			return err
 		}
-		if defaulted && x.TimedOut && !e.json {
+		if defaulted && res.TimedOut && !e.json {
 			fmt.Fprintf(e.stderr, "sbx: %s is the timeout of a foreground exec unless --timeout says otherwise: run with --timeout 0 for no limit, or --timeout 10m\n", defaultExecTimeout)
 		}
-		return exitStatus(x)
+		return exitStatus(res.API())
 	})
 	return cmd
 }
@@ -167,21 +175,28 @@ func runExecOnCrash(e *env, c *client.Client, id string, req api.ExecRequest, di
 		}
 		return err
 	}
-	x, cr, err := flaky.ExecOnCrash(e.ctx, c, id, req, dir, fn)
+	x, cr, err := flaky.ExecOnCrash(e.ctx, flaky.Adapt(c), id, req, dir, fn)
 	if cr != nil {
 		if e.json {
 			if perr := e.printJSONLine(map[string]any{"event": "crash", "crash": cr}); perr != nil && err == nil {
 				err = perr
 			}
 		} else {
-			fmt.Fprintf(e.stderr, "sbx: %s died of %s; backtrace:\n%s", x.ID, cr.SignalName, cr.Backtrace)
+			// the verdict and the backtrace are the sandbox's word (its gdb)
+			fmt.Fprintf(e.stderr, "sbx: %s died of %s, as the sandbox reports it; backtrace:\n%s", x.ID, safe(cr.SignalName), safeText(cr.Backtrace))
+			if cr.Backtrace != "" && !strings.HasSuffix(cr.Backtrace, "\n") {
+				fmt.Fprintln(e.stderr)
+			}
 			for _, f := range cr.Files {
 				if f.Match == "mismatch" {
-					fmt.Fprintf(e.stderr, "sbx: warning: %s changed on disk since it was mapped (build-id differs); the copy is not the binary that ran\n", f.Path)
+					fmt.Fprintf(e.stderr, "sbx: warning: %s changed on disk since it was mapped (build-id differs); the copy is not the binary that ran\n", safe(f.Path))
 				}
 			}
 			if err == nil {
-				fmt.Fprintf(e.stderr, "sbx: crash bundle: %s (in the sandbox: %s)\n", cr.Tar, cr.Remote)
+				fmt.Fprintf(e.stderr, "sbx: crash bundle: %s (in the sandbox: %s)\n", safe(cr.Tar), safe(cr.Remote))
+			}
+			if cr.Truncated != "" {
+				fmt.Fprintf(e.stderr, "sbx: warning: the crash bundle is cut short: %s\n", cr.Truncated)
 			}
 		}
 	}

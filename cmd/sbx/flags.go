@@ -96,3 +96,54 @@ func checkEnv(envs []string) error {
 	}
 	return nil
 }
+
+// sizeFlag is a size flag as sbx's users write it: bytes, or a number with
+// a unit K, M, G or T (powers of 1024), as sbxd reads sizes.
+type sizeFlag struct {
+	n   int64
+	set bool
+}
+
+func (f *sizeFlag) Set(s string) error {
+	n, err := parseSize(s)
+	if err != nil {
+		return err
+	}
+	f.n, f.set = n, true
+	return nil
+}
+
+func (f *sizeFlag) String() string {
+	if !f.set {
+		return ""
+	}
+	return strconv.FormatInt(f.n, 10)
+}
+
+func (f *sizeFlag) Type() string { return "size" }
+
+// sizeVar adds a sizeFlag to fs.
+func sizeVar(fs *pflag.FlagSet, name, usage string) *sizeFlag {
+	f := &sizeFlag{}
+	fs.Var(f, name, usage)
+	return f
+}
+
+var sizeRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)i?b?$`)
+
+// parseSize reads "512M", "2G", "1.5g", "1048576".
+func parseSize(s string) (int64, error) {
+	m := sizeRE.FindStringSubmatch(strings.ToLower(strings.TrimSpace(s)))
+	if m == nil {
+		return 0, fmt.Errorf("%q is not a size: use a number with an optional unit, like 512M or 2G", s)
+	}
+	n, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a size", s)
+	}
+	v := n * map[string]float64{"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m[2]]
+	if v > 1<<50 {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return int64(v), nil
+}

@@ -89,7 +89,7 @@ func newFlakeRateCmd(e *env) *cobra.Command {
 			}
 			status()
 		}
-		res, err := flaky.FlakeRate(e.ctx, c, o)
+		res, err := flaky.FlakeRate(e.ctx, flaky.Adapt(c), o)
 		p.clear()
 		if err != nil {
 			return err

@@ -1,17 +1,13 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/client"
 )
-
-// errForked ends a fork's stream once its ids are printed (without --wait);
-// the fork goes on on the server.
-var errForked = errors.New("forked")
 
 // forkLine is one JSON line of `sbx fork --json`: one per child, so a script
 // reads ids as they come.
@@ -44,10 +40,12 @@ func newForkCmd(e *env) *cobra.Command {
 	ttl := durationVar(fs, "ttl", "idle ttl of the children, e.g. 30m (default: the parent's)")
 	fs.BoolVar(&wait, "wait", false, "wait until every child is ready")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		// above the limit goes to the server as it is: it names the limit
-		// and client.ForkTree, and a fork is never silently split or cut
+		// a fork is never silently split or cut
 		if count < 1 {
 			return usagef("--count %d: want 1 to %d children", count, api.MaxForks)
+		}
+		if count > api.MaxForks {
+			return api.Errorf(api.ErrInvalid, "--count %d is out of range: a fork makes 1 to %d sandboxes per call; grow a wider tree by forking the children", count, api.MaxForks)
 		}
 		if name != "" && count > 1 {
 			return usagef("--name names one child; with --count %d the children get ids only", count)
@@ -56,29 +54,36 @@ func newForkCmd(e *env) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		req := api.ForkRequest{Name: name, Memory: memory, Count: count, TTL: ttl.wire()}
-		err = c.ForkEvents(e.ctx, args[0], req, func(ev api.ForkEvent) error {
+		opts := []client.ForkOption{client.WithCount(count), client.WithForkEvents(func(ev api.ForkEvent) error {
 			switch ev.Event {
-			case "sandbox.forking":
+			case api.ForkForking:
 				for _, id := range ev.IDs {
 					if err := e.forkPrint(forkLine{Event: ev.Event, ID: id}); err != nil {
 						return err
 					}
 				}
-				if !wait {
-					return errForked
-				}
-			case "sandbox.ready":
+			case api.ForkReady:
 				if ev.Sandbox == nil {
 					return nil
 				}
 				return e.forkPrint(forkLine{Event: ev.Event, ID: ev.Sandbox.ID, Sandbox: ev.Sandbox})
 			}
 			return nil
-		})
-		if errors.Is(err, errForked) {
-			return nil
+		})}
+		if name != "" {
+			opts = append(opts, client.WithName(name))
 		}
+		if memory {
+			opts = append(opts, client.WithMemory())
+		}
+		if ttl.set {
+			opts = append(opts, client.WithTTL(ttl.d))
+		}
+		if !wait {
+			// the ids are printed as sbxd names them; the fork goes on there
+			opts = append(opts, client.NoWait())
+		}
+		_, err = c.Sandbox(args[0]).Fork(e.ctx, opts...)
 		return err
 	}
 	return cmd

@@ -33,20 +33,21 @@ func newFsCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fi, err := c.Stat(e.ctx, args[0], args[1])
+			fi, err := c.Sandbox(args[0]).Files().Stat(e.ctx, args[1])
 			if err != nil {
 				return err
 			}
 			if e.json {
 				return e.printJSON(fi)
 			}
-			fmt.Fprintf(e.stdout, "name: %s\n", fi.Name)
+			// names come from the sandbox: quoted, so that they cannot act on the terminal
+			fmt.Fprintf(e.stdout, "name: %s\n", safe(fi.Name))
 			if fi.Path != "" {
-				fmt.Fprintf(e.stdout, "path: %s\n", fi.Path)
+				fmt.Fprintf(e.stdout, "path: %s\n", safe(fi.Path))
 			}
-			fmt.Fprintf(e.stdout, "size: %d\nmode: %s\ndir: %t\nmodified: %s\n", fi.Size, fi.Mode, fi.IsDir, fi.ModTime.Local().Format(time.RFC3339))
+			fmt.Fprintf(e.stdout, "size: %d\nmode: %s\ndir: %t\nmodified: %s\n", fi.Size, safe(fi.Mode), fi.IsDir, fi.ModTime.Local().Format(time.RFC3339))
 			if fi.Link != "" {
-				fmt.Fprintf(e.stdout, "link: %s\n", fi.Link)
+				fmt.Fprintf(e.stdout, "link: %s\n", safe(fi.Link))
 			}
 			return nil
 		},
@@ -60,7 +61,7 @@ func newFsCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fis, err := c.ReadDir(e.ctx, args[0], args[1])
+			fis, err := c.Sandbox(args[0]).Files().ReadDir(e.ctx, args[1])
 			if err != nil {
 				return err
 			}
@@ -73,7 +74,7 @@ func newFsCmd(e *env) *cobra.Command {
 			tw := e.table()
 			fmt.Fprintln(tw, "MODE\tSIZE\tMODTIME\tNAME")
 			for _, fi := range fis {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", fi.Mode, fi.Size, fi.ModTime.Local().Format("2006-01-02 15:04"), displayName(fi))
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", safe(fi.Mode), fi.Size, fi.ModTime.Local().Format("2006-01-02 15:04"), displayName(fi))
 			}
 			return tw.Flush()
 		},
@@ -81,10 +82,11 @@ func newFsCmd(e *env) *cobra.Command {
 	return cmd
 }
 
-// displayName is a file's name, with its target when it is a link.
+// displayName is a file's name, with its target when it is a link, quoted
+// for the terminal (a sandbox names its files as it likes).
 func displayName(fi api.FileInfo) string {
 	if fi.Link != "" {
-		return fi.Name + " -> " + fi.Link
+		return safe(fi.Name) + " -> " + safe(fi.Link)
 	}
-	return fi.Name
+	return safe(fi.Name)
 }

@@ -4,12 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"errors"
-	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"testing/iotest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -73,29 +69,6 @@ func TestShellWrap(t *testing.T) {
 	}
 }
 
-func TestParseMode(t *testing.T) {
-	tests := []struct {
-		in   string
-		want os.FileMode
-		ok   bool
-	}{
-		{"0644", 0o644, true},
-		{"100755", 0o755, true},
-		{"-rwxr-x---", 0o750, true},
-		{"drwxrwxrwt", 0o777, true},
-		{"-rw-r--r--", 0o644, true},
-		{"bogus", 0, false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.in, func(t *testing.T) {
-			got, ok := parseMode(tc.in)
-			if got != tc.want || ok != tc.ok {
-				t.Errorf("got %v %v, want %v %v", got, ok, tc.want, tc.ok)
-			}
-		})
-	}
-}
-
 func TestAge(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	tests := []struct {
@@ -133,92 +106,4 @@ func mkTar(t *testing.T, entries [][2]string) []byte {
 	}
 	tw.Close()
 	return buf.Bytes()
-}
-
-func TestExtractTar(t *testing.T) {
-	tests := []struct {
-		name    string
-		entries [][2]string
-		wantErr string
-	}{
-		{"ok", [][2]string{{"proj/", ""}, {"proj/a.txt", "A"}, {"proj/sub/b", "B"}, {"proj/l", "->a.txt"}}, ""},
-		{"dotdot", [][2]string{{"proj/", ""}, {"proj/../x", "evil"}}, "leaves"},
-		{"bare dotdot", [][2]string{{"../x", "evil"}}, "leaves"},
-		{"absolute", [][2]string{{"/etc/x", "evil"}}, "absolute"},
-		{"through symlink", [][2]string{{"proj/", ""}, {"proj/out", "->/tmp"}, {"proj/out/x", "evil"}}, "symlink"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			dest := t.TempDir()
-			err := extractTar(bytes.NewReader(mkTar(t, tc.entries)), dest)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("got %v, want an error containing %q", err, tc.wantErr)
-				}
-				if _, err := os.Stat(filepath.Join(filepath.Dir(dest), "x")); err == nil {
-					t.Error("x written outside dest")
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			for name, want := range map[string]string{"a.txt": "A", "sub/b": "B", "l": "A"} {
-				got, err := os.ReadFile(filepath.Join(dest, name))
-				if err != nil || string(got) != want {
-					t.Errorf("%s: got %q %v, want %q", name, got, err, want)
-				}
-			}
-		})
-	}
-}
-
-func TestWriteTarRoundTrip(t *testing.T) {
-	src := t.TempDir()
-	os.MkdirAll(filepath.Join(src, "sub"), 0o755)
-	os.WriteFile(filepath.Join(src, "a"), []byte("A"), 0o600)
-	os.WriteFile(filepath.Join(src, "sub", "b"), []byte("B"), 0o644)
-	os.Symlink("a", filepath.Join(src, "link"))
-	var buf bytes.Buffer
-	if err := writeTar(&buf, src); err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	tr := tar.NewReader(&buf)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := hdr.Name
-		if hdr.Typeflag == tar.TypeSymlink {
-			n += " -> " + hdr.Linkname
-		}
-		names = append(names, n)
-	}
-	want := []string{"a", "link -> a", "sub/", "sub/b"}
-	if diff := cmp.Diff(want, names); diff != "" {
-		t.Errorf("entries (-want +got):\n%s", diff)
-	}
-}
-
-func TestWriteFileAtomicFailure(t *testing.T) {
-	dir := t.TempDir()
-	target := filepath.Join(dir, "out")
-	r := io.MultiReader(strings.NewReader("half of it"), iotest.ErrReader(io.ErrUnexpectedEOF))
-	if _, err := writeFileAtomic(target, r, 0o644); err == nil {
-		t.Fatal("got no error for a failed read")
-	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
-		t.Errorf("left %v behind, want nothing", ents)
-	}
-	if _, err := writeFileAtomic(target, strings.NewReader("whole"), 0o640); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := os.ReadFile(target); string(got) != "whole" {
-		t.Errorf("got %q, want %q", got, "whole")
-	}
 }

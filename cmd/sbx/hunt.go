@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"sbx.dev/sbx/client"
 	"sbx.dev/sbx/internal/flaky"
 )
 
@@ -81,10 +82,10 @@ func newHuntCmd(e *env) *cobra.Command {
 			}
 			switch ev.Event {
 			case "run":
-				p.printf("run %d passed (seed %s)", ev.Run, ev.Seed)
+				p.printf("run %d passed (seed %s)", ev.Run, safe(ev.Seed))
 			case "failed":
 				p.clear()
-				fmt.Fprintf(e.stderr, "run %d FAILED (seed %s, exit %d); capturing\n", ev.Run, ev.Seed, *ev.ExitCode)
+				fmt.Fprintf(e.stderr, "run %d FAILED (seed %s, exit %d); capturing\n", ev.Run, safe(ev.Seed), *ev.ExitCode)
 			}
 		}
 		var s *flaky.HuntSummary
@@ -93,7 +94,7 @@ func newHuntCmd(e *env) *cobra.Command {
 			if cmd.Flags().Changed("seed-env") {
 				a.SeedEnv = seedEnv // else the one the hunt noted
 			}
-			s, err = flaky.Attach(e.ctx, c, a)
+			s, err = flaky.Attach(e.ctx, flaky.Adapt(c), a)
 		} else {
 			if name == "" {
 				b := make([]byte, 3)
@@ -110,11 +111,11 @@ func newHuntCmd(e *env) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				src := tarDir(wd)
+				src := client.TarDir(wd)
 				defer src.Close()
 				o.Source = src
 			}
-			s, err = flaky.Hunt(e.ctx, c, o)
+			s, err = flaky.Hunt(e.ctx, flaky.Adapt(c), o)
 		}
 		p.clear()
 		if err != nil {
@@ -128,6 +129,9 @@ func newHuntCmd(e *env) *cobra.Command {
 	return cmd
 }
 
+// printHunt prints a hunt's summary. What the sandbox wrote (the seed, the
+// crash's signal and backtrace, names) is quoted for the terminal; the
+// crash verdict is the sandbox's own word (its gdb).
 func printHunt(e *env, s *flaky.HuntSummary) error {
 	if !s.Failed {
 		_, err := fmt.Fprintf(e.stdout, "no failure in %d runs; deleted sandbox %s\n", s.Runs, s.Sandbox)
@@ -139,7 +143,7 @@ func printHunt(e *env, s *flaky.HuntSummary) error {
 		if s.TimedOut {
 			how = "timed out; captured while it ran"
 		}
-		fmt.Fprintf(&b, "run %d failed (seed %s, %s) at %s\n", s.Run, s.Seed, how, s.FailedAt.Local().Format(time.RFC3339Nano))
+		fmt.Fprintf(&b, "run %d failed (seed %s, %s) at %s\n", s.Run, safe(s.Seed), how, s.FailedAt.Local().Format(time.RFC3339Nano))
 		if s.CaptureMs > 0 {
 			fmt.Fprintf(&b, "captured %s after the failure\n", (time.Duration(s.CaptureMs) * time.Millisecond).String())
 		}
@@ -152,7 +156,7 @@ func printHunt(e *env, s *flaky.HuntSummary) error {
 	}
 	tw := e.table()
 	for _, l := range lines {
-		fmt.Fprintf(tw, "%s\t%s\n", l[0], l[1])
+		fmt.Fprintf(tw, "%s\t%s\n", l[0], safe(l[1]))
 	}
 	if _, err := fmt.Fprint(e.stdout, b.String()); err != nil {
 		return err
@@ -161,9 +165,12 @@ func printHunt(e *env, s *flaky.HuntSummary) error {
 		return err
 	}
 	if cr := s.Crash; cr != nil {
-		fmt.Fprintf(e.stdout, "crash: %s; the bundle is %s\n%s", cr.SignalName, cr.Tar, cr.Backtrace)
+		fmt.Fprintf(e.stdout, "crash: %s, as the sandbox reports it; the bundle is %s\n%s", safe(cr.SignalName), safe(cr.Tar), safeText(cr.Backtrace))
 		if !strings.HasSuffix(cr.Backtrace, "\n") {
 			fmt.Fprintln(e.stdout)
+		}
+		if cr.Truncated != "" {
+			fmt.Fprintf(e.stdout, "warning: the crash bundle is cut short: %s\n", cr.Truncated)
 		}
 	}
 	fmt.Fprintln(e.stdout, "next:")
@@ -173,7 +180,7 @@ func printHunt(e *env, s *flaky.HuntSummary) error {
 		if i < len(labels) {
 			l = labels[i]
 		}
-		fmt.Fprintf(e.stdout, "  %-7s %s\n", l, cmd)
+		fmt.Fprintf(e.stdout, "  %-7s %s\n", l, safe(cmd))
 	}
 	return nil
 }

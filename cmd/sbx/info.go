@@ -28,7 +28,7 @@ func newInfoCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			sb, err := c.Get(e.ctx, args[0])
+			sb, err := c.Sandbox(args[0]).Info(e.ctx)
 			if err != nil {
 				return err
 			}
@@ -36,7 +36,7 @@ func newInfoCmd(e *env) *cobra.Command {
 				return e.printJSON(infoJSON{sb})
 			}
 			for _, kv := range infoLines(sb) {
-				fmt.Fprintf(e.stdout, "%s: %s\n", kv[0], kv[1])
+				fmt.Fprintf(e.stdout, "%s: %s\n", safe(kv[0]), safe(kv[1]))
 			}
 			return nil
 		},

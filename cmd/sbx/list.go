@@ -46,7 +46,7 @@ func newListCmd(e *env) *cobra.Command {
 			tw := e.table()
 			fmt.Fprintln(tw, "ID\tNAME\tTEMPLATE\tSTATE\tAGE")
 			for _, sb := range sbs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sb.ID, orDash(sb.Name), orDash(sb.Template), sb.State, age(now, sb.CreatedAt))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", safe(sb.ID), safe(orDash(sb.Name)), safe(orDash(sb.Template)), safe(string(sb.State)), age(now, sb.CreatedAt))
 			}
 			return tw.Flush()
 		},

@@ -42,20 +42,25 @@ func newLogsCmd(e *env) *cobra.Command {
 		if err != nil {
 			return err
 		}
+		sb := c.Sandbox(args[0])
 		if id, ok := strings.CutPrefix(name, "exec/"); ok && tail == 0 {
 			// All of an exec's output, as before: its stdout and stderr apart.
+			out := []client.OutputOption{client.WithStdout(e.stdout), client.WithStderr(e.stderr)}
 			if e.json {
-				_, err = c.ExecOutputEvents(e.ctx, args[0], id, follow, func(ev api.ExecEvent) error { return e.printJSONLine(ev) })
+				out = []client.OutputOption{client.WithExecEvents(func(ev api.ExecEvent) error { return e.printJSONLine(ev) })}
+			}
+			if follow {
+				_, err = sb.Process(id).Wait(e.ctx, out...)
 			} else {
-				_, err = c.ExecOutput(e.ctx, args[0], id, follow, e.stdout, e.stderr)
+				_, err = sb.Process(id).Output(e.ctx, out...)
 			}
 			return err
 		}
 		opts := []client.LogsOption{client.WithStream(name), client.WithTail(tail)}
 		if follow {
-			opts = append(opts, client.WithFollow())
+			opts = append(opts, client.Follow())
 		}
-		return c.Logs(e.ctx, args[0], func(ev api.LogEvent) error {
+		return sb.Logs(e.ctx, func(ev api.LogEvent) error {
 			if e.json {
 				return e.printJSONLine(ev)
 			}

@@ -53,7 +53,9 @@ type env struct {
 	// started is set when a command's own code starts: an error before
 	// that is cobra's, about the command line.
 	started bool
-	c       *client.Client
+	// args are the command's positional arguments, for hints.
+	args []string
+	c    *client.Client
 }
 
 // client returns the client of --host (else $SBX_HOST).
@@ -114,6 +116,11 @@ func (e *env) fail(err error) int {
 	var ue *usageError
 	isUsage := errors.As(err, &ue) || !e.started
 	e.printError(err, isUsage)
+	if !isUsage && !e.json {
+		if h := e.hint(err); h != "" {
+			fmt.Fprintf(e.stderr, "sbx: %s\n", h)
+		}
+	}
 	if !isUsage {
 		return 1
 	}
@@ -126,7 +133,8 @@ func (e *env) fail(err error) int {
 // printError writes err on stderr: "sbx: message", or with --json an api.ErrorBody.
 func (e *env) printError(err error, usage bool) {
 	if !e.json {
-		fmt.Fprintf(e.stderr, "sbx: %s\n", err)
+		// a message may quote what a sandbox said: quoted for the terminal
+		fmt.Fprintf(e.stderr, "sbx: %s\n", safeText(err.Error()))
 		return
 	}
 	var body api.ErrorBody

@@ -37,7 +37,7 @@ func newMetricsCmd(e *env) *cobra.Command {
 				_, err = e.stdout.Write(b)
 				return err
 			}
-			m, err := c.Metrics(e.ctx, args[0])
+			m, err := c.Sandbox(args[0]).Metrics(e.ctx)
 			if err != nil {
 				return err
 			}

@@ -11,10 +11,10 @@ import (
 
 func newNewCmd(e *env) *cobra.Command {
 	var (
-		template, from, name, memory, disk, network string
-		meta                                        []string
-		cpus                                        float64
-		pids                                        int
+		template, from, name, network string
+		meta                          []string
+		cpus                          float64
+		pids                          int
 	)
 	cmd := &cobra.Command{
 		Use:        "new [flags]",
@@ -37,8 +37,8 @@ func newNewCmd(e *env) *cobra.Command {
 	ttl := durationVar(fs, "ttl", "idle ttl: delete the sandbox once it has been idle this long, e.g. 30m or 3600 (seconds)")
 	fs.StringArrayVar(&meta, "meta", nil, "metadata key=value (repeatable)")
 	fs.Float64Var(&cpus, "cpus", 0, "CPU limit, e.g. 0.5 (0: no limit)")
-	fs.StringVar(&memory, "memory", "", "memory limit, e.g. 512M or 2G (default: sbxd's)")
-	fs.StringVar(&disk, "disk", "", "disk limit, e.g. 10G: past it writes fail with ENOSPC inside (default: sbxd's)")
+	memory := sizeVar(fs, "memory", "memory limit, e.g. 512M or 2G (default: sbxd's)")
+	disk := sizeVar(fs, "disk", "disk limit, e.g. 10G: past it writes fail with ENOSPC inside (default: sbxd's)")
 	fs.IntVar(&pids, "pids", 0, "process limit, per user inside (default: sbxd's)")
 	fs.StringVar(&network, "network", "", `"none": loopback only, no network (default: NAT egress under sbxd's policy)`)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -46,8 +46,11 @@ func newNewCmd(e *env) *cobra.Command {
 			return usagef("give --template or --from, not both: a sandbox from a snapshot boots on the snapshot's template")
 		}
 		opts := []client.CreateOption{client.WithTemplate(template), client.WithFrom(from), client.WithName(name),
-			client.WithTTLString(ttl.wire()), client.WithCPUs(cpus), client.WithMemoryString(memory),
-			client.WithDiskString(disk), client.WithPids(pids), client.WithNetwork(network)}
+			client.WithCPUs(cpus), client.WithMemoryLimit(memory.n), client.WithDiskLimit(disk.n),
+			client.WithPidsLimit(pids), client.WithNetwork(network)}
+		if ttl.set {
+			opts = append(opts, client.WithTTL(ttl.d))
+		}
 		if network != "" && network != "none" {
 			return usagef("--network %q: the one network mode to ask for is none", network)
 		}

@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/term"
 )
@@ -85,4 +88,57 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// safe returns s fit for a terminal: every control character (C0, DEL,
+// C1), every bidirectional override, and every byte that is not UTF-8 is
+// written as a Go escape (`\x1b`, `\u202e`), so that a name or a message
+// from a sandbox cannot move the cursor, retitle the window, clear the
+// screen or forge a row of a table. Printable text, spaces included, stays
+// as it is.
+func safe(s string) string { return quoteControl(s, false) }
+
+// safeText is safe for text of several lines (a backtrace): newlines and
+// tabs stay.
+func safeText(s string) string { return quoteControl(s, true) }
+
+func quoteControl(s string, lines bool) string {
+	clean := utf8.ValidString(s)
+	for _, r := range s {
+		if !clean || unsafeRune(r, lines) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for len(s) > 0 {
+		r, n := utf8.DecodeRuneInString(s)
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			fmt.Fprintf(&b, `\x%02x`, s[0])
+		case unsafeRune(r, lines):
+			q := strconv.QuoteRune(r) // 'x' with the escape inside
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(s[:n])
+		}
+		s = s[n:]
+	}
+	return b.String()
+}
+
+// unsafeRune reports whether r may act on a terminal rather than print.
+func unsafeRune(r rune, lines bool) bool {
+	switch {
+	case lines && (r == '\n' || r == '\t'):
+		return false
+	case r < 0x20, r == 0x7f, r >= 0x80 && r < 0xa0:
+		return true
+	case r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069, r == 0x200e, r == 0x200f, r == 0x061c:
+		return true // bidirectional overrides: text that reads other than it is
+	}
+	return false
 }

@@ -19,7 +19,7 @@ func newPersistCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			sb, err := c.SetPersistent(e.ctx, args[0], !off)
+			sb, err := c.Sandbox(args[0]).SetPersistent(e.ctx, !off)
 			if err != nil {
 				return err
 			}

@@ -24,7 +24,7 @@ func newPortsCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ps, err := c.Ports(e.ctx, args[0])
+			ps, err := c.Sandbox(args[0]).Ports(e.ctx)
 			if err != nil {
 				return err
 			}
@@ -41,7 +41,8 @@ func newPortsCmd(e *env) *cobra.Command {
 				if p.Pid != 0 {
 					pid = fmt.Sprint(p.Pid)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", p.Proto, orDash(p.Address), p.Port, pid, orDash(p.Command))
+				// a process names itself: its command is quoted for the terminal
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", safe(p.Proto), safe(orDash(p.Address)), p.Port, pid, safe(orDash(p.Command)))
 			}
 			return tw.Flush()
 		},

@@ -40,7 +40,7 @@ sandbox's deletion, across restarts, stops and resumes; forks do not inherit the
 			if err != nil {
 				return err
 			}
-			ps, err := c.Previews(e.ctx, args[0])
+			ps, err := c.Sandbox(args[0]).Previews(e.ctx)
 			if err != nil {
 				return err
 			}
@@ -69,7 +69,7 @@ sandbox's deletion, across restarts, stops and resumes; forks do not inherit the
 			if err != nil {
 				return err
 			}
-			if err := c.WithdrawPreview(e.ctx, args[0], port); err != nil {
+			if err := c.Sandbox(args[0]).WithdrawPreview(e.ctx, port); err != nil {
 				return err
 			}
 			if e.json {
@@ -86,7 +86,7 @@ sandbox's deletion, across restarts, stops and resumes; forks do not inherit the
 		if err != nil {
 			return err
 		}
-		p, err := c.Preview(e.ctx, args[0], port, opts...)
+		p, err := c.Sandbox(args[0]).Preview(e.ctx, port, opts...)
 		if err != nil {
 			return err
 		}
@@ -116,7 +116,7 @@ func previewOptions(pos []string, private bool, ttl time.Duration) ([]client.Pre
 	case ttl > 0 && !private:
 		return nil, usagef("--ttl is for --private previews only")
 	case private:
-		return []client.PreviewOption{client.PrivatePreview(ttl)}, nil
+		return []client.PreviewOption{client.Private(ttl)}, nil
 	}
 	return nil, nil
 }

@@ -31,7 +31,7 @@ func newPsCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			xs, err := c.Execs(e.ctx, args[0])
+			xs, err := c.Sandbox(args[0]).Execs(e.ctx)
 			if err != nil {
 				return err
 			}
@@ -56,7 +56,7 @@ func newPsCmd(e *env) *cobra.Command {
 				if x.Pid != 0 {
 					pid = fmt.Sprint(x.Pid)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s ago\t%s\n", x.ID, x.State, exit, pid, age(now, x.StartedAt), strings.Join(x.Cmd, " "))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s ago\t%s\n", safe(x.ID), safe(string(x.State)), exit, pid, age(now, x.StartedAt), safe(strings.Join(x.Cmd, " ")))
 			}
 			return tw.Flush()
 		},

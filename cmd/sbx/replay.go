@@ -71,7 +71,7 @@ func newReplayCmd(e *env) *cobra.Command {
 			}
 			p.printf("ran %d/%d, %d failed", done, n, failed)
 		}
-		res, err := flaky.Replay(e.ctx, c, o)
+		res, err := flaky.Replay(e.ctx, flaky.Adapt(c), o)
 		p.clear()
 		if err != nil {
 			return err

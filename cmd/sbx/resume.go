@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"sbx.dev/sbx/client"
 )
 
 func newResumeCmd(e *env) *cobra.Command {
@@ -19,7 +21,11 @@ func newResumeCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			sb, err := c.Resume(e.ctx, args[0], requireMemory)
+			var opts []client.ResumeOption
+			if requireMemory {
+				opts = append(opts, client.RequireMemory())
+			}
+			sb, err := c.Sandbox(args[0]).Resume(e.ctx, opts...)
 			if err != nil {
 				return err
 			}

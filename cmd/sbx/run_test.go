@@ -83,6 +83,12 @@ func newFake(t *testing.T) *fake {
 			json.NewEncoder(w).Encode(api.DeleteResult{ID: "sb_1"})
 		}
 	})
+	mux.HandleFunc("GET /v1/sandboxes/{id}/execs/{exec}", func(w http.ResponseWriter, r *http.Request) {
+		if !known(w, r) {
+			return
+		}
+		json.NewEncoder(w).Encode(api.Exec{ID: r.PathValue("exec"), SandboxID: r.PathValue("id"), Pid: 7, State: api.ExecRunning, Detached: true})
+	})
 	mux.HandleFunc("POST /v1/sandboxes/{id}/exec", func(w http.ResponseWriter, r *http.Request) {
 		if !known(w, r) {
 			return

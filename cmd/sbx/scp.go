@@ -3,13 +3,9 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -104,8 +100,9 @@ func upload(ctx context.Context, c *client.Client, src string, dst scpPath, recu
 	if err != nil {
 		return nil, err
 	}
+	files := c.Sandbox(dst.id).Files()
 	target := dst.path
-	rfi, err := c.Stat(ctx, dst.id, dst.path)
+	rfi, err := files.Stat(ctx, dst.path)
 	switch {
 	case err == nil && rfi.IsDir && filepath.Base(src) == ".":
 		// as cp -r: DIR/. (or .) into an existing directory copies what is in it
@@ -116,21 +113,21 @@ func upload(ctx context.Context, c *client.Client, src string, dst scpPath, recu
 	}
 	res := &scpResult{Source: src, Target: dst.id + ":" + target}
 	if fi.IsDir() {
-		r := tarDir(src)
-		defer r.Close() // stops the tar writer if the upload ended early
-		return res, c.WriteTar(ctx, dst.id, target, r)
+		return res, files.UploadDir(ctx, src, target)
 	}
-	f, err := os.Open(src)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	res.Bytes = fi.Size()
-	return res, c.WriteFile(ctx, dst.id, target, f, fi.Size(), fi.Mode())
+	res.Bytes, err = files.Upload(ctx, src, target)
+	return res, err
 }
 
+// download copies a file or (recursive) a directory out of a sandbox, as
+// cp does: into DST when it is an existing folder, else to DST. What the
+// sandbox sends is extracted as the client's DownloadDir does: nothing
+// lands outside the target or through a symlink, an existing folder keeps
+// its mode, new files and folders get the umask, a symlink its target's
+// mode (or 0644).
 func download(ctx context.Context, c *client.Client, src scpPath, dst string, recursive bool) (*scpResult, error) {
-	rfi, err := c.Stat(ctx, src.id, src.path)
+	files := c.Sandbox(src.id).Files()
+	rfi, err := files.Stat(ctx, src.path)
 	if err != nil {
 		return nil, err
 	}
@@ -139,99 +136,16 @@ func download(ctx context.Context, c *client.Client, src scpPath, dst string, re
 	}
 	target := dst
 	if fi, err := os.Stat(dst); err == nil && fi.IsDir() {
-		target = filepath.Join(dst, path.Base(src.path))
+		base := path.Base(src.path)
+		if rfi.Path != "" {
+			base = path.Base(rfi.Path) // ~ resolved
+		}
+		target = filepath.Join(dst, base)
 	}
 	res := &scpResult{Source: src.id + ":" + src.path, Target: target}
 	if rfi.IsDir {
-		r, err := c.ReadTar(ctx, src.id, src.path)
-		if err != nil {
-			return nil, err
-		}
-		defer r.Close()
-		return res, extractInto(r, target)
+		return res, files.DownloadDir(ctx, src.path, target)
 	}
-	r, err := c.ReadFile(ctx, src.id, src.path)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	perm, ok := parseMode(rfi.Mode)
-	if !ok {
-		perm = 0o644
-	}
-	res.Bytes, err = writeFileAtomic(target, r, perm)
+	res.Bytes, err = files.Download(ctx, src.path, target)
 	return res, err
-}
-
-// writeFileAtomic writes r to a temporary file next to target and renames it
-// into place once all of r is read: a failed read leaves no file behind.
-func writeFileAtomic(target string, r io.Reader, perm fs.FileMode) (int64, error) {
-	f, err := os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".sbx-*")
-	if err != nil {
-		return 0, err
-	}
-	n, err := io.Copy(f, r)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(f.Name(), perm)
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), target)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return 0, fmt.Errorf("copy to %s: %w", target, err)
-	}
-	return n, nil
-}
-
-// extractInto extracts a tar whose entries start with one base name into the
-// directory target as cp -r does: into it when it exists, else into a
-// temporary directory renamed to target once the tar is whole.
-func extractInto(r io.Reader, target string) error {
-	if fi, err := os.Lstat(target); err == nil {
-		if !fi.IsDir() {
-			return fmt.Errorf("cannot copy a directory onto the file %s", target)
-		}
-		return extractTar(r, target)
-	}
-	tmp, err := os.MkdirTemp(filepath.Dir(target), "."+filepath.Base(target)+".sbx-*")
-	if err != nil {
-		return err
-	}
-	if err := extractTar(r, tmp); err != nil {
-		os.RemoveAll(tmp)
-		return fmt.Errorf("copy to %s: %w", target, err)
-	}
-	if err := os.Rename(tmp, target); err != nil {
-		os.RemoveAll(tmp)
-		return err
-	}
-	return nil
-}
-
-// parseMode reads a FileInfo mode, octal ("0644", "100755") or as ls shows it
-// ("-rwxr-xr-x"), and returns its permission bits.
-func parseMode(s string) (fs.FileMode, bool) {
-	if n, err := strconv.ParseUint(s, 8, 32); err == nil {
-		return fs.FileMode(n).Perm(), true
-	}
-	if len(s) < 9 {
-		return 0, false
-	}
-	rwx := s[len(s)-9:]
-	var m fs.FileMode
-	for i, ch := range rwx {
-		want := "rwxrwxrwx"[i]
-		switch {
-		case byte(ch) == want, want == 'x' && (ch == 's' || ch == 't'):
-			m |= 1 << (8 - i)
-		case ch == '-', want == 'x' && (ch == 'S' || ch == 'T'):
-		default:
-			return 0, false
-		}
-	}
-	return m, true
 }

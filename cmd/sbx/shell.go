@@ -55,25 +55,25 @@ func newShellCmd(e *env) *cobra.Command {
 // runTerminal runs argv (or the sandbox's shell) in a terminal in sandbox
 // id: raw mode and resizes when stdin is a terminal; its exit code is sbx's.
 func runTerminal(e *env, id string, argv, envs []string, cwd, user string) error {
-	opts := []client.PTYOption{client.WithPTYEnv(envs...), client.WithPTYUser(user)}
+	opts := []client.PTYOption{client.WithEnv(envs...), client.WithUser(user)}
 	if cwd != "" {
-		opts = append(opts, client.WithPTYCwd(cwd))
+		opts = append(opts, client.WithCwd(cwd))
 	}
 	if len(argv) > 0 {
-		opts = append(opts, client.WithPTYCommand(argv...))
+		opts = append(opts, client.WithCommand(argv...))
 	}
 	fd := -1
 	if f, ok := e.stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		fd = int(f.Fd())
 		if cols, rows, err := term.GetSize(fd); err == nil {
-			opts = append(opts, client.WithPTYSize(cols, rows))
+			opts = append(opts, client.WithSize(cols, rows))
 		}
 	}
 	c, err := e.client()
 	if err != nil {
 		return err
 	}
-	t, err := c.PTY(e.ctx, id, opts...)
+	t, err := c.Sandbox(id).PTY(e.ctx, opts...)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/client"
 )
 
 // snapshotsJSON is what `sbx --json snapshot ls` prints.
@@ -61,7 +62,11 @@ func newSnapshotCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			s, err := c.Snapshot(e.ctx, args[0], args[1], memory)
+			var opts []client.SnapshotOption
+			if memory {
+				opts = append(opts, client.WithMemory())
+			}
+			s, err := c.Sandbox(args[0]).Snapshot(e.ctx, args[1], opts...)
 			if err != nil {
 				return err
 			}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"sbx.dev/sbx/client"
 )
 
 func newStopCmd(e *env) *cobra.Command {
@@ -19,7 +21,11 @@ func newStopCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			sb, err := c.Stop(e.ctx, args[0], wait)
+			var opts []client.StopOption
+			if !wait {
+				opts = append(opts, client.NoWait())
+			}
+			sb, err := c.Sandbox(args[0]).Stop(e.ctx, opts...)
 			if err != nil {
 				return err
 			}

@@ -40,12 +40,15 @@ func newTemplateCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var opts []client.TemplateOption
+			p := e.progress()
+			opts := []client.TemplateOption{client.WithProgress(p.event)}
 			if len(packages) > 0 {
 				opts = append(opts, client.WithPackages(packages...))
 			}
-			p := e.progress()
-			t, err := c.BuildTemplate(e.ctx, args[0], force, p.event, opts...)
+			if force {
+				opts = append(opts, client.WithForce())
+			}
+			t, err := c.BuildTemplate(e.ctx, args[0], opts...)
 			return p.finish(t, err, "built")
 		},
 	}
@@ -123,8 +126,11 @@ func newTemplateCmd(e *env) *cobra.Command {
 				return err
 			}
 			p := e.progress()
-			t, err := c.ImportTemplateFrom(e.ctx, args[0], args[1], p.event,
-				client.WithForce(importForce), client.WithStdin(e.stdin), client.WithPlatform(platform))
+			opts := []client.TemplateOption{client.WithProgress(p.event), client.WithStdin(e.stdin), client.WithPlatform(platform)}
+			if importForce {
+				opts = append(opts, client.WithForce())
+			}
+			t, err := c.ImportTemplate(e.ctx, args[0], args[1], opts...)
 			return p.finish(t, err, "imported")
 		},
 	}

@@ -22,7 +22,7 @@ func newTTLCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			sb, err := c.SetTTL(e.ctx, args[0], d)
+			sb, err := c.Sandbox(args[0]).SetTTL(e.ctx, d)
 			if err != nil {
 				return err
 			}

@@ -315,6 +315,7 @@ func run(c config) error {
 	var servers []*http.Server
 	errc := make(chan error, 3)
 	us := server.NewHTTPServer(srv.Handler(""), nil)
+	us.BaseContext = srv.BaseContext // srv.Close ends the streams that follow
 	servers = append(servers, us)
 	go func() { errc <- us.Serve(ls.unix) }()
 	log.Info("serving", "socket", c.socket, "data_dir", c.dataDir, "tag", c.tag, "runsc", c.runsc, "version", version)
@@ -322,6 +323,7 @@ func run(c config) error {
 	if ls.tcp != nil {
 		lim := server.NewConnLimiter("tcp", apiConns, log)
 		ts := server.NewHTTPServer(srv.Handler(ls.token), lim)
+		ts.BaseContext = srv.BaseContext
 		servers = append(servers, ts)
 		go func() { errc <- ts.Serve(lim.Listener(ls.tcp)) }()
 		log.Info("serving", "tcp", ls.tcp.Addr().String())
@@ -349,6 +351,9 @@ func run(c config) error {
 	if err := mgr.Shutdown(sctx); err != nil {
 		log.Warn("captures still in flight at the shutdown deadline; a restart reconciles them", "err", err)
 	}
+	// streams that follow (events, logs, an exec's output) end now, saying
+	// why, rather than hold the shutdown until its deadline
+	srv.Close()
 	for _, s := range servers {
 		_ = s.Shutdown(sctx)
 	}

@@ -58,6 +58,9 @@ const usage = `usage:
   sbx-agent untar [--user U] PATH
   sbx-agent stat [--user U] PATH
   sbx-agent ls [--user U] PATH
+  sbx-agent mkdir [--mode 0755] [--user U] PATH
+  sbx-agent rm [-r] [--user U] PATH
+  sbx-agent mv [--user U] FROM TO
 
 A PATH of ~ or ~/... starts at the home of U (default root), ~NAME/... at
 NAME's, from the sandbox's /etc/passwd.
@@ -108,6 +111,12 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = runPorts(args, stdout)
 	case "kill":
 		err = runKill(args)
+	case "mkdir":
+		err = runMkdir(args)
+	case "rm":
+		err = runRm(args)
+	case "mv":
+		err = runMv(args)
 	case "now":
 		// the clock in seconds with nanoseconds, for shells whose date has no %N
 		t := time.Now()

@@ -113,7 +113,7 @@ func checkUsable(t *testing.T, d *daemon) {
 	for _, sb := range checkConsistent(t, d) {
 		switch sb.State {
 		case api.StateStopped:
-			got, err := d.client.Resume(ctx, sb.ID, true)
+			got, err := sdk(d.client).Resume(ctx, sb.ID, true)
 			if err != nil {
 				t.Errorf("%s is stopped and its memory cannot be restored: %v", sb.ID, err)
 				continue
@@ -126,7 +126,7 @@ func checkUsable(t *testing.T, d *daemon) {
 			continue
 		}
 		var out strings.Builder
-		if _, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"echo", "ok"}, Timeout: "20s"}, &out, io.Discard); err != nil || out.String() != "ok\n" {
+		if _, err := sdk(d.client).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"echo", "ok"}, Timeout: "20s"}, &out, io.Discard); err != nil || out.String() != "ok\n" {
 			t.Errorf("%s (%s) does not run a command after the restart: %v %q", sb.ID, sb.State, err, out.String())
 		}
 	}
@@ -148,13 +148,13 @@ func TestAttackCrashDeleteMany(t *testing.T) {
 	setup := func(t *testing.T) []string {
 		var ids []string
 		for i := range 8 {
-			sb, err := d.client.Create(context.Background(), client.WithTemplate("tiny"), client.WithMemoryString("256M"))
+			sb, err := sdk(d.client).Create(context.Background(), client.WithTemplate("tiny"), client.WithMemoryLimit(256<<20))
 			if err != nil {
 				t.Fatalf("create: %v", err)
 			}
 			d.must(t, "exec", "-d", sb.ID, "--", "sh", "-c", "while :; do date > /tmp/t; sleep 1; done")
 			if i == 0 {
-				if _, err := d.client.Stop(context.Background(), sb.ID, true); err != nil {
+				if _, err := sdk(d.client).Stop(context.Background(), sb.ID, true); err != nil {
 					t.Fatalf("stop: %v", err)
 				}
 			}
@@ -205,7 +205,7 @@ func TestAttackCrashExecFlood(t *testing.T) {
 	t.Cleanup(func() { d.stop(true) })
 	cmd := []string{"sh", "-c", "dd if=/dev/zero bs=1M count=300 2>/dev/null; echo flood-done >&2"}
 	newSB := func() string {
-		sb, err := d.client.Create(context.Background(), client.WithTemplate("tiny"))
+		sb, err := sdk(d.client).Create(context.Background(), client.WithTemplate("tiny"))
 		if err != nil {
 			t.Fatalf("create: %v", err)
 		}
@@ -213,14 +213,14 @@ func TestAttackCrashExecFlood(t *testing.T) {
 	}
 	id := newSB()
 	dur := timeOp(t, "exec flood", func(ctx context.Context) error {
-		_, err := d.client.Exec(ctx, id, api.ExecRequest{Cmd: cmd, Timeout: "5m"}, io.Discard, io.Discard)
+		_, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: cmd, Timeout: "5m"}, io.Discard, io.Discard)
 		return err
 	})
 	deleteEverything(t, d)
 	for _, at := range offsetsOver(rng, offsets, dur) {
 		id := newSB()
 		crashDuring(t, d, at, args, func(ctx context.Context) error {
-			_, err := d.client.Exec(ctx, id, api.ExecRequest{Cmd: cmd, Timeout: "5m"}, io.Discard, io.Discard)
+			_, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: cmd, Timeout: "5m"}, io.Discard, io.Discard)
 			return err
 		})
 		checkConsistent(t, d)
@@ -276,7 +276,7 @@ func TestAttackCrashStopManyExecs(t *testing.T) {
 		st := withHolder(t, d)
 		var execs []string
 		for i := range 8 {
-			x, err := d.client.ExecDetached(context.Background(), st.id, api.ExecRequest{Cmd: []string{"sh", "-c", fmt.Sprintf("i=0; while :; do i=$((i+1)); echo c%d $i; sleep 0.3; done", i)}, Detach: true})
+			x, err := sdk(d.client).ExecDetached(context.Background(), st.id, api.ExecRequest{Cmd: []string{"sh", "-c", fmt.Sprintf("i=0; while :; do i=$((i+1)); echo c%d $i; sleep 0.3; done", i)}, Detach: true})
 			if err != nil {
 				t.Fatalf("detach: %v", err)
 			}
@@ -285,11 +285,11 @@ func TestAttackCrashStopManyExecs(t *testing.T) {
 		return st, execs
 	}
 	st, _ := setup(t)
-	dur := timeOp(t, "stop", func(ctx context.Context) error { _, err := d.client.Stop(ctx, st.id, true); return err })
+	dur := timeOp(t, "stop", func(ctx context.Context) error { _, err := sdk(d.client).Stop(ctx, st.id, true); return err })
 	deleteEverything(t, d)
 	for _, at := range offsetsOver(rng, offsets, dur) {
 		st, execs := setup(t)
-		crashDuring(t, d, at, extra, func(ctx context.Context) error { _, err := d.client.Stop(ctx, st.id, true); return err })
+		crashDuring(t, d, at, extra, func(ctx context.Context) error { _, err := sdk(d.client).Stop(ctx, st.id, true); return err })
 		op := fuzzOp{name: "stop"}
 		outcome := checkFuzzInvariants(t, d, op, st, false)
 		t.Logf("crash %s into a stop with 10 execs (%s): %s", at.Round(time.Millisecond), dur.Round(time.Millisecond), outcome)
@@ -338,7 +338,7 @@ func TestAttackCrashForkOfFork(t *testing.T) {
 	t.Cleanup(func() { d.stop(true) })
 	setup := func(t *testing.T) fuzzState {
 		st := withHolder(t, d)
-		kids, err := d.client.Fork(context.Background(), st.id, api.ForkRequest{Count: 1, Memory: true})
+		kids, err := sdk(d.client).Fork(context.Background(), st.id, api.ForkRequest{Count: 1, Memory: true})
 		if err != nil || len(kids) != 1 {
 			t.Fatalf("fork: %v", err)
 		}
@@ -347,7 +347,7 @@ func TestAttackCrashForkOfFork(t *testing.T) {
 	fork := func(st *fuzzState) func(ctx context.Context) error {
 		return func(ctx context.Context) error {
 			st.n = 4
-			_, err := d.client.Fork(ctx, st.id, api.ForkRequest{Count: 4, Memory: true})
+			_, err := sdk(d.client).Fork(ctx, st.id, api.ForkRequest{Count: 4, Memory: true})
 			return err
 		}
 	}
@@ -388,13 +388,13 @@ func TestAttackCrashDuringReconcile(t *testing.T) {
 			sts = append(sts, withHolder(t, d))
 		}
 		errs := make(chan error, 4)
-		go func() { _, err := d.client.Stop(context.Background(), sts[0].id, true); errs <- err }()
-		go func() { _, err := d.client.Stop(context.Background(), sts[1].id, true); errs <- err }()
+		go func() { _, err := sdk(d.client).Stop(context.Background(), sts[0].id, true); errs <- err }()
+		go func() { _, err := sdk(d.client).Stop(context.Background(), sts[1].id, true); errs <- err }()
 		go func() {
-			_, err := d.client.Fork(context.Background(), sts[2].id, api.ForkRequest{Count: 4, Memory: true})
+			_, err := sdk(d.client).Fork(context.Background(), sts[2].id, api.ForkRequest{Count: 4, Memory: true})
 			errs <- err
 		}()
-		go func() { errs <- d.client.Delete(context.Background(), sts[3].id) }()
+		go func() { errs <- sdk(d.client).Delete(context.Background(), sts[3].id) }()
 		first := time.Duration(300+rng.IntN(1500)) * time.Millisecond
 		time.Sleep(first)
 		d.kill(syscall.SIGKILL)
@@ -432,7 +432,7 @@ func TestAttackCrashDuringReconcile(t *testing.T) {
 				continue
 			}
 			if sb.State == api.StateStopped {
-				if got, err := d.client.Resume(context.Background(), sb.ID, true); err != nil || !got.MemoryRestored {
+				if got, err := sdk(d.client).Resume(context.Background(), sb.ID, true); err != nil || !got.MemoryRestored {
 					t.Errorf("round %d: %s is stopped and does not resume with its memory: %v", round, sb.ID, err)
 					continue
 				}
@@ -472,7 +472,7 @@ func templateStoreLeftovers(d *daemon) []string {
 func checkTemplate(t *testing.T, d *daemon, name string) bool {
 	t.Helper()
 	ctx := context.Background()
-	tms, err := d.client.Templates(ctx)
+	tms, err := sdk(d.client).Templates(ctx)
 	if err != nil {
 		t.Errorf("template ls after the restart: %v", err)
 		return false
@@ -481,16 +481,16 @@ func checkTemplate(t *testing.T, d *daemon, name string) bool {
 		if tm.Name != name {
 			continue
 		}
-		sb, err := d.client.Create(ctx, client.WithTemplate(name))
+		sb, err := sdk(d.client).Create(ctx, client.WithTemplate(name))
 		if err != nil {
 			t.Errorf("template %s (%s) survived the crash but makes no sandbox: %v", name, tm.Version, err)
 			return true
 		}
 		var out strings.Builder
-		if _, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"echo", "ok"}, Timeout: "20s"}, &out, io.Discard); err != nil || out.String() != "ok\n" {
+		if _, err := sdk(d.client).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"echo", "ok"}, Timeout: "20s"}, &out, io.Discard); err != nil || out.String() != "ok\n" {
 			t.Errorf("a sandbox of template %s runs nothing: %v %q", name, err, out.String())
 		}
-		_ = d.client.Delete(ctx, sb.ID)
+		_ = sdk(d.client).Delete(ctx, sb.ID)
 		return true
 	}
 	return false
@@ -506,7 +506,7 @@ func TestAttackCrashTemplates(t *testing.T) {
 	offsets, rng := attackRNG(t)
 	d := privateDaemon(t)
 	ctx := context.Background()
-	if _, err := d.client.BuildTemplate(ctx, "tiny", false, nil); err != nil {
+	if _, err := sdk(d.client).BuildTemplate(ctx, "tiny", false, nil); err != nil {
 		t.Fatalf("build tiny: %v", err)
 	}
 	layout := func(t *testing.T) string {
@@ -523,28 +523,28 @@ func TestAttackCrashTemplates(t *testing.T) {
 		{"import image", func(t *testing.T, i int) (string, func(ctx context.Context) error) {
 			dir, name := layout(t), fmt.Sprintf("img%d", i)
 			return name, func(ctx context.Context) error {
-				_, err := d.client.ImportTemplateFrom(ctx, name, dir, nil)
+				_, err := sdk(d.client).ImportTemplateFrom(ctx, name, dir, nil)
 				return err
 			}
 		}, true},
 		{"build tiny --force", func(t *testing.T, i int) (string, func(ctx context.Context) error) {
 			return "tiny", func(ctx context.Context) error {
-				_, err := d.client.BuildTemplate(ctx, "tiny", true, nil)
+				_, err := sdk(d.client).BuildTemplate(ctx, "tiny", true, nil)
 				return err
 			}
 		}, true},
 		{"rm a held template", func(t *testing.T, i int) (string, func(ctx context.Context) error) {
 			name := fmt.Sprintf("held%d", i)
-			if _, err := d.client.ImportTemplateFrom(ctx, name, layout(t), nil); err != nil {
+			if _, err := sdk(d.client).ImportTemplateFrom(ctx, name, layout(t), nil); err != nil {
 				t.Fatalf("import: %v", err)
 			}
-			sb, err := d.client.Create(ctx, client.WithTemplate(name))
+			sb, err := sdk(d.client).Create(ctx, client.WithTemplate(name))
 			if err != nil {
 				t.Fatalf("create on %s: %v", name, err)
 			}
 			_ = sb
 			return name, func(ctx context.Context) error {
-				_, err := d.client.RemoveTemplate(ctx, name)
+				_, err := sdk(d.client).RemoveTemplate(ctx, name)
 				return err
 			}
 		}, false},
@@ -586,9 +586,9 @@ func TestAttackCrashTemplates(t *testing.T) {
 		})
 	}
 	deleteEverything(t, d)
-	tms, _ := d.client.Templates(ctx)
+	tms, _ := sdk(d.client).Templates(ctx)
 	for _, tm := range tms {
-		if _, err := d.client.RemoveTemplate(ctx, tm.Name); err != nil {
+		if _, err := sdk(d.client).RemoveTemplate(ctx, tm.Name); err != nil {
 			t.Errorf("template rm %s: %v", tm.Name, err)
 		}
 	}

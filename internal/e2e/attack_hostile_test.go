@@ -25,7 +25,7 @@ func putFile(t *testing.T, d *daemon, id, path, content string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := d.client.WriteFile(ctx, id, path, strings.NewReader(content), int64(len(content)), 0o755); err != nil {
+	if err := sdk(d.client).WriteFile(ctx, id, path, strings.NewReader(content), int64(len(content)), 0o755); err != nil {
 		t.Fatalf("write %s into %s: %v", path, id, err)
 	}
 }
@@ -33,7 +33,7 @@ func putFile(t *testing.T, d *daemon, id, path, content string) {
 // detachRoot starts cmd detached as root in sandbox id.
 func detachRoot(t *testing.T, d *daemon, id string, cmd ...string) string {
 	t.Helper()
-	x, err := d.client.ExecDetached(context.Background(), id, api.ExecRequest{Cmd: cmd, Detach: true, User: "root"})
+	x, err := sdk(d.client).ExecDetached(context.Background(), id, api.ExecRequest{Cmd: cmd, Detach: true, User: "root"})
 	if err != nil {
 		t.Fatalf("start %v in %s: %v", cmd, id, err)
 	}
@@ -58,7 +58,7 @@ func TestAttackRunSbxFills(t *testing.T) {
 	defer cancel()
 	run := func(cmd string) (*api.Exec, string, error) {
 		var out, errb strings.Builder
-		e, err := d.client.Exec(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", cmd}, Timeout: "120s"}, io.Discard, &errb)
+		e, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", cmd}, Timeout: "120s"}, io.Discard, &errb)
 		_ = out
 		return e, errb.String(), err
 	}
@@ -82,7 +82,7 @@ func TestAttackRunSbxFills(t *testing.T) {
 			t.Errorf("an exec printing 600 MB: err %v, exit %s, stderr %q: its writes to stdout failed inside the sandbox (the 512 MiB /run/sbx is full), though the host keeps only its head and tail", err, code(e), lastBytes(stderr, 200))
 		}
 		var out, errb strings.Builder
-		e, err = d.client.Exec(ctx, id, api.ExecRequest{Cmd: []string{"echo", "still here"}, Timeout: "30s"}, &out, &errb)
+		e, err = sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"echo", "still here"}, Timeout: "30s"}, &out, &errb)
 		if err != nil || code(e) != "0" || out.String() != "still here\n" {
 			t.Errorf("after one exec printed 600 MB, `echo still here` fails: err %v, exit %s, stdout %q, stderr %q; "+
 				"the big exec's output fills the sandbox's 512 MiB /run/sbx tmpfs, its exit cannot be recorded, so it is never pruned, and every later exec fails",
@@ -203,7 +203,7 @@ func TestAttackLyingAgentAmplifies(t *testing.T) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	ports, err := d.client.Ports(ctx, id)
+	ports, err := sdk(d.client).Ports(ctx, id)
 	took := time.Since(start)
 	peak := rssKB(t, d, "VmHWM")
 	t.Logf("ports: %d entries, err %v, in %s; sbxd RSS %d MB before, peak %d MB", len(ports), err, took.Round(time.Millisecond), before>>10, peak>>10)
@@ -259,14 +259,14 @@ func TestAttackHeldCopierPipe(t *testing.T) {
 	defer cancel()
 	var out bytes.Buffer
 	start := time.Now()
-	e, err := d.client.Exec(ctx, id, api.ExecRequest{Cmd: []string{"echo", "hello"}, Timeout: "10s"}, &out, io.Discard)
+	e, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"echo", "hello"}, Timeout: "10s"}, &out, io.Discard)
 	if err != nil {
 		t.Errorf("`echo hello` (timeout 10s) in a sandbox whose root holds the copiers' pipes open: %v after %s, stdout %q; the command ended at once, and its exec never does as sbxd sees it", err, time.Since(start).Round(time.Second), out.String())
 	} else if e.ExitCode == nil || *e.ExitCode != 0 {
 		t.Errorf("`echo hello` exited %v", e.ExitCode)
 	}
 	var ex []api.Exec
-	ex, err = d.client.Execs(context.Background(), id)
+	ex, err = sdk(d.client).Execs(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func TestAttackKillCopiers(t *testing.T) {
 
 func mustExecs(t *testing.T, d *daemon, id string) []api.Exec {
 	t.Helper()
-	ex, err := d.client.Execs(context.Background(), id)
+	ex, err := sdk(d.client).Execs(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +316,7 @@ func mustExecs(t *testing.T, d *daemon, id string) []api.Exec {
 func TestAttackKillInit(t *testing.T) {
 	d := shared
 	other := d.newSandbox(t, "--template", "tiny")
-	id, err := d.client.Create(context.Background(), client.WithTemplate("tiny"))
+	id, err := sdk(d.client).Create(context.Background(), client.WithTemplate("tiny"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +334,7 @@ func TestAttackKillInit(t *testing.T) {
 	if out := d.must(t, "exec", other, "--", "echo", "ok"); out != "ok\n" {
 		t.Errorf("the neighbour printed %q", out)
 	}
-	if err := d.client.Delete(context.Background(), id.ID); err != nil {
+	if err := sdk(d.client).Delete(context.Background(), id.ID); err != nil {
 		t.Errorf("delete the sandbox whose init was killed: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(d.dir, "sandboxes", id.ID)); err == nil {
@@ -358,7 +358,7 @@ func TestAttackPidsLimitTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var errb strings.Builder
-	e, err := d.client.Exec(ctx, id, api.ExecRequest{Cmd: []string{"bash", "-c", "for i in $(seq 1 200); do sleep 1000 & done; wait"}, Timeout: "10s"}, io.Discard, &errb)
+	e, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"bash", "-c", "for i in $(seq 1 200); do sleep 1000 & done; wait"}, Timeout: "10s"}, io.Discard, &errb)
 	if err != nil {
 		t.Fatalf("exec: %v", err)
 	}
@@ -369,13 +369,13 @@ func TestAttackPidsLimitTimeout(t *testing.T) {
 		t.Errorf("the command's stderr holds a Go runtime crash of sbx's agent: %q", lastBytes(firstLine(errb.String(), "fatal error"), 200))
 	}
 	var out strings.Builder
-	e, err = d.client.Exec(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", "ps -e --no-headers | grep -c sleep"}, Timeout: "10s", User: "root"}, &out, io.Discard)
+	e, err = sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", "ps -e --no-headers | grep -c sleep"}, Timeout: "10s", User: "root"}, &out, io.Discard)
 	if err == nil && strings.TrimSpace(out.String()) != "0" {
 		t.Errorf("%s sleeps of the timed-out command are left: the timeout killed nothing (its agent crashed)", strings.TrimSpace(out.String()))
 	}
 	errb.Reset()
 	out.Reset()
-	e, err = d.client.Exec(ctx, id, api.ExecRequest{Cmd: []string{"echo", "ok"}, Timeout: "10s"}, &out, &errb)
+	e, err = sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"echo", "ok"}, Timeout: "10s"}, &out, &errb)
 	if err != nil || e.ExitCode == nil || *e.ExitCode != 0 || out.String() != "ok\n" {
 		t.Errorf("after the timed-out command, `echo ok` as the sandbox's user: err %v, stdout %q, stderr %q", err, out.String(), lastBytes(firstLine(errb.String(), "fatal error"), 200))
 	}
@@ -453,7 +453,7 @@ func TestAttackPreviewOutlivesDelete(t *testing.T) {
 	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: 8080-%s.localhost\r\n\r\n", id)
 	time.Sleep(2 * time.Second)
 	before := fdCount(t, d.cmd.Process.Pid)
-	if err := d.client.Delete(context.Background(), id); err != nil {
+	if err := sdk(d.client).Delete(context.Background(), id); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
 	c.SetReadDeadline(time.Now().Add(15 * time.Second))
@@ -509,7 +509,7 @@ func TestAttackLyingAgentStalls(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := time.Now()
-	_, err := d.client.Stat(ctx, id, "/etc/hostname")
+	_, err := sdk(d.client).Stat(ctx, id, "/etc/hostname")
 	took := time.Since(start)
 	t.Logf("stat of a stalled agent: %v after %s", err, took.Round(time.Millisecond))
 	if err == nil {

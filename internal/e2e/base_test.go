@@ -51,7 +51,7 @@ func TestLimits(t *testing.T) {
 	// gVisor's memory is one cgroup: past the limit the kernel stops the
 	// whole sandbox. sbx says so, rather than keep a sandbox whose execs fail.
 	waitFor(t, "the sandbox to be reported out of memory", 10*time.Second, func() bool {
-		sb, err := d.client.Get(context.Background(), id)
+		sb, err := d.client.Sandbox(id).Info(context.Background())
 		return err == nil && sb.State == api.StateError && strings.Contains(sb.Reason, "out of memory")
 	})
 	r = d.sbx(t, "exec", id, "--", "true")

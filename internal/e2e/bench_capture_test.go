@@ -26,7 +26,7 @@ func BenchmarkMemoryFork(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer shared.client.Delete(ctx, parent.ID)
+	defer deleteSandbox(ctx, shared.client, parent.ID)
 	raw := newRawRunsc(b)
 	src := "raw-" + randHex(4)
 	raw.run(b, src)
@@ -34,13 +34,13 @@ func BenchmarkMemoryFork(b *testing.B) {
 	var sbxT, rawT, restoreT []time.Duration
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
-		kids, err := shared.client.Fork(ctx, parent.ID, api.ForkRequest{Memory: true})
+		kids, err := sdk(shared.client).Fork(ctx, parent.ID, api.ForkRequest{Memory: true})
 		if err != nil {
 			b.Fatal(err)
 		}
 		sbxT = append(sbxT, time.Since(start))
 		b.StopTimer()
-		shared.client.Delete(ctx, kids[0].ID)
+		deleteSandbox(ctx, shared.client, kids[0].ID)
 		b.StartTimer()
 
 		id := "raw-" + randHex(4)
@@ -71,18 +71,18 @@ func BenchmarkFork16(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer shared.client.Delete(ctx, parent.ID)
+	defer deleteSandbox(ctx, shared.client, parent.ID)
 	var ts []time.Duration
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
-		kids, err := shared.client.Fork(ctx, parent.ID, api.ForkRequest{Memory: true, Count: 16})
+		kids, err := sdk(shared.client).Fork(ctx, parent.ID, api.ForkRequest{Memory: true, Count: 16})
 		if err != nil {
 			b.Fatal(err)
 		}
 		ts = append(ts, time.Since(start))
 		b.StopTimer()
 		for _, k := range kids {
-			shared.client.Delete(ctx, k.ID)
+			deleteSandbox(ctx, shared.client, k.ID)
 		}
 		b.StartTimer()
 	}
@@ -108,15 +108,15 @@ while True:
 // Resume is timed to the first successful exec.
 func BenchmarkStopResume1GiB(b *testing.B) {
 	ctx := context.Background()
-	sb, err := shared.client.Create(ctx, client.WithTemplate("base"), client.WithMemory(3<<30))
+	sb, err := shared.client.Create(ctx, client.WithTemplate("base"), client.WithMemoryLimit(3<<30))
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer shared.client.Delete(ctx, sb.ID)
-	if err := shared.client.WriteFile(ctx, sb.ID, "/root/alloc.py", strings.NewReader(allocPy), int64(len(allocPy)), 0o644); err != nil {
+	defer deleteSandbox(ctx, shared.client, sb.ID)
+	if err := sdk(shared.client).WriteFile(ctx, sb.ID, "/root/alloc.py", strings.NewReader(allocPy), int64(len(allocPy)), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := shared.client.ExecDetached(ctx, sb.ID, api.ExecRequest{Cmd: []string{"python3", "/root/alloc.py"}}); err != nil {
+	if _, err := sdk(shared.client).ExecDetached(ctx, sb.ID, api.ExecRequest{Cmd: []string{"python3", "/root/alloc.py"}}); err != nil {
 		b.Fatal(err)
 	}
 	waitReady := func(run func() bool) {
@@ -126,7 +126,7 @@ func BenchmarkStopResume1GiB(b *testing.B) {
 		}
 	}
 	waitReady(func() bool {
-		e, err := shared.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"test", "-f", "/tmp/ready"}}, io.Discard, io.Discard)
+		e, err := sdk(shared.client).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"test", "-f", "/tmp/ready"}}, io.Discard, io.Discard)
 		return err == nil && *e.ExitCode == 0
 	})
 
@@ -143,15 +143,15 @@ func BenchmarkStopResume1GiB(b *testing.B) {
 	var stopT, rawCkT, resumeT, rawRsT []time.Duration
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
-		if _, err := shared.client.Stop(ctx, sb.ID, true); err != nil {
+		if _, err := shared.client.Sandbox(sb.ID).Stop(ctx); err != nil {
 			b.Fatal(err)
 		}
 		stopT = append(stopT, time.Since(start))
 		start = time.Now()
-		if _, err := shared.client.Resume(ctx, sb.ID, true); err != nil {
+		if _, err := shared.client.Sandbox(sb.ID).Resume(ctx, client.RequireMemory()); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := shared.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard); err != nil {
+		if _, err := sdk(shared.client).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard); err != nil {
 			b.Fatal(err)
 		}
 		resumeT = append(resumeT, time.Since(start))

@@ -143,8 +143,8 @@ func huntOnce(b *testing.B) (mark, capture time.Duration) {
 	cleanup := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		_, _ = d.client.DeleteWithSnapshots(ctx, name)
-		_ = d.client.Delete(ctx, name+"-fork")
+		_, _ = d.client.Sandbox(name).Delete(ctx, client.WithSnapshots())
+		_ = deleteSandbox(ctx, d.client, name+"-fork")
 		_ = d.client.DeleteSnapshot(ctx, name)
 		os.RemoveAll(artifacts)
 	}
@@ -248,17 +248,17 @@ func BenchmarkFlakeRateVsNaive(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _ = d.client.Delete(context.Background(), sb.ID) })
+	b.Cleanup(func() { _ = deleteSandbox(context.Background(), d.client, sb.ID) })
 	if err := prepareFlaky(ctx, d.client, sb.ID, src, naiveSetups[len(naiveSetups)-1]); err != nil {
 		b.Fatal(err)
 	}
 	snap := "bench-flaky-" + randHex(3)
 	b.Cleanup(func() { _ = d.client.DeleteSnapshot(context.Background(), snap) })
-	if _, err := d.client.Snapshot(ctx, sb.ID, snap, true); err != nil {
+	if _, err := d.client.Sandbox(sb.ID).Snapshot(ctx, snap, client.WithMemory()); err != nil {
 		b.Fatal(err)
 	}
 	// the ready sandbox is not needed any more: free its memory for the runs
-	if err := d.client.Delete(ctx, sb.ID); err != nil {
+	if err := deleteSandbox(ctx, d.client, sb.ID); err != nil {
 		b.Fatal(err)
 	}
 	// whatever a failed round leaves behind goes too
@@ -274,7 +274,7 @@ func BenchmarkFlakeRateVsNaive(b *testing.B) {
 		sbs, _ := d.client.List(ctx)
 		for _, s := range sbs {
 			if !before[s.ID] && (strings.HasPrefix(s.Name, "bench-naive-") || s.Meta["sbx.bench"] == snap) {
-				_ = d.client.Delete(ctx, s.ID)
+				_ = deleteSandbox(ctx, d.client, s.ID)
 			}
 		}
 	})
@@ -334,7 +334,7 @@ func prepareFlaky(ctx context.Context, c *client.Client, id string, src []byte, 
 	if err := execOK(ctx, c, id, []string{"mkdir", "-p", "/work"}, nil); err != nil {
 		return err
 	}
-	if err := c.WriteTar(ctx, id, "/work", bytes.NewReader(src)); err != nil {
+	if err := sdk(c).WriteTar(ctx, id, "/work", bytes.NewReader(src)); err != nil {
 		return fmt.Errorf("copy the example into %s: %w", id, err)
 	}
 	return execOK(ctx, c, id, []string{"/bin/sh", "-c", "cd /work && " + flakySetup(setup)}, nil)
@@ -343,7 +343,7 @@ func prepareFlaky(ctx context.Context, c *client.Client, id string, src []byte, 
 // execOK runs cmd in id and wants exit 0.
 func execOK(ctx context.Context, c *client.Client, id string, cmd, env []string) error {
 	var errb bytes.Buffer
-	x, err := c.Exec(ctx, id, api.ExecRequest{Cmd: cmd, Env: env}, io.Discard, &errb)
+	x, err := sdk(c).Exec(ctx, id, api.ExecRequest{Cmd: cmd, Env: env}, io.Discard, &errb)
 	if err != nil {
 		return fmt.Errorf("exec %v in %s: %w", cmd, id, err)
 	}
@@ -391,14 +391,14 @@ func naiveRun(ctx context.Context, c *client.Client, src []byte, tag string, i, 
 		return false, fmt.Errorf("naive run %d: create: %w", i, err)
 	}
 	defer func() {
-		if derr := c.Delete(context.WithoutCancel(ctx), sb.ID); derr != nil {
+		if derr := deleteSandbox(context.WithoutCancel(ctx), c, sb.ID); derr != nil {
 			err = errors.Join(err, fmt.Errorf("naive run %d: delete %s: %w", i, sb.ID, derr))
 		}
 	}()
 	if err := prepareFlaky(ctx, c, sb.ID, src, setup); err != nil {
 		return false, fmt.Errorf("naive run %d: %w", i, err)
 	}
-	x, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"/work/test.sh"}, Env: []string{"SEED=" + strconv.FormatUint(uint64(rand.Uint32()), 10)}}, io.Discard, io.Discard)
+	x, err := sdk(c).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"/work/test.sh"}, Env: []string{"SEED=" + strconv.FormatUint(uint64(rand.Uint32()), 10)}}, io.Discard, io.Discard)
 	if err != nil {
 		return false, fmt.Errorf("naive run %d: test: %w", i, err)
 	}

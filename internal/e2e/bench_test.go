@@ -144,7 +144,7 @@ func BenchmarkCreate(b *testing.B) {
 		}
 		sbxT = append(sbxT, time.Since(start))
 		b.StopTimer()
-		shared.client.Delete(ctx, sb.ID)
+		deleteSandbox(ctx, shared.client, sb.ID)
 		b.StartTimer()
 
 		id := "raw-" + randHex(4)
@@ -166,7 +166,7 @@ func BenchmarkExec(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer shared.client.Delete(ctx, sb.ID)
+	defer deleteSandbox(ctx, shared.client, sb.ID)
 	raw := newRawRunsc(b)
 	id := "raw-" + randHex(4)
 	raw.run(b, id)
@@ -174,7 +174,7 @@ func BenchmarkExec(b *testing.B) {
 	var sbxT, rawT []time.Duration
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
-		e, err := shared.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
+		e, err := sdk(shared.client).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
 		if err != nil || e.ExitCode == nil || *e.ExitCode != 0 {
 			b.Fatalf("exec: %v %+v", err, e)
 		}
@@ -196,16 +196,16 @@ func BenchmarkScp(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer shared.client.Delete(ctx, sb.ID)
+	defer deleteSandbox(ctx, shared.client, sb.ID)
 	const size = 1 << 30
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
-		if err := shared.client.WriteFile(ctx, sb.ID, "/tmp/big", io.LimitReader(zeroReader{}, size), size, 0o644); err != nil {
+		if err := sdk(shared.client).WriteFile(ctx, sb.ID, "/tmp/big", io.LimitReader(zeroReader{}, size), size, 0o644); err != nil {
 			b.Fatal(err)
 		}
 		up := time.Since(start)
 		start = time.Now()
-		rc, err := shared.client.ReadFile(ctx, sb.ID, "/tmp/big")
+		rc, err := sdk(shared.client).ReadFile(ctx, sb.ID, "/tmp/big")
 		if err != nil {
 			b.Fatal(err)
 		}

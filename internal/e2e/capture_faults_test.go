@@ -41,12 +41,12 @@ func TestCaptureBadInput(t *testing.T) {
 		})
 	}
 	// The API answers a taken name and a running resume with 409.
-	_, err := d.client.Snapshot(context.Background(), id, name, false)
+	_, err := d.client.Sandbox(id).Snapshot(context.Background(), name)
 	var ae *api.Error
 	if !asAPIError(err, &ae) || ae.Status != 409 {
 		t.Errorf("taken snapshot name through the API: %v, want 409", err)
 	}
-	_, err = d.client.Resume(context.Background(), id, false)
+	_, err = d.client.Sandbox(id).Resume(context.Background())
 	if !asAPIError(err, &ae) || ae.Status != 409 {
 		t.Errorf("resume of a running sandbox: %v, want 409", err)
 	}

@@ -206,7 +206,7 @@ func forkMemory(t *testing.T, d *daemon, id string, n int) []string {
 		}
 	}
 	for _, k := range ids {
-		t.Cleanup(func() { d.client.Delete(context.Background(), k) })
+		t.Cleanup(func() { deleteSandbox(context.Background(), d.client, k) })
 	}
 	if len(ids) != n {
 		t.Fatalf("fork --count %d made %d: %q", n, len(ids), out)

@@ -104,16 +104,21 @@ func TestCLIBareSeconds(t *testing.T) {
 		t.Errorf("ttl 7200: ttl %q", sb.TTL)
 	}
 	// the API takes them too
-	sb, err := d.client.SetTTLString(t.Context(), id, "90")
-	if err != nil || sb.TTL != "1m30s" {
-		t.Errorf("API ttl \"90\": %v, %v", sb, err)
+	status, body := d.rawAPI(t, "POST", "/v1/sandboxes/"+id+"/ttl", api.TTLRequest{TTL: "90"})
+	if status != 200 || !strings.Contains(string(body), `"ttl":"1m30s"`) {
+		t.Errorf("API ttl \"90\": %d %s", status, body)
 	}
-	x, err := d.client.Exec(t.Context(), id, api.ExecRequest{Cmd: []string{"sleep", "5"}, Timeout: "1"}, nil, nil)
-	if err != nil || x.ExitCode == nil || *x.ExitCode != 124 || !x.TimedOut {
-		t.Errorf("API exec timeout \"1\": %+v, %v", x, err)
+	status, body = d.rawAPI(t, "POST", "/v1/sandboxes/"+id+"/exec", api.ExecRequest{Cmd: []string{"sleep", "5"}, Timeout: "1", Detach: true})
+	var x api.Exec
+	if status != 201 || json.Unmarshal(body, &x) != nil {
+		t.Fatalf("API exec timeout \"1\": %d %s", status, body)
 	}
-	if _, err := d.client.SetTTLString(t.Context(), id, "-5"); err == nil {
-		t.Errorf("API ttl \"-5\": no error")
+	res, err := d.client.Sandbox(id).Process(x.ID).Wait(t.Context())
+	if err != nil || res.ExitCode != 124 || !res.TimedOut {
+		t.Errorf("API exec timeout \"1\": %+v, %v", res, err)
+	}
+	if status, body := d.rawAPI(t, "POST", "/v1/sandboxes/"+id+"/ttl", api.TTLRequest{TTL: "-5"}); status != 400 {
+		t.Errorf("API ttl \"-5\": %d %s, want 400", status, body)
 	}
 }
 

@@ -83,28 +83,28 @@ func TestConcurrentClients(t *testing.T) {
 				switch r.IntN(7) {
 				case 0, 1:
 					what = "exec"
-					_, err = d.client.Exec(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", "echo hi; sleep 0.1"}}, io.Discard, io.Discard)
+					_, err = sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", "echo hi; sleep 0.1"}}, io.Discard, io.Discard)
 				case 2:
 					what = "snapshot"
-					_, err = d.client.Snapshot(ctx, id, fmt.Sprintf("c-%d-%d", w, op), r.IntN(2) == 0)
+					_, err = d.client.Sandbox(id).Snapshot(ctx, fmt.Sprintf("c-%d-%d", w, op), memOpt(r.IntN(2) == 0)...)
 				case 3:
 					what = "fork"
 					var kids []api.Sandbox
-					kids, err = d.client.Fork(ctx, id, api.ForkRequest{Memory: r.IntN(2) == 0, Count: 1 + r.IntN(2)})
+					kids, err = sdk(d.client).Fork(ctx, id, api.ForkRequest{Memory: r.IntN(2) == 0, Count: 1 + r.IntN(2)})
 					for _, k := range kids {
-						if derr := d.client.Delete(ctx, k.ID); derr != nil {
+						if derr := deleteSandbox(ctx, d.client, k.ID); derr != nil {
 							errc <- fmt.Errorf("delete a fork: %w", derr)
 						}
 					}
 				case 4:
 					what = "stop"
-					_, err = d.client.Stop(ctx, id, true)
+					_, err = d.client.Sandbox(id).Stop(ctx)
 				case 5:
 					what = "resume"
-					_, err = d.client.Resume(ctx, id, false)
+					_, err = d.client.Sandbox(id).Resume(ctx)
 				case 6:
 					what = "delete and recreate"
-					if err = d.client.Delete(ctx, id); err == nil {
+					if err = deleteSandbox(ctx, d.client, id); err == nil {
 						sb, cerr := d.client.Create(ctx, client.WithTemplate("tiny"))
 						if cerr != nil {
 							errc <- fmt.Errorf("recreate: %w", cerr)
@@ -136,11 +136,11 @@ func TestConcurrentClients(t *testing.T) {
 		switch sb.State {
 		case api.StateReady:
 			running = append(running, sb.ID)
-			if _, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard); err != nil {
+			if _, err := sdk(d.client).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard); err != nil {
 				t.Errorf("running sandbox %s does not exec: %v", sb.ID, err)
 			}
 		case api.StateStopped:
-			if _, err := d.client.Resume(ctx, sb.ID, true); err != nil {
+			if _, err := d.client.Sandbox(sb.ID).Resume(ctx, client.RequireMemory()); err != nil {
 				t.Errorf("stopped sandbox %s does not resume with memory: %v", sb.ID, err)
 			}
 			running = append(running, sb.ID)

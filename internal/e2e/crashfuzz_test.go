@@ -137,7 +137,7 @@ type fuzzOp struct {
 // holder keeps a token and a counter in memory.
 func withHolder(t *testing.T, d *daemon) fuzzState {
 	t.Helper()
-	sb, err := d.client.Create(context.Background(), client.WithTemplate("tiny"), client.WithMemoryString("256M"))
+	sb, err := d.client.Create(context.Background(), client.WithTemplate("tiny"), client.WithMemoryLimit(256<<20))
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
@@ -148,29 +148,29 @@ func fuzzOps() []fuzzOp {
 	snap := func(memory bool) func(ctx context.Context, d *daemon, s *fuzzState) error {
 		return func(ctx context.Context, d *daemon, s *fuzzState) error {
 			s.name = "fz-" + randHex(4)
-			_, err := d.client.Snapshot(ctx, s.id, s.name, memory)
+			_, err := d.client.Sandbox(s.id).Snapshot(ctx, s.name, memOpt(memory)...)
 			return err
 		}
 	}
 	fork := func(n int, memory bool) func(ctx context.Context, d *daemon, s *fuzzState) error {
 		return func(ctx context.Context, d *daemon, s *fuzzState) error {
 			s.n = n
-			_, err := d.client.Fork(ctx, s.id, api.ForkRequest{Count: n, Memory: memory})
+			_, err := sdk(d.client).Fork(ctx, s.id, api.ForkRequest{Count: n, Memory: memory})
 			return err
 		}
 	}
 	return []fuzzOp{
 		{"create", func(*testing.T, *daemon) fuzzState { return fuzzState{} },
 			func(ctx context.Context, d *daemon, s *fuzzState) error {
-				_, err := d.client.Create(ctx, client.WithTemplate("tiny"), client.WithMemoryString("256M"))
+				_, err := d.client.Create(ctx, client.WithTemplate("tiny"), client.WithMemoryLimit(256<<20))
 				return err
 			}},
 		{"exec", withHolder, func(ctx context.Context, d *daemon, s *fuzzState) error {
-			_, err := d.client.Exec(ctx, s.id, api.ExecRequest{Cmd: []string{"sh", "-c", "echo a; sleep 0.5; echo b"}}, io.Discard, io.Discard)
+			_, err := sdk(d.client).Exec(ctx, s.id, api.ExecRequest{Cmd: []string{"sh", "-c", "echo a; sleep 0.5; echo b"}}, io.Discard, io.Discard)
 			return err
 		}},
 		{"exec --detach", withHolder, func(ctx context.Context, d *daemon, s *fuzzState) error {
-			_, err := d.client.ExecDetached(ctx, s.id, api.ExecRequest{Cmd: []string{"sleep", "3"}, Detach: true})
+			_, err := sdk(d.client).ExecDetached(ctx, s.id, api.ExecRequest{Cmd: []string{"sleep", "3"}, Detach: true})
 			return err
 		}},
 		{"snapshot", withHolder, snap(false)},
@@ -178,21 +178,21 @@ func fuzzOps() []fuzzOp {
 		{"fork", withHolder, fork(1, false)},
 		{"fork --memory x8", withHolder, fork(8, true)},
 		{"stop", withHolder, func(ctx context.Context, d *daemon, s *fuzzState) error {
-			_, err := d.client.Stop(ctx, s.id, true)
+			_, err := d.client.Sandbox(s.id).Stop(ctx)
 			return err
 		}},
 		{"resume", func(t *testing.T, d *daemon) fuzzState {
 			s := withHolder(t, d)
-			if _, err := d.client.Stop(context.Background(), s.id, true); err != nil {
+			if _, err := d.client.Sandbox(s.id).Stop(context.Background()); err != nil {
 				t.Fatalf("stop: %v", err)
 			}
 			return s
 		}, func(ctx context.Context, d *daemon, s *fuzzState) error {
-			_, err := d.client.Resume(ctx, s.id, true)
+			_, err := d.client.Sandbox(s.id).Resume(ctx, client.RequireMemory())
 			return err
 		}},
 		{"delete", withHolder, func(ctx context.Context, d *daemon, s *fuzzState) error {
-			return d.client.Delete(ctx, s.id)
+			return deleteSandbox(ctx, d.client, s.id)
 		}},
 	}
 }
@@ -267,7 +267,7 @@ func checkFuzzInvariants(t *testing.T, d *daemon, op fuzzOp, st fuzzState, opDon
 		if sb.State != api.StateStopped {
 			continue
 		}
-		got, err := d.client.Resume(ctx, sb.ID, true)
+		got, err := d.client.Sandbox(sb.ID).Resume(ctx, client.RequireMemory())
 		if err != nil {
 			t.Errorf("%s is stopped, and its memory cannot be restored: %v", sb.ID, err)
 			continue

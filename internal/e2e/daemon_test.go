@@ -41,7 +41,7 @@ func TestRestart(t *testing.T) {
 	if r.stdout != "late\n" {
 		t.Errorf("exec across the restart: output %q", r.stdout)
 	}
-	ex, err := d.client.GetExec(context.Background(), id, e.ID)
+	ex, err := sdk(d.client).GetExec(context.Background(), id, e.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

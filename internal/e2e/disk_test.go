@@ -21,12 +21,12 @@ import (
 func TestDiskLimit(t *testing.T) {
 	d := shared
 	ctx := context.Background()
-	sb, err := d.client.Create(ctx, client.WithTemplate("tiny"), client.WithDiskString("64M"))
+	sb, err := d.client.Create(ctx, client.WithTemplate("tiny"), client.WithDiskLimit(64<<20))
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := sb.ID
-	t.Cleanup(func() { d.client.Delete(context.Background(), id) })
+	t.Cleanup(func() { deleteSandbox(context.Background(), d.client, id) })
 	r := d.sbx(t, "exec", id, "--", "sh", "-c", "dd if=/dev/zero of=/big bs=1M count=200 2>&1; echo rc=$?")
 	if !strings.Contains(r.stdout, "No space left on device") || strings.Contains(r.stdout, "rc=0") {
 		t.Errorf("writing 200 MiB under a 64 MiB disk limit: %q, want ENOSPC", r.stdout)
@@ -41,10 +41,14 @@ func TestDiskLimit(t *testing.T) {
 		t.Errorf("after freeing space: %q", out)
 	}
 	for _, bad := range []string{"1K", "lots", "-1G", "9999T"} {
-		_, err := d.client.Create(ctx, client.WithTemplate("tiny"), client.WithDiskString(bad))
-		if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "disk") {
-			t.Errorf("create with disk %s: %v, want ErrInvalid naming disk", bad, err)
+		// the API takes sizes as strings; the Go client's are bytes
+		status, body := d.rawAPI(t, "POST", "/v1/sandboxes", api.CreateRequest{Template: "tiny", Disk: bad})
+		if status != 400 || !strings.Contains(string(body), "disk") {
+			t.Errorf("create with disk %s: %d %s, want 400 naming disk", bad, status, body)
 		}
+	}
+	if _, err := d.client.Create(ctx, client.WithTemplate("tiny"), client.WithDiskLimit(1<<10)); !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "disk") {
+		t.Errorf("create with a 1K disk through the client: %v, want ErrInvalid naming disk", err)
 	}
 }
 
@@ -76,7 +80,7 @@ func TestOutputCapped(t *testing.T) {
 	}
 	before := rss(t, d)
 	var out strings.Builder
-	e, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sh", "-c", "echo FIRST; yes 0123456789 | head -c 300000000; echo; echo LAST"}, Timeout: "120s"}, &out, io.Discard)
+	e, err := sdk(d.client).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sh", "-c", "echo FIRST; yes 0123456789 | head -c 300000000; echo; echo LAST"}, Timeout: "120s"}, &out, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +130,7 @@ func TestDataDirFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := d.client.ExecDetached(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sh", "-c", "sleep 2; echo done"}, Detach: true})
+	e, err := sdk(d.client).ExecDetached(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sh", "-c", "sleep 2; echo done"}, Detach: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,15 +144,15 @@ func TestDataDirFull(t *testing.T) {
 	}
 	// the exec's end is known (and stored, from the reserve)
 	waitFor(t, "the exec to be recorded as ended on a full disk", 30*time.Second, func() bool {
-		got, err := d.client.GetExec(ctx, sb.ID, e.ID)
+		got, err := sdk(d.client).GetExec(ctx, sb.ID, e.ID)
 		return err == nil && got.State == api.ExecExited
 	})
 	// a new exec: a clear error, no exec left running
-	_, err = d.client.ExecDetached(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}, Detach: true})
+	_, err = sdk(d.client).ExecDetached(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}, Detach: true})
 	if err == nil || !strings.Contains(err.Error(), "full") {
 		t.Errorf("exec on a full data dir: %v, want an error saying the data dir is full", err)
 	}
-	execs, _ := d.client.Execs(ctx, sb.ID)
+	execs, _ := d.client.Sandbox(sb.ID).Execs(ctx)
 	for _, x := range execs {
 		if x.State == api.ExecRunning {
 			t.Errorf("exec %s stays running on a full data dir", x.ID)
@@ -157,14 +161,14 @@ func TestDataDirFull(t *testing.T) {
 	// room again: all goes on, and the end was kept
 	os.Remove(fill)
 	var out strings.Builder
-	if _, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"echo", "back"}}, &out, io.Discard); err != nil || out.String() != "back\n" {
+	if _, err := sdk(d.client).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"echo", "back"}}, &out, io.Discard); err != nil || out.String() != "back\n" {
 		t.Errorf("exec once there is room: %q %v", out.String(), err)
 	}
 	d.kill(syscall.SIGTERM)
 	if err := d.start(nil); err != nil {
 		t.Fatal(err)
 	}
-	got, err := d.client.GetExec(ctx, sb.ID, e.ID)
+	got, err := sdk(d.client).GetExec(ctx, sb.ID, e.ID)
 	if err != nil || got.State != api.ExecExited || got.ExitCode == nil || *got.ExitCode != 0 {
 		t.Errorf("after a restart, the exec that ended on a full disk: %+v %v", got, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/client"
 	"sbx.dev/sbx/internal/store"
 )
 
@@ -251,7 +252,7 @@ func TestCleanShutdown(t *testing.T) {
 	t.Cleanup(func() { d.stop(true) })
 	id, marker := startHolder(t, d)
 	other := d.newSandbox(t, "--template", "tiny")
-	if _, err := d.client.Stop(context.Background(), id, false); err != nil {
+	if _, err := d.client.Sandbox(id).Stop(context.Background(), client.NoWait()); err != nil {
 		t.Fatal(err)
 	}
 	d.kill(syscall.SIGTERM)

@@ -101,7 +101,7 @@ func TestExecDetachAndLogs(t *testing.T) {
 	if r.stdout != "line1\nline2\nline3\n" || !strings.Contains(r.stderr, "err") {
 		t.Errorf("logs --follow: stdout %q stderr %q", r.stdout, r.stderr)
 	}
-	ex, err := d.client.GetExec(context.Background(), id, e.ID)
+	ex, err := sdk(d.client).GetExec(context.Background(), id, e.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -139,7 +139,7 @@ func TestFlakeRateKeepFailures(t *testing.T) {
 	f := parseFlakeRate(t, out)
 	t.Cleanup(func() {
 		for _, id := range f.summary.Kept {
-			_ = d.client.Delete(context.Background(), id)
+			_ = deleteSandbox(context.Background(), d.client, id)
 		}
 	})
 	failed := checkFlakeRate(t, f, 20, parent)

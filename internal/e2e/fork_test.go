@@ -230,7 +230,7 @@ func TestDeleteForkChildWhileForking(t *testing.T) {
 	announced := make(chan []string, 1)
 	forkDone := make(chan error, 1)
 	go func() {
-		forkDone <- d.client.ForkEvents(ctx, parent, api.ForkRequest{Memory: true, Count: 4}, func(ev api.ForkEvent) error {
+		forkDone <- sdk(d.client).ForkEvents(ctx, parent, api.ForkRequest{Memory: true, Count: 4}, func(ev api.ForkEvent) error {
 			if ev.Event == "sandbox.forking" {
 				announced <- ev.IDs
 			}
@@ -245,13 +245,13 @@ func TestDeleteForkChildWhileForking(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		for _, id := range ids {
-			_ = d.client.Delete(context.Background(), id)
+			_ = deleteSandbox(context.Background(), d.client, id)
 		}
 	})
 	var wg sync.WaitGroup
 	delErrs := make([]error, len(ids))
 	for i, id := range ids {
-		wg.Go(func() { delErrs[i] = d.client.Delete(ctx, id) })
+		wg.Go(func() { delErrs[i] = deleteSandbox(ctx, d.client, id) })
 	}
 	wg.Wait()
 	if err := <-forkDone; err != nil {
@@ -272,7 +272,7 @@ func TestDeleteForkChildWhileForking(t *testing.T) {
 		if slices.Contains(nets, id) {
 			t.Errorf("deleted child %s still has its network namespaces", id)
 		}
-		if _, err := d.client.Get(ctx, id); !errors.Is(err, api.ErrNotFound) {
+		if _, err := d.client.Sandbox(id).Info(ctx); !errors.Is(err, api.ErrNotFound) {
 			t.Errorf("deleted child %s: get: %v, want not found", id, err)
 		}
 	}

@@ -9,7 +9,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -23,6 +25,7 @@ import (
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
+	"sbx.dev/sbx/internal/flaky"
 	"sbx.dev/sbx/internal/netns"
 	"sbx.dev/sbx/internal/runsc"
 )
@@ -329,7 +332,7 @@ func (d *daemon) stopAndClean() {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		if sbs, err := d.client.List(ctx); err == nil {
 			for _, sb := range sbs {
-				_ = d.client.Delete(ctx, sb.ID)
+				_ = deleteSandbox(ctx, d.client, sb.ID)
 			}
 		}
 		cancel()
@@ -361,7 +364,7 @@ func (d *daemon) ensureTemplates() error {
 	for _, name := range []string{"tiny", "base"} {
 		fmt.Printf("e2e: template %s (cached after the first build)\n", name)
 		start := time.Now()
-		if _, err := d.client.BuildTemplate(ctx, name, false, nil); err != nil {
+		if _, err := d.client.BuildTemplate(ctx, name); err != nil {
 			return fmt.Errorf("build template %s: %w", name, err)
 		}
 		fmt.Printf("e2e: template %s ready in %s\n", name, time.Since(start).Round(time.Millisecond))
@@ -432,7 +435,7 @@ func (d *daemon) newSandbox(t *testing.T, args ...string) string {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		_ = d.client.Delete(ctx, id)
+		_ = deleteSandbox(ctx, d.client, id)
 	})
 	return id
 }
@@ -476,4 +479,116 @@ func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("timed out after %s waiting for %s", limit, what)
+}
+
+// deleteSandbox deletes sandbox id, as the tests' cleanups do.
+func deleteSandbox(ctx context.Context, c *client.Client, id string) error {
+	_, err := c.Sandbox(id).Delete(ctx)
+	return err
+}
+
+// flatClient is the client in the (ctx, id, ...) shape of flaky.SDK, for
+// tests that build api requests themselves.
+type flatClient struct{ flaky.SDK }
+
+func sdk(c *client.Client) flatClient { return flatClient{flaky.Adapt(c)} }
+
+// GetExec describes exec execID of sandbox id.
+func (f flatClient) GetExec(ctx context.Context, id, execID string) (*api.Exec, error) {
+	r, err := f.C.Sandbox(id).Process(execID).Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.API(), nil
+}
+
+// rawAPI sends one request to sbxd's unix socket as it is (for what the
+// Go client's types cannot say: a bad duration, a size as a string) and
+// returns the status and the body.
+func (d *daemon) rawAPI(t *testing.T, method, path string, body any) (int, []byte) {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, "http://sbxd"+path, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var dl net.Dialer
+		return dl.DialContext(ctx, "unix", d.socket)
+	}}}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return resp.StatusCode, b
+}
+
+// memOpt is WithMemory when memory is set.
+func memOpt(memory bool) []client.SnapshotOption {
+	if memory {
+		return []client.SnapshotOption{client.WithMemory()}
+	}
+	return nil
+}
+
+// Resume resumes sandbox id, with its memory required or not.
+func (f flatClient) Resume(ctx context.Context, id string, requireMemory bool) (*api.Sandbox, error) {
+	var opts []client.ResumeOption
+	if requireMemory {
+		opts = append(opts, client.RequireMemory())
+	}
+	return f.C.Sandbox(id).Resume(ctx, opts...)
+}
+
+// Stat describes path in sandbox id.
+func (f flatClient) Stat(ctx context.Context, id, path string) (*api.FileInfo, error) {
+	return f.C.Sandbox(id).Files().Stat(ctx, path)
+}
+
+// ReadDir lists path in sandbox id.
+func (f flatClient) ReadDir(ctx context.Context, id, path string) ([]api.FileInfo, error) {
+	return f.C.Sandbox(id).Files().ReadDir(ctx, path)
+}
+
+// Ports lists the ports listening in sandbox id.
+func (f flatClient) Ports(ctx context.Context, id string) ([]api.Port, error) {
+	return f.C.Sandbox(id).Ports(ctx)
+}
+
+// Templates lists the templates.
+func (f flatClient) Templates(ctx context.Context) ([]api.Template, error) { return f.C.Templates(ctx) }
+
+// BuildTemplate builds template name (base or tiny), again when force.
+func (f flatClient) BuildTemplate(ctx context.Context, name string, force bool, progress func(api.Progress)) (*api.Template, error) {
+	var opts []client.TemplateOption
+	if force {
+		opts = append(opts, client.WithForce())
+	}
+	if progress != nil {
+		opts = append(opts, client.WithProgress(progress))
+	}
+	return f.C.BuildTemplate(ctx, name, opts...)
+}
+
+// ImportTemplateFrom imports source as template name.
+func (f flatClient) ImportTemplateFrom(ctx context.Context, name, source string, progress func(api.Progress)) (*api.Template, error) {
+	var opts []client.TemplateOption
+	if progress != nil {
+		opts = append(opts, client.WithProgress(progress))
+	}
+	return f.C.ImportTemplate(ctx, name, source, opts...)
+}
+
+// RemoveTemplate removes template name.
+func (f flatClient) RemoveTemplate(ctx context.Context, name string) (*api.Template, error) {
+	return f.C.RemoveTemplate(ctx, name)
 }

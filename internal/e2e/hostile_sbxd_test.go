@@ -35,15 +35,15 @@ func TestHostileAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.client.Delete(context.Background(), sb.ID) })
+	t.Cleanup(func() { deleteSandbox(context.Background(), d.client, sb.ID) })
 	// 80,000 names of 250 bytes: some 25 MiB of JSON in one answer
-	if _, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sh", "-c",
+	if _, err := sdk(d.client).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sh", "-c",
 		`mkdir /many && cd /many && n=$(printf '%0240d' 0) && i=0 && while [ $i -lt 80000 ]; do : > "$n$i"; i=$((i+1)); done`},
 		Timeout: "300s"}, io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	before := rss(t, d)
-	fis, err := d.client.ReadDir(ctx, sb.ID, "/many")
+	fis, err := d.client.Sandbox(sb.ID).Files().ReadDir(ctx, "/many")
 	if err != nil || len(fis) != 80000 {
 		t.Errorf("ls of a directory of 80,000 long names: %d entries, %v; want them all", len(fis), err)
 	}
@@ -57,7 +57,7 @@ func TestHostileAnswers(t *testing.T) {
 	}
 	// the sandbox and sbxd go on
 	var out strings.Builder
-	if _, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"echo", "ok"}}, &out, io.Discard); err != nil || out.String() != "ok\n" {
+	if _, err := sdk(d.client).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"echo", "ok"}}, &out, io.Discard); err != nil || out.String() != "ok\n" {
 		t.Errorf("exec after the flood: %q %v", out.String(), err)
 	}
 }
@@ -76,7 +76,7 @@ func TestHostileConsole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sh", "-c", "yes flood | head -c 50000000 > /proc/1/fd/1; echo done"}, Timeout: "120s"}, io.Discard, io.Discard); err != nil {
+	if _, err := sdk(d.client).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sh", "-c", "yes flood | head -c 50000000 > /proc/1/fd/1; echo done"}, Timeout: "120s"}, io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	console := filepath.Join(d.dir, "sandboxes", sb.ID, "console.log")
@@ -99,16 +99,16 @@ func TestHostileSecretsNotInArgv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.client.Delete(context.Background(), sb.ID) })
+	t.Cleanup(func() { deleteSandbox(context.Background(), d.client, sb.ID) })
 	secret := "s3cr3t-" + randHex(8)
-	x, err := d.client.ExecDetached(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sleep", "30"}, Env: []string{"TOKEN=" + secret}, Detach: true})
+	x, err := sdk(d.client).ExecDetached(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sleep", "30"}, Env: []string{"TOKEN=" + secret}, Detach: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sleep", "3"}, Env: []string{"TOKEN=" + secret}}, io.Discard, io.Discard)
+		sdk(d.client).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sleep", "3"}, Env: []string{"TOKEN=" + secret}}, io.Discard, io.Discard)
 	}()
 	time.Sleep(time.Second)
 	if pids := pidsWith(secret); len(pids) > 0 {
@@ -128,9 +128,9 @@ func TestHostileSecretsNotInArgv(t *testing.T) {
 	})
 	// but the command has it
 	var out strings.Builder
-	d.client.ExecOutput(ctx, sb.ID, x.ID, false, &out, io.Discard)
+	sdk(d.client).ExecOutput(ctx, sb.ID, x.ID, false, &out, io.Discard)
 	var env strings.Builder
-	if _, err := d.client.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sh", "-c", "echo $TOKEN"}, Env: []string{"TOKEN=" + secret}}, &env, io.Discard); err != nil || env.String() != secret+"\n" {
+	if _, err := sdk(d.client).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sh", "-c", "echo $TOKEN"}, Env: []string{"TOKEN=" + secret}}, &env, io.Discard); err != nil || env.String() != secret+"\n" {
 		t.Errorf("the command does not see its environment: %q %v", env.String(), err)
 	}
 	<-done
@@ -145,19 +145,19 @@ func TestHostileNUL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.client.Delete(context.Background(), sb.ID) })
+	t.Cleanup(func() { deleteSandbox(context.Background(), d.client, sb.ID) })
 	for field, req := range map[string]api.ExecRequest{
 		"cmd": {Cmd: []string{"echo", "a\x00b"}},
 		"env": {Cmd: []string{"true"}, Env: []string{"K=a\x00b"}},
 		"cwd": {Cmd: []string{"true"}, Cwd: "/tmp\x00/x"},
 	} {
-		_, err := d.client.ExecDetached(ctx, sb.ID, req)
+		_, err := sdk(d.client).ExecDetached(ctx, sb.ID, req)
 		var ae *api.Error
 		if !errors.As(err, &ae) || ae.Status != 400 || !strings.Contains(err.Error(), field) {
 			t.Errorf("a NUL in %s: %v, want a 400 naming %s", field, err, field)
 		}
 	}
-	if xs, _ := d.client.Execs(ctx, sb.ID); len(xs) != 0 {
+	if xs, _ := d.client.Sandbox(sb.ID).Execs(ctx); len(xs) != 0 {
 		t.Errorf("refused execs left %d records", len(xs))
 	}
 }
@@ -203,7 +203,7 @@ func TestHostileReconcileNotBlocked(t *testing.T) {
 	if took := time.Since(start); took > 30*time.Second {
 		t.Errorf("a stranger's process naming the image held the restart for %s", took)
 	}
-	got, err := d.client.Get(ctx, sb.ID)
+	got, err := d.client.Sandbox(sb.ID).Info(ctx)
 	if err != nil || got.State != api.StateReady {
 		t.Errorf("after the restart: %+v %v, want the sandbox ready (the stop was undone)", got, err)
 	}

@@ -188,7 +188,7 @@ func TestHostileFlood(t *testing.T) {
 		if proxyErr != nil {
 			t.Errorf("%s: the published preview, 5 tries: %v", when, proxyErr)
 		}
-		if err := d.client.Delete(ctx, id); err != nil {
+		if err := deleteSandbox(ctx, d.client, id); err != nil {
 			t.Errorf("%s: delete: %v", when, err)
 		}
 	}
@@ -272,7 +272,7 @@ func TestHostilePreview(t *testing.T) {
 	// (a running exec is activity of its own): nothing listens on 8080, and
 	// the proxy used to take an activity lease for it all the same.
 	target := d.newSandbox(t, "--template", "tiny", "--ttl", "8s")
-	before, err := d.client.Get(ctx, target)
+	before, err := d.client.Sandbox(target).Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +301,7 @@ func TestHostilePreview(t *testing.T) {
 	reaped := false
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) && !reaped {
-		sb, err := d.client.Get(ctx, target)
+		sb, err := d.client.Sandbox(target).Info(ctx)
 		switch {
 		case errors.Is(err, api.ErrNotFound):
 			reaped = true
@@ -332,10 +332,10 @@ func TestHostilePreview(t *testing.T) {
 		t.Errorf("the published port with nothing on it never answered 502")
 	}
 	// the control: the published port's traffic is activity, and kept it
-	if _, err := d.client.Get(ctx, kept); err != nil {
+	if _, err := d.client.Sandbox(kept).Info(ctx); err != nil {
 		t.Fatalf("sandbox %s, whose published port was in use, was reaped: %v", kept, err)
 	}
-	if _, err := d.client.SetTTL(ctx, kept, 0); err != nil {
+	if _, err := d.client.Sandbox(kept).SetTTL(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
 	d.must(t, "exec", kept, "--detach", "--", "sh", "-c", "mkdir -p /w && echo served > /w/i.txt && exec httpd -f -p 8080 -h /w")
@@ -345,10 +345,10 @@ func TestHostilePreview(t *testing.T) {
 	})
 
 	// a private publication besides; then a restart of sbxd
-	if _, err := d.client.Preview(ctx, kept, 9000, client.PrivatePreview(time.Hour)); err != nil {
+	if _, err := d.client.Sandbox(kept).Preview(ctx, 9000, client.Private(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.client.Preview(ctx, kept, 9000); !errors.Is(err, api.ErrConflict) {
+	if _, err := d.client.Sandbox(kept).Preview(ctx, 9000); !errors.Is(err, api.ErrConflict) {
 		t.Errorf("a private port asked public: %v, want ErrConflict", err)
 	}
 	d.kill(syscallSIGTERM)
@@ -367,13 +367,13 @@ func TestHostilePreview(t *testing.T) {
 	}
 
 	// stop and resume: the same sandbox, the same publications
-	if _, err := d.client.Stop(ctx, kept, true); err != nil {
+	if _, err := d.client.Sandbox(kept).Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if code, _ := status(url(kept, 8080), nil); code == 200 {
 		t.Errorf("a stopped sandbox's port answered 200")
 	}
-	if _, err := d.client.Resume(ctx, kept, true); err != nil {
+	if _, err := d.client.Sandbox(kept).Resume(ctx, client.RequireMemory()); err != nil {
 		t.Fatal(err)
 	}
 	// (through the network the sandbox had: runsc took eth0's address at the
@@ -391,13 +391,13 @@ func TestHostilePreview(t *testing.T) {
 	})
 
 	// a memory fork runs the same server, but its port is not published
-	kids, err := d.client.Fork(ctx, kept, api.ForkRequest{Memory: true})
+	kids, err := sdk(d.client).Fork(ctx, kept, api.ForkRequest{Memory: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	kid := kids[0].ID
-	t.Cleanup(func() { d.client.Delete(context.Background(), kid) })
-	if ps, err := d.client.Previews(ctx, kid); err != nil || len(ps) != 0 {
+	t.Cleanup(func() { deleteSandbox(context.Background(), d.client, kid) })
+	if ps, err := d.client.Sandbox(kid).Previews(ctx); err != nil || len(ps) != 0 {
 		t.Errorf("the fork's publications: %+v %v, want none", ps, err)
 	}
 	nm, err := netns.New(netns.Config{Tag: d.tag})
@@ -416,31 +416,31 @@ func TestHostilePreview(t *testing.T) {
 	}
 
 	// withdraw: 404 from then on; a second time is not found
-	if err := d.client.WithdrawPreview(ctx, kept, 8080); err != nil {
+	if err := d.client.Sandbox(kept).WithdrawPreview(ctx, 8080); err != nil {
 		t.Fatal(err)
 	}
 	if code, _ := status(url(kept, 8080), nil); code != http.StatusNotFound {
 		t.Errorf("a withdrawn port answers %d, want 404", code)
 	}
-	if err := d.client.WithdrawPreview(ctx, kept, 8080); !errors.Is(err, api.ErrNotFound) {
+	if err := d.client.Sandbox(kept).WithdrawPreview(ctx, 8080); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("withdraw twice: %v, want ErrNotFound", err)
 	}
-	ps, err := d.client.Previews(ctx, kept)
+	ps, err := d.client.Sandbox(kept).Previews(ctx)
 	if err != nil || len(ps) != 1 || ps[0].Port != 9000 || !ps[0].Private {
 		t.Errorf("publications left: %+v %v, want 9000 private", ps, err)
 	}
 	// withdrawn, a private port may be published to everyone
-	if err := d.client.WithdrawPreview(ctx, kept, 9000); err != nil {
+	if err := d.client.Sandbox(kept).WithdrawPreview(ctx, 9000); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.client.Preview(ctx, kept, 9000); err != nil {
+	if _, err := d.client.Sandbox(kept).Preview(ctx, 9000); err != nil {
 		t.Errorf("publish a withdrawn private port to everyone: %v", err)
 	}
 	// bad input
-	if _, err := d.client.Preview(ctx, kept, 70000); !errors.Is(err, api.ErrInvalid) {
+	if _, err := d.client.Sandbox(kept).Preview(ctx, 70000); !errors.Is(err, api.ErrInvalid) {
 		t.Errorf("port 70000: %v, want ErrInvalid", err)
 	}
-	if err := d.client.WithdrawPreview(ctx, "sb_aaaaaaaaaa", 80); !errors.Is(err, api.ErrNotFound) {
+	if err := d.client.Sandbox("sb_aaaaaaaaaa").WithdrawPreview(ctx, 80); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("withdraw on an unknown sandbox: %v, want ErrNotFound", err)
 	}
 }
@@ -683,13 +683,13 @@ func TestHostileNetworkNone(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { d.client.Delete(context.Background(), sb.ID) })
+		t.Cleanup(func() { deleteSandbox(context.Background(), d.client, sb.ID) })
 		return sb
 	}
 	// isolated checks what a sandbox without a network sees and has
 	isolated := func(what, id string) {
 		t.Helper()
-		sb, err := d.client.Get(ctx, id)
+		sb, err := d.client.Sandbox(id).Info(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -723,31 +723,31 @@ func TestHostileNetworkNone(t *testing.T) {
 		r := d.sbx(t, "exec", none.ID, "--", "wget", "-q", "-O-", "http://127.0.0.1:8080/i.txt")
 		return r.code == 0 && r.stdout == "lo\n"
 	})
-	if _, err := d.client.Ports(ctx, none.ID); err != nil {
+	if _, err := d.client.Sandbox(none.ID).Ports(ctx); err != nil {
 		t.Errorf("ports: %v", err)
 	}
-	if _, err := d.client.Preview(ctx, none.ID, 8080); err == nil || !strings.Contains(err.Error(), "no network") {
+	if _, err := d.client.Sandbox(none.ID).Preview(ctx, 8080); err == nil || !strings.Contains(err.Error(), "no network") {
 		t.Errorf("preview of a sandbox without a network: %v, want a refusal saying so", err)
 	}
 	// carried into forks (disk and memory), snapshots, stop and resume
-	kids, err := d.client.Fork(ctx, none.ID, api.ForkRequest{Memory: true})
+	kids, err := sdk(d.client).Fork(ctx, none.ID, api.ForkRequest{Memory: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.client.Delete(context.Background(), kids[0].ID) })
+	t.Cleanup(func() { deleteSandbox(context.Background(), d.client, kids[0].ID) })
 	isolated("memory fork", kids[0].ID)
-	kids, err = d.client.Fork(ctx, none.ID, api.ForkRequest{})
+	kids, err = sdk(d.client).Fork(ctx, none.ID, api.ForkRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.client.Delete(context.Background(), kids[0].ID) })
+	t.Cleanup(func() { deleteSandbox(context.Background(), d.client, kids[0].ID) })
 	isolated("disk fork", kids[0].ID)
 	disk, mem := "none-disk-"+randHex(3), "none-mem-"+randHex(3)
 	for _, sn := range []struct {
 		name   string
 		memory bool
 	}{{disk, false}, {mem, true}} {
-		if _, err := d.client.Snapshot(ctx, none.ID, sn.name, sn.memory); err != nil {
+		if _, err := d.client.Sandbox(none.ID).Snapshot(ctx, sn.name, memOpt(sn.memory)...); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { d.client.DeleteSnapshot(context.Background(), sn.name) })
@@ -755,16 +755,16 @@ func TestHostileNetworkNone(t *testing.T) {
 	isolated("from a disk snapshot", mk(client.WithFrom(disk)).ID)
 	isolated("from a memory snapshot", mk(client.WithFrom(mem)).ID)
 	isolated("from a memory snapshot, asked none", mk(client.WithFrom(mem), client.WithNetwork("none")).ID)
-	if _, err := d.client.Stop(ctx, none.ID, true); err != nil {
+	if _, err := d.client.Sandbox(none.ID).Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if sb, err := d.client.Resume(ctx, none.ID, true); err != nil || !sb.MemoryRestored {
+	if sb, err := d.client.Sandbox(none.ID).Resume(ctx, client.RequireMemory()); err != nil || !sb.MemoryRestored {
 		t.Fatalf("resume: %+v %v", sb, err)
 	}
 	isolated("resumed", none.ID)
 	// a memory snapshot of a sandbox with a network restores only into one
 	snap := "net-mem-" + randHex(3)
-	if _, err := d.client.Snapshot(ctx, withNet.ID, snap, true); err != nil {
+	if _, err := d.client.Sandbox(withNet.ID).Snapshot(ctx, snap, client.WithMemory()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.client.DeleteSnapshot(context.Background(), snap) })
@@ -819,18 +819,18 @@ func TestHostileCapabilities(t *testing.T) {
 	if out := d.must(t, "exec", id, "--", "ls", "/.sbx"); strings.TrimSpace(out) != "sbx-agent" {
 		t.Errorf("/.sbx holds %q, want sbx-agent only", out)
 	}
-	if _, err := d.client.Ports(context.Background(), id); err != nil {
+	if _, err := d.client.Sandbox(id).Ports(context.Background()); err != nil {
 		t.Errorf("the agent after the attacks: %v", err)
 	}
 	if out := d.must(t, "exec", id, "--", "ip", "-o", "-4", "addr", "show", "eth0"); !strings.Contains(out, "10.88.0.2") {
 		t.Errorf("eth0 after the attacks: %q", out)
 	}
 	// a memory fork's execs get the same set
-	kids, err := d.client.Fork(context.Background(), id, api.ForkRequest{Memory: true})
+	kids, err := sdk(d.client).Fork(context.Background(), id, api.ForkRequest{Memory: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.client.Delete(context.Background(), kids[0].ID) })
+	t.Cleanup(func() { deleteSandbox(context.Background(), d.client, kids[0].ID) })
 	if c := capEff(kids[0].ID); c&(1<<capSysAdmin) != 0 {
 		t.Errorf("in a memory fork, root has CAP_SYS_ADMIN: %#x", c)
 	}

@@ -151,14 +151,14 @@ func TestHuntOptionsSetupFails(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sb, err := d.client.Get(ctx, name)
+	sb, err := d.client.Sandbox(name).Info(ctx)
 	if err != nil {
 		t.Fatalf("sandbox %s after a failed setup: %v, want it kept", name, err)
 	}
 	if sb.State != "ready" {
 		t.Errorf("sandbox %s is %s, want ready", name, sb.State)
 	}
-	if _, err := d.client.Get(ctx, name+"-fork"); !errors.Is(err, api.ErrNotFound) {
+	if _, err := d.client.Sandbox(name + "-fork").Info(ctx); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("fork %s-fork: %v, want not found", name, err)
 	}
 	if _, err := d.client.GetSnapshot(ctx, name); !errors.Is(err, api.ErrNotFound) {
@@ -238,7 +238,7 @@ func TestHuntOptionsFrom(t *testing.T) {
 	if _, err := d.client.GetSnapshot(ctx, name); err != nil {
 		t.Errorf("snapshot %s: %v", name, err)
 	}
-	if sb, err := d.client.Get(ctx, name); err != nil || sb.State != "stopped" {
+	if sb, err := d.client.Sandbox(name).Info(ctx); err != nil || sb.State != "stopped" {
 		t.Errorf("sandbox %s: %+v, %v; want stopped", name, sb, err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/client"
 	"sbx.dev/sbx/internal/flaky"
 )
 
@@ -57,15 +58,15 @@ func huntCleanup(t *testing.T, d *daemon, name string, also ...string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		_, _ = d.client.DeleteWithSnapshots(ctx, name)
-		_ = d.client.Delete(ctx, name+"-fork")
+		_, _ = d.client.Sandbox(name).Delete(ctx, client.WithSnapshots())
+		_ = deleteSandbox(ctx, d.client, name+"-fork")
 		_ = d.client.DeleteSnapshot(ctx, name)
 		for _, x := range also {
-			_, _ = d.client.DeleteWithSnapshots(ctx, x)
+			_, _ = d.client.Sandbox(x).Delete(ctx, client.WithSnapshots())
 			_ = d.client.DeleteSnapshot(ctx, x)
 		}
 		for _, x := range append([]string{name, name + "-fork"}, also...) {
-			if _, err := d.client.Get(ctx, x); !errors.Is(err, api.ErrNotFound) {
+			if _, err := d.client.Sandbox(x).Info(ctx); !errors.Is(err, api.ErrNotFound) {
 				t.Errorf("cleanup: sandbox %s: %v, want not found", x, err)
 			}
 		}
@@ -173,10 +174,10 @@ func TestHuntFlakyExample(t *testing.T) {
 	if _, err := d.client.GetSnapshot(ctx, name); err != nil {
 		t.Errorf("snapshot %s: %v", name, err)
 	}
-	if _, err := d.client.Get(ctx, name+"-fork"); err != nil {
+	if _, err := d.client.Sandbox(name + "-fork").Info(ctx); err != nil {
 		t.Errorf("fork %s-fork: %v", name, err)
 	}
-	sb, err := d.client.Get(ctx, name)
+	sb, err := d.client.Sandbox(name).Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +253,7 @@ func TestHuntAttach(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if sb, err := d.client.Get(ctx, name); err != nil || sb.State != "stopped" {
+	if sb, err := d.client.Sandbox(name).Info(ctx); err != nil || sb.State != "stopped" {
 		t.Errorf("sandbox %s: %+v, %v; want stopped", name, sb, err)
 	}
 	if _, err := d.client.GetSnapshot(ctx, name); err != nil {
@@ -275,7 +276,7 @@ func TestHuntNoFailure(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		_ = d.client.Delete(ctx, name)
+		_ = deleteSandbox(ctx, d.client, name)
 	})
 	r := d.sbxDir(t, dir, "hunt", "--template", "tiny", "--runs", "3", "--name", name, "--", "true")
 	if r.code != 0 || !strings.Contains(r.stdout, "no failure in 3 runs") {
@@ -283,7 +284,7 @@ func TestHuntNoFailure(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := d.client.Get(ctx, name); err == nil {
+	if _, err := d.client.Sandbox(name).Info(ctx); err == nil {
 		t.Errorf("sandbox %s is still there after a hunt without failure", name)
 	}
 }
@@ -296,7 +297,7 @@ func TestHuntFixedExample(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		_, _ = d.client.DeleteWithSnapshots(ctx, name)
+		_, _ = d.client.Sandbox(name).Delete(ctx, client.WithSnapshots())
 	})
 	r := d.sbxDir(t, dir, "hunt", "--template", "base", "--runs", "6", "--name", name, "--", "./test_fixed.sh")
 	if r.code != 0 || !strings.Contains(r.stdout, "no failure in 6 runs") {

@@ -15,6 +15,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+
+	"sbx.dev/sbx/client"
 )
 
 // dirLayer writes a tar of dir (owners, modes, symlinks, hard links) into
@@ -111,7 +113,7 @@ func TestImageFlakyHunt(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pl progressLog
-	tm, err := d.client.ImportTemplateFrom(ctx, "ci", dir, pl.add)
+	tm, err := d.client.ImportTemplate(ctx, "ci", dir, client.WithProgress(pl.add))
 	if err != nil {
 		t.Fatalf("import: %v\n%s", err, &pl)
 	}

@@ -48,10 +48,10 @@ type holder struct {
 func startHolderTiny(t testing.TB, d *daemon, id string) holder {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := d.client.ExecDetached(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", holderScript}, Detach: true}); err != nil {
+	if _, err := sdk(d.client).ExecDetached(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", holderScript}, Detach: true}); err != nil {
 		t.Fatalf("start the holder in %s: %v", id, err)
 	}
-	if _, err := d.client.ExecDetached(ctx, id, api.ExecRequest{Cmd: []string{"httpd", "-f", "-p", "8080", "-h", "/srv/www"}, Detach: true}); err != nil {
+	if _, err := sdk(d.client).ExecDetached(ctx, id, api.ExecRequest{Cmd: []string{"httpd", "-f", "-p", "8080", "-h", "/srv/www"}, Detach: true}); err != nil {
 		t.Fatalf("start httpd in %s: %v", id, err)
 	}
 	var h holder
@@ -72,7 +72,7 @@ func readHolder(d *daemon, id string) (holder, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	var out strings.Builder
-	e, err := d.client.Exec(ctx, id, api.ExecRequest{Cmd: []string{"cat", "/srv/www/state"}, Timeout: "10s"}, &out, io.Discard)
+	e, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"cat", "/srv/www/state"}, Timeout: "10s"}, &out, io.Discard)
 	if err != nil {
 		return holder{}, err
 	}
@@ -135,7 +135,7 @@ func checkNetwork(t testing.TB, d *daemon, id string, preview bool) {
 	defer cancel()
 	run := func(cmd ...string) string {
 		var out strings.Builder
-		e, err := d.client.Exec(ctx, id, api.ExecRequest{Cmd: cmd, Timeout: "10s"}, &out, &out)
+		e, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: cmd, Timeout: "10s"}, &out, &out)
 		if err != nil {
 			t.Errorf("%s: %v: %v", id, cmd, err)
 			return ""
@@ -184,7 +184,7 @@ func checkNetwork(t testing.TB, d *daemon, id string, preview bool) {
 // previewGetState GETs path of port in sandbox id through the daemon's preview
 // proxy and wants a 200.
 func previewGetState(ctx context.Context, d *daemon, id string, port int, path string) error {
-	if _, err := d.client.Preview(ctx, id, port); err != nil {
+	if _, err := d.client.Sandbox(id).Preview(ctx, port); err != nil {
 		return fmt.Errorf("publish: %w", err)
 	}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.preview+path, nil)
@@ -404,7 +404,7 @@ func deleteEverything(t testing.TB, d *daemon) {
 		t.Fatalf("list: %v", err)
 	}
 	for _, sb := range sbs {
-		if err := d.client.Delete(ctx, sb.ID); err != nil {
+		if err := deleteSandbox(ctx, d.client, sb.ID); err != nil {
 			t.Errorf("delete %s: %v", sb.ID, err)
 		}
 	}

@@ -110,7 +110,7 @@ func TestPreview(t *testing.T) {
 	if want := fmt.Sprintf("http://8080-%s.localhost:%s/", id, proxyPort); u != want {
 		t.Fatalf("sbx preview printed %q, want %q", u, want)
 	}
-	before, err := d.client.Get(context.Background(), id)
+	before, err := d.client.Sandbox(id).Info(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestPreview(t *testing.T) {
 		t.Fatalf("GET through the proxy: %d %q, want 200 hi", resp.StatusCode, body)
 	}
 	// proxy traffic is activity
-	after, err := d.client.Get(context.Background(), id)
+	after, err := d.client.Sandbox(id).Info(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,11 +212,11 @@ func BenchmarkPreviewProxy(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer d.client.Delete(ctx, sb.ID)
-	if _, err := d.client.ExecDetached(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sh", "-c", "mkdir -p /w && echo hi > /w/i.txt && exec httpd -f -p 8080 -h /w"}}); err != nil {
+	defer deleteSandbox(ctx, d.client, sb.ID)
+	if _, err := sdk(d.client).ExecDetached(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sh", "-c", "mkdir -p /w && echo hi > /w/i.txt && exec httpd -f -p 8080 -h /w"}}); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := d.client.Preview(ctx, sb.ID, 8080); err != nil {
+	if _, err := d.client.Sandbox(sb.ID).Preview(ctx, 8080); err != nil {
 		b.Fatal(err)
 	}
 	nm, err := netns.New(netns.Config{Tag: d.tag})

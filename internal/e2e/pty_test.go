@@ -85,7 +85,7 @@ func TestPTYWebSocket(t *testing.T) {
 	t.Run("client", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		term, err := d.client.PTY(ctx, id, client.WithPTYCommand("sh", "-c", "echo from-$((1+1)); exit 9"))
+		term, err := d.client.Sandbox(id).PTY(ctx, client.WithCommand("sh", "-c", "echo from-$((1+1)); exit 9"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -32,7 +32,7 @@ func TestReaperEndToEnd(t *testing.T) {
 	waitFor(t, "the idle sandbox to be reaped", 30*time.Second, func() bool {
 		// Inspection all the while: it must not keep the sandbox alive.
 		d.sbx(t, "info", idle)
-		_, err := d.client.Get(ctx, idle)
+		_, err := d.client.Sandbox(idle).Info(ctx)
 		return errors.Is(err, api.ErrNotFound)
 	})
 	if time.Since(start) < 3*time.Second {
@@ -84,7 +84,7 @@ func TestLifetimeCap(t *testing.T) {
 	}
 	t.Cleanup(func() { d.stop(true) })
 	id := d.newSandbox(t, "--template", "tiny")
-	_, err = d.client.SetPersistent(context.Background(), id, true)
+	_, err = d.client.Sandbox(id).SetPersistent(context.Background(), true)
 	var ae *api.Error
 	if !errors.As(err, &ae) || ae.Status != 403 || !strings.Contains(ae.Message, "max_lifetime") {
 		t.Errorf("persist under a lifetime cap: %v, want 403 saying why", err)

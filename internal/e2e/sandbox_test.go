@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"sbx.dev/sbx/api"
-	"sbx.dev/sbx/client"
 )
 
 var idRE = regexp.MustCompile(`^sb_[a-z2-7]{10}$`)
@@ -42,7 +41,7 @@ func TestSandboxLifecycle(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "taken") {
 		t.Errorf("taken name: exit %d, stderr %q; want 1 and a message saying it is taken", r.code, r.stderr)
 	}
-	if _, err := d.client.Get(context.Background(), id); err != nil {
+	if _, err := d.client.Sandbox(id).Info(context.Background()); err != nil {
 		t.Errorf("the first sandbox is gone after a conflicting create: %v", err)
 	}
 
@@ -51,7 +50,7 @@ func TestSandboxLifecycle(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "sandbox "+id+" not found") {
 		t.Errorf("info after delete: exit %d, stderr %q", r.code, r.stderr)
 	}
-	_, err := d.client.Get(context.Background(), id)
+	_, err := d.client.Sandbox(id).Info(context.Background())
 	if !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("client Get after delete: %v, want ErrNotFound", err)
 	}
@@ -68,8 +67,8 @@ func TestBadInput(t *testing.T) {
 		{"unknown id", []string{"info", "sb_aaaaaaaaaa"}, 1, "sandbox sb_aaaaaaaaaa not found"},
 		{"unknown name", []string{"exec", "no-such-box", "--", "true"}, 1, "sandbox no-such-box not found"},
 		{"unknown delete", []string{"delete", "--yes", "nope"}, 1, "not found"},
-		{"bad ttl", []string{"new", "--template", "tiny", "--ttl", "soon"}, 2, "--ttl"}, // a usage error: sbx reads durations
-		{"bad memory", []string{"new", "--template", "tiny", "--memory", "lots"}, 1, "memory"},
+		{"bad ttl", []string{"new", "--template", "tiny", "--ttl", "soon"}, 2, "--ttl"},          // a usage error: sbx reads durations
+		{"bad memory", []string{"new", "--template", "tiny", "--memory", "lots"}, 2, "--memory"}, // a usage error: sbx reads sizes
 		{"bad name", []string{"new", "--template", "tiny", "--name", "no spaces"}, 1, "name"},
 		{"unknown template", []string{"new", "--template", "nope"}, 1, "template nope not found"},
 		{"no command", []string{"exec"}, 2, ""},
@@ -87,9 +86,8 @@ func TestBadInput(t *testing.T) {
 		})
 	}
 	// The API names the field and uses the right status.
-	_, err := d.client.Create(context.Background(), client.WithTemplate("tiny"), client.WithTTLString("nope"))
-	var ae *api.Error
-	if !errors.As(err, &ae) || ae.Status != 400 || !strings.Contains(ae.Message, "ttl") {
-		t.Errorf("bad ttl through the API: %v, want 400 naming ttl", err)
+	status, body := d.rawAPI(t, "POST", "/v1/sandboxes", api.CreateRequest{Template: "tiny", TTL: "nope"})
+	if status != 400 || !strings.Contains(string(body), "ttl") {
+		t.Errorf("bad ttl through the API: %d %s, want 400 naming ttl", status, body)
 	}
 }

@@ -56,15 +56,15 @@ func TestTemplateBuildPackages(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	for _, bad := range [][]string{{"jq;rm"}, {"-o=Dpkg::Options"}, {"JQ"}} {
-		if _, err := d.client.BuildTemplate(ctx, "tools", false, nil, client.WithPackages(bad...)); !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "invalid package name") {
+		if _, err := d.client.BuildTemplate(ctx, "tools", client.WithPackages(bad...)); !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "invalid package name") {
 			t.Errorf("packages %q = %v, want api.ErrInvalid naming the package", bad, err)
 		}
 	}
-	if _, err := d.client.BuildTemplate(ctx, "base", false, nil, client.WithPackages("jq")); !errors.Is(err, api.ErrInvalid) {
+	if _, err := d.client.BuildTemplate(ctx, "base", client.WithPackages("jq")); !errors.Is(err, api.ErrInvalid) {
 		t.Errorf("base with packages = %v, want api.ErrInvalid", err)
 	}
 	start := time.Now()
-	tm, err := d.client.BuildTemplate(ctx, "tools", false, nil, client.WithPackages("jq"))
+	tm, err := d.client.BuildTemplate(ctx, "tools", client.WithPackages("jq"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,14 +77,14 @@ func TestTemplateBuildPackages(t *testing.T) {
 		t.Errorf("jq and base's tools = %q", got)
 	}
 	var msgs []string
-	again, err := d.client.BuildTemplate(ctx, "tools", false, func(p api.Progress) { msgs = append(msgs, p.Message) }, client.WithPackages("jq"))
+	again, err := d.client.BuildTemplate(ctx, "tools", client.WithProgress(func(p api.Progress) { msgs = append(msgs, p.Message) }), client.WithPackages("jq"))
 	if err != nil || again.Version != tm.Version || !strings.Contains(strings.Join(msgs, " "), "cached") {
 		t.Errorf("second build = %+v, %v, progress %q; want the cached one", again, err, msgs)
 	}
-	if _, err := d.client.BuildTemplate(ctx, "tools", false, nil, client.WithPackages("jq", "tree")); !errors.Is(err, api.ErrConflict) {
+	if _, err := d.client.BuildTemplate(ctx, "tools", client.WithPackages("jq", "tree")); !errors.Is(err, api.ErrConflict) {
 		t.Errorf("other packages under the same name without --force = %v, want api.ErrConflict", err)
 	}
-	if _, err := d.client.BuildTemplate(ctx, "nosuch", false, nil, client.WithPackages("sbx-no-such-package")); !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "sbx-no-such-package") {
+	if _, err := d.client.BuildTemplate(ctx, "nosuch", client.WithPackages("sbx-no-such-package")); !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "sbx-no-such-package") {
 		t.Errorf("an unknown package = %v, want api.ErrInvalid naming it", err)
 	}
 	if _, err := d.client.Template(ctx, "nosuch"); !errors.Is(err, api.ErrNotFound) {

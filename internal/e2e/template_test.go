@@ -94,7 +94,7 @@ func TestTemplateImport(t *testing.T) {
 	}
 	again := "imp-again-" + randHex(3)
 	var msgs []string
-	tm, err := d.client.ImportTemplateFrom(ctx, again, dir, func(p api.Progress) { msgs = append(msgs, p.Message) })
+	tm, err := d.client.ImportTemplate(ctx, again, dir, client.WithProgress(func(p api.Progress) { msgs = append(msgs, p.Message) }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,11 @@ func TestTemplateVersionsHeld(t *testing.T) {
 			t.Fatalf("cp: %v %s", err, out)
 		}
 		os.WriteFile(filepath.Join(dir, "etc", "flavour"), []byte(flavour+"\n"), 0o644)
-		tm, err := d.client.ImportTemplateFrom(ctx, name, dir, nil, client.WithForce(force))
+		var opts []client.TemplateOption
+		if force {
+			opts = append(opts, client.WithForce())
+		}
+		tm, err := d.client.ImportTemplate(ctx, name, dir, opts...)
 		if err != nil {
 			t.Fatalf("import %s: %v", flavour, err)
 		}
@@ -158,7 +162,7 @@ func TestTemplateVersionsHeld(t *testing.T) {
 		if err != nil {
 			t.Fatalf("create on %s: %v", name, err)
 		}
-		t.Cleanup(func() { d.client.Delete(context.Background(), sb.ID) })
+		t.Cleanup(func() { deleteSandbox(context.Background(), d.client, sb.ID) })
 		return sb.ID
 	}
 	flavour := func(id string) string {
@@ -177,12 +181,12 @@ func TestTemplateVersionsHeld(t *testing.T) {
 	if v1.Version == v2.Version {
 		t.Fatalf("a rebuild with other content kept the version %s", v1.Version)
 	}
-	kids, err := d.client.Fork(ctx, running, api.ForkRequest{})
+	kids, err := sdk(d.client).Fork(ctx, running, api.ForkRequest{})
 	if err != nil {
 		t.Fatalf("fork after a rebuild: %v", err)
 	}
 	fork := kids[0].ID
-	t.Cleanup(func() { d.client.Delete(context.Background(), fork) })
+	t.Cleanup(func() { deleteSandbox(context.Background(), d.client, fork) })
 	if got := flavour(running); got != "one" {
 		t.Errorf("a running sandbox after a rebuild sees %q, want its own version's %q", got, "one")
 	}
@@ -194,7 +198,7 @@ func TestTemplateVersionsHeld(t *testing.T) {
 		t.Errorf("a stopped sandbox resumed after a rebuild sees %q, want %q", got, "one")
 	}
 	from := strings.TrimSpace(d.must(t, "new", "--from", snap))
-	t.Cleanup(func() { d.client.Delete(context.Background(), from) })
+	t.Cleanup(func() { deleteSandbox(context.Background(), d.client, from) })
 	if got := flavour(from); got != "one" {
 		t.Errorf("a sandbox from a snapshot taken before the rebuild sees %q, want %q", got, "one")
 	}
@@ -232,7 +236,7 @@ func TestTemplateVersionsHeld(t *testing.T) {
 	sbs, _ := d.client.List(ctx)
 	for _, sb := range sbs {
 		if sb.TemplateVersion == v1.Version || sb.TemplateVersion == v2.Version {
-			d.client.Delete(ctx, sb.ID)
+			deleteSandbox(ctx, d.client, sb.ID)
 		}
 	}
 	d.client.DeleteSnapshot(ctx, snap)

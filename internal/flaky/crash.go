@@ -45,7 +45,6 @@ import (
 	"time"
 
 	"sbx.dev/sbx/api"
-	"sbx.dev/sbx/client"
 )
 
 // CrashClient is the slice of *client.Client crash capture uses.
@@ -55,8 +54,6 @@ type CrashClient interface {
 	ReadFile(ctx context.Context, id, path string) (io.ReadCloser, error)
 	ReadTar(ctx context.Context, id, path string) (io.ReadCloser, error)
 }
-
-var _ CrashClient = (*client.Client)(nil)
 
 // CrashRoot is the directory inside the sandbox under which each capture
 // gets its own TOKEN directory; a crash's bundle stays there after the fetch.
@@ -88,6 +85,8 @@ type Crash struct {
 	// Files are the binary and libraries in the bundle, by absolute path in
 	// the sandbox, with their build-ids.
 	Files []CrashFile `json:"files"`
+	// Truncated says what was left out of a bundle past its limits.
+	Truncated string `json:"truncated,omitempty"`
 }
 
 // CrashFile is one executable or library copied into a bundle.
@@ -117,8 +116,10 @@ type crashStatus struct {
 }
 
 // parseCrashStatus parses the wrapper's status line: "exited N",
-// "signaled N NAME", "crashed N NAME" or "error MESSAGE".
+// "signaled N NAME", "crashed N NAME" or "error MESSAGE". Only the first
+// line counts (a status file is one line; what follows is not read).
 func parseCrashStatus(s string) (crashStatus, error) {
+	s, _, _ = strings.Cut(s, "\n")
 	s = strings.TrimSpace(s)
 	kind, rest, _ := strings.Cut(s, " ")
 	if kind == "error" {
@@ -219,9 +220,22 @@ type tarReader interface {
 	ReadTar(ctx context.Context, id, path string) (io.ReadCloser, error)
 }
 
+// What a crash bundle may bring out of the sandbox, which may be hostile
+// (its gdb, its files, its tar): the bundle's bytes and entries in all,
+// and what is read into memory (the backtrace and build-id list shown,
+// the ELF notes a build-id is read from).
+var (
+	maxBundleBytes   int64 = 4 << 30
+	maxBundleEntries       = 4096
+	maxBundleText          = 1 << 20
+)
+
 // fetchBundle writes the sandbox's bundle directory to cr.Dir/crash.tar with
 // its entries relative to the bundle, and backtrace.txt beside it; it fills
-// cr.Files, checking each copied ELF's build-id against gdb's.
+// cr.Files, checking each copied ELF's build-id against gdb's. Past
+// maxBundleBytes or maxBundleEntries the rest is left out, and
+// cr.Truncated says so. Nothing is held in memory but the texts shown (each
+// within maxBundleText): build-ids are read from crash.tar on disk.
 func fetchBundle(ctx context.Context, c tarReader, id string, cr *Crash) error {
 	if err := os.MkdirAll(cr.Dir, 0o755); err != nil {
 		return err
@@ -237,10 +251,14 @@ func fetchBundle(ctx context.Context, c tarReader, id string, cr *Crash) error {
 		return err
 	}
 	defer f.Close()
-	tw := tar.NewWriter(f)
+	cw := &countWriter{w: f}
+	tw := tar.NewWriter(cw)
 	tr := tar.NewReader(rc)
-	actual := map[string]string{} // path in the sandbox -> build-id of the copy
+	type elfEntry struct{ off, size int64 }
+	elfs := map[string]elfEntry{} // path in the sandbox -> where its copy is in crash.tar
 	var wantIDs string
+	var total int64
+	entries, skipped := 0, 0
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
@@ -253,36 +271,75 @@ func fetchBundle(ctx context.Context, c tarReader, id string, cr *Crash) error {
 		if name == "" {
 			continue
 		}
+		if entries >= maxBundleEntries || h.Size < 0 || total+h.Size > maxBundleBytes {
+			skipped++
+			continue
+		}
+		entries++
+		total += h.Size
 		h.Name = name
 		if err := tw.WriteHeader(h); err != nil {
 			return err
 		}
-		var buf bytes.Buffer
-		keep := h.Typeflag == tar.TypeReg && (strings.HasPrefix(name, "files/") || name == "backtrace.txt" || name == "buildids.txt") && h.Size <= 1<<30
+		off := cw.n // the data of a regular entry starts right after its header
+		var text bytes.Buffer
 		var w io.Writer = tw
-		if keep {
-			w = io.MultiWriter(tw, &buf)
+		if h.Typeflag == tar.TypeReg && (name == "backtrace.txt" || name == "buildids.txt") {
+			w = io.MultiWriter(tw, &limitedBuffer{buf: &text, max: maxBundleText})
 		}
 		if _, err := io.Copy(w, tr); err != nil {
 			return err
 		}
 		switch {
 		case name == "backtrace.txt":
-			cr.Backtrace = buf.String()
+			cr.Backtrace = text.String()
 		case name == "buildids.txt":
-			wantIDs = buf.String()
-		case keep:
-			actual["/"+strings.TrimPrefix(name, "files/")] = ELFBuildID(buf.Bytes())
+			wantIDs = text.String()
+		case h.Typeflag == tar.TypeReg && strings.HasPrefix(name, "files/"):
+			elfs["/"+strings.TrimPrefix(name, "files/")] = elfEntry{off, h.Size}
 		}
+	}
+	if skipped > 0 {
+		cr.Truncated = fmt.Sprintf("%d entries left out: a bundle holds at most %d entries and %d MiB", skipped, maxBundleEntries, maxBundleBytes>>20)
 	}
 	if err := tw.Close(); err != nil {
 		return err
+	}
+	actual := map[string]string{} // path in the sandbox -> build-id of the copy
+	for p, e := range elfs {
+		actual[p] = elfBuildIDAt(io.NewSectionReader(f, e.off, e.size))
 	}
 	if err := f.Close(); err != nil {
 		return err
 	}
 	cr.Files = matchBuildIDs(parseBuildIDs(wantIDs), actual)
 	return os.WriteFile(filepath.Join(cr.Dir, "backtrace.txt"), []byte(cr.Backtrace), 0o644)
+}
+
+// countWriter counts what goes through it.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// limitedBuffer keeps the first max bytes written to it and drops the rest
+// (without failing the write, so the copy to the tar goes on).
+type limitedBuffer struct {
+	buf *bytes.Buffer
+	max int
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	if room := l.max - l.buf.Len(); room > 0 {
+		l.buf.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
 }
 
 // stripFirst drops the first element of a tar entry name ("bundle/core" ->
@@ -294,12 +351,16 @@ func stripFirst(name string) string {
 }
 
 // parseBuildIDs parses buildids.txt: "BUILDID PATH" a line, "-" for none.
+// A build-id longer than maxBuildIDSize bytes is taken as none.
 func parseBuildIDs(s string) map[string]string {
 	m := map[string]string{}
 	for _, line := range strings.Split(s, "\n") {
 		id, p, ok := strings.Cut(strings.TrimSpace(line), " ")
 		if !ok || p == "" {
 			continue
+		}
+		if len(id) > 2*maxBuildIDSize {
+			id = "-"
 		}
 		if id == "-" {
 			id = ""
@@ -336,32 +397,115 @@ func sortFiles(fs []CrashFile) {
 
 // ELFBuildID returns the hex GNU build-id of the ELF image b, or "" if it
 // is not ELF or has none.
-func ELFBuildID(b []byte) string {
-	ef, err := elf.NewFile(bytes.NewReader(b))
-	if err != nil {
+func ELFBuildID(b []byte) string { return elfBuildIDAt(bytes.NewReader(b)) }
+
+// What reading a build-id may cost: one note segment or section, all that
+// is read of the file (headers and notes), and the longest build-id taken
+// (GNU ld makes 16 or 20 bytes; --build-id=0xHEX any length).
+const (
+	maxNote        = 64 << 10
+	maxELFRead     = 1 << 20
+	maxBuildIDSize = 256
+)
+
+// budgetReaderAt reads from r until n bytes in all have been asked for,
+// then fails: a file's headers cannot make the read of its notes long.
+type budgetReaderAt struct {
+	r io.ReaderAt
+	n int64
+}
+
+func (b *budgetReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	if int64(len(p)) > b.n {
+		return 0, fmt.Errorf("more than %d bytes read for a build-id", maxELFRead)
+	}
+	b.n -= int64(len(p))
+	return b.r.ReadAt(p, off)
+}
+
+// elfBuildIDAt returns the GNU build-id of the ELF file r, or "". It reads
+// the header, the program headers and the note segments (or, stripped of
+// those, the section headers and note sections), each within maxNote and
+// maxELFRead in all: never the file, whatever its headers claim.
+func elfBuildIDAt(ra io.ReaderAt) string {
+	r := &budgetReaderAt{r: ra, n: maxELFRead}
+	var ident [elf.EI_NIDENT]byte
+	if _, err := r.ReadAt(ident[:], 0); err != nil || string(ident[:4]) != elf.ELFMAG {
 		return ""
 	}
-	defer ef.Close()
-	var notes [][]byte
-	for _, s := range ef.Sections {
-		if s.Type == elf.SHT_NOTE {
-			if d, err := s.Data(); err == nil {
-				notes = append(notes, d)
+	var bo binary.ByteOrder
+	switch elf.Data(ident[elf.EI_DATA]) {
+	case elf.ELFDATA2LSB:
+		bo = binary.LittleEndian
+	case elf.ELFDATA2MSB:
+		bo = binary.BigEndian
+	default:
+		return ""
+	}
+	is64 := elf.Class(ident[elf.EI_CLASS]) == elf.ELFCLASS64
+	if !is64 && elf.Class(ident[elf.EI_CLASS]) != elf.ELFCLASS32 {
+		return ""
+	}
+	hdr := make([]byte, 64)
+	if _, err := r.ReadAt(hdr, 0); err != nil && !(err == io.EOF && !is64) {
+		return ""
+	}
+	// where the program and section headers are, and how many
+	var phoff, shoff uint64
+	var phentsize, phnum, shentsize, shnum int
+	if is64 {
+		phoff, shoff = bo.Uint64(hdr[32:]), bo.Uint64(hdr[40:])
+		phentsize, phnum = int(bo.Uint16(hdr[54:])), int(bo.Uint16(hdr[56:]))
+		shentsize, shnum = int(bo.Uint16(hdr[58:])), int(bo.Uint16(hdr[60:]))
+	} else {
+		phoff, shoff = uint64(bo.Uint32(hdr[28:])), uint64(bo.Uint32(hdr[32:]))
+		phentsize, phnum = int(bo.Uint16(hdr[42:])), int(bo.Uint16(hdr[44:]))
+		shentsize, shnum = int(bo.Uint16(hdr[46:])), int(bo.Uint16(hdr[48:]))
+	}
+	note := func(off, size uint64) string {
+		if size == 0 || size > maxNote || size > uint64(r.n) || off > 1<<62 {
+			return ""
+		}
+		d := make([]byte, size)
+		if _, err := r.ReadAt(d, int64(off)); err != nil {
+			return ""
+		}
+		return noteBuildID(d, bo)
+	}
+	// a segment or section header: its type, and where its bytes are
+	entry := func(tabOff uint64, i, entsize int, segment bool) (typ uint32, off, size uint64, ok bool) {
+		if entsize < 32 || entsize > 128 || int64(entsize) > r.n || tabOff > 1<<62 {
+			return 0, 0, 0, false
+		}
+		e := make([]byte, entsize)
+		if _, err := r.ReadAt(e, int64(tabOff)+int64(i)*int64(entsize)); err != nil {
+			return 0, 0, 0, false
+		}
+		typ = bo.Uint32(e)
+		switch {
+		case segment && is64 && entsize >= 56:
+			return typ, bo.Uint64(e[8:]), bo.Uint64(e[32:]), true
+		case segment && !is64:
+			return typ, uint64(bo.Uint32(e[4:])), uint64(bo.Uint32(e[16:])), true
+		case !segment && is64 && entsize >= 64:
+			return bo.Uint32(e[4:]), bo.Uint64(e[24:]), bo.Uint64(e[32:]), true
+		case !segment && !is64 && entsize >= 40:
+			return bo.Uint32(e[4:]), uint64(bo.Uint32(e[16:])), uint64(bo.Uint32(e[20:])), true
+		}
+		return 0, 0, 0, false
+	}
+	for i := range phnum {
+		if typ, off, size, ok := entry(phoff, i, phentsize, true); ok && elf.ProgType(typ) == elf.PT_NOTE {
+			if id := note(off, size); id != "" {
+				return id
 			}
 		}
 	}
-	if len(notes) == 0 { // stripped of section headers: use the program headers
-		for _, p := range ef.Progs {
-			if p.Type == elf.PT_NOTE {
-				if d, err := io.ReadAll(p.Open()); err == nil {
-					notes = append(notes, d)
-				}
+	for i := range shnum {
+		if typ, off, size, ok := entry(shoff, i, shentsize, false); ok && elf.SectionType(typ) == elf.SHT_NOTE {
+			if id := note(off, size); id != "" {
+				return id
 			}
-		}
-	}
-	for _, d := range notes {
-		if id := noteBuildID(d, ef.ByteOrder); id != "" {
-			return id
 		}
 	}
 	return ""
@@ -380,6 +524,9 @@ func noteBuildID(d []byte, bo binary.ByteOrder) string {
 		name := string(bytes.TrimRight(d[:nsz], "\x00"))
 		desc := d[na : na+uint64(dsz)]
 		if typ == ntGNUBuildID && name == "GNU" {
+			if len(desc) > maxBuildIDSize {
+				return ""
+			}
 			return hex.EncodeToString(desc)
 		}
 		if uint64(len(d)) < na+da {

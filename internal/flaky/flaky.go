@@ -24,8 +24,6 @@ type Client interface {
 	SetTTL(ctx context.Context, id string, ttl time.Duration) (*api.Sandbox, error)
 }
 
-var _ Client = (*client.Client)(nil)
-
 // DefaultSeedEnv is the environment variable a run's seed is passed in.
 const DefaultSeedEnv = "SEED"
 

@@ -83,10 +83,7 @@ func (f *fakeClient) newID() string {
 }
 
 func (f *fakeClient) Create(ctx context.Context, opts ...client.CreateOption) (*api.Sandbox, error) {
-	var req api.CreateRequest
-	for _, o := range opts {
-		o(&req)
-	}
+	req := client.CreateRequest(opts...)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if req.From == "missing" {

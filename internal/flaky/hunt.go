@@ -46,8 +46,6 @@ type HuntClient interface {
 	Stop(ctx context.Context, id string, wait bool) (*api.Sandbox, error)
 }
 
-var _ HuntClient = (*client.Client)(nil)
-
 // DefaultHuntRuns is how many runs Hunt tries unless told.
 const DefaultHuntRuns = 100
 
@@ -226,8 +224,8 @@ func startLoop(ctx context.Context, c HuntClient, id string, o *HuntOptions) (*a
 	const asRoot = "0"
 	owner := o.User
 	if owner == "" {
-		var out bytes.Buffer
-		x, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", "echo $(id -u):$(id -g)"}}, &out, io.Discard)
+		var out bytes.Buffer // what the sandbox answers is bounded
+		x, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", "echo $(id -u):$(id -g)"}}, &limitedBuffer{buf: &out, max: 4 << 10}, io.Discard)
 		if err != nil {
 			return nil, fmt.Errorf("who runs the test in %s: %w", id, err)
 		}
@@ -251,7 +249,8 @@ func startLoop(ctx context.Context, c HuntClient, id string, o *HuntOptions) (*a
 	}
 	if owner != "" {
 		var out bytes.Buffer
-		x, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"chown", "-R", "--", owner, "/work"}, User: asRoot}, &out, &out)
+		lb := &limitedBuffer{buf: &out, max: 4 << 10}
+		x, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"chown", "-R", "--", owner, "/work"}, User: asRoot}, lb, lb)
 		if err != nil {
 			return nil, fmt.Errorf("give /work of %s to %s: %w", id, owner, err)
 		}
@@ -319,7 +318,7 @@ func Attach(ctx context.Context, c HuntClient, a AttachOptions) (*HuntSummary, e
 		}
 		if dir, err := filepath.Abs(o.OutDir); err == nil {
 			if f, err := os.Open(filepath.Join(dir, "failed")); err == nil {
-				parseFailed(f, s)
+				parseFailed(io.LimitReader(f, 64<<10), s)
 				f.Close()
 				s.Artifacts = dir
 			}
@@ -541,7 +540,7 @@ func crashOf(ctx context.Context, c HuntClient, id, dir string, copied map[strin
 	if !copied[status] {
 		return nil, nil // no --on-crash, or the run was not traced
 	}
-	raw, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(status)))
+	raw, err := readHead(filepath.Join(dir, filepath.FromSlash(status)), 4<<10)
 	if err != nil {
 		return nil, err
 	}
@@ -581,7 +580,7 @@ func readFailed(ctx context.Context, c HuntClient, s *HuntSummary) error {
 		return fmt.Errorf("read %s/failed in %s: %w", HuntDir, s.Sandbox, err)
 	}
 	defer rc.Close()
-	return parseFailed(rc, s)
+	return parseFailed(io.LimitReader(rc, 64<<10), s)
 }
 
 // parseFailed reads the marker file's key=value lines into s.
@@ -621,9 +620,31 @@ func parseEpoch(v string) time.Time {
 	return time.Unix(n, ns).UTC()
 }
 
+// What the evidence may bring out of the sandbox, which may be hostile or
+// running away: all files together, one file, and how many.
+var (
+	maxEvidenceBytes int64 = 2 << 30
+	maxEvidenceFile  int64 = 512 << 20
+	maxEvidenceFiles       = 10000
+)
+
+// readHead reads at most max bytes of the local file p: a file the
+// sandbox made may be sparse and huge.
+func readHead(p string, max int64) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, max))
+}
+
 // copyEvidence extracts a tar of HuntDir into dir (made if missing),
 // dropping the tar's top directory, and returns the names of the files it
-// wrote (slash-separated, relative to dir).
+// wrote (slash-separated, relative to dir). It holds to maxEvidenceFiles
+// files, maxEvidenceFile bytes each and maxEvidenceBytes in all: what goes
+// past is left out (a file cut short is noted), and TRUNCATED.txt in dir
+// says what.
 func copyEvidence(ctx context.Context, c HuntClient, id, dir string) (map[string]bool, error) {
 	rc, err := c.ReadTar(ctx, id, HuntDir)
 	if err != nil {
@@ -634,11 +655,13 @@ func copyEvidence(ctx context.Context, c HuntClient, id, dir string) (map[string
 		return nil, err
 	}
 	copied := map[string]bool{}
+	var total int64
+	var cut []string
 	tr := tar.NewReader(rc)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return copied, nil
+			break
 		}
 		if err != nil {
 			return nil, err
@@ -662,6 +685,10 @@ func copyEvidence(ctx context.Context, c HuntClient, id, dir string) (map[string
 				return nil, err
 			}
 		case tar.TypeReg:
+			if len(copied) >= maxEvidenceFiles || total >= maxEvidenceBytes {
+				cut = append(cut, name+" (left out)")
+				continue
+			}
 			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
 				return nil, err
 			}
@@ -669,14 +696,27 @@ func copyEvidence(ctx context.Context, c HuntClient, id, dir string) (map[string
 			if err != nil {
 				return nil, err
 			}
-			_, err = io.Copy(f, tr)
+			keep := min(h.Size, maxEvidenceFile, maxEvidenceBytes-total)
+			n, err := io.Copy(f, io.LimitReader(tr, keep))
+			total += n
 			if cerr := f.Close(); err == nil {
 				err = cerr
 			}
 			if err != nil {
 				return nil, err
 			}
+			if h.Size > n {
+				cut = append(cut, fmt.Sprintf("%s (%d of %d bytes kept)", name, n, h.Size))
+			}
 			copied[name] = true
 		}
 	}
+	if len(cut) > 0 {
+		note := fmt.Sprintf("The evidence holds at most %d files, %d MiB each and %d MiB in all; left out or cut short:\n%s\n",
+			maxEvidenceFiles, maxEvidenceFile>>20, maxEvidenceBytes>>20, strings.Join(cut, "\n"))
+		if err := os.WriteFile(filepath.Join(dir, "TRUNCATED.txt"), []byte(note), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	return copied, nil
 }

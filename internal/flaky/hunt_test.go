@@ -58,9 +58,7 @@ func (f *fakeHunt) call(s string) {
 
 func (f *fakeHunt) Create(ctx context.Context, opts ...client.CreateOption) (*api.Sandbox, error) {
 	f.call("create")
-	for _, o := range opts {
-		o(&f.created)
-	}
+	f.created = client.CreateRequest(opts...)
 	f.sandboxes[f.created.Name] = true
 	return &api.Sandbox{ID: "sb_hunt", Name: f.created.Name, State: api.StateReady}, nil
 }

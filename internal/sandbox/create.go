@@ -61,14 +61,14 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 			return nil, err
 		}
 		if req.Template != "" && req.Template != sn.Template {
-			return nil, api.Errorf(api.ErrInvalid, "template: snapshot %s is of template %s; leave --template out", sn.Name, sn.Template)
+			return nil, api.Errorf(api.ErrInvalid, "template: snapshot %s is of template %s; leave the template out", sn.Name, sn.Template)
 		}
 		if !m.imageComplete(sn.ID) {
 			return nil, api.Errorf(api.ErrUnavailable, "snapshot %s has no complete image on disk", sn.Name)
 		}
 		// a memory image restores into the network it was taken with
 		if sn.Memory && req.Network != "" && req.Network != sn.Network {
-			return nil, api.Errorf(api.ErrInvalid, "network: snapshot %s carries its memory, which restores only into the network it was taken with; leave --network out", sn.Name)
+			return nil, api.Errorf(api.ErrInvalid, "network: snapshot %s carries its memory, which restores only into the network it was taken with; leave the network out", sn.Name)
 		}
 		if sn.Network != "" {
 			sb.Network = sn.Network

@@ -45,7 +45,7 @@ func (m *Manager) deleteLocked(ctx context.Context, id string, withSnapshots boo
 	if err := m.destroyRuntime(ctx, id); err != nil {
 		// The sandbox may still be there: keep its record, say why.
 		c.abandon(ctx)
-		reason := "delete failed: " + err.Error() + "; run `sbx delete` again"
+		reason := "delete failed: " + err.Error() + "; delete it again"
 		_ = m.transition(ctx, id, store.Change{From: allStates, To: api.StateError, Reason: reason})
 		return nil, fmt.Errorf("delete %s: %w", id, err)
 	}

@@ -661,3 +661,52 @@ func drain(streams []*tail, emit func(api.ExecEvent) error) (int, error) {
 	}
 	return total, nil
 }
+
+// Signal sends signal sig (1 to 64; 0 is SIGTERM) to exec execID of a
+// ready sandbox: the sandbox's init signals the exec's process group, the
+// command and what it started in its group. An unknown sandbox or exec is
+// api.ErrNotFound; an exec that has ended, or a sandbox that is not
+// running, api.ErrConflict; a bad signal api.ErrInvalid.
+func (m *Manager) Signal(ctx context.Context, ref, execID string, sig int) error {
+	if sig == 0 {
+		sig = 15
+	}
+	if sig < 1 || sig > 64 {
+		return api.Errorf(api.ErrInvalid, "signal: %d is not a signal number (1 to 64)", sig)
+	}
+	sb, err := m.cfg.Store.Sandbox(ctx, ref)
+	if err != nil {
+		return err
+	}
+	e, err := m.GetExec(ctx, sb.ID, execID)
+	if err != nil {
+		return err
+	}
+	if e.State != api.ExecRunning {
+		return execEnded(e)
+	}
+	ctx, cancel := context.WithTimeout(ctx, inspectTimeout)
+	defer cancel()
+	err = m.agentCall(ctx, sb.ID, nil, io.Discard, "kill", "--id", e.ID, "--signal", fmt.Sprint(sig))
+	if err != nil && strings.Contains(err.Error(), "no process of it is left") {
+		// it ended as the signal went; say how, once its end is known
+		if cur, gerr := m.GetExec(context.WithoutCancel(ctx), sb.ID, e.ID); gerr == nil && cur.State != api.ExecRunning {
+			return execEnded(cur)
+		}
+		return api.Errorf(api.ErrConflict, "exec %s in %s has no process left to signal; it is ending", e.ID, sb.ID)
+	}
+	if err != nil {
+		return fmt.Errorf("signal exec %s in %s: %w", e.ID, sb.ID, err)
+	}
+	m.touch(ctx, sb.ID)
+	return nil
+}
+
+// execEnded is the error of an action on an exec that has ended.
+func execEnded(e *api.Exec) error {
+	how := string(e.State)
+	if e.ExitCode != nil {
+		how = fmt.Sprintf("exit %d", *e.ExitCode)
+	}
+	return api.Errorf(api.ErrConflict, "exec %s in %s has ended (%s); there is nothing to signal", e.ID, e.SandboxID, how)
+}

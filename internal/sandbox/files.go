@@ -144,7 +144,7 @@ func (m *Manager) inspect(ctx context.Context, ref string, args ...string) ([]by
 }
 
 // fileCommands are the agent's subcommands that take --user.
-var fileCommands = map[string]bool{"get": true, "put": true, "untar": true, "stat": true, "ls": true}
+var fileCommands = map[string]bool{"get": true, "put": true, "untar": true, "stat": true, "ls": true, "mkdir": true, "rm": true, "mv": true}
 
 // agentCall runs the agent in a running sandbox and maps its exit codes to
 // the API's error kinds. A file subcommand is run for the sandbox's default
@@ -296,4 +296,57 @@ func (m *Manager) ReadDir(ctx context.Context, ref, p, after string, limit int) 
 		return nil, err
 	}
 	return fis, nil
+}
+
+// MkdirAll makes directory p in the sandbox and any missing parents, with
+// mode's permission bits ("" is 0755), owned by the sandbox's default user.
+// An existing directory is no error; a file in the way is api.ErrConflict.
+func (m *Manager) MkdirAll(ctx context.Context, ref, p, mode string) error {
+	p, err := checkPath(p)
+	if err != nil {
+		return err
+	}
+	if mode == "" {
+		mode = "0755"
+	}
+	if n, err := strconv.ParseUint(mode, 8, 32); err != nil || n > 0o7777 {
+		return api.Errorf(api.ErrInvalid, "mode: %q is not an octal file mode", mode)
+	}
+	defer m.transfer(ctx, ref)()
+	return m.agentCall(ctx, ref, nil, io.Discard, "mkdir", "--mode", mode, p)
+}
+
+// Remove removes file p in the sandbox (a symlink itself, or an empty
+// directory); with recursive a directory and all it holds, and then a
+// missing p is no error. A missing p is api.ErrNotFound, a directory that
+// is not empty api.ErrConflict.
+func (m *Manager) Remove(ctx context.Context, ref, p string, recursive bool) error {
+	p, err := checkPath(p)
+	if err != nil {
+		return err
+	}
+	if p == "/" {
+		return api.Errorf(api.ErrInvalid, "path: refusing to remove /")
+	}
+	args := []string{"rm", p}
+	if recursive {
+		args = []string{"rm", "-r", p}
+	}
+	defer m.transfer(ctx, ref)()
+	return m.agentCall(ctx, ref, nil, io.Discard, args...)
+}
+
+// Rename renames from to to in the sandbox, as rename(2): a file at to is
+// replaced. A missing from is api.ErrNotFound; a directory at to that is
+// not empty api.ErrConflict.
+func (m *Manager) Rename(ctx context.Context, ref, from, to string) error {
+	from, err := checkPath(from)
+	if err != nil {
+		return err
+	}
+	if to, err = checkPath(to); err != nil {
+		return err
+	}
+	defer m.transfer(ctx, ref)()
+	return m.agentCall(ctx, ref, nil, io.Discard, "mv", from, to)
 }

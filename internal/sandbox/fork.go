@@ -27,7 +27,7 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 		count = 1
 	}
 	if count < 1 || count > api.MaxForks {
-		return nil, api.Errorf(api.ErrInvalid, "count: %d is out of range: a fork makes 1 to %d sandboxes per call (grow a wider tree from the children, as client.ForkTree does)", req.Count, api.MaxForks)
+		return nil, api.Errorf(api.ErrInvalid, "count: %d is out of range: a fork makes 1 to %d sandboxes per call; grow a wider tree by forking the children", req.Count, api.MaxForks)
 	}
 	if req.Name != "" {
 		if count > 1 {
@@ -41,12 +41,19 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 	if err != nil {
 		return nil, err
 	}
+	if err := checkMeta(req.Meta); err != nil {
+		return nil, err
+	}
 	parent, err := m.running(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
 	if ttl == 0 {
 		ttl = parent.TTL
+	}
+	meta, err := mergeMeta(parent.Meta, req.Meta)
+	if err != nil {
+		return nil, err
 	}
 	rootfs, err := m.rootfs(parent)
 	if err != nil {
@@ -64,7 +71,7 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 	for i := range children {
 		c := &store.Sandbox{
 			ID: newID("sb_"), Template: parent.Template, State: api.StateCreating, CreatedAt: now,
-			TTL: ttl, Meta: parent.Meta, CPUs: parent.CPUs, Memory: parent.Memory, LastActivity: now,
+			TTL: ttl, Meta: meta, CPUs: parent.CPUs, Memory: parent.Memory, LastActivity: now,
 			Parent: parent.ID, MemoryRestored: req.Memory, TemplateVersion: parent.TemplateVersion,
 			Pids: parent.Pids, DiskLimit: parent.DiskLimit, Network: parent.Network,
 		}
@@ -228,4 +235,24 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 	}
 	send(api.ForkEvent{Event: "done", Sandboxes: out})
 	return out, size, nil
+}
+
+// mergeMeta is a child's metadata: the parent's, with the fork's keys
+// added or replacing the parent's. The result is held to the same limits
+// as a create's.
+func mergeMeta(parent, fork map[string]string) (map[string]string, error) {
+	if len(fork) == 0 {
+		return parent, nil
+	}
+	out := make(map[string]string, len(parent)+len(fork))
+	for k, v := range parent {
+		out[k] = v
+	}
+	for k, v := range fork {
+		out[k] = v
+	}
+	if err := checkMeta(out); err != nil {
+		return nil, fmt.Errorf("meta merged with the parent's: %w", err)
+	}
+	return out, nil
 }

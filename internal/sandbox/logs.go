@@ -89,7 +89,7 @@ func (m *Manager) Logs(ctx context.Context, ref, stream string, follow bool, tai
 	case strings.HasPrefix(stream, "exec/"):
 		execID := strings.TrimPrefix(stream, "exec/")
 		if execID == "" || strings.Contains(execID, "/") {
-			return api.Errorf(api.ErrInvalid, "stream %q: name an exec as exec/EXEC_ID (see `sbx ps %s`)", stream, sb.ID)
+			return api.Errorf(api.ErrInvalid, "stream %q: name an exec as exec/EXEC_ID (the execs of %s are listed by its execs)", stream, sb.ID)
 		}
 		return m.execLog(ctx, sb.ID, execID, follow, tail, emit)
 	default:

@@ -299,7 +299,7 @@ func (m *Manager) running(ctx context.Context, ref string) (*store.Sandbox, erro
 	case api.StateReady:
 		return sb, nil
 	case api.StateStopped:
-		return nil, api.Errorf(api.ErrConflict, "sandbox %s is stopped; run `sbx resume %s`", sb.ID, sb.ID)
+		return nil, api.Errorf(api.ErrConflict, "sandbox %s is stopped; resume it first", sb.ID)
 	default:
 		msg := fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State)
 		if sb.Reason != "" {

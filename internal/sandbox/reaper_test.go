@@ -237,7 +237,7 @@ func TestActivityRules(t *testing.T) {
 	}{
 		{"status/info", false, func() error { _, err := m.Get(ctx, sb.ID); return err }},
 		{"list", false, func() error { _, err := m.List(ctx); return err }},
-		{"events", false, func() error { return m.Events(ctx, sb.ID, false, func(api.Event) error { return nil }) }},
+		{"events", false, func() error { return m.Events(ctx, sb.ID, 0, false, func(api.Event) error { return nil }) }},
 		{"fs stat", false, func() error { _, err := m.Stat(ctx, sb.ID, "/x"); return err }},
 		{"fs ls", false, func() error { _, err := m.ReadDir(ctx, sb.ID, "/", "", 0); return err }},
 		{"exec", true, func() error {

@@ -237,7 +237,7 @@ func (m *Manager) reconcileStop(ctx context.Context, c *inFlight, in *store.Inte
 			return "error", fmt.Sprintf("the stop's image is complete but cannot be recorded: %v; it stays in %s", err, m.imageDir(in.ID))
 		}
 		m.retireImage(ctx, sb.Image)
-		return "adopted as stopped", "the stop's image is complete: the sandbox is stopped with its memory; `sbx resume` restores it"
+		return "adopted as stopped", "the stop's image is complete: the sandbox is stopped with its memory; a resume restores it"
 	}
 	_ = m.removeImage(in.ID)
 	err = m.cfg.Store.Update(ctx, func(tx *store.Store) error {
@@ -329,7 +329,7 @@ func (m *Manager) reconcileDelete(ctx context.Context, c *inFlight, in *store.In
 		return "nothing to do", "the sandbox is deleted"
 	}
 	if err := m.destroyRuntime(ctx, in.SandboxID); err != nil {
-		_ = m.transition(ctx, in.SandboxID, store.Change{From: allStates, To: api.StateError, Reason: "delete failed: " + err.Error() + "; run `sbx delete` again"})
+		_ = m.transition(ctx, in.SandboxID, store.Change{From: allStates, To: api.StateError, Reason: "delete failed: " + err.Error() + "; delete it again"})
 		return "error", err.Error()
 	}
 	withSnapshots := in.Detail["withSnapshots"] == true

@@ -59,7 +59,7 @@ func (m *Manager) Resume(ctx context.Context, ref string, requireMemory bool) (*
 		if requireMemory {
 			c.abandon(ctx)
 			m.captureEvent(ctx, sb.ID, "resumed", start, 0, restoreErr, map[string]any{"memoryRestored": false})
-			return nil, api.Errorf(api.ErrUnavailable, "resume %s: the memory cannot be restored (%v); the image is kept; resume without --require-memory to boot from the disk", sb.ID, restoreErr)
+			return nil, api.Errorf(api.ErrUnavailable, "resume %s: the memory cannot be restored (%v); the image is kept; resume without requiring the memory to boot from the disk", sb.ID, restoreErr)
 		}
 		reason := "memory not restored: " + restoreErr.Error()
 		change.ResumeReason = &reason

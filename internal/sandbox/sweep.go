@@ -67,12 +67,16 @@ func (m *Manager) sweep(ctx context.Context) {
 	}
 }
 
-// Events sends a sandbox's events: those recorded so far, then, with
-// follow, new ones as they come, until ctx ends or emit fails.
+// Events sends a sandbox's events after sequence number after (0: from
+// the first): those recorded so far, then, with follow, new ones as they
+// come, until ctx ends, emit fails, or the sandbox is deleted.
 //
 // A deleted sandbox's events stay readable by its id (how else would one
 // learn why the reaper took it?).
-func (m *Manager) Events(ctx context.Context, ref string, follow bool, emit func(api.Event) error) error {
+func (m *Manager) Events(ctx context.Context, ref string, after int64, follow bool, emit func(api.Event) error) error {
+	if after < 0 {
+		return api.Errorf(api.ErrInvalid, "after: %d is not a sequence number (0 or more)", after)
+	}
 	id := ref
 	if sb, err := m.cfg.Store.Sandbox(ctx, ref); err == nil {
 		id = sb.ID
@@ -81,7 +85,6 @@ func (m *Manager) Events(ctx context.Context, ref string, follow bool, emit func
 	} else {
 		follow = false // nothing more will happen to it
 	}
-	var after int64
 	for {
 		evs, err := m.cfg.Store.Events(ctx, id, after)
 		if err != nil {
@@ -92,6 +95,9 @@ func (m *Manager) Events(ctx context.Context, ref string, follow bool, emit func
 				return err
 			}
 			after = ev.Seq
+			if ev.Type == api.EventDeleted || ev.Type == api.EventReaped {
+				follow = false // nothing more will happen to it
+			}
 		}
 		if !follow {
 			return nil

@@ -119,7 +119,7 @@ func (m *Manager) sandboxEnded(ctx context.Context, id string) {
 		if sb.Memory > 0 {
 			limit = "its memory limit of " + fmtBytes(sb.Memory)
 		}
-		reason, event = "out of memory: the sandbox used "+limit+" and the kernel stopped it; delete it and create it with a larger --memory", "oom"
+		reason, event = "out of memory: the sandbox used "+limit+" and the kernel stopped it; delete it and create it with a larger memory limit", "oom"
 	}
 	m.log.Warn("sandbox ended on its own", "sandbox", id, "reason", reason)
 	err = m.cfg.Store.Update(ctx, func(tx *store.Store) error {

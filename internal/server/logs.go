@@ -27,6 +27,8 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		return out.send("log", ev)
 	})
 	switch {
+	case s.closing() && out.started:
+		_ = out.send("error", api.StreamErrorBody{Error: errShuttingDown.Error(), Code: unavailableCode})
 	case err != nil && !out.started:
 		s.fail(w, r, err)
 	case err != nil && r.Context().Err() == nil:

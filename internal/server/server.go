@@ -32,7 +32,7 @@ type Manager interface {
 	Fork(ctx context.Context, ref string, req api.ForkRequest, emit func(api.ForkEvent) error) ([]api.Sandbox, error)
 	Stop(ctx context.Context, ref string, wait bool) (*api.Sandbox, error)
 	Resume(ctx context.Context, ref string, requireMemory bool) (*api.Sandbox, error)
-	Events(ctx context.Context, ref string, follow bool, emit func(api.Event) error) error
+	Events(ctx context.Context, ref string, after int64, follow bool, emit func(api.Event) error) error
 	SetTTL(ctx context.Context, ref, ttl string) (*api.Sandbox, error)
 	SetPersistent(ctx context.Context, ref string, persistent bool) (*api.Sandbox, error)
 	// Lifecycle and reach (ports.go, logs.go, pty.go in internal/sandbox).
@@ -49,12 +49,16 @@ type Manager interface {
 	Exec(ctx context.Context, ref string, req api.ExecRequest) (*api.Exec, error)
 	Execs(ctx context.Context, ref string) ([]api.Exec, error)
 	GetExec(ctx context.Context, ref, execID string) (*api.Exec, error)
+	Signal(ctx context.Context, ref, execID string, sig int) error
 	Output(ctx context.Context, ref, execID string, follow bool, emit func(api.ExecEvent) error) error
 	ReadFile(ctx context.Context, ref, path string, asTar bool, w io.Writer) error
 	WriteFile(ctx context.Context, ref, path string, r io.Reader, size int64, mode string) error
 	WriteTar(ctx context.Context, ref, path string, r io.Reader) error
 	Stat(ctx context.Context, ref, path string) (*api.FileInfo, error)
 	ReadDir(ctx context.Context, ref, path, after string, limit int) ([]api.FileInfo, error)
+	MkdirAll(ctx context.Context, ref, path, mode string) error
+	Remove(ctx context.Context, ref, path string, recursive bool) error
+	Rename(ctx context.Context, ref, from, to string) error
 	Creating(ctx context.Context, ref string) bool
 	// Templates: a removal says what still holds the version; a change
 	// has the versions nothing holds collected.
@@ -93,6 +97,10 @@ type Server struct {
 	cfg Config
 	// proxy is the preview proxy whose URLs the API hands out, if any.
 	proxy *Proxy
+	// base is every request's context (BaseContext); Close cancels it,
+	// which ends the streams that follow.
+	base  context.Context
+	close context.CancelFunc
 }
 
 // maxJSONBody bounds every JSON request body.
@@ -103,8 +111,26 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Server{m: cfg.Manager, t: cfg.Templates, log: cfg.Logger, cfg: cfg}
+	base, cancel := context.WithCancel(context.Background())
+	return &Server{m: cfg.Manager, t: cfg.Templates, log: cfg.Logger, cfg: cfg, base: base, close: cancel}
 }
+
+// BaseContext is the base of every request's context: set it as the
+// http.Server's BaseContext, so that Close reaches the handlers.
+func (s *Server) BaseContext(net.Listener) context.Context { return s.base }
+
+// Close cancels every request's context: a stream that follows (events,
+// logs, an exec's output) ends at once with an "error" event of kind
+// unavailable saying sbxd is shutting down, instead of holding the
+// shutdown until its deadline. sbxd calls it once the captures in flight
+// have ended, before it shuts its listeners.
+func (s *Server) Close() { s.close() }
+
+// closing reports whether Close was called.
+func (s *Server) closing() bool { return s.base.Err() != nil }
+
+// errShuttingDown is what a stream cut by Close says.
+var errShuttingDown = api.Errorf(api.ErrUnavailable, "sbxd is shutting down; follow again once it is back (what the stream followed goes on)")
 
 // Handler returns the API's handler. With a token, every request must carry
 // it as a bearer token (the TCP listener); without, none is asked (the unix
@@ -120,8 +146,12 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("GET /v1/sandboxes/{id}/execs", s.execs)
 	mux.HandleFunc("GET /v1/sandboxes/{id}/execs/{exec}", s.getExec)
 	mux.HandleFunc("GET /v1/sandboxes/{id}/execs/{exec}/output", s.output)
+	mux.HandleFunc("POST /v1/sandboxes/{id}/execs/{exec}/signal", s.signal)
 	mux.HandleFunc("GET /v1/sandboxes/{id}/files", s.readFile)
 	mux.HandleFunc("PUT /v1/sandboxes/{id}/files", s.writeFile)
+	mux.HandleFunc("DELETE /v1/sandboxes/{id}/files", s.removeFile)
+	mux.HandleFunc("POST /v1/sandboxes/{id}/fs/mkdir", s.mkdir)
+	mux.HandleFunc("POST /v1/sandboxes/{id}/fs/rename", s.rename)
 	mux.HandleFunc("GET /v1/sandboxes/{id}/fs/stat", s.stat)
 	mux.HandleFunc("GET /v1/sandboxes/{id}/fs/ls", s.readDir)
 	mux.HandleFunc("POST /v1/sandboxes/{id}/snapshots", s.snapshot)
@@ -168,7 +198,7 @@ func requireToken(token string, next http.Handler) http.Handler {
 			// a client without the token is not kept: no keep-alive, no
 			// reading the rest of its body
 			dropAfterReply(w, r)
-			writeError(w, api.Errorf(api.ErrUnauthorized, "a valid bearer token is required (set SBX_TOKEN)"))
+			writeError(w, api.Errorf(api.ErrUnauthorized, "a valid bearer token is required"))
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -284,13 +314,27 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: s.cfg.Version})
 }
 
+// list answers the sandboxes, those that match every filter given:
+// meta=K=V (repeatable: all must hold), parent=ID-or-name, state=S
+// (repeatable: any may hold).
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	f, err := s.listFilter(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	sbs, err := s.m.List(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sbs)
+	out := make([]api.Sandbox, 0, len(sbs))
+	for _, sb := range sbs {
+		if f.match(sb) {
+			out = append(out, sb)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request) {
@@ -375,6 +419,9 @@ func (s *Server) stream(r *http.Request, out *sse, id, execID string, follow boo
 		return out.send(ev.Event, ev)
 	})
 	switch {
+	case !exited && s.closing():
+		msg := fmt.Sprintf("sbxd is shutting down; exec %s goes on in sandbox %s: follow its output again once sbxd is back", execID, id)
+		_ = out.send("error", api.ExecEvent{Event: "error", Error: msg, Code: unavailableCode})
 	case err != nil && r.Context().Err() != nil:
 		// the client left
 	case err != nil && !out.started:
@@ -385,6 +432,25 @@ func (s *Server) stream(r *http.Request, out *sse, id, execID string, follow boo
 	case !exited:
 		_ = out.send("eof", api.ExecEvent{Event: "eof"})
 	}
+}
+
+// unavailableCode is the wire code of api.ErrUnavailable.
+var _, unavailableCode = api.StatusOf(api.ErrUnavailable)
+
+// signal sends a signal to an exec's process group.
+func (s *Server) signal(w http.ResponseWriter, r *http.Request) {
+	var req api.SignalRequest
+	if r.ContentLength != 0 {
+		if err := decode(w, r, &req); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	if err := s.m.Signal(r.Context(), r.PathValue("id"), r.PathValue("exec"), req.Signal); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) execs(w http.ResponseWriter, r *http.Request) {
@@ -470,6 +536,39 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 		err = s.m.WriteFile(r.Context(), r.PathValue("id"), q.Get("path"), r.Body, r.ContentLength, q.Get("mode"))
 	}
 	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// removeFile removes a file (recursive=1: a directory and all in it).
+func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
+	if err := s.m.Remove(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"), boolParam(r, "recursive")); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// mkdir makes a directory and its missing parents.
+func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if err := s.m.MkdirAll(r.Context(), r.PathValue("id"), q.Get("path"), q.Get("mode")); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// rename renames a file or directory inside a sandbox.
+func (s *Server) rename(w http.ResponseWriter, r *http.Request) {
+	var req api.RenameRequest
+	if err := decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := s.m.Rename(r.Context(), r.PathValue("id"), req.From, req.To); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -729,11 +828,22 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	var after int64
+	if a := r.URL.Query().Get("after"); a != "" {
+		n, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || n < 0 {
+			s.fail(w, r, api.Errorf(api.ErrInvalid, "after: %q is not a sequence number (0 or more)", a))
+			return
+		}
+		after = n
+	}
 	out := newSSE(w)
-	err := s.m.Events(r.Context(), id, boolParam(r, "follow"), func(ev api.Event) error {
+	err := s.m.Events(r.Context(), id, after, boolParam(r, "follow"), func(ev api.Event) error {
 		return out.send("event", ev)
 	})
 	switch {
+	case s.closing() && out.started:
+		_ = out.send("error", api.StreamErrorBody{Error: errShuttingDown.Error(), Code: unavailableCode})
 	case err != nil && !out.started:
 		s.fail(w, r, err)
 	case err != nil && r.Context().Err() == nil:

@@ -50,8 +50,8 @@ func (s *Store) Publish(ctx context.Context, id string, port int, private bool, 
 	case err != nil:
 		return nil, fmt.Errorf("publish %s port %d: %w", id, port, err)
 	case cur.Private && !private:
-		return nil, api.Errorf(api.ErrConflict, "port %d of sandbox %s is published private; run `sbx preview %s %d --private` for a URL with a token, or withdraw it first (`sbx preview %s %d --off`) to publish it to everyone",
-			port, id, id, port, id, port)
+		return nil, api.Errorf(api.ErrConflict, "port %d of sandbox %s is published private; ask for a private preview for a URL with a token, or withdraw the port first to publish it to everyone",
+			port, id)
 	case private && !cur.Private:
 		cur.Private = true
 		if _, err := tx.ExecContext(ctx, `UPDATE previews SET private = 1 WHERE sandbox_id = ? AND port = ?`, id, port); err != nil {

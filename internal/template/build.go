@@ -114,7 +114,7 @@ func (s *Store) Build(ctx context.Context, name string, force bool, packages []s
 	case len(pkgs) > 0:
 		return api.Template{}, api.Errorf(api.ErrInvalid, "template %s is built without extra packages; give the template with packages another name", name)
 	default:
-		return api.Template{}, api.Errorf(api.ErrInvalid, "cannot build template %q: sbx builds %q, %q, and other names with --packages; `sbx template import` makes others", name, Tiny, Base)
+		return api.Template{}, api.Errorf(api.ErrInvalid, "cannot build template %q: %q, %q and templates with packages are built; others are imported", name, Tiny, Base)
 	}
 	unlock, err := s.lock(ctx, name)
 	if err != nil {
@@ -130,7 +130,7 @@ func (s *Store) Build(ctx context.Context, name string, force bool, packages []s
 			progress(fmt.Sprintf("%s was made by an older recipe (%s); building it again", name, t.Source))
 			force = true
 		default:
-			return api.Template{}, api.Errorf(api.ErrConflict, "template %s exists (%s); build again with --force to point it at the new version (sandboxes on the old one keep it)", name, t.Source)
+			return api.Template{}, api.Errorf(api.ErrConflict, "template %s exists (%s); build again with force to point it at the new version (sandboxes on the old one keep it)", name, t.Source)
 		}
 	}
 	progress("building " + name)

@@ -231,7 +231,7 @@ func parseConfig(config []byte) (*v1.ConfigFile, error) {
 		return nil, api.Errorf(api.ErrInvalid, "the image is for %s; sbx runs linux images", cf.OS)
 	}
 	if cf.Architecture != "" && cf.Architecture != runtime.GOARCH {
-		return nil, api.Errorf(api.ErrInvalid, "the image is for %s; this host runs %s: import the %s variant (--platform linux/%s)", cf.Architecture, runtime.GOARCH, runtime.GOARCH, runtime.GOARCH)
+		return nil, api.Errorf(api.ErrInvalid, "the image is for %s; this host runs %s: import the %s variant (platform linux/%s)", cf.Architecture, runtime.GOARCH, runtime.GOARCH, runtime.GOARCH)
 	}
 	if len(cf.RootFS.DiffIDs) == 0 {
 		return nil, api.Errorf(api.ErrInvalid, "the image has no layers")

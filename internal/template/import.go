@@ -46,7 +46,7 @@ func (s *Store) Import(ctx context.Context, name string, tarStream io.Reader, fo
 	}
 	defer unlock()
 	if cur, err := s.Resolve(name); err == nil && !force {
-		return api.Template{}, api.Errorf(api.ErrConflict, "template %s exists (version %s); import again with --force to point it at the new version (sandboxes on the old one keep it), or `sbx template rm %s` first", name, short(cur.Version), name)
+		return api.Template{}, api.Errorf(api.ErrConflict, "template %s exists (version %s); import again with force to point it at the new version (sandboxes on the old one keep it), or remove the name first", name, short(cur.Version))
 	}
 	t, reused, err := s.make(ctx, name, "import", api.TemplateDefaults{}, force, "import", progress, func(ctx context.Context, rootfs string) error {
 		_, err := extract(ctx, rootfs, tarStream, false, progress)

@@ -178,7 +178,7 @@ func (s *Store) Resolve(name string) (api.Template, error) {
 	}
 	t, err := s.Version(v)
 	if errors.Is(err, api.ErrNotFound) {
-		return api.Template{}, api.Errorf(api.ErrNotFound, "template %s points at version %s, which is missing; run `sbx template build %s --force` or import it again", name, v, name)
+		return api.Template{}, api.Errorf(api.ErrNotFound, "template %s points at version %s, which is missing; build it again with force, or import it again", name, v)
 	}
 	if err != nil {
 		return api.Template{}, err
@@ -291,7 +291,7 @@ func (s *Store) Remove(name string) (api.Template, error) {
 }
 
 func notFound(name string) error {
-	return api.Errorf(api.ErrNotFound, "template %s not found; run `sbx template build %s` or `sbx template import %s IMAGE`", name, name, name)
+	return api.Errorf(api.ErrNotFound, "template %s not found; build it or import an image under that name", name)
 }
 
 // lock takes the per-name lock, or gives up when ctx ends.
@@ -361,7 +361,7 @@ func (s *Store) checkReplace(name, v string, force bool, verb string) error {
 	if err != nil {
 		return err
 	}
-	return api.Errorf(api.ErrConflict, "template %s exists (version %s); %s again with --force to point it at the new version (sandboxes on the old one keep it), or `sbx template rm %s` first", name, short(cur), verb, name)
+	return api.Errorf(api.ErrConflict, "template %s exists (version %s); %s again with force to point it at the new version (sandboxes on the old one keep it), or remove the name first", name, short(cur), verb)
 }
 
 // short abbreviates a digest for messages.

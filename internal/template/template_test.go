@@ -344,7 +344,7 @@ func TestErrors(t *testing.T) {
 		kind error
 		says string
 	}{
-		{"get missing", func() error { _, err := s.Get("nope"); return err }, api.ErrNotFound, "sbx template build nope"},
+		{"get missing", func() error { _, err := s.Get("nope"); return err }, api.ErrNotFound, "template nope not found; build it or import"},
 		{"rootfs missing", func() error { _, err := s.Rootfs("nope"); return err }, api.ErrNotFound, "not found"},
 		{"remove missing", func() error { _, err := s.Remove("nope"); return err }, api.ErrNotFound, "not found"},
 		{"get bad name", func() error { _, err := s.Get("../x"); return err }, api.ErrInvalid, "invalid template name"},
@@ -352,7 +352,7 @@ func TestErrors(t *testing.T) {
 		{"version malformed", func() error { _, err := s.Version("sha256:xyz"); return err }, api.ErrInvalid, "invalid template version"},
 		{"version path", func() error { _, err := s.VersionRootfs("../../etc"); return err }, api.ErrInvalid, "invalid template version"},
 		{"version missing", func() error { _, err := s.Version("sha256:" + strings.Repeat("0", 64)); return err }, api.ErrNotFound, "not found"},
-		{"build unknown", func() error { _, err := s.Build(ctx, "ubuntu", false, nil, nil); return err }, api.ErrInvalid, "sbx template import"},
+		{"build unknown", func() error { _, err := s.Build(ctx, "ubuntu", false, nil, nil); return err }, api.ErrInvalid, "others are imported"},
 		{"build bad name", func() error { _, err := s.Build(ctx, "Ubuntu", false, []string{"jq"}, nil); return err }, api.ErrInvalid, "invalid template name"},
 		{"build base with packages", func() error { _, err := s.Build(ctx, Base, false, []string{"jq"}, nil); return err }, api.ErrInvalid, "another name"},
 		{"build bad package", func() error { _, err := s.Build(ctx, "tools", false, []string{"jq;rm"}, nil); return err }, api.ErrInvalid, "invalid package name"},
@@ -482,8 +482,8 @@ func TestImportSameContent(t *testing.T) {
 	if got := versionsIn(t, sdir); len(got) != 2 {
 		t.Errorf("versions = %q, want two", got)
 	}
-	if _, err := s.Import(ctx, "a", tarOf(t, false, es), false, nil); !errors.Is(err, api.ErrConflict) || !strings.Contains(err.Error(), "--force") {
-		t.Errorf("import over a name without force = %v, want api.ErrConflict naming --force", err)
+	if _, err := s.Import(ctx, "a", tarOf(t, false, es), false, nil); !errors.Is(err, api.ErrConflict) || !strings.Contains(err.Error(), "with force") {
+		t.Errorf("import over a name without force = %v, want api.ErrConflict saying to import with force", err)
 	}
 }
 

@@ -1,7 +1,9 @@
-package main
+package client
 
 import (
 	"archive/tar"
+	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -9,74 +11,15 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 )
 
-// tarDir returns a tar of the contents of dir, made while it is read: names
-// are relative to dir, symlinks are kept as links.
-func tarDir(dir string) io.ReadCloser {
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeTar(pw, dir)) }()
-	return pr
-}
-
-// writeTar writes a tar of the contents of root to w.
-func writeTar(w io.Writer, root string) error {
-	tw := tar.NewWriter(w)
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if p == root {
-			return nil
-		}
-		info, err := d.Info() // of the link itself
-		if err != nil {
-			return err
-		}
-		if info.Mode()&fs.ModeSocket != 0 {
-			return nil // a tar cannot hold a socket
-		}
-		link := ""
-		if info.Mode()&fs.ModeSymlink != 0 {
-			if link, err = os.Readlink(p); err != nil {
-				return err
-			}
-		}
-		hdr, err := tar.FileInfoHeader(info, link)
-		if err != nil {
-			return fmt.Errorf("tar %s: %w", p, err)
-		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil {
-			return err
-		}
-		hdr.Name = filepath.ToSlash(rel)
-		if d.IsDir() {
-			hdr.Name += "/"
-		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return fmt.Errorf("tar %s: %w", p, err)
-		}
-		if !info.Mode().IsRegular() {
-			return nil
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if _, err := io.Copy(tw, f); err != nil {
-			return fmt.Errorf("tar %s: %w", p, err)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	return tw.Close()
-}
+// The extraction of what comes out of a sandbox. A sandbox may be hostile:
+// nothing it sends is written outside the target, through a symlink, over
+// a directory, or with more than permission bits (no setuid, no owner); a
+// folder that is there already keeps its mode; new ones get the umask.
 
 // tarRel returns where a tar entry goes below the extraction root: its name
 // without the first component (the base name the server names entries from).
@@ -126,9 +69,12 @@ func checkParents(dest, rel string) error {
 
 // extractTar extracts the tar r into the directory dest, dropping the first
 // component of every name. It never follows a symlink while writing and
-// refuses entries that would land outside dest.
-func extractTar(r io.Reader, dest string) error {
+// refuses entries that would land outside dest. The tar's root entry sets
+// dest's mode only when fresh (dest was made for this extraction), and
+// then within the umask: an existing folder keeps its mode.
+func extractTar(r io.Reader, dest string, fresh bool) error {
 	tr := tar.NewReader(r)
+	umask := processUmask()
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
@@ -146,7 +92,10 @@ func extractTar(r io.Reader, dest string) error {
 			if hdr.Typeflag != tar.TypeDir {
 				return fmt.Errorf("tar root %q is not a directory", hdr.Name)
 			}
-			if err := os.Chmod(dest, perm|0o700); err != nil {
+			if !fresh {
+				continue // a folder that was there keeps its mode
+			}
+			if err := os.Chmod(dest, (perm|0o700)&^umask); err != nil {
 				return err
 			}
 			continue
@@ -224,4 +173,97 @@ func replace(p string) error {
 		return fmt.Errorf("cannot overwrite directory %s", p)
 	}
 	return os.Remove(p)
+}
+
+// extractInto extracts a tar whose entries start with one base name into
+// the directory target: into it when it exists, else into a temporary
+// directory renamed to target once the tar is whole.
+func extractInto(r io.Reader, target string) error {
+	if fi, err := os.Lstat(target); err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("cannot copy a directory onto %s, which is not a directory", target)
+		}
+		return extractTar(r, target, false)
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(target), "."+filepath.Base(target)+".sbx-*")
+	if err != nil {
+		return err
+	}
+	if err := extractTar(r, tmp, true); err != nil {
+		os.RemoveAll(tmp)
+		return fmt.Errorf("copy to %s: %w", target, err)
+	}
+	if err := os.Rename(tmp, target); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	return nil
+}
+
+// writeFileAtomic writes r to a temporary file next to target and renames
+// it into place once all of r is read: a failed read leaves no file
+// behind. The file gets perm within the umask.
+func writeFileAtomic(target string, r io.Reader, perm fs.FileMode) (int64, error) {
+	f, err := os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".sbx-*")
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(f, r)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), perm.Perm()&^processUmask())
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), target)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return 0, fmt.Errorf("copy to %s: %w", target, err)
+	}
+	return n, nil
+}
+
+// parseMode reads a FileInfo mode, octal ("0644", "100755") or as ls shows it
+// ("-rwxr-xr-x"), and returns its permission bits.
+func parseMode(s string) (fs.FileMode, bool) {
+	if n, err := strconv.ParseUint(s, 8, 32); err == nil {
+		return fs.FileMode(n).Perm(), true
+	}
+	if len(s) < 9 {
+		return 0, false
+	}
+	rwx := s[len(s)-9:]
+	var m fs.FileMode
+	for i, ch := range rwx {
+		want := "rwxrwxrwx"[i]
+		switch {
+		case byte(ch) == want, want == 'x' && (ch == 's' || ch == 't'):
+			m |= 1 << (8 - i)
+		case ch == '-', want == 'x' && (ch == 'S' || ch == 'T'):
+		default:
+			return 0, false
+		}
+	}
+	return m, true
+}
+
+// processUmask is the process's umask, read from /proc (setting it to
+// read it would race with other goroutines making files); 022 if unknown.
+func processUmask() fs.FileMode {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0o022
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(io.LimitReader(f, 64<<10))
+	for sc.Scan() {
+		if v, ok := bytes.CutPrefix(sc.Bytes(), []byte("Umask:")); ok {
+			if n, err := strconv.ParseUint(strings.TrimSpace(string(v)), 8, 32); err == nil {
+				return fs.FileMode(n) & 0o777
+			}
+		}
+	}
+	return 0o022
 }
