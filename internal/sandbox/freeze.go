@@ -39,8 +39,8 @@ import (
 // one without a verdict (a checkpoint written without /.sbx/freeze, or a
 // sandbox that ended mid-freeze) is dropped with an event.
 
-func (m *Manager) freezeRoot() string            { return filepath.Join(m.cfg.DataDir, "freeze") }
-func (m *Manager) freezeDir(id string) string    { return filepath.Join(m.freezeRoot(), id) }
+func (m *Manager) freezeRoot() string             { return filepath.Join(m.cfg.DataDir, "freeze") }
+func (m *Manager) freezeDir(id string) string     { return filepath.Join(m.freezeRoot(), id) }
 func (m *Manager) slotDir(id, slot string) string { return filepath.Join(m.freezeDir(id), slot) }
 
 // slotMeta is what sbxd notes in a slot when it arms it: the name its
@@ -469,10 +469,10 @@ func (m *Manager) reconcileFreeze(ctx context.Context, c *inFlight, in *store.In
 // slotWatcher watches the slots of running sandboxes (inotify) for the
 // verdict the console shim writes, so that a freeze is recorded at once.
 type slotWatcher struct {
-	mu    sync.Mutex
-	fd    *os.File
+	mu     sync.Mutex
+	fd     *os.File
 	bySlot map[string]int32 // sandbox/slot -> watch
-	byWd  map[int32][2]string
+	byWd   map[int32][2]string
 }
 
 // startFreezeWatch starts watching slots; fn is called with a sandbox's id
