@@ -67,6 +67,7 @@ NAME's, from the sandbox's /etc/passwd.
   sbx-agent freeze [--reason TEXT] [--failed-at TIME] [--no-hold] [--json] | freeze --status
   sbx-agent freeze-why --slot SLOT   (the reason on stdin)
   sbx-agent pystack --pid PID        (a Python process's stacks and locals)
+  sbx-agent hunt --config FILE [--evidence]   (sbx hunt's loop; see HuntConfig)
 
 Called as freeze (the link /.sbx/freeze), it is sbx-agent freeze.`
 
@@ -98,6 +99,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runSigDfl(args, stderr)
 	case "freeze":
 		return runFreeze(args, stdout, stderr)
+	case "hunt":
+		return runHunt(args, stdout, stderr)
 	}
 	var err error
 	switch cmd {

@@ -28,6 +28,9 @@ import (
 // answers the caller. In a copy restored from the freeze, the same request
 // comes back with "restore": init tells the caller it is the copy.
 
+// AgentPath is the agent inside every sandbox.
+const AgentPath = "/.sbx/sbx-agent"
+
 // FreezeCommand is the freeze command inside every sandbox: a link to the
 // agent, which runs `sbx-agent freeze` when called by that name.
 const FreezeCommand = "/.sbx/freeze"

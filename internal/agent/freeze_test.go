@@ -43,7 +43,7 @@ func (f *fakeCheckpoint) Close() error { return nil }
 
 // freezeEnv points the freezer at a spec environment, a record file and a
 // fake checkpoint file of the test's own.
-func freezeEnv(t *testing.T, cp *fakeCheckpoint, env map[string]string) (environ string) {
+func fakeFreezeEnv(t *testing.T, cp *fakeCheckpoint, env map[string]string) (environ string) {
 	t.Helper()
 	dir := t.TempDir()
 	environ = filepath.Join(dir, "spec_environ")
@@ -91,7 +91,7 @@ func controlLines(t *testing.T, console string) []freezewire.Verdict {
 
 func TestFreezeFrozenOnce(t *testing.T) {
 	cp := &fakeCheckpoint{result: "resume", onRead: func() { time.Sleep(20 * time.Millisecond) }}
-	freezeEnv(t, cp, bootEnvA)
+	fakeFreezeEnv(t, cp, bootEnvA)
 	var console bytes.Buffer
 	f := newFreezer(&console)
 	failed := time.Now().Add(-time.Second)
@@ -134,7 +134,7 @@ func TestFreezeFrozenOnce(t *testing.T) {
 func TestFreezeCopy(t *testing.T) {
 	var environ string
 	cp := &fakeCheckpoint{result: "restore"}
-	environ = freezeEnv(t, cp, bootEnvA)
+	environ = fakeFreezeEnv(t, cp, bootEnvA)
 	// the restore: the copy's boot has its own slot and says where it came from
 	cp.onRead = func() {
 		writeEnviron(t, environ, map[string]string{freezewire.SlotEnv: "im_bbbbbbbbbb", freezewire.NameEnv: "freeze-c-bbbb",
@@ -161,7 +161,7 @@ func TestFreezeCopy(t *testing.T) {
 
 func TestFreezeInterrupted(t *testing.T) {
 	cp := &fakeCheckpoint{result: "restore"}
-	environ := freezeEnv(t, cp, bootEnvA)
+	environ := fakeFreezeEnv(t, cp, bootEnvA)
 	// restored from a stop's image taken while it froze
 	cp.onRead = func() {
 		writeEnviron(t, environ, map[string]string{freezewire.SlotEnv: "im_cccccccccc", freezewire.SandboxEnv: "sb_aaaaaaaaaa", freezewire.RestoredFromEnv: "im_stopstopst"})
@@ -175,7 +175,7 @@ func TestFreezeInterrupted(t *testing.T) {
 
 func TestFreezeFailedSaysWhy(t *testing.T) {
 	cp := &fakeCheckpoint{result: "error"}
-	freezeEnv(t, cp, bootEnvA)
+	fakeFreezeEnv(t, cp, bootEnvA)
 	var console syncBuffer
 	f := newFreezer(&console)
 	go func() {
@@ -213,7 +213,7 @@ func TestFreezeRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cp := &fakeCheckpoint{writeErr: tc.writeErr, result: "resume"}
-			freezeEnv(t, cp, tc.env)
+			fakeFreezeEnv(t, cp, tc.env)
 			var console bytes.Buffer
 			r := newFreezer(&console).freeze(initRequest{}, peer{pid: os.Getpid()})
 			if r.State != tc.wantState || !strings.Contains(r.Error, tc.wantErr) {
@@ -233,7 +233,7 @@ func TestFreezeCommand(t *testing.T) {
 	var console syncBuffer
 	s.freezer = newFreezer(&console)
 	cp := &fakeCheckpoint{result: "resume"}
-	environ := freezeEnv(t, cp, bootEnvA)
+	environ := fakeFreezeEnv(t, cp, bootEnvA)
 
 	var out, errb bytes.Buffer
 	if code := Main([]string{"freeze", "--reason", "t", "--json"}, nil, &out, &errb); code != 0 {
