@@ -46,7 +46,7 @@ vet:
 ## test: everything, against real runsc, namespaces and sbxd (as root)
 test: deps build vet
 	@echo "==> running the tests (unit and integration, real runsc)"
-	$(GO) test -count=1 -timeout 40m ./...
+	$(GO) test -count=1 -timeout 80m ./...
 
 ## demo: start sbxd, build base, and walk through a sandbox's life
 demo: deps build

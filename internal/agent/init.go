@@ -103,6 +103,9 @@ func runInit(stderr io.Writer) int {
 	if err := serveConsole(consolePath, os.Stdout); err != nil {
 		fmt.Fprintf(stderr, "sbx-agent: init: /dev/console: %v\n", err)
 	}
+	if err := installEtc(etcSource, "/etc"); err != nil {
+		fmt.Fprintf(stderr, "sbx-agent: init: /etc: %v\n", err)
+	}
 	s := newSupervisor(initSocket, execsDir, true, stderr)
 	s.freezer = newFreezer(os.Stdout)
 	s.start()
@@ -744,6 +747,41 @@ func dialUnix(name string) (*os.File, error) {
 		return nil, os.NewSyscallError("fcntl", err)
 	}
 	return os.NewFile(uintptr(fd), name), nil
+}
+
+// etcSource is where sbx puts a sandbox's resolv.conf, hosts and hostname
+// (a read-only bind) for init to copy into /etc at boot.
+var etcSource = "/run/sbx/etc"
+
+// installEtc copies the sandbox's resolv.conf, hosts and hostname from src
+// into dst, replacing the template's (a symlink included). They are then
+// the sandbox's own files, on its disk and within its disk limit, free to
+// change. A copy restored from a capture keeps what it had: init does not
+// run again.
+func installEtc(src, dst string) error {
+	if _, err := os.Stat(src); err != nil {
+		return nil // not given (an older sbx binds them itself)
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	var errs []error
+	for _, name := range []string{"resolv.conf", "hosts", "hostname"} {
+		b, err := os.ReadFile(filepath.Join(src, name))
+		if err != nil {
+			continue
+		}
+		target := filepath.Join(dst, name)
+		if fi, err := os.Lstat(target); err == nil && !fi.Mode().IsRegular() {
+			_ = os.Remove(target)
+		}
+		if err := writeFileAtomic(target, string(b)); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		_ = os.Chmod(target, 0o644)
+	}
+	return errors.Join(errs...)
 }
 
 // selfExe is the agent binary (tests use one they built).

@@ -588,3 +588,42 @@ func TestPruneEnded(t *testing.T) {
 		t.Errorf("a running command's directory went: %v", err)
 	}
 }
+
+// TestInstallEtc: init copies the sandbox's resolv.conf, hosts and hostname
+// into /etc as files of its own, replacing a template's symlink (which
+// could point anywhere) and leaving the source untouched.
+func TestInstallEtc(t *testing.T) {
+	src, dst := t.TempDir(), t.TempDir()
+	for name, body := range map[string]string{"resolv.conf": "nameserver 10.0.0.1\n", "hosts": "127.0.0.1 localhost\n", "hostname": "sb\n"} {
+		if err := os.WriteFile(filepath.Join(src, name), []byte(body), 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	outside := filepath.Join(t.TempDir(), "outside")
+	os.WriteFile(outside, []byte("keep\n"), 0o644)
+	if err := os.Symlink(outside, filepath.Join(dst, "resolv.conf")); err != nil {
+		t.Fatal(err)
+	}
+	if err := installEtc(src, dst); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"resolv.conf": "nameserver 10.0.0.1\n", "hosts": "127.0.0.1 localhost\n", "hostname": "sb\n"} {
+		fi, err := os.Lstat(filepath.Join(dst, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o644 {
+			t.Errorf("%s: mode %v, want a regular 0644 file", name, fi.Mode())
+		}
+		if b, _ := os.ReadFile(filepath.Join(dst, name)); string(b) != want {
+			t.Errorf("%s = %q, want %q", name, b, want)
+		}
+	}
+	if b, _ := os.ReadFile(outside); string(b) != "keep\n" {
+		t.Errorf("the symlink's target was written: %q", b)
+	}
+	// No source (an older sbx binds the files itself): nothing to do.
+	if err := installEtc(filepath.Join(src, "nosuch"), dst); err != nil {
+		t.Errorf("missing source: %v", err)
+	}
+}

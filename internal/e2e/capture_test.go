@@ -98,6 +98,7 @@ func TestCaptureAcceptance(t *testing.T) {
 		if after.Token != before.Token || after.Pid != before.Pid || after.Hits != before.Hits+1 {
 			t.Errorf("after stop and resume: %+v, want token %s pid %d hits %d", after, before.Token, before.Pid, before.Hits+1)
 		}
+		checkNetwork(t, d, id, true)
 		// The wall clock inside reads the real time, not the capture's.
 		out := d.must(t, "exec", id, "--", "date", "+%s")
 		inside, _ := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
@@ -116,6 +117,7 @@ func TestCaptureAcceptance(t *testing.T) {
 		kids := forkMemory(t, d, id, 4)
 		// Each child carries on the parent: same token, same next count.
 		for _, k := range kids {
+			checkNetwork(t, d, k, true)
 			h := mustGet(t, d, k)
 			if h.Token != first.Token || h.Hits != base.Hits+1 {
 				t.Errorf("child %s: %+v, want token %s hits %d", k, h, first.Token, base.Hits+1)

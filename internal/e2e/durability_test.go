@@ -70,6 +70,7 @@ func checkAfterRestart(t *testing.T, d *daemon, id string, want hit) {
 	if got.Token != want.Token || got.Pid != want.Pid {
 		t.Errorf("marker after the restart: %+v, want token %s pid %d (a cold boot would have lost it)", got, want.Token, want.Pid)
 	}
+	checkNetwork(t, d, id, false)
 	intents := countIntents(t, d)
 	if intents != 0 {
 		t.Errorf("%d journal entries left after the restart", intents)

@@ -169,7 +169,9 @@ func checkNetwork(t testing.TB, d *daemon, id string, preview bool) {
 		fmt.Fprintf(c, "pong %s", line)
 	}()
 	port := l.Addr().(*net.TCPAddr).Port
-	if out := run("sh", "-c", fmt.Sprintf("echo ping | nc -w 5 10.88.0.1 %d", port)); !strings.Contains(out, "pong ping") {
+	// busybox's nc where there is one, bash's /dev/tcp where not (base)
+	rt := fmt.Sprintf(`if command -v nc >/dev/null 2>&1; then echo ping | nc -w 5 10.88.0.1 %[1]d; else bash -c 'exec 3<>/dev/tcp/10.88.0.1/%[1]d; echo ping >&3; head -n1 <&3'; fi`, port)
+	if out := run("sh", "-c", rt); !strings.Contains(out, "pong ping") {
 		t.Errorf("%s: no TCP round trip to the host side of its link: %q", id, out)
 	}
 	if preview && d.preview != "" {

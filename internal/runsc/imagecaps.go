@@ -8,7 +8,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
+	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -33,8 +35,10 @@ const (
 // never taken from an image. The restored processes keep the capabilities
 // they had in any case; the spec's only have to agree.
 //
-// Mounts sbx added since (RunSbxMount) are dropped from the bundle when
-// the image lacks them, for the same reason.
+// Mounts too: runsc refuses a restore whose mounts (by destination, type
+// and options) differ from the image's, so the bundle gets the image's
+// mounts, each with this sandbox's source (sbx's mounts have changed over
+// time: /run/sbx appeared, /etc's files stopped being bound).
 func keepImageCapabilities(bundle, imageDir string) error {
 	old, err := imageSpec(imageDir)
 	if err != nil || old == nil || old.Process == nil {
@@ -63,8 +67,8 @@ func keepImageCapabilities(bundle, imageDir string) error {
 		spec.Process.Capabilities = caps
 		changed = true
 	}
-	if !slices.ContainsFunc(old.Mounts, isRunSbx) && slices.ContainsFunc(spec.Mounts, isRunSbx) {
-		spec.Mounts = slices.DeleteFunc(spec.Mounts, isRunSbx)
+	if mounts, ok := fitMounts(old.Mounts, spec.Mounts); ok {
+		spec.Mounts = mounts
 		changed = true
 	}
 	if !changed {
@@ -90,7 +94,27 @@ func sameCaps(a, b *specs.LinuxCapabilities) bool {
 		slices.Equal(a.Ambient, b.Ambient)
 }
 
-func isRunSbx(m specs.Mount) bool { return m.Destination == RunSbx }
+// fitMounts returns the image's mounts with the sources of the bundle's
+// (a source may differ across a restore; the rest may not), and whether
+// that changes the bundle's. The files sbx once bound into /etc come from
+// the directory now bound at RunSbx/etc.
+func fitMounts(image, bundle []specs.Mount) ([]specs.Mount, bool) {
+	src := map[string]string{}
+	for _, m := range bundle {
+		src[m.Destination] = m.Source
+	}
+	out := make([]specs.Mount, 0, len(image))
+	for _, m := range image {
+		switch s, ok := src[m.Destination]; {
+		case ok:
+			m.Source = s
+		case strings.HasPrefix(m.Destination, "/etc/") && src[RunSbx+"/etc"] != "":
+			m.Source = filepath.Join(src[RunSbx+"/etc"], filepath.Base(m.Destination))
+		}
+		out = append(out, m)
+	}
+	return out, !reflect.DeepEqual(out, bundle)
+}
 
 // imageCapabilities returns the capabilities of the first process of the
 // container an image was taken of, or nil if the image does not say.

@@ -108,7 +108,7 @@ func TestRunExecDelete(t *testing.T) {
 		t.Errorf("status = %q, want running", st.Status)
 	}
 	var out bytes.Buffer
-	code, err := d.Exec(ctx, id, ExecOptions{Args: []string{"/bin/sh", "-c", "cat /etc/resolv.conf; echo x > /tmp/f; cat /tmp/f; exit 7"}}, nil, &out, nil)
+	code, err := d.Exec(ctx, id, ExecOptions{Args: []string{"/bin/sh", "-c", "cat /run/sbx/etc/resolv.conf; echo x > /tmp/f; cat /tmp/f; exit 7"}}, nil, &out, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

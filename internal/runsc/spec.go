@@ -69,7 +69,8 @@ func WriteBundle(bundle string, o SpecOptions) error {
 
 // Spec returns the OCI spec of a sandbox: the agent's init as the first
 // process, the template as a root sbx never writes to (runsc's overlay takes
-// the writes), and the agent, resolv.conf, hosts and hostname bound in.
+// the writes), the agent bound in, and resolv.conf, hosts and hostname for
+// init to put in /etc.
 func Spec(o SpecOptions) *specs.Spec {
 	env := append([]string{"PATH=" + DefaultPath, "HOME=/root", "TERM=xterm"}, o.Env...)
 	s := &specs.Spec{
@@ -100,9 +101,10 @@ func Spec(o SpecOptions) *specs.Spec {
 			{Destination: RunSbx, Type: "tmpfs", Source: "sbx", Options: []string{"nosuid", "nodev", "mode=755", "size=" + runSbxSize}},
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 			{Destination: AgentDir, Type: "bind", Source: o.AgentDir, Options: []string{"rbind", "ro"}},
-			{Destination: "/etc/resolv.conf", Type: "bind", Source: filepath.Join(o.EtcDir, "resolv.conf"), Options: []string{"rbind", "rw"}},
-			{Destination: "/etc/hosts", Type: "bind", Source: filepath.Join(o.EtcDir, "hosts"), Options: []string{"rbind", "rw"}},
-			{Destination: "/etc/hostname", Type: "bind", Source: filepath.Join(o.EtcDir, "hostname"), Options: []string{"rbind", "rw"}},
+			// the sandbox's resolv.conf, hosts and hostname, which init copies
+			// into /etc at boot: a bind of them there would let the sandbox
+			// write the host's disk past its disk limit
+			{Destination: RunSbx + "/etc", Type: "bind", Source: o.EtcDir, Options: []string{"rbind", "ro"}},
 		},
 		Linux: &specs.Linux{
 			CgroupsPath: o.CgroupsPath,

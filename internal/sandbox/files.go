@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -53,19 +52,50 @@ const (
 // errAnswerTooLarge is the error of an answer past maxAnswer.
 var errAnswerTooLarge = errors.New("answer too large")
 
-// boundedBuffer keeps up to max bytes and fails the write past them, which
-// ends the agent's answer.
+// boundedBuffer keeps up to max bytes, in chunks (no doubling that would
+// hold twice what was written), and fails the write past them, which ends
+// the agent's answer.
 type boundedBuffer struct {
-	bytes.Buffer
-	max int
+	chunks [][]byte
+	n, max int
 }
 
+const chunk = 1 << 20
+
 func (b *boundedBuffer) Write(p []byte) (int, error) {
-	if b.Len()+len(p) > b.max {
+	if b.n+len(p) > b.max {
 		return 0, errAnswerTooLarge
 	}
-	return b.Buffer.Write(p)
+	n := len(p)
+	for len(p) > 0 {
+		if len(b.chunks) == 0 || len(b.chunks[len(b.chunks)-1]) == cap(b.chunks[len(b.chunks)-1]) {
+			b.chunks = append(b.chunks, make([]byte, 0, min(chunk, max(len(p), 4096))))
+		}
+		last := &b.chunks[len(b.chunks)-1]
+		k := min(len(p), cap(*last)-len(*last))
+		*last = append(*last, p[:k]...)
+		p = p[k:]
+	}
+	b.n += n
+	return n, nil
 }
+
+func (b *boundedBuffer) Len() int { return b.n }
+
+// Bytes returns what was written, in one slice.
+func (b *boundedBuffer) Bytes() []byte {
+	if len(b.chunks) == 1 {
+		return b.chunks[0]
+	}
+	out := make([]byte, 0, b.n)
+	for _, c := range b.chunks {
+		out = append(out, c...)
+	}
+	return out
+}
+
+// String returns what was written.
+func (b *boundedBuffer) String() string { return string(b.Bytes()) }
 
 // inspect runs an agent call whose whole answer sbxd reads, within
 // maxAnswer bytes and inspectTimeout.

@@ -444,3 +444,44 @@ func TestReaperTransferInProgress(t *testing.T) {
 		t.Errorf("not reaped once idle and free: %v", err)
 	}
 }
+
+// TestRetireTimeStored: a resumed sandbox's old image is retired at a time
+// the store keeps, so a restart of sbxd in between still removes it then,
+// not a week later with the orphans.
+func TestRetireTimeStored(t *testing.T) {
+	ctx := context.Background()
+	m, c := newTestManager(t, 0)
+	sb, _ := m.Create(ctx, api.CreateRequest{})
+	if _, err := m.Stop(ctx, sb.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	stopped, _ := m.cfg.Store.Sandbox(ctx, sb.ID)
+	img := stopped.Image
+	if _, err := m.Resume(ctx, sb.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	due := func(at time.Time) bool {
+		ims, err := m.cfg.Store.ImagesDue(ctx, at, m.cfg.OrphanGrace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, im := range ims {
+			if im.ID == img {
+				return true
+			}
+		}
+		return false
+	}
+	if due(c.now().Add(retireGrace - time.Second)) {
+		t.Errorf("the old image is due before its retire time")
+	}
+	if !due(c.now().Add(retireGrace + time.Second)) {
+		t.Errorf("the old image is not due after its retire time (only the 7-day orphan sweep would take it)")
+	}
+	// a sweep then (by any sbxd, this one or the next) removes it
+	c.add(retireGrace + time.Second)
+	m.sweep(ctx)
+	if fileExists(m.imageDir(img)) || due(c.now()) {
+		t.Errorf("the sweep left the retired image %s", img)
+	}
+}

@@ -253,7 +253,7 @@ func (m *Manager) reconcileStop(ctx context.Context, c *inFlight, in *store.Inte
 	if err != nil {
 		return "error", err.Error()
 	}
-	return "stop undone", "the stop's image was not complete, so the sandbox was not stopped; it was dropped"
+	return "stop undone", "the stop's image was not complete: the sandbox runs on, and the partial image was dropped"
 }
 
 // reconcileFork undoes a fork that did not finish: a fork is all its

@@ -127,18 +127,22 @@ func (m *Manager) defaults(sb *store.Sandbox) api.TemplateDefaults {
 // command, whose home ~ is, who owns the files it makes. "" is root.
 func (m *Manager) defaultUser(sb *store.Sandbox) string { return m.defaults(sb).User }
 
-// versionsInUse returns the versions held by a record (with its holders)
-// or by a create in flight.
+// versionsInUse returns a test of whether a version is held, by a record
+// or by a create in flight, asked afresh for each version (a create may
+// record a version at any moment while Collect runs), and the holders
+// of each version as of now.
 func (m *Manager) versionsInUse(ctx context.Context) (func(string) bool, map[string][]string, error) {
 	held, err := m.cfg.Store.TemplateVersionsInUse(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	return func(v string) bool {
-		if _, ok := held[v]; ok {
+		// the lease first: a create releases it only once its record holds v
+		if m.versions.held(v) {
 			return true
 		}
-		return m.versions.held(v)
+		used, err := m.cfg.Store.TemplateVersionHeld(context.WithoutCancel(ctx), v)
+		return err != nil || used // when it cannot tell, keep it
 	}, held, nil
 }
 

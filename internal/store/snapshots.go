@@ -168,6 +168,13 @@ func (s *Store) ImagesDue(ctx context.Context, now time.Time, grace time.Duratio
 	return out, rows.Err()
 }
 
+// TemplateVersionHeld reports whether a sandbox or a snapshot holds version.
+func (s *Store) TemplateVersionHeld(ctx context.Context, version string) (bool, error) {
+	var n int
+	err := s.q.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM sandboxes WHERE template_version = ?) + (SELECT COUNT(*) FROM snapshots WHERE template_version = ?)`, version, version).Scan(&n)
+	return n > 0, err
+}
+
 // TemplateVersionsInUse returns the template versions that a sandbox or a
 // snapshot holds, with the ids and names of the holders.
 func (s *Store) TemplateVersionsInUse(ctx context.Context) (map[string][]string, error) {
