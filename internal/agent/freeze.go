@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,6 +78,10 @@ type FreezeRecord struct {
 	// processes saw of it.
 	PausedMs int64  `json:"pausedMs,omitempty"`
 	Error    string `json:"error,omitempty"`
+	// Pids are the sandbox's processes just before the freeze: in a copy,
+	// those that were there at the failing instant (and not those started
+	// since, to look at it).
+	Pids []int `json:"pids,omitempty"`
 }
 
 // FreezeRecordFile is where init keeps the last freeze's record; it is in
@@ -236,6 +241,10 @@ func (f *freezer) freeze(req initRequest, p peer) FreezeRecord {
 		f.busy = false
 		f.mu.Unlock()
 	}()
+	for p := range pids() {
+		rec.Pids = append(rec.Pids, p)
+	}
+	slices.Sort(rec.Pids)
 	f.setRecord(rec)
 
 	file, err := openCheckpoint()

@@ -398,10 +398,22 @@ func (h *hunt) frozenEvidence() int {
 	b, _ := json.MarshalIndent(r, "", "  ")
 	_ = os.WriteFile(h.file("frozen"), append(b, '\n'), 0o644)
 	before := readPids(h.file("pids.before"))
+	// the processes at the freeze still there: not those started since
+	// to look at it (this one, its exec's)
 	now := pids()
-	writePids(h.file("pids.frozen"), now)
+	at := setOf(r.Pids)
+	if len(at) == 0 {
+		at = now
+	}
+	frozen := map[int]bool{}
+	for p := range at {
+		if now[p] {
+			frozen[p] = true
+		}
+	}
+	writePids(h.file("pids.frozen"), frozen)
 	_ = copyFile(h.file("run.out"), h.file("test-output.txt"))
-	alive := newPids(before, now, h.self)
+	alive := newPids(before, frozen, h.self)
 	// the frozen caller first: it is the failure itself
 	if r.Pid > 0 && slices.Contains(alive, r.Pid) {
 		alive = append([]int{r.Pid}, slices.DeleteFunc(alive, func(p int) bool { return p == r.Pid })...)
