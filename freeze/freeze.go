@@ -19,6 +19,10 @@
 // its goroutine's stack shows the failing test's frame, at the failing line
 // when it failed with t.Fatal, t.FailNow or t.Skip's kin).
 //
+// In a copy, the freeze command holds and the test goroutine waits for it
+// in a system call, so that its stack is on a thread gdb shows
+// (`thread apply all bt`: the test's frame, under testing's cleanup).
+//
 // The test binary's own timeout (-test.timeout, 10m by default) still runs
 // in a copy: run it with -test.timeout=0 to keep a copy as long as needed.
 package freeze
@@ -39,7 +43,7 @@ import (
 var Command = "/.sbx/freeze"
 
 // exitCopy is the freeze command's exit code in a copy resumed from the
-// freeze (with --no-hold).
+// freeze, should it return there (it holds).
 const exitCopy = 3
 
 var once sync.Once
@@ -70,9 +74,10 @@ func OnFailure(t testing.TB) {
 
 // Now freezes the sandbox now, reason saying why, and returns the snapshot
 // it is recorded as. In a copy resumed from that freeze, Now does not
-// return: the calling goroutine holds where it is, for good.
+// return: the calling goroutine holds where it is, for good, waiting for
+// the freeze command, which holds there.
 func Now(reason string) (string, error) {
-	cmd := exec.Command(Command, "--no-hold", "--json", "--reason", reason,
+	cmd := exec.Command(Command, "--json", "--reason", reason,
 		"--failed-at", fmt.Sprintf("%.9f", float64(time.Now().UnixNano())/1e9))
 	var errb limited
 	cmd.Stderr = &errb

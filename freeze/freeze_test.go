@@ -28,7 +28,7 @@ func TestNow(t *testing.T) {
 		t.Fatalf("Now: %q, %v; want freeze-x-abcd", name, err)
 	}
 	args, _ := os.ReadFile(Command + ".args")
-	if !strings.Contains(string(args), "--no-hold --json --reason TestLogin --failed-at ") {
+	if !strings.Contains(string(args), "--json --reason TestLogin --failed-at ") {
 		t.Errorf("the freeze command got %q", args)
 	}
 }
