@@ -364,7 +364,30 @@ func (c *controlFilter) control(line []byte) {
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return // not a slot of this sandbox's (a copy telling of its original's)
 	}
+	if v.Result == freezewire.Failed {
+		freeFailedSlot(dir)
+	}
 	_ = writeFile0600(filepath.Join(dir, freezewire.VerdictFile), bytes.TrimSuffix(line[len(freezewire.Prefix):], []byte("\n")))
+}
+
+// freeFailedSlot empties what a failed checkpoint wrote into a slot: it is
+// of no use, and on a full disk it leaves no room for the verdict. A disk
+// (nearly) full as it failed is noted first (freezewire.NoSpaceFile), so
+// that sbxd can say why.
+func freeFailedSlot(dir string) {
+	var st syscall.Statfs_t
+	full := false
+	var free int64
+	if syscall.Statfs(dir, &st) == nil {
+		free = int64(st.Bavail) * st.Bsize
+		full = free < 64<<20 || st.Bavail*50 < st.Blocks
+	}
+	for _, f := range []string{freezewire.StateFile, freezewire.PagesMetaFile, freezewire.PagesFile} {
+		_ = os.Truncate(filepath.Join(dir, f), 0)
+	}
+	if full {
+		_ = writeFile0600(filepath.Join(dir, freezewire.NoSpaceFile), []byte(strconv.FormatInt(free, 10)))
+	}
 }
 
 func shimExec(spec ShimSpec, say func(string, ...any)) int {

@@ -240,3 +240,33 @@ func TestControlFilter(t *testing.T) {
 		t.Errorf("an endless control line came out as %.20q", out.String())
 	}
 }
+
+// TestControlFilterFailed: a failed freeze's partial checkpoint is emptied
+// before its verdict is written (on a full disk, that makes the room), and
+// the full disk is noted for sbxd's reason.
+func TestControlFilterFailed(t *testing.T) {
+	freezeDir := t.TempDir()
+	slot := filepath.Join(freezeDir, "im_abcdefghij")
+	if err := os.Mkdir(slot, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{freezewire.StateFile, freezewire.PagesFile} {
+		if err := os.WriteFile(filepath.Join(slot, f), bytes.Repeat([]byte("p"), 8192), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	c := &controlFilter{out: &out, freezeDir: freezeDir}
+	c.Write(freezewire.Line(freezewire.Verdict{Slot: "im_abcdefghij", Result: freezewire.Failed}))
+	for _, f := range []string{freezewire.StateFile, freezewire.PagesFile} {
+		if fi, err := os.Stat(filepath.Join(slot, f)); err != nil || fi.Size() != 0 {
+			t.Errorf("%s after a failed freeze: %v, want it emptied", f, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(slot, freezewire.VerdictFile)); err != nil {
+		t.Errorf("no verdict: %v", err)
+	}
+	if !strings.Contains(out.String(), "a freeze failed") {
+		t.Errorf("console %q: want the failure said", out.String())
+	}
+}

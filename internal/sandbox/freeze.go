@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -256,6 +257,10 @@ func (m *Manager) whyFreezeFailed(dir string, v freezewire.Verdict) string {
 	if strings.HasPrefix(v.Reason, "unreadable verdict") {
 		return "the sandbox's word on its freeze could not be read (" + v.Reason + ")"
 	}
+	if b, err := os.ReadFile(filepath.Join(dir, freezewire.NoSpaceFile)); err == nil {
+		free, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		return fmt.Sprintf("no space left on device: the disk of sbxd's data dir (%s) had %s free as the freeze failed", m.cfg.DataDir, fmtBytes(free))
+	}
 	var fs syscall.Statfs_t
 	if err := syscall.Statfs(dir, &fs); err == nil {
 		free := int64(fs.Bavail) * fs.Bsize
@@ -349,6 +354,7 @@ func (m *Manager) recordFreeze(ctx context.Context, sb *store.Sandbox, slot stri
 		fail(err)
 		return
 	}
+	crashPoint("freeze:journaled")
 	// the slot becomes the image: memory/ is gVisor's three files
 	img := m.imageDir(slot)
 	if err := os.MkdirAll(img, 0o700); err != nil {
@@ -365,6 +371,7 @@ func (m *Manager) recordFreeze(ctx context.Context, sb *store.Sandbox, slot stri
 		return
 	}
 	c.step(ctx, "moved")
+	crashPoint("freeze:moved")
 	size, err := m.completeImage(slot, true)
 	if err != nil {
 		c.abandon(ctx)

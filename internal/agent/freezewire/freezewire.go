@@ -53,6 +53,9 @@ const (
 	PagesMetaFile = "pages_meta.img"
 	PagesFile     = "pages.img"
 	VerdictFile   = "verdict"
+	// NoSpaceFile, beside a failed freeze's verdict, says the disk was
+	// (nearly) full when it failed: the free bytes then, in decimal.
+	NoSpaceFile = "nospace"
 )
 
 // ControlByte starts a control line on the console; init replaces it in
