@@ -419,8 +419,9 @@ func (h *hunt) frozenEvidence() int {
 		alive = append([]int{r.Pid}, slices.DeleteFunc(alive, func(p int) bool { return p == r.Pid })...)
 	}
 	writePids(h.file("leaked-pids.txt"), setOf(alive))
-	t := cmp.Or(r.FailedAt, r.Triggered)
-	h.evidence(t, alive, "(frozen)")
+	// the copy's processes went on from the freeze just now: a leaked
+	// server not listening yet gets its wait from now
+	h.evidence(time.Now(), alive, "(frozen)")
 	if r.Pid > 0 {
 		_ = os.WriteFile(h.file("frozen-pid.txt"), []byte(fmt.Sprintf("%d %s\n", r.Pid, cmdline(r.Pid))), 0o644)
 	}
