@@ -327,6 +327,11 @@ func Attach(ctx context.Context, c HuntClient, a AttachOptions) (*HuntSummary, e
 		return nil, err
 	}
 	sb, err := c.Get(ctx, a.Name)
+	if errors.Is(err, api.ErrNotFound) {
+		if s := attachFrozen(ctx, c, &o); s != nil {
+			return s, nil
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("hunt --attach %s: %w", a.Name, err)
 	}

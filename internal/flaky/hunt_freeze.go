@@ -161,3 +161,31 @@ func frozenCommands(o *HuntOptions, s *HuntSummary) []string {
 		replay[len(replay)-1],
 	}
 }
+
+// attachFrozen is --attach of a hunt --freeze that finished: its original
+// is deleted and its copy NAME-frozen runs. The summary is read from the
+// artifacts, where they are; nil if there is no such copy.
+func attachFrozen(ctx context.Context, c HuntClient, o *HuntOptions) *HuntSummary {
+	cp, err := c.Get(ctx, o.Name+"-frozen")
+	if err != nil {
+		return nil
+	}
+	s := &HuntSummary{Name: o.Name, Failed: true, Copy: cp.Name}
+	if _, err := c.GetSnapshot(ctx, o.Name); err == nil {
+		s.Snapshot = o.Name
+	}
+	if dir, err := filepath.Abs(o.OutDir); err == nil {
+		if f, err := os.Open(filepath.Join(dir, "failed")); err == nil {
+			_ = parseFailed(f, s)
+			f.Close()
+			s.Artifacts = dir
+		}
+		var rec agent.FreezeRecord
+		if b, err := os.ReadFile(filepath.Join(dir, "frozen")); err == nil && json.Unmarshal(b, &rec) == nil {
+			s.Frozen, s.PausedMs = rec.Name, rec.PausedMs
+		}
+	}
+	o.emit(HuntEvent{Event: "copy", Sandbox: cp.ID, Message: "the hunt was already captured: its freeze runs as " + cp.Name})
+	s.Commands = frozenCommands(o, s)
+	return s
+}

@@ -403,6 +403,25 @@ func TestAttach(t *testing.T) {
 			t.Errorf("summary %+v, want stopped and no fork", s)
 		}
 	})
+	t.Run("frozen and captured", func(t *testing.T) {
+		f := newFakeHunt("", 0)
+		f.sandboxes["h-frozen"] = true // the original was deleted at the end
+		f.snapshots["h"] = true
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "failed"), []byte("run=2\nseed=77\nexit=1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "frozen"), []byte(`{"state":"copy","name":"freeze-h-abcd","pausedMs":40}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s, err := Attach(context.Background(), f, AttachOptions{Name: "h", OutDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !s.Failed || s.Copy != "h-frozen" || s.Frozen != "freeze-h-abcd" || s.Snapshot != "h" || s.Seed != "77" || s.Artifacts != dir {
+			t.Errorf("summary %+v, want the frozen hunt's", s)
+		}
+	})
 	t.Run("unknown", func(t *testing.T) {
 		f := newFakeHunt("", 0)
 		if _, err := Attach(context.Background(), f, AttachOptions{Name: "nope"}); !errors.Is(err, api.ErrNotFound) {
