@@ -224,10 +224,6 @@ func TestHuntFreezePytest(t *testing.T) {
 	if r := d.sbx(t, "exec", "-u", "0", s.Copy, "--", "/.sbx/sbx-agent", "pystack", "--pid", strconv.Itoa(pid)); r.code != 0 || !want.MatchString(r.stdout) {
 		t.Errorf("a second pystack: exit %d:\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
-	out, _ := os.ReadFile(filepath.Join(s.Artifacts, "test-output.txt"))
-	if !strings.Contains(string(out), "froze sandbox") {
-		t.Errorf("the test's output does not say it froze:\n%s", out)
-	}
 }
 
 // TestHuntFreezeGo: a Go test using sbx.dev/sbx/freeze freezes at its
