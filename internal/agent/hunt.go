@@ -334,8 +334,12 @@ func freezeStatus() (FreezeRecord, bool) {
 // failed records run i's failure and its evidence (or its freeze).
 func (h *hunt) failed(i int, seed string, code int, timedOut bool, before map[int]bool, froze *FreezeRecord) int {
 	t := time.Now()
-	if froze != nil && !froze.FailedAt.IsZero() {
+	switch {
+	case froze == nil:
+	case !froze.FailedAt.IsZero():
 		t = froze.FailedAt // the run's own word on when it failed
+	case !froze.Triggered.IsZero():
+		t = froze.Triggered // it froze at its failure, and said no more
 	}
 	rec := fmt.Sprintf("run=%d\nseed=%s\nexit=%d\ntime=%s\n", i, seed, code, epoch(t))
 	if timedOut {
