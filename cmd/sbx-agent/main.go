@@ -4,10 +4,16 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 
 	"sbx.dev/sbx/internal/agent"
 )
 
 func main() {
-	os.Exit(agent.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	args := os.Args[1:]
+	// /.sbx/freeze is a link to the agent
+	if filepath.Base(os.Args[0]) == "freeze" {
+		args = append([]string{"freeze"}, args...)
+	}
+	os.Exit(agent.Main(args, os.Stdin, os.Stdout, os.Stderr))
 }

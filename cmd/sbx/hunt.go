@@ -19,7 +19,7 @@ func newHuntCmd(e *env) *cobra.Command {
 		template, from, setup, seedEnv, name, out, attach, user string
 		runs                                                    int
 		collect                                                 []string
-		onCrash                                                 bool
+		onCrash, freeze                                         bool
 	)
 	cmd := &cobra.Command{
 		Use:   "hunt [flags] [--] TEST_CMD [ARGS...]\n  sbx hunt --attach NAME [--out DIR]",
@@ -47,6 +47,7 @@ func newHuntCmd(e *env) *cobra.Command {
 	fs.StringVarP(&user, "user", "u", "", "run the setup and the test as this user: a name or uid[:gid] (default: the template's user)")
 	timeout := durationVar(fs, "timeout", "a run that lasts longer fails (exit 124) and is captured while it hangs, its processes alive, e.g. 2m or 120 (seconds)")
 	fs.BoolVar(&onCrash, "on-crash", false, "run each run under gdb; a run that dies of a fatal signal leaves a crash bundle (backtrace, core, binary, libraries) in the artifacts")
+	fs.BoolVar(&freeze, "freeze", false, "freeze the sandbox at the failure: pytest (-p sbx_freeze, loaded for you), Go tests using sbx.dev/sbx/freeze and programs calling /.sbx/freeze freeze at their failing instant, anything else as it exits non-zero; the evidence is read from a copy of the frozen machine")
 	cmd.RunE = remote(func(cmd *cobra.Command, args []string) error {
 		_, command, err := remoteArgs(cmd, args, 0)
 		if err != nil {
@@ -56,7 +57,7 @@ func newHuntCmd(e *env) *cobra.Command {
 			return usagef("--seed-env %q: want a variable name", seedEnv)
 		}
 		if attach != "" {
-			if len(command) > 0 || template != "" || from != "" || setup != "" || onCrash || timeout.set || user != "" {
+			if len(command) > 0 || template != "" || from != "" || setup != "" || onCrash || freeze || timeout.set || user != "" {
 				return usagef("hunt --attach takes only a name (and --out)")
 			}
 		} else {
@@ -68,6 +69,9 @@ func newHuntCmd(e *env) *cobra.Command {
 			}
 			if runs < 1 {
 				return usagef("--runs %d: want at least 1", runs)
+			}
+			if freeze && onCrash {
+				return usagef("give --freeze or --on-crash, not both (a crash handler that calls /.sbx/freeze freezes at the crash)")
 			}
 		}
 		c, err := e.client()
@@ -86,6 +90,8 @@ func newHuntCmd(e *env) *cobra.Command {
 			case "failed":
 				p.clear()
 				fmt.Fprintf(e.stderr, "run %d FAILED (seed %s, exit %d); capturing\n", ev.Run, safe(ev.Seed), *ev.ExitCode)
+			case "frozen":
+				fmt.Fprintf(e.stderr, "froze the sandbox at the failure: %s; reading the evidence in a copy\n", safe(ev.Snapshot))
 			}
 		}
 		var s *flaky.HuntSummary
@@ -104,7 +110,7 @@ func newHuntCmd(e *env) *cobra.Command {
 			o := flaky.HuntOptions{
 				Name: name, Template: template, From: from, Setup: setup, Runs: runs, User: user,
 				Cmd: shellWrap(command), SeedEnv: seedEnv, Collect: collect, OutDir: out, Event: event,
-				OnCrash: onCrash, Timeout: timeout.d,
+				OnCrash: onCrash, Timeout: timeout.d, Freeze: freeze,
 			}
 			if from == "" {
 				wd, err := os.Getwd()
@@ -136,6 +142,9 @@ func printHunt(e *env, s *flaky.HuntSummary) error {
 	if !s.Failed {
 		_, err := fmt.Fprintf(e.stdout, "no failure in %d runs; deleted sandbox %s\n", s.Runs, s.Sandbox)
 		return err
+	}
+	if s.Frozen != "" {
+		return printFrozenHunt(e, s)
 	}
 	var b strings.Builder
 	if s.Run > 0 {
@@ -181,6 +190,41 @@ func printHunt(e *env, s *flaky.HuntSummary) error {
 			l = labels[i]
 		}
 		fmt.Fprintf(e.stdout, "  %-7s %s\n", l, safe(cmd))
+	}
+	return nil
+}
+
+// printFrozenHunt is the summary of a hunt --freeze.
+func printFrozenHunt(e *env, s *flaky.HuntSummary) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "run %d failed (seed %s, exit %d) at %s\n", s.Run, s.Seed, s.ExitCode, s.FailedAt.Local().Format(time.RFC3339Nano))
+	if s.FrozenMs > 0 {
+		fmt.Fprintf(&b, "frozen %s after the failure (gVisor took %s)\n", time.Duration(s.FrozenMs)*time.Millisecond, time.Duration(s.PausedMs)*time.Millisecond)
+	}
+	if _, err := fmt.Fprint(e.stdout, b.String()); err != nil {
+		return err
+	}
+	tw := e.table()
+	for _, l := range [][2]string{
+		{"frozen", s.Frozen + " (a snapshot with memory: the machine at the failing instant)"},
+		{"copy", s.Copy + " (resumed from it, running: the failing test as it was, if it froze itself)"},
+		{"artifacts", orDash(s.Artifacts) + " (read in the copy)"},
+		{"snapshot", orDash(s.Snapshot) + " (disk, for replay)"},
+		{"sandbox", s.Sandbox + " (the original, deleted: its failing run had ended)"},
+	} {
+		fmt.Fprintf(tw, "%s\t%s\n", l[0], l[1])
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(e.stdout, "next:")
+	labels := []string{"look", "again", "replay"}
+	for i, cmd := range s.Commands {
+		l := ""
+		if i < len(labels) {
+			l = labels[i]
+		}
+		fmt.Fprintf(e.stdout, "  %-7s %s\n", l, cmd)
 	}
 	return nil
 }

@@ -66,7 +66,13 @@ A PATH of ~ or ~/... starts at the home of U (default root), ~NAME/... at
 NAME's, from the sandbox's /etc/passwd.
   sbx-agent ports
   sbx-agent now
-  sbx-agent sigdfl -- PROG [ARGS...]`
+  sbx-agent sigdfl -- PROG [ARGS...]
+  sbx-agent freeze [--reason TEXT] [--failed-at TIME] [--no-hold] [--json] | freeze --status
+  sbx-agent freeze-why --slot SLOT   (the reason on stdin)
+  sbx-agent pystack --pid PID        (a Python process's stacks and locals)
+  sbx-agent hunt --config FILE [--evidence]   (sbx hunt's loop; see HuntConfig)
+
+Called as freeze (the link /.sbx/freeze), it is sbx-agent freeze.`
 
 // Main runs the subcommand named by args[0] and returns the exit code. It
 // reads file contents and tars from stdin, writes results to stdout and
@@ -94,6 +100,10 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runInit(stderr)
 	case "sigdfl":
 		return runSigDfl(args, stderr)
+	case "freeze":
+		return runFreeze(args, stdout, stderr)
+	case "hunt":
+		return runHunt(args, stdout, stderr)
 	}
 	var err error
 	switch cmd {
@@ -117,6 +127,10 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = runRm(args)
 	case "mv":
 		err = runMv(args)
+	case "freeze-why":
+		err = runFreezeWhy(args, stdin)
+	case "pystack":
+		err = runPyStack(args, stdout)
 	case "now":
 		// the clock in seconds with nanoseconds, for shells whose date has no %N
 		t := time.Now()

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"sbx.dev/sbx/internal/agent/freezewire"
 )
 
 // InitSocket is the abstract unix socket on which init takes requests to
@@ -51,6 +53,13 @@ type initRequest struct {
 	// User runs the command as this user: a name or uid, optionally with
 	// ":group" (resolved from the sandbox's /etc/passwd and /etc/group).
 	User string `json:"user,omitempty"`
+	// A freeze's (see freeze.go): what failed, when, and whether the
+	// process asking is the one to keep (else its parent is); a failed
+	// freeze's slot and sbxd's reason ("freeze-why", in Reason).
+	Reason   string `json:"reason,omitempty"`
+	FailedAt string `json:"failedAt,omitempty"`
+	Self     bool   `json:"self,omitempty"`
+	Slot     string `json:"slot,omitempty"`
 }
 
 // initReply is init's answer: {"pid":N} for a started command, {} for a
@@ -61,6 +70,8 @@ type initReply struct {
 	Error string `json:"error,omitempty"`
 	// Exit answers a "wait": the exit code of the command once it ended.
 	Exit *int `json:"exit,omitempty"`
+	// Freeze answers a "freeze" or "freeze-status".
+	Freeze *FreezeRecord `json:"freeze,omitempty"`
 }
 
 // maxRequest bounds a request: argv and env together, with room to spare
@@ -84,6 +95,11 @@ func runInit(stderr io.Writer) int {
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	// the boot's freeze environment is the first boot's in init's own;
+	// the current one is read from gVisor when needed
+	for _, k := range freezewire.Envs {
+		_ = os.Unsetenv(k)
+	}
 	if err := serveConsole(consolePath, os.Stdout); err != nil {
 		fmt.Fprintf(stderr, "sbx-agent: init: /dev/console: %v\n", err)
 	}
@@ -91,6 +107,7 @@ func runInit(stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sbx-agent: init: /etc: %v\n", err)
 	}
 	s := newSupervisor(initSocket, execsDir, true, stderr)
+	s.freezer = newFreezer(os.Stdout)
 	s.start()
 	<-sigs
 	return 0
@@ -115,6 +132,10 @@ type supervisor struct {
 
 	sigs chan os.Signal
 	done chan struct{}
+
+	// freezer does the sandbox's freezes (nil: none, as in tests that do
+	// not need them).
+	freezer *freezer
 }
 
 // spawned is a command init started and has not yet recorded the end of.
@@ -260,11 +281,44 @@ func (s *supervisor) handle(conn *os.File) {
 			// answered when the command ends, however long that is
 			_ = conn.SetDeadline(time.Time{})
 			rep = s.waitExec(req)
+		case "freeze", "freeze-status", "freeze-why":
+			rep = s.freezeOp(conn, req)
 		default:
 			rep = initReply{Code: ExitUsageExec, Error: fmt.Sprintf("unknown op %q", req.Op)}
 		}
 	}
 	_ = json.NewEncoder(conn).Encode(rep)
+}
+
+// freezeOp answers the freeze requests (freeze.go).
+func (s *supervisor) freezeOp(conn *os.File, req initRequest) initReply {
+	if s.freezer == nil {
+		return initReply{Code: ExitError, Error: "this init does no freezes"}
+	}
+	switch req.Op {
+	case "freeze":
+		p, err := peerOf(conn)
+		if err != nil {
+			return initReply{Code: ExitError, Error: "freeze: who is asking: " + err.Error()}
+		}
+		// answered once gVisor has written the whole sandbox
+		_ = conn.SetDeadline(time.Time{})
+		r := s.freezer.freeze(req, p)
+		return initReply{Freeze: &r}
+	case "freeze-status":
+		r := s.freezer.status(2 * time.Second)
+		return initReply{Freeze: &r}
+	default: // freeze-why
+		if !freezewire.ValidSlot(req.Slot) {
+			return initReply{Code: ExitInvalid, Error: fmt.Sprintf("freeze-why: bad slot %q", req.Slot)}
+		}
+		p, err := peerOf(conn)
+		if err != nil || p.uid != 0 {
+			return initReply{Code: ExitError, Error: "freeze-why: only root tells why a freeze failed"}
+		}
+		s.freezer.setWhy(req.Slot, freezewire.Printable(req.Reason))
+		return initReply{}
+	}
 }
 
 // validExecID says whether id can name an exec directory: letters, digits,
@@ -776,6 +830,12 @@ func serveConsole(path string, out io.Writer) error {
 		for {
 			n, err := f.Read(buf)
 			if n > 0 {
+				// a control line on the console is init's alone
+				for i, c := range buf[:n] {
+					if c == freezewire.ControlByte {
+						buf[i] = '?'
+					}
+				}
 				_, _ = out.Write(buf[:n])
 			}
 			if err != nil {

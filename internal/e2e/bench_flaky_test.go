@@ -109,18 +109,80 @@ func parseEpoch(v string) time.Time {
 //     marker the loop wrote; the sandbox's clock is the host's). Goal < 1 s.
 //   - failure → capture complete: the hunt's own captureMs (disk fork,
 //     artifacts copied out, disk snapshot, stop with memory). Goal < 3 s.
+//
+// Each round also runs the same hunt with --freeze, and reads off it:
+//
+//   - failure → frozen: the freeze's checkpoint complete (its record's
+//     done) minus the failure time. Goal ≤ 100 ms for a small sandbox.
+//   - the pause the original sees: gVisor's checkpoint, from the write to
+//     /proc/gvisor/checkpoint to its answer.
 func BenchmarkHunt(b *testing.B) {
-	var markT, captureT []time.Duration
+	var markT, captureT, frozenT, pauseT []time.Duration
 	for i := 0; i < b.N; i++ {
 		mark, capture := huntOnce(b)
 		markT = append(markT, mark)
 		captureT = append(captureT, capture)
+		frozen, pause := huntFreezeOnce(b)
+		frozenT = append(frozenT, frozen)
+		pauseT = append(pauseT, pause)
 	}
-	mm, mc := median(markT), median(captureT)
+	mm, mc, mf, mp := median(markT), median(captureT), median(frozenT), median(pauseT)
 	b.ReportMetric(ms(mm), "fail-to-marker-ms")
 	b.ReportMetric(ms(mc), "fail-to-captured-ms")
+	b.ReportMetric(ms(mf), "fail-to-frozen-ms")
+	b.ReportMetric(ms(mp), "freeze-pause-ms")
 	fmt.Printf("%-28s sbx %8.1f ms   goal < %6.0f ms   %s  (median of %d)\n", "hunt: failure → marker out", ms(mm), 1000.0, verdict(mm < time.Second), len(markT))
 	fmt.Printf("%-28s sbx %8.1f ms   goal < %6.0f ms   %s  (median of %d)\n", "hunt: failure → captured", ms(mc), 3000.0, verdict(mc < 3*time.Second), len(captureT))
+	fmt.Printf("%-28s sbx %8.1f ms   goal ≤ %6.0f ms   %s  (median of %d)\n", "hunt --freeze: failure → frozen", ms(mf), 100.0, verdict(mf <= 100*time.Millisecond), len(frozenT))
+	fmt.Printf("%-28s sbx %8.1f ms   (median of %d)\n", "hunt --freeze: the original's pause", ms(mp), len(pauseT))
+}
+
+// huntFreezeOnce runs the hunt of huntOnce with --freeze and returns
+// failure → frozen and the pause gVisor's checkpoint took. It removes all
+// it made, also on failure.
+func huntFreezeOnce(b *testing.B) (frozen, pause time.Duration) {
+	b.Helper()
+	b.StopTimer()
+	defer b.StartTimer()
+	d := shared
+	dir := copyFlakyExample(b)
+	name := "bench-freeze-" + randHex(4)
+	var snap string
+	cleanup := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		_ = sdk(d.client).Delete(ctx, name+"-frozen")
+		_ = sdk(d.client).Delete(ctx, name)
+		_ = d.client.DeleteSnapshot(ctx, name)
+		if snap != "" {
+			_ = d.client.DeleteSnapshot(ctx, snap)
+		}
+	}
+	b.Cleanup(cleanup)
+	defer cleanup()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "sbx"), "--json", "hunt", "--freeze", "--template", "base", "--runs", "20",
+		"--name", name, "--", "./test.sh")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "SBX_HOST=unix://"+d.socket)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var summary *flaky.HuntSummary
+	sc := bufio.NewScanner(&stdout)
+	for sc.Scan() {
+		var ev flaky.HuntEvent
+		if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Summary != nil {
+			summary = ev.Summary
+			snap = summary.Frozen
+		}
+	}
+	if err != nil || summary == nil || summary.Frozen == "" || summary.FrozenMs <= 0 {
+		b.Fatalf("sbx hunt --freeze: %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
+	}
+	fmt.Printf("%-28s run %d failed (seed %s); frozen after %d ms, gVisor paused it %d ms\n", "hunt --freeze: "+name, summary.Run, summary.Seed, summary.FrozenMs, summary.PausedMs)
+	return time.Duration(summary.FrozenMs) * time.Millisecond, time.Duration(summary.PausedMs) * time.Millisecond
 }
 
 func verdict(ok bool) string {
@@ -244,7 +306,7 @@ func BenchmarkFlakeRateVsNaive(b *testing.B) {
 	src := flakyExampleTar(b)
 
 	// the ready state, as a memory snapshot
-	sb, err := d.client.Create(ctx, client.WithTemplate("base"))
+	sb, err := sdk(d.client).Create(ctx, client.WithTemplate("base"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -592,3 +592,12 @@ func (f flatClient) ImportTemplateFrom(ctx context.Context, name, source string,
 func (f flatClient) RemoveTemplate(ctx context.Context, name string) (*api.Template, error) {
 	return f.C.RemoveTemplate(ctx, name)
 }
+
+// Events sends sandbox id's events to fn, following them when follow.
+func (f flatClient) Events(ctx context.Context, id string, follow bool, fn func(api.Event) error) error {
+	var opts []client.EventsOption
+	if follow {
+		opts = append(opts, client.Follow())
+	}
+	return f.C.Sandbox(id).Events(ctx, fn, opts...)
+}

@@ -374,7 +374,7 @@ func leaksOf(d *daemon) []string {
 		}
 		st.Close()
 	}
-	for _, dir := range []string{"images", "disks", "sandboxes"} {
+	for _, dir := range []string{"images", "disks", "sandboxes", "freeze"} {
 		ents, _ := os.ReadDir(filepath.Join(d.dir, dir))
 		for _, e := range ents {
 			if dir == "images" && accounted[e.Name()] {

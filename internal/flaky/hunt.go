@@ -5,6 +5,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
+	"sbx.dev/sbx/internal/agent"
 )
 
 // The sandbox's meta keys where Hunt notes the test and its seed variable.
@@ -80,6 +82,12 @@ type HuntOptions struct {
 	// uid[:gid] inside the sandbox); /work is then theirs. "" is the
 	// template's default user.
 	User string
+	// Freeze freezes the sandbox at the failure (see captureFrozen): a
+	// pytest run with the sbx_freeze plugin loaded, a Go test using package
+	// sbx.dev/sbx/freeze, or any program calling /.sbx/freeze freezes at
+	// its own failing instant; any other failing run is frozen as it ends.
+	// The evidence is then read from a copy of the frozen sandbox.
+	Freeze bool
 	// OnCrash runs each run under gdb, as `sbx exec --on-crash` does: when
 	// the test's process dies of a fatal signal, the crash bundle lands in
 	// OutDir/crash (crash.tar and backtrace.txt) and in the summary. The
@@ -94,7 +102,9 @@ type HuntOptions struct {
 // HuntEvent is one step of a hunt, as `--json` prints it: "sandbox",
 // "started", "run", "failed", "captured", "fork", "artifacts", "crash" (with
 // OnCrash, when the failing run crashed), "snapshot", "stopped",
-// "nofailure", "deleted", then "summary".
+// "nofailure", "deleted", then "summary". With Freeze, after "failed":
+// "frozen" (the loop froze), "recorded" (sbxd has the snapshot), "copy",
+// "artifacts", "snapshot", "deleted".
 type HuntEvent struct {
 	Event    string       `json:"event"`
 	Time     time.Time    `json:"time"`
@@ -133,7 +143,14 @@ type HuntSummary struct {
 	Stopped   bool   `json:"stopped,omitempty"`
 	// Crash is the failing run's crash bundle, with OnCrash, when its
 	// process died of a fatal signal.
-	Crash    *Crash   `json:"crash,omitempty"`
+	Crash *Crash `json:"crash,omitempty"`
+	// Frozen is the freeze's snapshot, with Freeze; Copy the sandbox
+	// resumed from it (the frozen machine, running); FrozenMs the time from
+	// the failure to the freeze complete; PausedMs what gVisor took.
+	Frozen   string   `json:"frozen,omitempty"`
+	Copy     string   `json:"copy,omitempty"`
+	FrozenMs int64    `json:"frozenMs,omitempty"`
+	PausedMs int64    `json:"pausedMs,omitempty"`
 	Commands []string `json:"commands,omitempty"`
 }
 
@@ -158,6 +175,8 @@ func (o *HuntOptions) defaults() error {
 		return api.Errorf(api.ErrInvalid, "hunt: --timeout %s: want 10ms or more", o.Timeout)
 	case len(o.Cmd) == 0:
 		return api.Errorf(api.ErrInvalid, "hunt: no test command given")
+	case o.Freeze && o.OnCrash:
+		return api.Errorf(api.ErrInvalid, "hunt: --freeze and --on-crash do not go together: a crash handler that calls /.sbx/freeze freezes at the crash (see the README)")
 	case strings.ContainsAny(o.SeedEnv, "= '\"$"):
 		return api.Errorf(api.ErrInvalid, "hunt: --seed-env %q: want a variable name", o.SeedEnv)
 	}
@@ -263,17 +282,21 @@ func startLoop(ctx context.Context, c HuntClient, id string, o *HuntOptions) (*a
 			return nil, fmt.Errorf("install the crash wrapper in %s: %w", id, err)
 		}
 	}
-	cfg := loopConfig{setup: o.Setup, runs: o.Runs, seedEnv: o.SeedEnv, test: o.Cmd, collect: o.Collect, onCrash: o.OnCrash, user: owner}
+	cfg := agent.HuntConfig{Dir: HuntDir, Work: "/work", Setup: o.Setup, Runs: o.Runs, SeedEnv: o.SeedEnv, Test: o.Cmd,
+		Collect: collectPaths(o.Collect), OnCrash: o.OnCrash, CrashDir: crashDir, User: owner, Freeze: o.Freeze}
 	if o.Timeout > 0 {
-		cfg.timeout = strconv.FormatFloat(o.Timeout.Seconds(), 'f', 3, 64)
+		cfg.Timeout = o.Timeout.String()
 	}
-	script := loopScript(cfg)
-	if err := c.WriteFile(ctx, id, huntLoop, strings.NewReader(script), int64(len(script)), 0o755); err != nil {
-		return nil, fmt.Errorf("write the loop into %s: %w", id, err)
+	b, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := c.WriteFile(ctx, id, huntConfig, bytes.NewReader(b), int64(len(b)), 0o644); err != nil {
+		return nil, fmt.Errorf("write the loop's configuration into %s: %w", id, err)
 	}
 	// the loop runs as root (it reads the evidence of whatever the test
 	// left); the setup and the test run as owner
-	x, err = c.ExecDetached(ctx, id, api.ExecRequest{Cmd: []string{"/bin/sh", huntLoop}, Cwd: "/", User: asRoot})
+	x, err = c.ExecDetached(ctx, id, api.ExecRequest{Cmd: []string{agent.AgentPath, "hunt", "--config", huntConfig}, Cwd: "/", User: asRoot})
 	if err != nil {
 		return nil, fmt.Errorf("start the loop in %s: %w", id, err)
 	}
@@ -303,6 +326,11 @@ func Attach(ctx context.Context, c HuntClient, a AttachOptions) (*HuntSummary, e
 		return nil, err
 	}
 	sb, err := c.Get(ctx, a.Name)
+	if errors.Is(err, api.ErrNotFound) {
+		if s := attachFrozen(ctx, c, &o); s != nil {
+			return s, nil
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("hunt --attach %s: %w", a.Name, err)
 	}
@@ -333,7 +361,7 @@ func Attach(ctx context.Context, c HuntClient, a AttachOptions) (*HuntSummary, e
 	}
 	var loop *api.Exec
 	for i := range xs {
-		if len(xs[i].Cmd) > 0 && xs[i].Cmd[len(xs[i].Cmd)-1] == huntLoop {
+		if n := len(xs[i].Cmd); n > 0 && (xs[i].Cmd[n-1] == huntConfig || xs[i].Cmd[n-1] == legacyLoop) {
 			loop = &xs[i]
 		}
 	}
@@ -366,6 +394,7 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 func follow(ctx context.Context, c HuntClient, id, execID string, o *HuntOptions) (*HuntSummary, error) {
 	s := &HuntSummary{Name: o.Name, Sandbox: id}
 	var tail []string
+	frozen := ""
 	lw := &lineWriter{fn: func(l string) {
 		f := strings.Fields(l)
 		switch {
@@ -381,6 +410,9 @@ func follow(ctx context.Context, c HuntClient, id, execID string, o *HuntOptions
 			o.emit(HuntEvent{Event: "failed", Sandbox: id, Run: n, Seed: f[4], ExitCode: &code})
 		case strings.HasPrefix(l, lineCaptured):
 			o.emit(HuntEvent{Event: "captured", Sandbox: id, Path: HuntDir})
+		case strings.HasPrefix(l, lineFrozen) && len(f) >= 3:
+			frozen = f[2]
+			o.emit(HuntEvent{Event: "frozen", Sandbox: id, Snapshot: frozen})
 		default:
 			tail = append(tail, l)
 		}
@@ -407,6 +439,8 @@ func follow(ctx context.Context, c HuntClient, id, execID string, o *HuntOptions
 		return s, nil
 	case loopFailed:
 		return capture(ctx, c, s, o)
+	case loopFrozen:
+		return captureFrozen(ctx, c, s, o, frozen)
 	default:
 		err := fmt.Errorf("hunt %s: the loop in %s ended with exit %d: %s", o.Name, id, code, strings.Join(tail, "; "))
 		switch code {

@@ -4,13 +4,14 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
+	"sbx.dev/sbx/internal/agent"
 )
 
 // fakeHunt is an in-memory sbxd for Hunt: the loop's output and exit code
@@ -27,6 +29,9 @@ type fakeHunt struct {
 	loopOut  string
 	loopExit int
 	failed   string // the marker file's content
+	frozen   string // the freeze's record (HuntDir/frozen)
+	// evidenceExit is the exit code of the evidence read in a copy.
+	evidenceExit int
 
 	mu        sync.Mutex
 	calls     []string
@@ -57,8 +62,14 @@ func (f *fakeHunt) call(s string) {
 }
 
 func (f *fakeHunt) Create(ctx context.Context, opts ...client.CreateOption) (*api.Sandbox, error) {
+	req := client.CreateRequest(opts...)
+	if req.From != "" {
+		f.call("create " + req.Name + " from " + req.From)
+		f.sandboxes[req.Name] = true
+		return &api.Sandbox{ID: "sb_copy", Name: req.Name, State: api.StateReady}, nil
+	}
 	f.call("create")
-	f.created = client.CreateRequest(opts...)
+	f.created = req
 	f.sandboxes[f.created.Name] = true
 	return &api.Sandbox{ID: "sb_hunt", Name: f.created.Name, State: api.StateReady}, nil
 }
@@ -78,8 +89,11 @@ func (f *fakeHunt) Delete(ctx context.Context, id string) error {
 
 func (f *fakeHunt) Exec(ctx context.Context, id string, req api.ExecRequest, stdout, stderr io.Writer) (*api.Exec, error) {
 	f.call("exec " + asUser(req.User) + strings.Join(req.Cmd, " "))
-	zero := 0
-	return &api.Exec{ID: "x_mk", ExitCode: &zero, State: api.ExecExited}, nil
+	code := 0
+	if slices.Contains(req.Cmd, "--evidence") {
+		code = f.evidenceExit
+	}
+	return &api.Exec{ID: "x_mk", ExitCode: &code, State: api.ExecExited}, nil
 }
 
 func (f *fakeHunt) ExecDetached(ctx context.Context, id string, req api.ExecRequest) (*api.Exec, error) {
@@ -89,7 +103,7 @@ func (f *fakeHunt) ExecDetached(ctx context.Context, id string, req api.ExecRequ
 
 func (f *fakeHunt) Execs(ctx context.Context, id string) ([]api.Exec, error) {
 	f.call("execs")
-	return []api.Exec{{ID: "x_other", Cmd: []string{"true"}}, {ID: "x_loop", Cmd: []string{"/bin/sh", huntLoop}}}, nil
+	return []api.Exec{{ID: "x_other", Cmd: []string{"true"}}, {ID: "x_loop", Cmd: []string{"/.sbx/sbx-agent", "hunt", "--config", huntConfig}}}, nil
 }
 
 func (f *fakeHunt) ExecOutput(ctx context.Context, id, execID string, follow bool, stdout, stderr io.Writer) (*api.Exec, error) {
@@ -127,6 +141,9 @@ func (f *fakeHunt) ReadTar(ctx context.Context, id, path string) (io.ReadCloser,
 
 func (f *fakeHunt) ReadFile(ctx context.Context, id, path string) (io.ReadCloser, error) {
 	f.call("read " + path)
+	if path == HuntDir+"/frozen" {
+		return io.NopCloser(strings.NewReader(f.frozen)), nil
+	}
 	return io.NopCloser(strings.NewReader(f.failed)), nil
 }
 
@@ -215,7 +232,7 @@ func TestHuntFailureOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantSetup := []string{"create", "exec sh -c echo $(id -u):$(id -g)", "exec (as 0) mkdir -p " + HuntDir, "writetar /work", "write " + huntLoop, "detach (as 0) /bin/sh " + huntLoop, "follow x_loop"}
+	wantSetup := []string{"create", "exec sh -c echo $(id -u):$(id -g)", "exec (as 0) mkdir -p " + HuntDir, "writetar /work", "write " + huntConfig, "detach (as 0) /.sbx/sbx-agent hunt --config " + huntConfig, "follow x_loop"}
 	if diff := cmp.Diff(wantSetup, f.calls[:len(wantSetup)]); diff != "" {
 		t.Errorf("calls before the loop ended (-want +got):\n%s", diff)
 	}
@@ -383,195 +400,31 @@ func TestAttach(t *testing.T) {
 			t.Errorf("summary %+v, want stopped and no fork", s)
 		}
 	})
+	t.Run("frozen and captured", func(t *testing.T) {
+		f := newFakeHunt("", 0)
+		f.sandboxes["h-frozen"] = true // the original was deleted at the end
+		f.snapshots["h"] = true
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "failed"), []byte("run=2\nseed=77\nexit=1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "frozen"), []byte(`{"state":"copy","name":"freeze-h-abcd","pausedMs":40}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s, err := Attach(context.Background(), f, AttachOptions{Name: "h", OutDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !s.Failed || s.Copy != "h-frozen" || s.Frozen != "freeze-h-abcd" || s.Snapshot != "h" || s.Seed != "77" || s.Artifacts != dir {
+			t.Errorf("summary %+v, want the frozen hunt's", s)
+		}
+	})
 	t.Run("unknown", func(t *testing.T) {
 		f := newFakeHunt("", 0)
 		if _, err := Attach(context.Background(), f, AttachOptions{Name: "nope"}); !errors.Is(err, api.ErrNotFound) {
 			t.Fatalf("got %v, want api.ErrNotFound", err)
 		}
 	})
-}
-
-// runLoop runs the loop script with a host shell in dir, a scratch /work
-// stand-in, and returns its output and exit code. It runs in a pid
-// namespace of its own with its own /proc: the loop kills the processes a
-// passing run leaves behind and reads those of a failing one, and on the
-// host those would be anyone's. Leaked processes die with the namespace.
-func runLoop(t *testing.T, dir string, c loopConfig) (string, int) {
-	t.Helper()
-	if os.Getuid() != 0 {
-		t.Skip("needs root for a pid namespace")
-	}
-	if _, err := exec.LookPath("unshare"); err != nil {
-		t.Skip("no unshare")
-	}
-	hunt := filepath.Join(dir, ".sbx-hunt")
-	script := loopScript(c)
-	script = strings.ReplaceAll(script, "H="+shellQuote(HuntDir)+"\n", "H="+shellQuote(hunt)+"\n")
-	script = strings.ReplaceAll(script, "cd /work 2>/dev/null || cd /", "cd "+shellQuote(dir))
-	if !strings.Contains(script, "H="+shellQuote(hunt)+"\n") || strings.Contains(script, "cd /work") {
-		t.Fatalf("the script still points at the real %s:\n%s", HuntDir, script)
-	}
-	cmd := exec.Command("unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "sh", "-c", script)
-	out, err := cmd.Output()
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		t.Fatalf("loop: %v", err)
-	}
-	return string(out), cmd.ProcessState.ExitCode()
-}
-
-// TestLoopScript: the seeds reach the test, setup runs once, and a failure
-// leaves the marker and the evidence.
-func TestLoopScript(t *testing.T) {
-	dir := t.TempDir()
-	hunt := filepath.Join(dir, ".sbx-hunt")
-	out, code := runLoop(t, dir, loopConfig{setup: "echo set >>setup-ran", runs: 10, seedEnv: "MYSEED", collect: []string{filepath.Join(dir, "n")},
-		test: []string{"sh", "-c", `echo "seed $MYSEED"; test -e fail-now && exit 7; n=$(cat n 2>/dev/null || echo 0); echo $((n+1)) >n; [ $n -lt 2 ] || touch fail-now; exit 0`}})
-	if code != loopFailed {
-		t.Fatalf("loop exit %d, want %d\n%s", code, loopFailed, out)
-	}
-	if !strings.Contains(out, "sbx-hunt: failed 4 seed ") || !strings.Contains(out, lineCaptured) {
-		t.Errorf("loop output:\n%s", out)
-	}
-	marker, err := os.ReadFile(filepath.Join(hunt, "failed"))
-	if err != nil || !strings.Contains(string(marker), "run=4\n") || !strings.Contains(string(marker), "exit=7\n") {
-		t.Errorf("marker %q, %v", marker, err)
-	}
-	for _, name := range []string{"test-output.txt", "processes.txt", "listening.txt", "collected" + dir + "/n", "captured"} {
-		if _, err := os.Stat(filepath.Join(hunt, name)); err != nil {
-			t.Errorf("evidence: %v", err)
-		}
-	}
-	if b, _ := os.ReadFile(filepath.Join(hunt, "test-output.txt")); !strings.HasPrefix(string(b), "seed ") {
-		t.Errorf("test output %q, want the seed line", b)
-	}
-	if b, err := os.ReadFile(filepath.Join(dir, "setup-ran")); string(b) != "set\n" {
-		t.Errorf("setup-ran %q (%v), want the setup run once", b, err)
-	}
-}
-
-// TestLoopScriptLeak: a failing run's leaked processes are named with their
-// open files; one that never listens is looked at again until listenWait
-// after the failure, and the loop still ends.
-func TestLoopScriptLeak(t *testing.T) {
-	if _, err := exec.LookPath("ss"); err != nil {
-		t.Skip("no ss")
-	}
-	dir := t.TempDir()
-	hunt := filepath.Join(dir, ".sbx-hunt")
-	out, code := runLoop(t, dir, loopConfig{runs: 3, seedEnv: "SEED",
-		test: []string{"sh", "-c", "sleep 300 & echo leaked $!; exit 1"}})
-	if code != loopFailed {
-		t.Fatalf("loop exit %d, want %d\n%s", code, loopFailed, out)
-	}
-	read := func(name string) string {
-		b, err := os.ReadFile(filepath.Join(hunt, name))
-		if err != nil {
-			t.Errorf("evidence: %v", err)
-		}
-		return string(b)
-	}
-	pid := strings.TrimSpace(strings.TrimPrefix(read("test-output.txt"), "leaked "))
-	if leaked := read("leaked.txt"); !strings.HasPrefix(leaked, pid+" sleep 300") {
-		t.Errorf("leaked.txt %q, want %s sleep 300", leaked, pid)
-	}
-	if files := read("files-" + pid + ".txt"); !strings.Contains(files, "/proc/"+pid+"/fd") {
-		t.Errorf("files-%s.txt %q, want its fds", pid, files)
-	}
-	if l := read("listening.txt"); !strings.Contains(l, "# at the failure") || !strings.Contains(l, "waiting for the leaked processes to listen") {
-		t.Errorf("listening.txt lacks the first or the second look:\n%s", l)
-	}
-	if steps := read("steps.log"); !strings.Contains(steps, "listeners again") {
-		t.Errorf("steps.log lacks the second look:\n%s", steps)
-	}
-}
-
-// TestLoopScriptLateListener: a leaked server that starts listening after
-// the first look at the listeners is in the second look.
-func TestLoopScriptLateListener(t *testing.T) {
-	for _, tool := range []string{"ss", "python3"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skip("no " + tool)
-		}
-	}
-	dir := t.TempDir()
-	hunt := filepath.Join(dir, ".sbx-hunt")
-	// the server listens once the evidence has been read, after the first
-	// look, whatever the machine's speed; the deadline is far
-	server := `import os, socket, time
-while "evidence read" not in open(os.environ["H"] + "/steps.log").read(): time.sleep(0.05)
-s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); time.sleep(300)`
-	out, code := runLoop(t, dir, loopConfig{runs: 1, seedEnv: "SEED", listenWait: "60",
-		test: []string{"sh", "-c", "H=" + shellQuote(hunt) + " python3 -c '" + server + "' & echo leaked $!; exit 1"}})
-	if code != loopFailed {
-		t.Fatalf("loop exit %d, want %d\n%s", code, loopFailed, out)
-	}
-	b, err := os.ReadFile(filepath.Join(hunt, "test-output.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid := strings.TrimSpace(strings.TrimPrefix(string(b), "leaked "))
-	l, err := os.ReadFile(filepath.Join(hunt, "listening.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, again, ok := strings.Cut(string(l), "# again at")
-	if !ok {
-		t.Fatalf("no second look at the listeners:\n%s", l)
-	}
-	if strings.Contains(first, "pid="+pid+",") {
-		t.Errorf("the server was in the first look, before it listened:\n%s", l)
-	}
-	if !strings.Contains(again, "pid="+pid+",") {
-		t.Errorf("the second look lacks the leaked server %s:\n%s", pid, l)
-	}
-}
-
-// TestLoopScriptTimeout: a run that outlives the timeout is a failure with
-// exit 124, recorded as timed out, and its processes are left running for
-// the evidence; runs that end in time are not touched by their watchdogs.
-func TestLoopScriptTimeout(t *testing.T) {
-	dir := t.TempDir()
-	hunt := filepath.Join(dir, ".sbx-hunt")
-	// runs 1-3 pass at once, run 4 hangs
-	test := `n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n >n; grep SigIgn /proc/self/status; echo "run $n pid $$"; [ $n -lt 4 ] || exec sleep 300`
-	out, code := runLoop(t, dir, loopConfig{runs: 10, seedEnv: "SEED", timeout: "0.5", listenWait: "0.1",
-		test: []string{"sh", "-c", test}})
-	if code != loopFailed {
-		t.Fatalf("loop exit %d, want %d\n%s", code, loopFailed, out)
-	}
-	if !strings.Contains(out, "sbx-hunt: failed 4 seed ") || !strings.Contains(out, " exit 124 ") {
-		t.Errorf("loop output, want run 4 failed with exit 124:\n%s", out)
-	}
-	marker, _ := os.ReadFile(filepath.Join(hunt, "failed"))
-	var s HuntSummary
-	parseFailed(strings.NewReader(string(marker)), &s)
-	if s.Run != 4 || s.ExitCode != 124 || !s.TimedOut {
-		t.Errorf("marker %q: run %d exit %d timedOut %v, want 4, 124, true", marker, s.Run, s.ExitCode, s.TimedOut)
-	}
-	b, _ := os.ReadFile(filepath.Join(hunt, "test-output.txt"))
-	pid := strings.TrimSpace(string(b)[strings.LastIndex(string(b), "pid ")+4:])
-	// run in the background, the test still has SIGINT and SIGQUIT (bits 2, 3)
-	var ign uint64
-	if _, err := fmt.Sscanf(string(b), "SigIgn:\t%x", &ign); err != nil || ign&0x6 != 0 {
-		t.Errorf("the test's SigIgn %#x (%v), want SIGINT and SIGQUIT not ignored:\n%s", ign, err, b)
-	}
-	leaked, _ := os.ReadFile(filepath.Join(hunt, "leaked.txt"))
-	if !strings.HasPrefix(string(leaked), pid+" sleep 300") {
-		t.Errorf("leaked.txt %q, want the hung run's process %s alive (sleep 300)", leaked, pid)
-	}
-}
-
-// TestLoopScriptStraySignal: under --timeout, a USR1 that is not this run's
-// watchdog's (here the test's own, sent to the loop) does not turn a run
-// into a failure.
-func TestLoopScriptStraySignal(t *testing.T) {
-	dir := t.TempDir()
-	out, code := runLoop(t, dir, loopConfig{runs: 20, seedEnv: "SEED", timeout: "5",
-		test: []string{"sh", "-c", "kill -USR1 $PPID; exit 0"}})
-	if code != 0 || !strings.Contains(out, "no failure in 20 runs") {
-		t.Fatalf("loop exit %d, want 0 and no failure:\n%s", code, out)
-	}
 }
 
 // TestHuntUser: with --user, /work is made as root and given to the user;
@@ -587,11 +440,85 @@ func TestHuntUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"create", "exec (as 0) mkdir -p " + HuntDir, "writetar /work", "exec (as 0) chown -R -- user /work",
-		"write " + huntLoop, "detach (as 0) /bin/sh " + huntLoop, "follow x_loop"}
+		"write " + huntConfig, "detach (as 0) /.sbx/sbx-agent hunt --config " + huntConfig, "follow x_loop"}
 	if diff := cmp.Diff(want, f.calls[:len(want)]); diff != "" {
 		t.Errorf("calls before the loop ended (-want +got):\n%s", diff)
 	}
-	if !strings.Contains(f.script, "/.sbx/sbx-agent exec --user user -- env SEED=") {
-		t.Errorf("the loop does not run the test as the user:\n%s", f.script)
+	var cfg agent.HuntConfig
+	if err := json.Unmarshal([]byte(f.script), &cfg); err != nil || cfg.User != "user" || cfg.SeedEnv != "SEED" || cfg.Runs != 20 || cfg.Dir != HuntDir {
+		t.Errorf("the loop's configuration %+v (%v), want the test run as user, 20 runs, seed in SEED:\n%s", cfg, err, f.script)
+	}
+}
+
+const frozenLoop = "sbx-hunt: run 1 seed 11 exit 0\nsbx-hunt: failed 2 seed 4242 exit 1 time 1700000000.5\nsbx-hunt: frozen freeze-hunt-a-abcd\n"
+
+// TestHuntFrozen: under --freeze, a frozen failure's outside steps, in
+// order: the freeze's record, a copy resumed from it, the evidence read in
+// the copy and copied out, a disk snapshot of the original, the original
+// deleted; the summary says where each is.
+func TestHuntFrozen(t *testing.T) {
+	f := newFakeHunt(frozenLoop, loopFrozen)
+	f.evidenceExit = loopFailed
+	f.failed = "run=2\nseed=4242\nexit=1\ntime=1700000000.5\n"
+	f.frozen = `{"state":"frozen","name":"freeze-hunt-a-abcd","pid":42,"failedAt":"2023-11-14T22:13:20.5Z","done":"2023-11-14T22:13:20.62Z","pausedMs":90}`
+	f.snapshots["freeze-hunt-a-abcd"] = true // recorded by sbxd
+	dir := t.TempDir()
+	var events []string
+	s, err := Hunt(context.Background(), f, HuntOptions{
+		Name: "hunt-a", Template: "base", Source: strings.NewReader(""), Runs: 20, Freeze: true,
+		Cmd: []string{"python3", "-m", "pytest"}, OutDir: filepath.Join(dir, "out"),
+		Event: func(ev HuntEvent) { events = append(events, ev.Event) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg agent.HuntConfig
+	if err := json.Unmarshal([]byte(f.script), &cfg); err != nil || !cfg.Freeze {
+		t.Errorf("the loop's configuration %s (%v), want freeze on", f.script, err)
+	}
+	want := []string{"read " + HuntDir + "/failed", "read " + HuntDir + "/frozen", "create hunt-a-frozen from freeze-hunt-a-abcd",
+		"exec (as 0) /.sbx/sbx-agent hunt --evidence --config " + huntConfig, "readtar " + HuntDir,
+		"snapshot hunt-a memory=false", "delete sb_hunt"}
+	if diff := cmp.Diff(want, outside(f.calls)); diff != "" {
+		t.Errorf("outside steps (-want +got):\n%s", diff)
+	}
+	wantEvents := []string{"sandbox", "started", "run", "failed", "frozen", "recorded", "copy", "artifacts", "snapshot", "deleted"}
+	if diff := cmp.Diff(wantEvents, events); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	if !s.Failed || s.Run != 2 || s.Seed != "4242" || s.Frozen != "freeze-hunt-a-abcd" || s.Copy != "hunt-a-frozen" ||
+		s.FrozenMs != 120 || s.PausedMs != 90 || s.Snapshot != "hunt-a" || s.Stopped {
+		t.Errorf("summary %+v", s)
+	}
+	if len(s.Commands) != 3 || s.Commands[0] != "sbx shell hunt-a-frozen" || s.Commands[1] != "sbx new --from freeze-hunt-a-abcd" {
+		t.Errorf("commands %q", s.Commands)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "out", "failed")); err != nil || !strings.Contains(string(b), "run=2\n") {
+		t.Errorf("artifacts' failed %q (%v), want the failing run's record", b, err)
+	}
+}
+
+// TestHuntFrozenEvidenceFails: evidence that cannot be read in the copy is
+// an error that says so; the freeze and its copy are kept.
+func TestHuntFrozenEvidenceFails(t *testing.T) {
+	f := newFakeHunt(frozenLoop, loopFrozen)
+	f.evidenceExit = 1
+	f.frozen = `{"state":"frozen","name":"freeze-hunt-a-abcd"}`
+	f.snapshots["freeze-hunt-a-abcd"] = true
+	_, err := Hunt(context.Background(), f, HuntOptions{Name: "hunt-a", Source: strings.NewReader(""), Runs: 2, Freeze: true,
+		Cmd: []string{"./t"}, OutDir: filepath.Join(t.TempDir(), "out")})
+	if err == nil || !strings.Contains(err.Error(), "reading the evidence in hunt-a-frozen failed") {
+		t.Fatalf("got %v, want the evidence's failure", err)
+	}
+	if slices.Contains(f.calls, "delete sb_hunt") {
+		t.Error("the original was deleted although the capture did not finish")
+	}
+}
+
+func TestHuntFreezeOptions(t *testing.T) {
+	f := newFakeHunt(frozenLoop, loopFrozen)
+	_, err := Hunt(context.Background(), f, HuntOptions{Name: "h", Freeze: true, OnCrash: true, Cmd: []string{"./t"}})
+	if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "--freeze and --on-crash") {
+		t.Errorf("--freeze with --on-crash: %v, want an invalid-argument error", err)
 	}
 }

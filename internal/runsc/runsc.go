@@ -237,6 +237,9 @@ type RunOptions struct {
 	// Network is "" (the interfaces of the spec's network namespace) or
 	// NetworkNone (loopback only, in a namespace of runsc's own).
 	Network string
+	// FreezeDir holds the sandbox's freeze slots; the console shim writes
+	// the verdicts of freezes there (see package freezewire).
+	FreezeDir string
 }
 
 // NetworkNone is a sandbox without a network: loopback only.
@@ -294,7 +297,7 @@ func (d *Driver) start(ctx context.Context, verb, id string, o RunOptions, args 
 	if fi, err := os.Stat(o.Console); err == nil {
 		before = fi.Size()
 	}
-	shim, err := d.StartShim(ShimSpec{Kind: "console", Dir: filepath.Dir(o.Console), Console: o.Console, Head: head, Tail: tailN}, nil, pr)
+	shim, err := d.StartShim(ShimSpec{Kind: "console", Dir: filepath.Dir(o.Console), Console: o.Console, Head: head, Tail: tailN, FreezeDir: o.FreezeDir}, nil, pr)
 	pr.Close()
 	if err != nil {
 		return &Error{Verb: verb, ID: id, Err: err}

@@ -2,6 +2,7 @@ package runsc
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"sbx.dev/sbx/internal/agent/frame"
+	"sbx.dev/sbx/internal/agent/freezewire"
 )
 
 // A shim is the host-side process that owns one `runsc exec` (or one
@@ -69,6 +71,10 @@ type ShimSpec struct {
 	Offsets [2]int64 `json:"offsets,omitempty"`
 	// Console is the file a console shim appends to.
 	Console string `json:"console,omitempty"`
+	// FreezeDir holds the sandbox's freeze slots: a console shim writes
+	// the verdict of a freeze init tells of into its slot there
+	// (package freezewire).
+	FreezeDir string `json:"freezeDir,omitempty"`
 }
 
 // Output budgets, unless sbxd says otherwise.
@@ -278,18 +284,113 @@ func shimConsole(spec ShimSpec) int {
 		used = fi.Size()
 	}
 	out := newCappedFile(f, "the console", spec.Head, spec.Tail, used)
+	cf := &controlFilter{out: out, freezeDir: spec.FreezeDir}
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := os.Stdin.Read(buf)
 		if n > 0 {
-			_, _ = out.Write(buf[:n])
+			cf.Write(buf[:n])
 		}
 		if err != nil {
 			break
 		}
 	}
+	cf.flush()
 	_ = out.Close()
 	return 0
+}
+
+// controlFilter passes the console through, but for init's control lines
+// (package freezewire): each starts with freezewire.ControlByte, which
+// nothing else on the console has, and ends at a newline. A freeze's is
+// turned into its slot's verdict file and a readable line.
+type controlFilter struct {
+	out       io.Writer
+	freezeDir string
+	line      []byte // a control line being read
+	in        bool
+}
+
+func (c *controlFilter) Write(p []byte) {
+	for len(p) > 0 {
+		if !c.in {
+			i := bytes.IndexByte(p, freezewire.ControlByte)
+			if i < 0 {
+				_, _ = c.out.Write(p)
+				return
+			}
+			_, _ = c.out.Write(p[:i])
+			p = p[i:]
+			c.in, c.line = true, c.line[:0]
+		}
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			c.line = append(c.line, p...)
+			if len(c.line) > freezewire.MaxLine {
+				c.flush() // not a line of init's: keep it as text
+			}
+			return
+		}
+		c.line = append(c.line, p[:i+1]...)
+		p = p[i+1:]
+		c.control(c.line)
+		c.in = false
+	}
+}
+
+// flush writes a control line cut short as text.
+func (c *controlFilter) flush() {
+	if c.in {
+		_, _ = c.out.Write(bytes.ReplaceAll(c.line, []byte{freezewire.ControlByte}, []byte("?")))
+		c.in, c.line = false, c.line[:0]
+	}
+}
+
+func (c *controlFilter) control(line []byte) {
+	v, err := freezewire.Parse(line)
+	if err != nil {
+		fmt.Fprintf(c.out, "sbx: a control line from init that is not understood (%s)\n", err)
+		return
+	}
+	what := "froze the sandbox"
+	if v.Result == freezewire.Failed {
+		what = "a freeze failed; the sandbox ran on"
+	}
+	fmt.Fprintf(c.out, "sbx: %s (slot %s, %d ms)\n", what, v.Slot, v.Done.Sub(v.Triggered).Milliseconds())
+	if c.freezeDir == "" {
+		return
+	}
+	dir := filepath.Join(c.freezeDir, v.Slot)
+	if _, err := os.Stat(filepath.Join(dir, freezewire.VerdictFile)); err == nil {
+		return // told already: the first word stands
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return // not a slot of this sandbox's (a copy telling of its original's)
+	}
+	if v.Result == freezewire.Failed {
+		freeFailedSlot(dir)
+	}
+	_ = writeFile0600(filepath.Join(dir, freezewire.VerdictFile), bytes.TrimSuffix(line[len(freezewire.Prefix):], []byte("\n")))
+}
+
+// freeFailedSlot empties what a failed checkpoint wrote into a slot: it is
+// of no use, and on a full disk it leaves no room for the verdict. A disk
+// (nearly) full as it failed is noted first (freezewire.NoSpaceFile), so
+// that sbxd can say why.
+func freeFailedSlot(dir string) {
+	var st syscall.Statfs_t
+	full := false
+	var free int64
+	if syscall.Statfs(dir, &st) == nil {
+		free = int64(st.Bavail) * st.Bsize
+		full = free < 64<<20 || st.Bavail*50 < st.Blocks
+	}
+	for _, f := range []string{freezewire.StateFile, freezewire.PagesMetaFile, freezewire.PagesFile} {
+		_ = os.Truncate(filepath.Join(dir, f), 0)
+	}
+	if full {
+		_ = writeFile0600(filepath.Join(dir, freezewire.NoSpaceFile), []byte(strconv.FormatInt(free, 10)))
+	}
 }
 
 func shimExec(spec ShimSpec, say func(string, ...any)) int {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"sbx.dev/sbx/internal/agent/frame"
+	"sbx.dev/sbx/internal/agent/freezewire"
 )
 
 // The test binary is also the shim (as sbxd is in production), and a
@@ -237,5 +238,81 @@ func TestCappedFile(t *testing.T) {
 				t.Errorf("got %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestControlFilter: init's control lines are taken out of the console,
+// wherever a write splits them; a freeze's verdict lands in its slot, only
+// once, and only in a slot of the sandbox's; anything else is text.
+func TestControlFilter(t *testing.T) {
+	freezeDir := t.TempDir()
+	slot := filepath.Join(freezeDir, "im_abcdefghij")
+	if err := os.Mkdir(slot, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	c := &controlFilter{out: &out, freezeDir: freezeDir}
+	line := freezewire.Line(freezewire.Verdict{Slot: "im_abcdefghij", Result: freezewire.Frozen, Reason: "first"})
+	second := freezewire.Line(freezewire.Verdict{Slot: "im_abcdefghij", Result: freezewire.Failed, Reason: "second"})
+	other := freezewire.Line(freezewire.Verdict{Slot: "im_zzzzzzzzzz", Result: freezewire.Frozen})
+	all := append(append(append([]byte("before "), line...), second...), other...)
+	all = append(all, []byte("after\n")...)
+	for len(all) > 0 { // in small pieces, as a pipe may hand them
+		n := min(len(all), 7)
+		c.Write(all[:n])
+		all = all[n:]
+	}
+	c.flush()
+	got := out.String()
+	if strings.IndexByte(got, freezewire.ControlByte) >= 0 || !strings.HasPrefix(got, "before sbx: froze the sandbox") || !strings.HasSuffix(got, "after\n") {
+		t.Errorf("console %q: want the control lines replaced by readable ones", got)
+	}
+	b, err := os.ReadFile(filepath.Join(slot, freezewire.VerdictFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := freezewire.Parse(append([]byte(freezewire.Prefix), b...))
+	if err != nil || v.Result != freezewire.Frozen || v.Reason != "first" {
+		t.Errorf("verdict %+v %v, want the first word (frozen)", v, err)
+	}
+	if _, err := os.Stat(filepath.Join(freezeDir, "im_zzzzzzzzzz")); err == nil {
+		t.Error("a verdict for a slot the sandbox does not have made a directory")
+	}
+	// a control byte with no end is text, cut at the bound
+	out.Reset()
+	c.Write(append([]byte{freezewire.ControlByte}, bytes.Repeat([]byte("x"), freezewire.MaxLine+10)...))
+	c.flush()
+	if !strings.HasPrefix(out.String(), "?xxx") {
+		t.Errorf("an endless control line came out as %.20q", out.String())
+	}
+}
+
+// TestControlFilterFailed: a failed freeze's partial checkpoint is emptied
+// before its verdict is written (on a full disk, that makes the room), and
+// the full disk is noted for sbxd's reason.
+func TestControlFilterFailed(t *testing.T) {
+	freezeDir := t.TempDir()
+	slot := filepath.Join(freezeDir, "im_abcdefghij")
+	if err := os.Mkdir(slot, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{freezewire.StateFile, freezewire.PagesFile} {
+		if err := os.WriteFile(filepath.Join(slot, f), bytes.Repeat([]byte("p"), 8192), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	c := &controlFilter{out: &out, freezeDir: freezeDir}
+	c.Write(freezewire.Line(freezewire.Verdict{Slot: "im_abcdefghij", Result: freezewire.Failed}))
+	for _, f := range []string{freezewire.StateFile, freezewire.PagesFile} {
+		if fi, err := os.Stat(filepath.Join(slot, f)); err != nil || fi.Size() != 0 {
+			t.Errorf("%s after a failed freeze: %v, want it emptied", f, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(slot, freezewire.VerdictFile)); err != nil {
+		t.Errorf("no verdict: %v", err)
+	}
+	if !strings.Contains(out.String(), "a freeze failed") {
+		t.Errorf("console %q: want the failure said", out.String())
 	}
 }

@@ -88,7 +88,7 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 			sb.DiskLimit = sn.DiskLimit
 		}
 		if sn.Memory {
-			b.image = m.imageMem(sn.ID)
+			b.image, b.from = m.imageMem(sn.ID), sn.ID
 			sb.MemoryRestored = true
 			sb.Disk = sn.Disk // the restore names the disk its checkpoint had
 		} else if sb.Disk, err = m.newDisk(m.imageDisk(sn.ID)); err != nil {
@@ -170,6 +170,8 @@ func (m *Manager) readyIn(ctx context.Context, tx *store.Store, sb *store.Sandbo
 type bootSpec struct {
 	rootfs string
 	image  string
+	// from is the id of the image restored ("" for a boot from the template).
+	from string
 	// background lets runsc load a restored image's pages after it returns.
 	background bool
 }
@@ -204,12 +206,15 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, b bootSpec) error
 		}
 		netns = nw.Path
 	}
-	var annotations map[string]string
+	slot, annotations, env, err := m.armFreeze(ctx, sb, b.from)
+	if err != nil {
+		return err
+	}
 	if sb.Disk != "" {
-		annotations = map[string]string{"dev.gvisor.tar.rootfs.upper": sb.Disk}
+		annotations["dev.gvisor.tar.rootfs.upper"] = sb.Disk
 	}
 	bundle := filepath.Join(dir, "bundle")
-	err := runsc.WriteBundle(bundle, runsc.SpecOptions{
+	err = runsc.WriteBundle(bundle, runsc.SpecOptions{
 		Hostname:    sb.ID,
 		Rootfs:      b.rootfs,
 		AgentDir:    m.agentDir(),
@@ -220,16 +225,25 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, b bootSpec) error
 		Memory:      sb.Memory,
 		Pids:        sb.Pids,
 		Annotations: annotations,
+		Env:         env,
 	})
 	if err != nil {
 		return err
 	}
 	run := runsc.RunOptions{Bundle: bundle, Console: filepath.Join(dir, "console.log"), ConsoleHead: m.cfg.OutputHead, ConsoleTail: m.cfg.OutputTail,
-		Overlay: upper, OverlaySize: sb.DiskLimit, Network: sb.Network}
+		Overlay: upper, OverlaySize: sb.DiskLimit, Network: sb.Network, FreezeDir: m.freezeDir(sb.ID)}
 	if b.image != "" {
-		return m.cfg.Runtime.Restore(ctx, sb.ID, runsc.RestoreOptions{RunOptions: run, ImageDir: b.image, Background: b.background})
+		err = m.cfg.Runtime.Restore(ctx, sb.ID, runsc.RestoreOptions{RunOptions: run, ImageDir: b.image, Background: b.background})
+	} else {
+		err = m.cfg.Runtime.Run(ctx, sb.ID, run)
 	}
-	return m.cfg.Runtime.Run(ctx, sb.ID, run)
+	if err != nil {
+		return err
+	}
+	if err := m.freezes.watch(sb.ID, slot, m.slotDir(sb.ID, slot)); err != nil {
+		m.log.Warn("cannot watch a freeze slot", "sandbox", sb.ID, "err", err)
+	}
+	return nil
 }
 
 // writeEtc writes the files bound over the template's /etc.

@@ -62,9 +62,14 @@ func (m *Manager) finishDelete(ctx context.Context, c *inFlight, id string, with
 	var disk string
 	if sb, err := m.cfg.Store.Sandbox(ctx, id); err == nil {
 		disk = sb.Disk
+		// a freeze it took is a named snapshot, which outlives it
+		m.settleFreezesLocked(ctx, sb, false)
 	}
 	m.execs.forget(id)
 	if err := os.RemoveAll(m.sandboxDir(id)); err != nil {
+		return nil, fmt.Errorf("delete %s: %w", id, err)
+	}
+	if err := os.RemoveAll(m.freezeDir(id)); err != nil {
 		return nil, fmt.Errorf("delete %s: %w", id, err)
 	}
 	res := &api.DeleteResult{ID: id}
@@ -121,6 +126,9 @@ func (m *Manager) destroy(ctx context.Context, id string) error {
 	}
 	m.execs.forget(id)
 	if err := os.RemoveAll(m.sandboxDir(id)); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(m.freezeDir(id)); err != nil {
 		return err
 	}
 	if err := m.cfg.Store.DeleteSandbox(ctx, id); err != nil {

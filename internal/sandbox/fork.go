@@ -177,7 +177,7 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 
 	b := bootSpec{rootfs: rootfs}
 	if withMemory {
-		b.image = m.imageMem(img)
+		b.image, b.from = m.imageMem(img), img
 	} else {
 		// One disk for all the children: the parent's disk as of now.
 		disk, err := m.newDisk(m.imageDisk(img))

@@ -24,6 +24,8 @@ const (
 	kindFork     = "fork"
 	kindResume   = "resume"
 	kindDelete   = "delete"
+	// kindFreeze records a freeze the sandbox took of itself (freeze.go).
+	kindFreeze = "freeze"
 )
 
 // captureGate refuses new captures once sbxd shuts down, and lets the

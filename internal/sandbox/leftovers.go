@@ -77,6 +77,7 @@ func (m *Manager) removeLeftovers(ctx context.Context) error {
 		}
 	}
 	removeUnnamed(m.sandboxesDir(), func(name string) bool { return known[name] })
+	removeUnnamed(m.freezeRoot(), func(name string) bool { return known[name] })
 	removeUnnamed(m.imagesDir(), func(name string) bool { return images[name] })
 	removeUnnamed(m.disksDir(), func(name string) bool { return disks[filepath.Join(m.disksDir(), name)] })
 	return nil

@@ -20,6 +20,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/agent/hooks"
 	"sbx.dev/sbx/internal/metrics"
 	"sbx.dev/sbx/internal/netns"
 	"sbx.dev/sbx/internal/runsc"
@@ -120,7 +121,9 @@ type Manager struct {
 	conns    connTable
 	watcher  watcher
 	captures captureGate
-	reaped   atomic.Int64
+	// freezes watches the freeze slots of running sandboxes (freeze.go).
+	freezes slotWatcher
+	reaped  atomic.Int64
 	// sweepWake has the image sweep look now.
 	sweepWake chan struct{}
 	// versions are the template versions being made into sandboxes, not
@@ -149,7 +152,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Limits = DefaultLimits
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, now: cfg.Now, sweepWake: make(chan struct{}, 1)}
-	for _, d := range []string{m.sandboxesDir(), m.agentDir(), m.imagesDir()} {
+	for _, d := range []string{m.sandboxesDir(), m.agentDir(), m.imagesDir(), m.freezeRoot()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
@@ -168,6 +171,9 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.installAgent(); err != nil {
 		return err
 	}
+	if err := m.freezes.start(func(id string) { go m.settleFreezes(context.WithoutCancel(ctx), id) }); err != nil {
+		return err
+	}
 	if err := m.reconcileJournal(ctx); err != nil {
 		return err
 	}
@@ -177,6 +183,17 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 	for _, sb := range sbs {
 		m.reconcile(ctx, sb)
+	}
+	// freezes taken while sbxd was away are recorded now
+	if sbs, err = m.cfg.Store.Sandboxes(ctx); err != nil {
+		return fmt.Errorf("start: list sandboxes: %w", err)
+	}
+	for _, sb := range sbs {
+		running := sb.State == api.StateReady
+		m.settleFreezesLocked(ctx, sb, running)
+		if running {
+			m.watchFreezes(ctx, sb.ID)
+		}
 	}
 	if err := m.removeLeftovers(ctx); err != nil {
 		return fmt.Errorf("start: remove leftovers: %w", err)
@@ -192,7 +209,9 @@ func (m *Manager) Start(ctx context.Context) error {
 }
 
 // installAgent copies the agent binary into the data dir, so the bind mount
-// every sandbox has keeps working when the build directory changes.
+// every sandbox has keeps working when the build directory changes, with
+// what comes with it: the freeze command (a link to the agent) and the
+// freeze hooks (hooks.Files).
 func (m *Manager) installAgent() error {
 	src, err := os.ReadFile(m.cfg.AgentBinary)
 	if err != nil {
@@ -204,13 +223,39 @@ func (m *Manager) installAgent() error {
 	if err := os.Chmod(m.agentDir(), 0o755); err != nil {
 		return fmt.Errorf("install agent: %w", err)
 	}
-	dst := filepath.Join(m.agentDir(), "sbx-agent")
-	if cur, err := os.ReadFile(dst); err == nil && string(cur) == string(src) {
+	if err := installFile(filepath.Join(m.agentDir(), "sbx-agent"), src, 0o755); err != nil {
+		return fmt.Errorf("install agent: %w", err)
+	}
+	link := filepath.Join(m.agentDir(), "freeze")
+	if t, err := os.Readlink(link); err != nil || t != "sbx-agent" {
+		_ = os.Remove(link)
+		if err := os.Symlink("sbx-agent", link); err != nil {
+			return fmt.Errorf("install agent: the freeze command: %w", err)
+		}
+	}
+	for name, body := range hooks.Files {
+		p := filepath.Join(m.agentDir(), filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("install agent: %w", err)
+		}
+		if err := installFile(p, body, 0o644); err != nil {
+			return fmt.Errorf("install agent: %w", err)
+		}
+	}
+	return nil
+}
+
+// installFile writes body to dst unless it holds it already, atomically.
+func installFile(dst string, body []byte, mode os.FileMode) error {
+	if cur, err := os.ReadFile(dst); err == nil && string(cur) == string(body) {
 		return nil
 	}
 	tmp := dst + ".tmp"
-	if err := os.WriteFile(tmp, src, 0o755); err != nil {
-		return fmt.Errorf("install agent: %w", err)
+	if err := os.WriteFile(tmp, body, mode); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, mode); err != nil {
+		return err
 	}
 	return os.Rename(tmp, dst)
 }

@@ -57,6 +57,8 @@ func (m *Manager) reconcileJournal(ctx context.Context) error {
 			decision, reason = m.reconcileResume(ctx, c, in)
 		case kindDelete:
 			decision, reason = m.reconcileDelete(ctx, c, in)
+		case kindFreeze:
+			decision, reason = m.reconcileFreeze(ctx, c, in)
 		default:
 			decision, reason = "dropped", fmt.Sprintf("an operation of unknown kind %q", in.Kind)
 		}

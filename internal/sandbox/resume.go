@@ -49,7 +49,7 @@ func (m *Manager) Resume(ctx context.Context, ref string, requireMemory bool) (*
 		// Background: runsc returns before every page is loaded; the
 		// sandbox is usable at once and the image stays until it is retired.
 		c.step(ctx, "restoring")
-		restoreErr = m.boot(rctx, sb, bootSpec{rootfs: rootfs, image: m.imageMem(img), background: true})
+		restoreErr = m.boot(rctx, sb, bootSpec{rootfs: rootfs, image: m.imageMem(img), from: img, background: true})
 	}
 	change := store.Change{From: from(api.StateStopped), To: api.StateReady, MemoryRestored: ptr(restoreErr == nil), ResumeReason: ptr(""), Image: ptr("")}
 	if restoreErr != nil {

@@ -86,6 +86,8 @@ func (m *Manager) stop(ctx context.Context, sb *store.Sandbox) error {
 		m.log.Warn("stop: processes left of the sandbox", "sandbox", sb.ID, "err", err)
 	}
 	m.removeCgroups(sb.ID)
+	// a freeze it took before the stop is kept; its slot is done
+	m.settleFreezesLocked(ctx, sb, false)
 	old := sb.Image
 	if err := m.adoptStopped(ctx, c, sb.ID, img, from(api.StateStopping)); err != nil {
 		// The journal still says the image is complete and the source gone:

@@ -1,0 +1,516 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"sbx.dev/sbx/internal/agent/freezewire"
+)
+
+// A freeze captures the whole sandbox at the instant a program asks, with
+// gVisor's application-driven checkpoint (see package freezewire), while
+// the program waits: the failing test process itself is kept, at its
+// failure. Every freeze goes through init, which is root, asks gVisor,
+// reads the outcome, tells sbxd (a control line on the console) and
+// answers the caller. In a copy restored from the freeze, the same request
+// comes back with "restore": init tells the caller it is the copy.
+
+// AgentPath is the agent inside every sandbox.
+const AgentPath = "/.sbx/sbx-agent"
+
+// FreezeCommand is the freeze command inside every sandbox: a link to the
+// agent, which runs `sbx-agent freeze` when called by that name.
+const FreezeCommand = "/.sbx/freeze"
+
+// ExitFreezeCopy is the freeze command's exit code in a copy restored from
+// the freeze, with --no-hold.
+const ExitFreezeCopy = 3
+
+// The states of a freeze record.
+const (
+	FreezeFreezing    = "freezing"    // asked, no outcome yet
+	FreezeFrozen      = "frozen"      // the original, after a complete freeze
+	FreezeFailed      = "failed"      // gVisor could not write it; the sandbox ran on
+	FreezeCopy        = "copy"        // a copy restored from the freeze
+	FreezeUsed        = "used"        // this boot's freeze was used already
+	FreezeUnsupported = "unsupported" // the sandbox was started without freezes
+	// FreezeInterrupted: this sandbox was restored from another capture
+	// (a stop, a snapshot, a fork) taken while the freeze was under way.
+	FreezeInterrupted = "interrupted"
+)
+
+// FreezeRecord is what init knows of a freeze, as the freeze command and
+// `sbx-agent freeze --status` print it, and in FreezeRecordFile.
+type FreezeRecord struct {
+	State string `json:"state"`
+	// Name is the snapshot the freeze is recorded as; Sandbox the sandbox
+	// frozen; Copy, in a copy, the copy's own id.
+	Name    string `json:"name,omitempty"`
+	Sandbox string `json:"sandbox,omitempty"`
+	Copy    string `json:"copy,omitempty"`
+	Slot    string `json:"slot,omitempty"`
+	// Pid is the process that asked (the freeze command's parent), UID its
+	// user, Cmd its command line.
+	Pid    int    `json:"pid,omitempty"`
+	UID    int    `json:"uid"`
+	Cmd    string `json:"cmd,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// FailedAt is when the caller says it failed; Triggered when gVisor was
+	// asked; Done when it had written everything, and the sandbox ran on.
+	FailedAt  time.Time `json:"failedAt,omitzero"`
+	Triggered time.Time `json:"triggered,omitzero"`
+	Done      time.Time `json:"done,omitzero"`
+	// PausedMs is how long the checkpoint took: what the sandbox's
+	// processes saw of it.
+	PausedMs int64  `json:"pausedMs,omitempty"`
+	Error    string `json:"error,omitempty"`
+	// Pids are the sandbox's processes just before the freeze: in a copy,
+	// those that were there at the failing instant (and not those started
+	// since, to look at it).
+	Pids []int `json:"pids,omitempty"`
+}
+
+// FreezeRecordFile is where init keeps the last freeze's record; it is in
+// the sandbox's memory (a tmpfs), so a copy has it too.
+const FreezeRecordFile = "/run/sbx/freeze/record.json"
+
+// Where gVisor's files are, and init's record; variables for tests.
+var (
+	checkpointPath  = "/proc/gvisor/checkpoint"
+	specEnvironPath = "/proc/gvisor/spec_environ"
+	freezeRecord    = FreezeRecordFile
+	// openCheckpoint opens gVisor's checkpoint file (tests fake it).
+	openCheckpoint = func() (io.ReadWriteCloser, error) { return os.OpenFile(checkpointPath, os.O_RDWR, 0) }
+)
+
+// whyWait is how long a failed freeze waits for sbxd to say why.
+const whyWait = 5 * time.Second
+
+// freezer is init's part that does freezes, one at a time.
+type freezer struct {
+	mu   sync.Mutex
+	busy bool
+	// used are the slots whose freeze was asked, by slot: the name and
+	// whether it worked. gVisor takes one freeze per boot, whatever its
+	// outcome.
+	used   map[string]FreezeRecord
+	record FreezeRecord
+	// why is sbxd's reason for a failed freeze, by slot; whyc wakes those
+	// waiting for it.
+	why  map[string]string
+	whyc chan struct{}
+	// console gets the control lines (init's stdout).
+	console io.Writer
+	// settled is closed and replaced each time the record changes state.
+	settled chan struct{}
+}
+
+func newFreezer(console io.Writer) *freezer {
+	return &freezer{used: map[string]FreezeRecord{}, why: map[string]string{}, whyc: make(chan struct{}), console: console, settled: make(chan struct{})}
+}
+
+// bootEnv is the current boot's spec environment, from gVisor.
+type bootEnv struct{ slot, name, sandbox, restoredFrom string }
+
+func readBootEnv() (bootEnv, error) {
+	b, err := os.ReadFile(specEnvironPath)
+	if err != nil {
+		return bootEnv{}, err
+	}
+	var e bootEnv
+	for _, kv := range bytes.Split(b, []byte{0}) {
+		k, v, _ := strings.Cut(string(kv), "=")
+		switch k {
+		case freezewire.SlotEnv:
+			e.slot = v
+		case freezewire.NameEnv:
+			e.name = v
+		case freezewire.SandboxEnv:
+			e.sandbox = v
+		case freezewire.RestoredFromEnv:
+			e.restoredFrom = v
+		}
+	}
+	return e, nil
+}
+
+// setRecord records r as the last freeze, in memory and in its file.
+func (f *freezer) setRecord(r FreezeRecord) {
+	f.mu.Lock()
+	f.record = r
+	close(f.settled)
+	f.settled = make(chan struct{})
+	f.mu.Unlock()
+	if err := os.MkdirAll(filepath.Dir(freezeRecord), 0o755); err == nil {
+		b, _ := json.MarshalIndent(r, "", "  ")
+		tmp := freezeRecord + ".tmp"
+		if os.WriteFile(tmp, append(b, '\n'), 0o644) == nil {
+			_ = os.Rename(tmp, freezeRecord)
+		}
+	}
+}
+
+// status returns the last freeze's record; one still under way is waited
+// for, up to wait (in a copy just restored, init is about to settle it).
+func (f *freezer) status(wait time.Duration) FreezeRecord {
+	deadline := time.After(wait)
+	for {
+		f.mu.Lock()
+		r, ch := f.record, f.settled
+		f.mu.Unlock()
+		if r.State != FreezeFreezing {
+			return r
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			return r
+		}
+	}
+}
+
+// peer is who is on the other end of a connection to init.
+type peer struct{ pid, uid int }
+
+func peerOf(conn *os.File) (peer, error) {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return peer{}, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return peer{}, err
+	}
+	if cerr != nil {
+		return peer{}, cerr
+	}
+	return peer{pid: int(cred.Pid), uid: int(cred.Uid)}, nil
+}
+
+// freeze does one freeze for the process that asked (the parent of the
+// freeze command on the other end, or that process itself with req.Self)
+// and answers with its record.
+func (f *freezer) freeze(req initRequest, p peer) FreezeRecord {
+	env, err := readBootEnv()
+	if err != nil || env.slot == "" {
+		return FreezeRecord{State: FreezeUnsupported, Error: "this sandbox was started without freezes (by an sbx older than freezes, or with gVisor's checkpoint files off): a sandbox started or resumed by this sbx can freeze"}
+	}
+	rec := FreezeRecord{State: FreezeFreezing, Name: env.name, Sandbox: env.sandbox, Slot: env.slot, UID: p.uid, Reason: req.Reason}
+	rec.Pid = p.pid
+	if !req.Self {
+		if ppid, _, ok := procStat(p.pid); ok {
+			rec.Pid = ppid
+		}
+	}
+	rec.Cmd = cmdline(rec.Pid)
+	if req.FailedAt != "" {
+		rec.FailedAt = parseTime(req.FailedAt)
+	}
+	f.mu.Lock()
+	if f.busy {
+		f.mu.Unlock()
+		return FreezeRecord{State: FreezeUsed, Name: env.name, Sandbox: env.sandbox, Slot: env.slot,
+			Error: "another freeze of this sandbox is under way (it keeps this process too, as it is now)"}
+	}
+	if prev, ok := f.used[env.slot]; ok {
+		f.mu.Unlock()
+		prev.State, prev.Error = FreezeUsed, usedMessage(prev)
+		return prev
+	}
+	f.busy = true
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.busy = false
+		f.mu.Unlock()
+	}()
+	for p := range pids() {
+		rec.Pids = append(rec.Pids, p)
+	}
+	slices.Sort(rec.Pids)
+	f.setRecord(rec)
+
+	file, err := openCheckpoint()
+	if err != nil {
+		rec.State, rec.Error = FreezeUnsupported, "this sandbox cannot freeze: "+err.Error()
+		f.setRecord(rec)
+		return rec
+	}
+	defer file.Close()
+	rec.Triggered = time.Now()
+	if _, err := file.Write([]byte("1")); err != nil {
+		if errors.Is(err, syscall.ENXIO) {
+			// gVisor's files for it were used by a write that did not come
+			// through here
+			rec.State, rec.Error = FreezeUsed, "this sandbox's freeze was used already (a write to /proc/gvisor/checkpoint that did not go through "+FreezeCommand+"): gVisor arms one freeze per start of a sandbox"
+			f.mu.Lock()
+			f.used[env.slot] = rec
+			f.mu.Unlock()
+			f.setRecord(rec)
+			return rec
+		}
+		rec.State, rec.Error = FreezeFailed, "gVisor refused the checkpoint: "+err.Error()
+		f.setRecord(rec)
+		return rec
+	}
+	buf := make([]byte, 64)
+	n, err := file.Read(buf)
+	answered := time.Now()
+	result := strings.TrimSpace(string(buf[:n]))
+	if err != nil && result == "" {
+		result = "error"
+	}
+	if result != "restore" {
+		// in a copy, the answer comes at its restore: the original's is
+		// not known there
+		rec.Done = answered
+		rec.PausedMs = rec.Done.Sub(rec.Triggered).Milliseconds()
+	}
+	f.mu.Lock()
+	f.used[env.slot] = rec
+	f.mu.Unlock()
+	switch result {
+	case "resume":
+		rec.State = FreezeFrozen
+		f.mu.Lock()
+		f.used[env.slot] = rec
+		f.mu.Unlock()
+		f.setRecord(rec)
+		f.tell(rec, freezewire.Frozen)
+		return rec
+	case "restore":
+		now, err := readBootEnv()
+		if err == nil && now.restoredFrom == env.slot {
+			rec.State, rec.Copy = FreezeCopy, now.sandbox
+			f.setRecord(rec)
+			fmt.Fprintf(f.console, "sbx: this is %s, a copy of %s resumed from its freeze %s\n", now.sandbox, env.sandbox, env.name)
+			return rec
+		}
+		rec.State = FreezeInterrupted
+		rec.Error = "sbx captured this sandbox (a stop, a snapshot or a fork) while it was freezing, and this is that capture, restored: whether the freeze was recorded says `sbx snapshot info " + env.name + "`"
+		if err == nil {
+			rec.Copy = now.sandbox
+		}
+		f.setRecord(rec)
+		return rec
+	default:
+		rec.State = FreezeFailed
+		f.setRecord(rec)
+		f.tell(rec, freezewire.Failed)
+		rec.Error = "gVisor could not write the checkpoint; the sandbox ran on and nothing was lost"
+		if why := f.waitWhy(env.slot, whyWait); why != "" {
+			rec.Error = why + "; the sandbox ran on and nothing was lost"
+		} else {
+			rec.Error += " (sbxd says why in the sandbox's events: sbx events " + env.sandbox + ")"
+		}
+		f.mu.Lock()
+		f.used[env.slot] = rec
+		f.mu.Unlock()
+		f.setRecord(rec)
+		return rec
+	}
+}
+
+func usedMessage(prev FreezeRecord) string {
+	what := "froze already, as " + prev.Name
+	if prev.State == FreezeFailed {
+		what = "tried to freeze already, and failed"
+	}
+	return "this sandbox " + what + " since it started: gVisor arms one freeze per start of a sandbox; freeze again in a copy (sbx new --from " + prev.Name + ") or after sbx stop and sbx resume"
+}
+
+// tell writes the freeze's control line on the console, where sbxd's
+// console shim picks it up.
+func (f *freezer) tell(rec FreezeRecord, result string) {
+	line := freezewire.Line(freezewire.Verdict{
+		Slot: rec.Slot, Result: result, Pid: rec.Pid, UID: rec.UID, Cmd: rec.Cmd, Reason: rec.Reason,
+		FailedAt: rec.FailedAt, Triggered: rec.Triggered, Done: rec.Done,
+	})
+	_, _ = f.console.Write(line)
+}
+
+// setWhy records sbxd's reason for the failed freeze of slot.
+func (f *freezer) setWhy(slot, why string) {
+	f.mu.Lock()
+	f.why[slot] = why
+	close(f.whyc)
+	f.whyc = make(chan struct{})
+	f.mu.Unlock()
+}
+
+func (f *freezer) waitWhy(slot string, d time.Duration) string {
+	deadline := time.After(d)
+	for {
+		f.mu.Lock()
+		why, ch := f.why[slot], f.whyc
+		f.mu.Unlock()
+		if why != "" {
+			return why
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			return ""
+		}
+	}
+}
+
+// cmdline is pid's command line, its arguments joined by spaces.
+func cmdline(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+}
+
+// parseTime reads a time as RFC 3339 or as seconds since the epoch
+// ("1700000000.123"); zero if neither.
+func parseTime(s string) time.Time {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t
+	}
+	sec, frac, _ := strings.Cut(strings.TrimSpace(s), ".")
+	n, err := strconv.ParseInt(sec, 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	var ns int64
+	if frac != "" {
+		ns, _ = strconv.ParseInt((frac + "000000000")[:9], 10, 64)
+	}
+	return time.Unix(n, ns)
+}
+
+const freezeSyntax = "freeze [--reason TEXT] [--failed-at TIME] [--no-hold] [--json] | freeze --status"
+
+// runFreeze is the freeze command: it asks init to freeze the sandbox and
+// says what came of it. In the original it returns once the sandbox's
+// whole state is captured (exit 0). In a copy restored from the freeze it
+// says so and, unless --no-hold, holds its caller there for good: the
+// caller (a test at its failure) stays as it was. A freeze that could not
+// be done says why, on stderr, and exits 1; the sandbox runs on.
+func runFreeze(args []string, stdout, stderr io.Writer) int {
+	fset := flag.NewFlagSet("freeze", flag.ContinueOnError)
+	fset.SetOutput(io.Discard)
+	reason := fset.String("reason", "", "what failed (a test's name), kept with the freeze")
+	failedAt := fset.String("failed-at", "", "when the failure happened: RFC 3339, or seconds since the epoch")
+	noHold := fset.Bool("no-hold", false, "in a copy, return (exit 3) instead of holding the caller")
+	asJSON := fset.Bool("json", false, "print the freeze's record as JSON on stdout")
+	status := fset.Bool("status", false, "print the last freeze's record (JSON) and exit")
+	self := fset.Bool("self", false, "freeze for this process, not its parent (scripts that exec it)")
+	if err := fset.Parse(args); err != nil || fset.NArg() != 0 {
+		msg := "unexpected arguments"
+		if err != nil {
+			msg = err.Error()
+		}
+		fmt.Fprintf(stderr, "sbx freeze: %s; usage: %s %s\n", msg, FreezeCommand, strings.TrimPrefix(freezeSyntax, "freeze "))
+		return ExitInvalid
+	}
+	if *status {
+		rep, err := callInit(initRequest{Op: "freeze-status"})
+		if err != nil {
+			fmt.Fprintf(stderr, "sbx freeze: %s\n", oneLine(err.Error()))
+			return ExitError
+		}
+		if rep.Freeze == nil {
+			rep.Freeze = &FreezeRecord{}
+		}
+		_ = writeJSON(stdout, rep.Freeze)
+		return ExitOK
+	}
+	rep, err := callInitFreeze(initRequest{Op: "freeze", Reason: *reason, FailedAt: *failedAt, Self: *self})
+	if err != nil {
+		fmt.Fprintf(stderr, "sbx freeze: cannot reach the sandbox's init: %s\n", oneLine(err.Error()))
+		return ExitError
+	}
+	if rep.Freeze == nil {
+		fmt.Fprintf(stderr, "sbx freeze: %s\n", oneLine(rep.Error))
+		return ExitError
+	}
+	r := *rep.Freeze
+	if *asJSON {
+		_ = writeJSON(stdout, r)
+	}
+	switch r.State {
+	case FreezeFrozen:
+		fmt.Fprintf(stderr, "sbx freeze: froze sandbox %s as snapshot %s (gVisor took %d ms); look at it in a copy: sbx new --from %s\n", r.Sandbox, r.Name, r.PausedMs, r.Name)
+		return ExitOK
+	case FreezeCopy:
+		fmt.Fprintf(stderr, "sbx freeze: this is %s, a copy of %s resumed from its freeze %s\n", r.Copy, r.Sandbox, r.Name)
+		if *noHold {
+			return ExitFreezeCopy
+		}
+		fmt.Fprintf(stderr, "sbx freeze: holding process %d here, as it was when it froze\n", r.Pid)
+		hold()
+		return ExitFreezeCopy
+	default:
+		fmt.Fprintf(stderr, "sbx freeze: %s\n", oneLine(r.Error))
+		return ExitError
+	}
+}
+
+// hold never returns: a copy's caller stays where it froze.
+func hold() {
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
+// callInitFreeze sends a freeze request; its answer comes once gVisor has
+// written the sandbox, which takes as long as the sandbox's memory needs.
+func callInitFreeze(req initRequest) (initReply, error) {
+	conn, err := dialUnix(initSocket)
+	if err != nil {
+		return initReply{}, err
+	}
+	defer conn.Close()
+	_ = conn.SetWriteDeadline(time.Now().Add(clientTimeout))
+	if err := json.NewEncoder(conn).Encode(req); err != nil {
+		return initReply{}, err
+	}
+	var rep initReply
+	if err := json.NewDecoder(io.LimitReader(conn, 1<<20)).Decode(&rep); err != nil {
+		return initReply{}, err
+	}
+	return rep, nil
+}
+
+// runFreezeWhy hands init sbxd's reason for the failed freeze of a slot
+// (read from stdin), for the freeze command that waits for it.
+func runFreezeWhy(args []string, stdin io.Reader) error {
+	fset := flag.NewFlagSet("freeze-why", flag.ContinueOnError)
+	slot := fset.String("slot", "", "the slot of the failed freeze")
+	if _, err := parseFlags(fset, args, 0, "freeze-why --slot SLOT"); err != nil {
+		return err
+	}
+	b, err := io.ReadAll(io.LimitReader(stdin, 4096))
+	if err != nil {
+		return failf(ExitError, "freeze-why: %s", err)
+	}
+	rep, err := callInit(initRequest{Op: "freeze-why", Slot: *slot, Reason: strings.TrimSpace(string(b))})
+	if err != nil {
+		return failf(ExitError, "freeze-why: %s", err)
+	}
+	if rep.Error != "" {
+		return failf(ExitInvalid, "%s", rep.Error)
+	}
+	return nil
+}

@@ -1,0 +1,322 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"sbx.dev/sbx/internal/agent/freezewire"
+)
+
+// fakeCheckpoint stands for /proc/gvisor/checkpoint: a write of "1" is
+// refused with writeErr or accepted; a read answers result, once onRead
+// (the "checkpoint") has run.
+type fakeCheckpoint struct {
+	writeErr error
+	result   string
+	onRead   func()
+	wrote    []byte
+}
+
+func (f *fakeCheckpoint) Write(p []byte) (int, error) {
+	if f.writeErr != nil {
+		return 0, f.writeErr
+	}
+	f.wrote = append(f.wrote, p...)
+	return len(p), nil
+}
+
+func (f *fakeCheckpoint) Read(p []byte) (int, error) {
+	if f.onRead != nil {
+		f.onRead()
+	}
+	return copy(p, f.result+"\n"), nil
+}
+
+func (f *fakeCheckpoint) Close() error { return nil }
+
+// freezeEnv points the freezer at a spec environment, a record file and a
+// fake checkpoint file of the test's own.
+func fakeFreezeEnv(t *testing.T, cp *fakeCheckpoint, env map[string]string) (environ string) {
+	t.Helper()
+	dir := t.TempDir()
+	environ = filepath.Join(dir, "spec_environ")
+	writeEnviron(t, environ, env)
+	oldEnv, oldRec, oldOpen := specEnvironPath, freezeRecord, openCheckpoint
+	specEnvironPath, freezeRecord = environ, filepath.Join(dir, "run", "record.json")
+	openCheckpoint = func() (io.ReadWriteCloser, error) { return cp, nil }
+	t.Cleanup(func() { specEnvironPath, freezeRecord, openCheckpoint = oldEnv, oldRec, oldOpen })
+	return environ
+}
+
+func writeEnviron(t *testing.T, path string, env map[string]string) {
+	t.Helper()
+	var b bytes.Buffer
+	b.WriteString("PATH=/bin\x00")
+	for k, v := range env {
+		b.WriteString(k + "=" + v + "\x00")
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var bootEnvA = map[string]string{
+	freezewire.SlotEnv: "im_aaaaaaaaaa", freezewire.NameEnv: "freeze-web-aaaa",
+	freezewire.SandboxEnv: "sb_aaaaaaaaaa", freezewire.RestoredFromEnv: "",
+}
+
+// consoleLines returns the control lines written on the console.
+func controlLines(t *testing.T, console string) []freezewire.Verdict {
+	t.Helper()
+	var out []freezewire.Verdict
+	for _, l := range strings.SplitAfter(console, "\n") {
+		if !strings.HasPrefix(l, freezewire.Prefix) {
+			continue
+		}
+		v, err := freezewire.Parse([]byte(l))
+		if err != nil {
+			t.Fatalf("control line %q: %v", l, err)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func TestFreezeFrozenOnce(t *testing.T) {
+	cp := &fakeCheckpoint{result: "resume", onRead: func() { time.Sleep(20 * time.Millisecond) }}
+	fakeFreezeEnv(t, cp, bootEnvA)
+	var console bytes.Buffer
+	f := newFreezer(&console)
+	failed := time.Now().Add(-time.Second)
+	r := f.freeze(initRequest{Reason: "test_x", FailedAt: failed.Format(time.RFC3339Nano), Self: true}, peer{pid: os.Getpid(), uid: 1000})
+	if r.State != FreezeFrozen || r.Name != "freeze-web-aaaa" || r.Sandbox != "sb_aaaaaaaaaa" || r.Slot != "im_aaaaaaaaaa" {
+		t.Fatalf("record %+v, want frozen as freeze-web-aaaa", r)
+	}
+	if string(cp.wrote) != "1" {
+		t.Errorf("wrote %q to the checkpoint file, want \"1\"", cp.wrote)
+	}
+	if r.Pid != os.Getpid() || r.UID != 1000 || r.Reason != "test_x" || !r.FailedAt.Equal(failed) {
+		t.Errorf("record %+v does not say who asked, why and when", r)
+	}
+	if r.PausedMs < 20 || r.Done.Before(r.Triggered) {
+		t.Errorf("paused %d ms (triggered %s, done %s), want >= 20", r.PausedMs, r.Triggered, r.Done)
+	}
+	vs := controlLines(t, console.String())
+	if len(vs) != 1 || vs[0].Slot != "im_aaaaaaaaaa" || vs[0].Result != freezewire.Frozen || vs[0].Reason != "test_x" {
+		t.Fatalf("control lines %+v, want one frozen verdict for the slot", vs)
+	}
+	if got := f.status(0); got.State != FreezeFrozen {
+		t.Errorf("status %+v, want frozen", got)
+	}
+	b, err := os.ReadFile(freezeRecord)
+	if err != nil || !strings.Contains(string(b), `"state": "frozen"`) {
+		t.Errorf("record file %q %v, want the frozen record", b, err)
+	}
+	// one freeze per boot: the second is refused, naming the first, and
+	// gVisor is not asked again
+	cp.wrote = nil
+	again := f.freeze(initRequest{}, peer{pid: os.Getpid()})
+	if again.State != FreezeUsed || !strings.Contains(again.Error, "froze already, as freeze-web-aaaa") || cp.wrote != nil {
+		t.Errorf("second freeze %+v (wrote %q), want used, naming the first", again, cp.wrote)
+	}
+	if n := len(controlLines(t, console.String())); n != 1 {
+		t.Errorf("%d control lines after a refused freeze, want 1", n)
+	}
+}
+
+func TestFreezeCopy(t *testing.T) {
+	var environ string
+	cp := &fakeCheckpoint{result: "restore"}
+	environ = fakeFreezeEnv(t, cp, bootEnvA)
+	// the restore: the copy's boot has its own slot and says where it came from
+	cp.onRead = func() {
+		writeEnviron(t, environ, map[string]string{freezewire.SlotEnv: "im_bbbbbbbbbb", freezewire.NameEnv: "freeze-c-bbbb",
+			freezewire.SandboxEnv: "sb_bbbbbbbbbb", freezewire.RestoredFromEnv: "im_aaaaaaaaaa"})
+	}
+	var console bytes.Buffer
+	f := newFreezer(&console)
+	r := f.freeze(initRequest{}, peer{pid: os.Getpid()})
+	if r.State != FreezeCopy || r.Copy != "sb_bbbbbbbbbb" || r.Sandbox != "sb_aaaaaaaaaa" || r.Name != "freeze-web-aaaa" {
+		t.Fatalf("record %+v, want the copy sb_bbbbbbbbbb of sb_aaaaaaaaaa", r)
+	}
+	if !r.Done.IsZero() {
+		t.Errorf("a copy claims the original's freeze ended at %s", r.Done)
+	}
+	if len(controlLines(t, console.String())) != 0 || !strings.Contains(console.String(), "a copy of sb_aaaaaaaaaa") {
+		t.Errorf("console %q, want a plain line saying it is a copy and no verdict", console.String())
+	}
+	// the copy's own slot is fresh: it may freeze in turn
+	cp.result, cp.onRead = "resume", nil
+	if r := f.freeze(initRequest{}, peer{pid: os.Getpid()}); r.State != FreezeFrozen || r.Slot != "im_bbbbbbbbbb" {
+		t.Errorf("the copy's freeze: %+v, want frozen in its own slot", r)
+	}
+}
+
+func TestFreezeInterrupted(t *testing.T) {
+	cp := &fakeCheckpoint{result: "restore"}
+	environ := fakeFreezeEnv(t, cp, bootEnvA)
+	// restored from a stop's image taken while it froze
+	cp.onRead = func() {
+		writeEnviron(t, environ, map[string]string{freezewire.SlotEnv: "im_cccccccccc", freezewire.SandboxEnv: "sb_aaaaaaaaaa", freezewire.RestoredFromEnv: "im_stopstopst"})
+	}
+	var console bytes.Buffer
+	r := newFreezer(&console).freeze(initRequest{}, peer{pid: os.Getpid()})
+	if r.State != FreezeInterrupted || !strings.Contains(r.Error, "while it was freezing") {
+		t.Fatalf("record %+v, want interrupted, saying why", r)
+	}
+}
+
+func TestFreezeFailedSaysWhy(t *testing.T) {
+	cp := &fakeCheckpoint{result: "error"}
+	fakeFreezeEnv(t, cp, bootEnvA)
+	var console syncBuffer
+	f := newFreezer(&console)
+	go func() {
+		// sbxd, having read the verdict, says why
+		for !strings.Contains(console.String(), freezewire.Prefix) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		f.setWhy("im_aaaaaaaaaa", "no space left on device: the disk of sbxd's data dir has 0 B free")
+	}()
+	r := f.freeze(initRequest{}, peer{pid: os.Getpid()})
+	if r.State != FreezeFailed || !strings.Contains(r.Error, "no space left on device") || !strings.Contains(r.Error, "nothing was lost") {
+		t.Fatalf("record %+v, want failed with sbxd's reason", r)
+	}
+	vs := controlLines(t, console.String())
+	if len(vs) != 1 || vs[0].Result != freezewire.Failed {
+		t.Errorf("control lines %+v, want one failed verdict", vs)
+	}
+	// gVisor took the boot's freeze even so
+	if again := f.freeze(initRequest{}, peer{pid: os.Getpid()}); again.State != FreezeUsed || !strings.Contains(again.Error, "failed") {
+		t.Errorf("a freeze after a failed one: %+v, want used, saying the first failed", again)
+	}
+}
+
+func TestFreezeRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		env       map[string]string
+		writeErr  error
+		wantState string
+		wantErr   string
+	}{
+		{"used by a direct write", bootEnvA, syscall.ENXIO, FreezeUsed, "did not go through /.sbx/freeze"},
+		{"refused", bootEnvA, syscall.EPERM, FreezeFailed, "refused"},
+		{"no freezes in this boot", map[string]string{}, nil, FreezeUnsupported, "started without freezes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cp := &fakeCheckpoint{writeErr: tc.writeErr, result: "resume"}
+			fakeFreezeEnv(t, cp, tc.env)
+			var console bytes.Buffer
+			r := newFreezer(&console).freeze(initRequest{}, peer{pid: os.Getpid()})
+			if r.State != tc.wantState || !strings.Contains(r.Error, tc.wantErr) {
+				t.Errorf("record %+v, want %s saying %q", r, tc.wantState, tc.wantErr)
+			}
+			if len(controlLines(t, console.String())) != 0 {
+				t.Errorf("a refused freeze told sbxd of a verdict: %q", console.String())
+			}
+		})
+	}
+}
+
+// TestFreezeCommand: the freeze command, through init's socket: its exit
+// codes and messages in the original and in a copy.
+func TestFreezeCommand(t *testing.T) {
+	s := startSupervisor(t)
+	var console syncBuffer
+	s.freezer = newFreezer(&console)
+	cp := &fakeCheckpoint{result: "resume"}
+	environ := fakeFreezeEnv(t, cp, bootEnvA)
+
+	var out, errb bytes.Buffer
+	if code := Main([]string{"freeze", "--reason", "t", "--json"}, nil, &out, &errb); code != 0 {
+		t.Fatalf("freeze: exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(errb.String(), "as snapshot freeze-web-aaaa") || !strings.Contains(out.String(), `"state":"frozen"`) {
+		t.Errorf("freeze said %q / %q, want the snapshot's name and the JSON record", errb.String(), out.String())
+	}
+	// the freeze command ran in this process: the caller is its parent
+	if r := s.freezer.status(0); r.Pid != os.Getppid() {
+		t.Errorf("the freeze names pid %d as its caller, want %d (the freeze command's parent)", r.Pid, os.Getppid())
+	}
+
+	out.Reset()
+	errb.Reset()
+	if code := Main([]string{"freeze"}, nil, &out, &errb); code != ExitError || !strings.Contains(errb.String(), "froze already") {
+		t.Errorf("second freeze: exit %d %q, want 1 saying it froze already", code, errb.String())
+	}
+
+	// a copy: --no-hold returns 3
+	s.freezer = newFreezer(&console)
+	cp.result = "restore"
+	cp.onRead = func() {
+		writeEnviron(t, environ, map[string]string{freezewire.SlotEnv: "im_bbbbbbbbbb", freezewire.SandboxEnv: "sb_bbbbbbbbbb", freezewire.RestoredFromEnv: "im_aaaaaaaaaa"})
+	}
+	errb.Reset()
+	if code := Main([]string{"freeze", "--no-hold"}, nil, &out, &errb); code != ExitFreezeCopy || !strings.Contains(errb.String(), "a copy of sb_aaaaaaaaaa") {
+		t.Errorf("freeze in a copy: exit %d %q, want %d saying it is the copy", code, errb.String(), ExitFreezeCopy)
+	}
+
+	// --status prints the record
+	out.Reset()
+	if code := Main([]string{"freeze", "--status"}, nil, &out, &errb); code != 0 || !strings.Contains(out.String(), `"state":"copy"`) {
+		t.Errorf("freeze --status: exit %d %q", code, out.String())
+	}
+	// bad flags
+	if code := Main([]string{"freeze", "--nope"}, nil, &out, &errb); code != ExitInvalid {
+		t.Errorf("freeze --nope: exit %d, want %d", code, ExitInvalid)
+	}
+}
+
+// TestFreezeWhyOnlyRoot: only root may tell init why a freeze failed, and
+// only of a well-formed slot.
+func TestFreezeWhy(t *testing.T) {
+	s := startSupervisor(t)
+	var console syncBuffer
+	s.freezer = newFreezer(&console)
+	err := runFreezeWhy([]string{"--slot", "../x"}, strings.NewReader("why"))
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != ExitInvalid {
+		t.Errorf("freeze-why of a bad slot: %v, want an invalid-argument error", err)
+	}
+	if os.Getuid() == 0 {
+		if err := runFreezeWhy([]string{"--slot", "im_aaaaaaaaaa"}, strings.NewReader("disk full\n")); err != nil {
+			t.Fatal(err)
+		}
+		if why := s.freezer.waitWhy("im_aaaaaaaaaa", time.Second); why != "disk full" {
+			t.Errorf("why %q, want %q", why, "disk full")
+		}
+	}
+}
+
+// TestConsoleEscapesControl: what anyone writes to /dev/console cannot
+// pass for init's control line.
+func TestConsoleEscapesControl(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "console")
+	var out syncBuffer
+	if err := serveConsole(path, &out); err != nil {
+		t.Fatal(err)
+	}
+	forged := string(freezewire.Line(freezewire.Verdict{Slot: "im_aaaaaaaaaa", Result: freezewire.Frozen}))
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(forged)
+	f.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for out.String() == "" && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	got := out.String()
+	if strings.IndexByte(got, freezewire.ControlByte) >= 0 || !strings.Contains(got, "?sbx-freeze") {
+		t.Errorf("console copied %q, want the control byte replaced", got)
+	}
+}

@@ -1,0 +1,164 @@
+// Package freezewire is what a sandbox's init and sbxd tell each other about
+// a freeze: the environment sbxd gives each boot of a sandbox, and the line
+// init writes on the console when a freeze has an outcome.
+//
+// A freeze is gVisor's application-driven checkpoint: a write of "1" to
+// /proc/gvisor/checkpoint inside the sandbox makes gVisor write the whole
+// sandbox into the files sbxd armed for that boot (the "slot"), with the
+// sandbox carrying on after. gVisor arms one such checkpoint per start of
+// a sandbox (runsc run or restore), so a slot is used once.
+//
+// sbxd names the slot and the snapshot a freeze becomes in the boot's spec
+// environment, which the sandbox reads from /proc/gvisor/spec_environ (it
+// is the current boot's, also in a copy restored from a freeze). init,
+// which does every freeze, writes the outcome on its stdout as one control
+// line, Prefix + JSON + "\n". Its stdout is the sandbox's console: the
+// console shim on the host picks the line out, writes it into the slot as
+// VerdictFile, and sbxd, watching the slot, records the freeze. Nothing
+// else inside writes init's stdout, and init escapes ControlByte in what it
+// copies from /dev/console, so a control line is init's.
+package freezewire
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// The spec environment of each boot.
+const (
+	// SlotEnv is the image id the boot's freeze becomes: its slot.
+	SlotEnv = "SBX_FREEZE_SLOT"
+	// NameEnv is the name of the snapshot the freeze is recorded as.
+	NameEnv = "SBX_FREEZE_NAME"
+	// SandboxEnv is the sandbox's id.
+	SandboxEnv = "SBX_SANDBOX"
+	// RestoredFromEnv is the image this boot was restored from ("" for a
+	// boot from the template): a copy tells by it whether it is the copy
+	// of a freeze.
+	RestoredFromEnv = "SBX_RESTORED_FROM"
+)
+
+// Envs are the names of the boot's spec environment, which init keeps
+// out of the commands it starts (they hold the first boot's values).
+var Envs = []string{SlotEnv, NameEnv, SandboxEnv, RestoredFromEnv}
+
+// The files of a slot, on the host: gVisor's three (written by the
+// sentry) and the verdict (written by the console shim).
+const (
+	StateFile     = "checkpoint.img"
+	PagesMetaFile = "pages_meta.img"
+	PagesFile     = "pages.img"
+	VerdictFile   = "verdict"
+	// NoSpaceFile, beside a failed freeze's verdict, says the disk was
+	// (nearly) full when it failed: the free bytes then, in decimal.
+	NoSpaceFile = "nospace"
+)
+
+// ControlByte starts a control line on the console; init replaces it in
+// whatever it copies from /dev/console.
+const ControlByte = 0x1e
+
+// Prefix starts a freeze's control line.
+const Prefix = "\x1esbx-freeze "
+
+// MaxLine bounds a control line, newline included: one write of a pipe
+// (PIPE_BUF) is never interleaved with another.
+const MaxLine = 4096
+
+// The results of a freeze as the verdict tells them.
+const (
+	// Frozen: the sandbox's state is in the slot, complete.
+	Frozen = "frozen"
+	// Failed: gVisor could not write it; the sandbox ran on.
+	Failed = "failed"
+)
+
+// Verdict is a freeze's outcome, from init. Everything but Slot and
+// Result is what the sandbox says, and shown as such.
+type Verdict struct {
+	Slot   string `json:"slot"`
+	Result string `json:"result"`
+	// Pid and UID are the freeze command's caller and its user.
+	Pid int    `json:"pid,omitempty"`
+	UID int    `json:"uid"`
+	Cmd string `json:"cmd,omitempty"`
+	// Reason is what the caller said (a test's name).
+	Reason string `json:"reason,omitempty"`
+	// FailedAt is when the caller says its failure happened; Triggered
+	// when init asked gVisor; Done when gVisor answered.
+	FailedAt  time.Time `json:"failedAt,omitzero"`
+	Triggered time.Time `json:"triggered,omitzero"`
+	Done      time.Time `json:"done,omitzero"`
+}
+
+// Bounds on what a verdict may carry.
+const (
+	maxCmd    = 512
+	maxReason = 512
+)
+
+var slotRE = regexp.MustCompile(`^im_[a-z2-7]{10}$`)
+
+// ValidSlot reports whether s can name a slot (an image id).
+func ValidSlot(s string) bool { return slotRE.MatchString(s) }
+
+// Line is v as a control line. Over-long text is cut so that the line
+// stays within MaxLine.
+func Line(v Verdict) []byte {
+	v.Cmd = clip(v.Cmd, maxCmd)
+	v.Reason = clip(v.Reason, maxReason)
+	b, _ := json.Marshal(v)
+	return append([]byte(Prefix), append(b, '\n')...)
+}
+
+// Parse reads a control line (with or without its newline). It refuses a
+// line that is not a freeze's, a bad slot, an unknown result and text
+// past the bounds.
+func Parse(line []byte) (Verdict, error) {
+	s := strings.TrimSuffix(string(line), "\n")
+	rest, ok := strings.CutPrefix(s, Prefix)
+	if !ok {
+		return Verdict{}, fmt.Errorf("not a freeze line")
+	}
+	if len(line) > MaxLine {
+		return Verdict{}, fmt.Errorf("freeze line of %d bytes, over %d", len(line), MaxLine)
+	}
+	var v Verdict
+	if err := json.Unmarshal([]byte(rest), &v); err != nil {
+		return Verdict{}, fmt.Errorf("freeze line: %w", err)
+	}
+	if !ValidSlot(v.Slot) {
+		return Verdict{}, fmt.Errorf("freeze line: bad slot %q", v.Slot)
+	}
+	if v.Result != Frozen && v.Result != Failed {
+		return Verdict{}, fmt.Errorf("freeze line: unknown result %q", v.Result)
+	}
+	v.Cmd, v.Reason = Printable(clip(v.Cmd, maxCmd)), Printable(clip(v.Reason, maxReason))
+	return v, nil
+}
+
+// Printable replaces control characters, so that what a sandbox says
+// cannot move a terminal's cursor or forge a line of a log.
+func Printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1] // a rune cut in two
+	}
+	return s + "..."
+}

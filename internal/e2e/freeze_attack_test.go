@@ -1,0 +1,314 @@
+package e2e
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/agent"
+)
+
+// Attacks on the freeze: a sandbox that freezes in a loop, a freeze racing
+// a stop, freezes by a user who is not root (and gVisor's file written
+// directly), a freeze onto a full disk, sbxd killed in the middle of one.
+
+// memorySnapshots are the snapshots with memory of sandbox id.
+func memorySnapshots(t *testing.T, d *daemon, id string) []api.Snapshot {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sns, err := d.client.Snapshots(ctx)
+	if err != nil {
+		t.Fatalf("snapshots: %v", err)
+	}
+	var out []api.Snapshot
+	for _, sn := range sns {
+		if sn.SandboxID == id && sn.Memory {
+			out = append(out, sn)
+		}
+	}
+	return out
+}
+
+// frozenEvents are the details of sandbox id's "frozen" events.
+func frozenEvents(t *testing.T, d *daemon, id string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	_ = sdk(d.client).Events(context.Background(), id, false, func(ev api.Event) error {
+		if ev.Type == "frozen" {
+			out = append(out, ev.Detail)
+		}
+		return nil
+	})
+	return out
+}
+
+// slotsLeft are the freeze slots sandbox id has on the host.
+func slotsLeft(d *daemon, id string) []string {
+	m, _ := filepath.Glob(filepath.Join(d.dir, "freeze", id, "im_*"))
+	return m
+}
+
+func ownDaemon(t *testing.T) *daemon {
+	t.Helper()
+	d, err := startDaemon(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.stop(true) })
+	return d
+}
+
+// TestFreezeAttackLoop: a sandbox freezes in a loop, one after another
+// and all at once: one freeze per boot is taken, the others say why and
+// record nothing; each new boot (a resume, a copy) takes one more.
+func TestFreezeAttackLoop(t *testing.T) {
+	d := ownDaemon(t)
+	id := d.newSandbox(t)
+	h := startHolderTiny(t, d, id)
+	r := d.sbx(t, "exec", id, "--", "sh", "-c",
+		`for i in 1 2 3 4 5 6 7 8 9 10; do /.sbx/freeze --reason loop; echo "exit $?"; done
+		 for i in 1 2 3 4 5 6; do /.sbx/freeze --reason burst & done; wait`)
+	if n := strings.Count(r.stdout, "exit 0"); n != 1 || strings.Count(r.stdout, "exit 1") != 9 {
+		t.Errorf("ten freezes in a row: %q, want one exit 0 and nine exit 1", r.stdout)
+	}
+	if n := strings.Count(r.stderr, "froze sandbox"); n != 1 {
+		t.Errorf("%d freezes said they froze, want 1:\n%s", n, r.stderr)
+	}
+	if n := strings.Count(r.stderr, "froze already"); n != 15 {
+		t.Errorf("%d freezes said the boot froze already, want 15:\n%s", n, r.stderr)
+	}
+	waitFor(t, "the freeze to be recorded", 10*time.Second, func() bool { return len(memorySnapshots(t, d, id)) > 0 })
+	time.Sleep(time.Second)
+	sns := memorySnapshots(t, d, id)
+	if len(sns) != 1 {
+		t.Fatalf("%d snapshots with memory of %s, want the one freeze: %+v", len(sns), id, sns)
+	}
+	checkMemory(t, d, id, h)
+
+	// each boot freezes once more
+	names := map[string]bool{sns[0].Name: true}
+	for i := 0; i < 2; i++ {
+		d.must(t, "stop", id, "--wait")
+		d.must(t, "resume", id)
+		checkMemory(t, d, id, h)
+		n := freezeIn(t, d, id, "", "--reason", "after a resume")
+		if names[n] {
+			t.Errorf("boot %d froze as %s, a name taken before", i+2, n)
+		}
+		names[n] = true
+		waitSnapshot(t, d, n, 10*time.Second)
+	}
+	if got := len(memorySnapshots(t, d, id)); got != 3 {
+		t.Errorf("%d freezes recorded after three boots, want 3", got)
+	}
+	if left := slotsLeft(d, id); len(left) != 0 {
+		t.Errorf("slots left for %s: %q, want none (the running boot's became its freeze's image)", id, left)
+	}
+	checkConsistent(t, d)
+	deleteEverything(t, d)
+	checkNoLeaks(t, d)
+}
+
+// TestFreezeAttackDuringStop: a freeze races a stop, at a few offsets.
+// Whatever wins, the stop is done, a freeze that said it froze is
+// recorded and whole, nothing is left of the slots, and the sandbox
+// resumes with its memory and freezes again.
+func TestFreezeAttackDuringStop(t *testing.T) {
+	d := ownDaemon(t)
+	for _, delay := range []time.Duration{0, 150 * time.Millisecond, 400 * time.Millisecond} {
+		id := d.newSandbox(t)
+		h := startHolderTiny(t, d, id)
+		frz := make(chan result, 1)
+		go func() { frz <- d.sbx(t, "exec", id, "--", agent.FreezeCommand, "--reason", "stop-race") }()
+		time.Sleep(delay)
+		stop := d.sbx(t, "stop", id, "--wait")
+		fr := <-frz
+		t.Logf("delay %s: stop exit %d %s; freeze exit %d %s", delay, stop.code, strings.TrimSpace(stop.stderr), fr.code, strings.TrimSpace(fr.stderr))
+		if stop.code != 0 {
+			// a stop refused while a capture runs says so; once more
+			if stop = d.sbx(t, "stop", id, "--wait"); stop.code != 0 {
+				t.Fatalf("stop %s: exit %d %q", id, stop.code, stop.stderr)
+			}
+		}
+		if st := d.info(t, id).State; st != api.StateStopped {
+			t.Fatalf("%s is %s after the stop, want stopped", id, st)
+		}
+		sns := memorySnapshots(t, d, id)
+		if fr.code == 0 && len(sns) != 1 {
+			t.Errorf("the freeze said it froze, and %d snapshots of it are recorded, want 1", len(sns))
+		}
+		for _, sn := range sns {
+			cp := d.newSandbox(t, "--from", sn.Name)
+			checkMemory(t, d, cp, h)
+			d.must(t, "rm", cp)
+		}
+		if left := slotsLeft(d, id); len(left) != 0 {
+			t.Errorf("slots left for the stopped %s: %q", id, left)
+		}
+		d.must(t, "resume", id)
+		checkMemory(t, d, id, h)
+		freezeIn(t, d, id, "", "--reason", "after the race")
+	}
+	checkConsistent(t, d)
+	deleteEverything(t, d)
+	checkNoLeaks(t, d)
+}
+
+// TestFreezeAttackNonRoot: a user who is not root freezes like anyone (the
+// event names them), but cannot tell init why a freeze failed; gVisor's
+// file written directly, past /.sbx/freeze, uses the boot's freeze: the
+// freeze command says so, and the stop drops the image nobody vouched for.
+func TestFreezeAttackNonRoot(t *testing.T) {
+	d := ownDaemon(t)
+	id := d.newSandbox(t)
+	name := freezeIn(t, d, id, "1000", "--reason", "as 1000")
+	waitSnapshot(t, d, name, 10*time.Second)
+	if ev := frozenEvent(t, d, id); ev["uid"] != float64(1000) || ev["outcome"] != "ok" {
+		t.Errorf("frozen event %v, want uid 1000, ok", ev)
+	}
+	r := d.sbx(t, "exec", "-u", "1000", id, "--", "sh", "-c", "echo a lie | "+agent.AgentPath+" freeze-why --slot im_aaaaaaaaaa")
+	if r.code == 0 || !strings.Contains(r.stderr, "only root") {
+		t.Errorf("freeze-why as 1000: exit %d %q, want refused: only root", r.code, r.stderr)
+	}
+
+	id2 := d.newSandbox(t)
+	h := startHolderTiny(t, d, id2)
+	direct := d.sbx(t, "exec", "-u", "1000", id2, "--", "sh", "-c", "echo 1 > /proc/gvisor/checkpoint")
+	t.Logf("a direct write as 1000: exit %d %q", direct.code, direct.stderr)
+	if direct.code == 0 {
+		time.Sleep(2 * time.Second) // gVisor writes it in the background
+		r := d.sbx(t, "exec", id2, "--", agent.FreezeCommand)
+		if r.code != 1 || !strings.Contains(r.stderr, "did not go through") {
+			t.Errorf("a freeze after a direct write: exit %d %q, want 1 saying the freeze was used past it", r.code, r.stderr)
+		}
+		checkMemory(t, d, id2, h)
+		d.must(t, "stop", id2, "--wait")
+		if sns := memorySnapshots(t, d, id2); len(sns) != 0 {
+			t.Errorf("a direct write was recorded: %+v", sns)
+		}
+		dropped := false
+		for _, ev := range frozenEvents(t, d, id2) {
+			if e, _ := ev["error"].(string); strings.Contains(e, "freeze dropped") {
+				dropped = true
+			}
+		}
+		if !dropped {
+			t.Errorf("no event says the unvouched image was dropped: %v", frozenEvents(t, d, id2))
+		}
+		if left := slotsLeft(d, id2); len(left) != 0 {
+			t.Errorf("slots left: %q", left)
+		}
+		d.must(t, "resume", id2)
+		checkMemory(t, d, id2, h)
+	}
+	freezeIn(t, d, id2, "1000")
+	checkConsistent(t, d)
+	deleteEverything(t, d)
+	checkNoLeaks(t, d)
+}
+
+// TestFreezeAttackDiskFull: the disk the freeze slots are on is full: the
+// freeze fails, says why inside and in the events, records nothing, leaves
+// no partial image, and the sandbox runs on with its memory and network.
+func TestFreezeAttackDiskFull(t *testing.T) {
+	d := ownDaemon(t)
+	root := filepath.Join(d.dir, "freeze")
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "sbx-e2e-full", root).CombinedOutput(); err != nil {
+		t.Fatalf("mount a small tmpfs on %s: %v %s", root, err, out)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(root, syscall.MNT_DETACH) }) // before the daemon's cleanup
+	id := d.newSandbox(t)
+	h := startHolderTiny(t, d, id)
+	r := d.sbx(t, "exec", id, "--", agent.FreezeCommand, "--reason", "full")
+	if r.code != 1 || !strings.Contains(r.stderr, "no space left") || !strings.Contains(r.stderr, "nothing was lost") {
+		t.Errorf("a freeze onto a full disk: exit %d %q, want 1 saying no space left and nothing lost", r.code, r.stderr)
+	}
+	var ev map[string]any
+	waitFor(t, "the failed freeze's event", 10*time.Second, func() bool {
+		evs := frozenEvents(t, d, id)
+		if len(evs) > 0 {
+			ev = evs[len(evs)-1]
+		}
+		return ev != nil
+	})
+	if e, _ := ev["error"].(string); ev["outcome"] != "error" || !strings.Contains(e, "no space left") {
+		t.Errorf("frozen event %v, want an error saying no space left", ev)
+	}
+	if sns := memorySnapshots(t, d, id); len(sns) != 0 {
+		t.Errorf("a failed freeze was recorded: %+v", sns)
+	}
+	if left := slotsLeft(d, id); len(left) != 0 {
+		t.Errorf("the failed slot is left: %q", left)
+	}
+	if rec := freezeRecord(t, d, id); rec.State != agent.FreezeFailed {
+		t.Errorf("the sandbox's record %+v, want failed", rec)
+	}
+	checkMemory(t, d, id, h)
+	checkNetwork(t, d, id, false)
+	r = d.sbx(t, "exec", id, "--", agent.FreezeCommand)
+	if r.code != 1 || !strings.Contains(r.stderr, "tried to freeze already, and failed") {
+		t.Errorf("a second freeze in the boot: exit %d %q", r.code, r.stderr)
+	}
+	checkConsistent(t, d)
+	deleteEverything(t, d)
+	if err := syscall.Unmount(root, 0); err != nil { // the test's own, not a leak
+		t.Errorf("unmount the full disk: %v", err)
+	}
+	checkNoLeaks(t, d)
+}
+
+// TestFreezeSbxdKilled: sbxd dies while a freeze is recorded (after the
+// journal entry, after the image is moved) or is down when a sandbox
+// freezes: the next sbxd records the freeze, whole, once.
+func TestFreezeSbxdKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long")
+	}
+	bin := sbxdTestBuild(t)
+	for _, point := range []string{"freeze:journaled", "freeze:moved", "down"} {
+		t.Run(point, func(t *testing.T) {
+			d := ownDaemon(t)
+			id := d.newSandbox(t)
+			h := startHolderTiny(t, d, id)
+			if point == "down" {
+				d.must(t, "exec", "-d", id, "--", "sh", "-c", "sleep 1; "+agent.FreezeCommand+" --reason down")
+				d.kill(syscall.SIGKILL)
+				time.Sleep(4 * time.Second) // it freezes meanwhile
+			} else {
+				d.kill(syscall.SIGTERM)
+				d.bin, d.env = bin, []string{"SBX_TEST_CRASH_AT=" + point}
+				if err := d.start(nil); err != nil {
+					t.Fatal(err)
+				}
+				r := d.sbx(t, "exec", id, "--", agent.FreezeCommand, "--reason", point)
+				t.Logf("the freeze as sbxd dies: exit %d %q", r.code, r.stderr)
+				d.waitExit(t, 60*time.Second)
+				d.env = nil
+			}
+			if err := d.start(nil); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the freeze to be recorded", 20*time.Second, func() bool { return len(memorySnapshots(t, d, id)) > 0 })
+			time.Sleep(time.Second)
+			sns := memorySnapshots(t, d, id)
+			if len(sns) != 1 {
+				t.Fatalf("%d freezes recorded, want 1: %+v", len(sns), sns)
+			}
+			if rec := freezeRecord(t, d, id); rec.State != agent.FreezeFrozen || rec.Name != sns[0].Name {
+				t.Errorf("the sandbox's record %+v, want frozen as %s", rec, sns[0].Name)
+			}
+			cp := d.newSandbox(t, "--from", sns[0].Name)
+			checkMemory(t, d, cp, h)
+			checkMemory(t, d, id, h)
+			checkConsistent(t, d)
+			deleteEverything(t, d)
+			checkNoLeaks(t, d)
+		})
+	}
+}

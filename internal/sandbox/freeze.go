@@ -1,0 +1,568 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/agent/freezewire"
+	"sbx.dev/sbx/internal/runsc"
+	"sbx.dev/sbx/internal/store"
+)
+
+// A freeze is a capture a sandbox takes of itself, at the instant a program
+// inside asks (/.sbx/freeze): gVisor's application-driven checkpoint. Each
+// boot of a sandbox (a create, a resume, a fork or a sandbox made from a
+// memory snapshot) is armed with a slot, DATA_DIR/freeze/ID/SLOT, into
+// which gVisor writes the whole sandbox when asked, once per boot; SLOT is
+// the image id the freeze becomes. The sandbox's init does the freeze and
+// tells its outcome on the console; the console shim writes that verdict
+// into the slot; sbxd, watching the slot (inotify), records it at once as
+// a named snapshot with memory, freeze-NAME-XXXX, journaled as every
+// capture is. A freeze that failed is an event that says why (and the
+// sandbox, which ran on, is told too); its partial files go.
+//
+// A slot whose sandbox is gone (a stop, a delete, a new boot) and that
+// holds no verdict is settled for good: an unused one is removed, a used
+// one without a verdict (a checkpoint written without /.sbx/freeze, or a
+// sandbox that ended mid-freeze) is dropped with an event.
+
+func (m *Manager) freezeRoot() string             { return filepath.Join(m.cfg.DataDir, "freeze") }
+func (m *Manager) freezeDir(id string) string     { return filepath.Join(m.freezeRoot(), id) }
+func (m *Manager) slotDir(id, slot string) string { return filepath.Join(m.freezeDir(id), slot) }
+
+// slotMeta is what sbxd notes in a slot when it arms it: the name its
+// freeze is recorded as, and the disk the boot's checkpoint names.
+type slotMeta struct {
+	Name    string    `json:"name"`
+	Sandbox string    `json:"sandbox"`
+	Disk    string    `json:"disk,omitempty"`
+	Armed   time.Time `json:"armed"`
+}
+
+const (
+	slotMetaFile = "slot.json"
+	// currentFile, in a sandbox's freeze dir, names the slot its running
+	// boot has.
+	currentFile = "current"
+)
+
+// freezeName is the name a sandbox's freeze in slot is recorded as:
+// freeze-NAME-XXXX (NAME the sandbox's name, else its id).
+func freezeName(sb *store.Sandbox, slot string) string {
+	base := sb.Name
+	if base == "" {
+		base = strings.TrimPrefix(sb.ID, "sb_")
+	}
+	if len(base) > 45 {
+		base = base[:45]
+	}
+	return "freeze-" + strings.TrimRight(base, "-_.") + "-" + strings.TrimPrefix(slot, "im_")[:4]
+}
+
+// armFreeze settles what earlier boots of sb left in its freeze dir and
+// makes the slot of the boot about to start. It returns the slot, the
+// spec's annotations and environment for it. from is the image the boot
+// restores ("" for a boot from the template).
+func (m *Manager) armFreeze(ctx context.Context, sb *store.Sandbox, from string) (string, map[string]string, []string, error) {
+	m.settleFreezesLocked(ctx, sb, false)
+	slot := newID("im_")
+	name := freezeName(sb, slot)
+	if taken, err := m.cfg.Store.SnapshotNameTaken(ctx, name); err == nil && taken {
+		name = "freeze-" + strings.TrimPrefix(slot, "im_")
+	}
+	dir := m.slotDir(sb.ID, slot)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", nil, nil, fmt.Errorf("freeze slot: %w", err)
+	}
+	meta, _ := json.Marshal(slotMeta{Name: name, Sandbox: sb.ID, Disk: sb.Disk, Armed: m.now().UTC()})
+	if err := os.WriteFile(filepath.Join(dir, slotMetaFile), meta, 0o600); err != nil {
+		return "", nil, nil, fmt.Errorf("freeze slot: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(m.freezeDir(sb.ID), currentFile), []byte(slot+"\n")); err != nil {
+		return "", nil, nil, fmt.Errorf("freeze slot: %w", err)
+	}
+	ann := map[string]string{
+		"dev.gvisor.internal.checkpoint.enable": "true",
+		"dev.gvisor.internal.checkpoint.path":   dir,
+		// the sandbox runs on after its freeze
+		"dev.gvisor.internal.checkpoint.resume": "true",
+		// uncompressed, as sbx's own checkpoints: a restore loads the pages
+		// in the background, and the freeze is quicker
+		"dev.gvisor.internal.checkpoint.compression": "none",
+	}
+	env := []string{
+		freezewire.SlotEnv + "=" + slot,
+		freezewire.NameEnv + "=" + name,
+		freezewire.SandboxEnv + "=" + sb.ID,
+		freezewire.RestoredFromEnv + "=" + from,
+	}
+	return slot, ann, env, nil
+}
+
+func writeFileAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// currentSlot is the slot of sandbox id's running boot ("" if none).
+func (m *Manager) currentSlot(id string) string {
+	b, err := os.ReadFile(filepath.Join(m.freezeDir(id), currentFile))
+	if err != nil {
+		return ""
+	}
+	s := strings.TrimSpace(string(b))
+	if !freezewire.ValidSlot(s) {
+		return ""
+	}
+	return s
+}
+
+// settleFreezes settles sandbox id's slots under its lock: called when the
+// console shim has written a verdict.
+func (m *Manager) settleFreezes(ctx context.Context, id string) {
+	unlock := m.lock(id)
+	defer unlock()
+	sb, err := m.cfg.Store.Sandbox(ctx, id)
+	if err != nil {
+		return // deleted: the delete settled them
+	}
+	m.settleFreezesLocked(ctx, sb, true)
+}
+
+// verdictWait is how long a used slot of a sandbox that ended waits for
+// its verdict: the console shim may still be reading init's last line.
+const verdictWait = time.Second
+
+// settleFreezesLocked records the freezes sb's slots hold a verdict for,
+// and, unless running (its runsc sandbox is gone, or about to boot anew),
+// clears the rest: a slot without a verdict can no longer get one. The
+// caller holds sb's lock.
+func (m *Manager) settleFreezesLocked(ctx context.Context, sb *store.Sandbox, running bool) {
+	ents, err := os.ReadDir(m.freezeDir(sb.ID))
+	if err != nil {
+		return
+	}
+	cur := m.currentSlot(sb.ID)
+	for _, e := range ents {
+		slot := e.Name()
+		if !e.IsDir() || !freezewire.ValidSlot(slot) {
+			continue
+		}
+		dir := m.slotDir(sb.ID, slot)
+		v, ok := readVerdict(dir)
+		if !ok && !running && slotUsed(dir) {
+			// the console shim may be reading init's last line still
+			deadline := time.Now().Add(verdictWait)
+			for !ok && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+				v, ok = readVerdict(dir)
+			}
+		}
+		switch {
+		case ok && v.Slot != slot:
+			m.dropSlot(ctx, sb, slot, fmt.Sprintf("its verdict names another slot (%s)", v.Slot))
+		case ok && v.Result == freezewire.Frozen:
+			m.recordFreeze(ctx, sb, slot, v)
+		case ok:
+			m.failedFreeze(ctx, sb, slot, v)
+		case running && slot == cur:
+			// armed, or a freeze under way: its verdict will come
+		case slotUsed(dir):
+			m.dropSlot(ctx, sb, slot, "a checkpoint was written into it with no word from the sandbox's init (written to /proc/gvisor/checkpoint without /.sbx/freeze, or the sandbox ended mid-freeze), so whether it is whole is unknown")
+		default:
+			m.freezes.unwatch(sb.ID, slot)
+			_ = os.RemoveAll(dir) // armed and never used
+		}
+	}
+}
+
+// slotUsed reports whether gVisor wrote anything into a slot.
+func slotUsed(dir string) bool {
+	fi, err := os.Stat(filepath.Join(dir, freezewire.StateFile))
+	return err == nil && fi.Size() > 0
+}
+
+// readVerdict reads a slot's verdict, bounded: it is the sandbox's word.
+func readVerdict(dir string) (freezewire.Verdict, bool) {
+	f, err := os.Open(filepath.Join(dir, freezewire.VerdictFile))
+	if err != nil {
+		return freezewire.Verdict{}, false
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, freezewire.MaxLine))
+	if err != nil {
+		return freezewire.Verdict{}, false
+	}
+	v, err := freezewire.Parse(append([]byte(freezewire.Prefix), b...))
+	if err != nil {
+		// a verdict that cannot be read is a failure with that reason
+		return freezewire.Verdict{Slot: filepath.Base(dir), Result: freezewire.Failed, Reason: "unreadable verdict: " + err.Error()}, true
+	}
+	return v, true
+}
+
+func readSlotMeta(dir string) slotMeta {
+	var sm slotMeta
+	if b, err := os.ReadFile(filepath.Join(dir, slotMetaFile)); err == nil {
+		_ = json.Unmarshal(b, &sm)
+	}
+	return sm
+}
+
+// dropSlot removes a slot whose freeze cannot be kept, with an event.
+func (m *Manager) dropSlot(ctx context.Context, sb *store.Sandbox, slot, why string) {
+	m.freezes.unwatch(sb.ID, slot)
+	dir := m.slotDir(sb.ID, slot)
+	name := readSlotMeta(dir).Name
+	_ = os.RemoveAll(dir)
+	m.captureEvent(ctx, sb.ID, "frozen", m.now(), 0, errors.New("freeze dropped: "+why), map[string]any{"name": name, "slot": slot})
+}
+
+// failedFreeze records a freeze gVisor could not write: an event saying
+// why, as far as the host can tell, which the sandbox is told too; its
+// partial files go.
+func (m *Manager) failedFreeze(ctx context.Context, sb *store.Sandbox, slot string, v freezewire.Verdict) {
+	m.freezes.unwatch(sb.ID, slot)
+	dir := m.slotDir(sb.ID, slot)
+	name := readSlotMeta(dir).Name
+	why := m.whyFreezeFailed(dir, v)
+	_ = os.RemoveAll(dir)
+	m.captureEvent(ctx, sb.ID, "frozen", orNow(v.Triggered, m.now()), 0, errors.New(why), freezeDetail(name, slot, v))
+	if sb.State == api.StateReady {
+		go m.tellWhy(context.WithoutCancel(ctx), sb.ID, slot, why)
+	}
+}
+
+// whyFreezeFailed is the cause of a failed freeze as seen from the host:
+// gVisor's own reason is in its debug log only.
+func (m *Manager) whyFreezeFailed(dir string, v freezewire.Verdict) string {
+	if strings.HasPrefix(v.Reason, "unreadable verdict") {
+		return "the sandbox's word on its freeze could not be read (" + v.Reason + ")"
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, freezewire.NoSpaceFile)); err == nil {
+		free, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		return fmt.Sprintf("no space left on device: the disk of sbxd's data dir (%s) had %s free as the freeze failed", m.cfg.DataDir, fmtBytes(free))
+	}
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(dir, &fs); err == nil {
+		free := int64(fs.Bavail) * fs.Bsize
+		if free < minFree || fs.Bavail*50 < fs.Blocks {
+			return fmt.Sprintf("no space left on device: the disk of sbxd's data dir (%s) has %s free", m.cfg.DataDir, fmtBytes(free))
+		}
+	}
+	return "gVisor could not write the checkpoint (sbxd --runsc-debug-log DIR records gVisor's reason)"
+}
+
+// tellWhy hands the sandbox's init the reason its freeze failed, for the
+// freeze command waiting for it. Best effort, bounded.
+func (m *Manager) tellWhy(ctx context.Context, id, slot, why string) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := m.cfg.Runtime.Exec(ctx, id, runsc.ExecOptions{Args: []string{runsc.AgentPath, "freeze-why", "--slot", slot}},
+		strings.NewReader(why), io.Discard, io.Discard)
+	if err != nil {
+		m.log.Debug("tell a sandbox why its freeze failed", "sandbox", id, "err", err)
+	}
+}
+
+func orNow(t, now time.Time) time.Time {
+	if t.IsZero() || t.After(now) {
+		return now
+	}
+	return t
+}
+
+// freezeDetail is what a freeze's event says of it: the sandbox's word on
+// who asked and when, marked as such.
+func freezeDetail(name, slot string, v freezewire.Verdict) map[string]any {
+	d := map[string]any{"name": name, "slot": slot, "pid": v.Pid, "uid": v.UID}
+	if v.Cmd != "" {
+		d["cmd"] = v.Cmd
+	}
+	if v.Reason != "" {
+		d["reason"] = v.Reason
+	}
+	if !v.Triggered.IsZero() && !v.Done.IsZero() {
+		d["pausedMs"] = v.Done.Sub(v.Triggered).Milliseconds()
+	}
+	if !v.FailedAt.IsZero() {
+		d["failedAt"] = v.FailedAt.UTC().Format(time.RFC3339Nano)
+		if !v.Done.IsZero() {
+			d["frozenMs"] = v.Done.Sub(v.FailedAt).Milliseconds()
+		}
+	}
+	return d
+}
+
+// recordFreeze makes a complete freeze a named snapshot with memory:
+// journaled, its slot becomes the image (a rename), which is synced and
+// completed, and the snapshot is recorded in the transaction that closes
+// the journal entry. If it cannot be, the event says why and nothing is
+// left half made.
+func (m *Manager) recordFreeze(ctx context.Context, sb *store.Sandbox, slot string, v freezewire.Verdict) {
+	m.freezes.unwatch(sb.ID, slot)
+	dir := m.slotDir(sb.ID, slot)
+	meta := readSlotMeta(dir)
+	if meta.Name == "" {
+		meta.Name = "freeze-" + strings.TrimPrefix(slot, "im_")
+	}
+	if err := m.captures.enter(); err != nil {
+		return // sbxd is shutting down: the next start records it
+	}
+	defer m.captures.inflight.Done()
+	start := orNow(v.Triggered, m.now())
+	detail := freezeDetail(meta.Name, slot, v)
+	fail := func(err error) {
+		_ = os.RemoveAll(dir)
+		_ = m.removeImage(slot)
+		m.captureEvent(ctx, sb.ID, "frozen", start, 0, err, detail)
+	}
+	if err := verifyCheckpoint(dir); err != nil {
+		fail(fmt.Errorf("the freeze's image is not whole: %w", err))
+		return
+	}
+	sn := m.snapshotRecord(sb, meta.Name, slot, true, 0, 0)
+	sn.Disk = meta.Disk // what the boot's checkpoint names
+	if !v.Triggered.IsZero() && !v.Done.IsZero() {
+		sn.Paused = v.Done.Sub(v.Triggered)
+	}
+	if taken, _ := m.cfg.Store.SnapshotNameTaken(ctx, sn.Name); taken {
+		sn.Name = "freeze-" + strings.TrimPrefix(slot, "im_")
+		detail["name"] = sn.Name
+	}
+	jd := map[string]any{"name": sn.Name, "snapshot": sn, "memory": true}
+	c, err := m.journal(ctx, kindFreeze, slot, sb.ID, jd)
+	if err != nil {
+		fail(err)
+		return
+	}
+	crashPoint("freeze:journaled")
+	// the slot becomes the image: memory/ is gVisor's three files
+	img := m.imageDir(slot)
+	if err := os.MkdirAll(img, 0o700); err != nil {
+		c.abandon(ctx)
+		fail(err)
+		return
+	}
+	for _, f := range []string{freezewire.VerdictFile, slotMetaFile} {
+		_ = os.Rename(filepath.Join(dir, f), filepath.Join(img, f))
+	}
+	if err := moveDir(dir, m.imageMem(slot)); err != nil {
+		c.abandon(ctx)
+		fail(fmt.Errorf("move the freeze into its image: %w", err))
+		return
+	}
+	c.step(ctx, "moved")
+	crashPoint("freeze:moved")
+	size, err := m.completeImage(slot, true)
+	if err != nil {
+		c.abandon(ctx)
+		fail(err)
+		return
+	}
+	sn.Size = size
+	err = m.cfg.Store.Update(ctx, func(tx *store.Store) error {
+		if err := tx.CreateSnapshot(ctx, sn); err != nil {
+			return err
+		}
+		return c.closeIn(ctx, tx)
+	})
+	if err != nil {
+		c.abandon(ctx)
+		fail(fmt.Errorf("record the freeze: %w", err))
+		return
+	}
+	m.captureEvent(ctx, sb.ID, "frozen", start, size, nil, detail)
+}
+
+// moveDir renames from to to; across file systems it copies, then removes.
+func moveDir(from, to string) error {
+	err := os.Rename(from, to)
+	if err == nil || !errors.Is(err, syscall.EXDEV) {
+		return err
+	}
+	if err := os.MkdirAll(to, 0o700); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(from)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := copyFile(filepath.Join(from, e.Name()), filepath.Join(to, e.Name())); err != nil {
+			return err
+		}
+	}
+	return os.RemoveAll(from)
+}
+
+func copyFile(from, to string) error {
+	src, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		dst.Close()
+		return err
+	}
+	return dst.Close()
+}
+
+// reconcileFreeze finishes recording a freeze whose image was moved into
+// place (the verdict said it was whole): it is completed and recorded. One
+// cut short before that is left to its slot (settled with its sandbox).
+func (m *Manager) reconcileFreeze(ctx context.Context, c *inFlight, in *store.Intent) (string, string) {
+	var sn store.Snapshot
+	if raw, ok := in.Detail["snapshot"]; ok {
+		b, _ := json.Marshal(raw)
+		_ = json.Unmarshal(b, &sn)
+	}
+	if sn.Name == "" || sn.ID != in.ID {
+		_ = m.removeImage(in.ID)
+		return "dropped", "the journal entry does not say what to record"
+	}
+	if _, err := os.Stat(m.imageMem(in.ID)); err != nil {
+		return "left to its slot", "the freeze was not moved into its image yet; it is recorded when its sandbox's slots are next looked at"
+	}
+	if !m.imageComplete(in.ID) {
+		size, err := m.completeImage(in.ID, true)
+		if err != nil {
+			return "error", fmt.Sprintf("the freeze's image cannot be completed: %v; it stays in %s", err, m.imageDir(in.ID))
+		}
+		sn.Size = size
+	}
+	if verifyCheckpoint(m.imageMem(in.ID)) != nil {
+		_ = m.removeImage(in.ID)
+		return "dropped", "the freeze's image is not whole"
+	}
+	if taken, _ := m.cfg.Store.SnapshotNameTaken(ctx, sn.Name); taken {
+		sn.Name = "freeze-" + strings.TrimPrefix(in.ID, "im_")
+	}
+	err := m.cfg.Store.Update(ctx, func(tx *store.Store) error {
+		if err := tx.CreateSnapshot(ctx, &sn); err != nil {
+			return err
+		}
+		return c.closeIn(ctx, tx)
+	})
+	if err != nil {
+		return "error", fmt.Sprintf("the freeze's image is complete but cannot be recorded: %v; it stays in %s", err, m.imageDir(in.ID))
+	}
+	return "snapshot kept", "the freeze's image was whole: the snapshot " + sn.Name + " is kept"
+}
+
+// slotWatcher watches the slots of running sandboxes (inotify) for the
+// verdict the console shim writes, so that a freeze is recorded at once.
+type slotWatcher struct {
+	mu     sync.Mutex
+	fd     *os.File
+	bySlot map[string]int32 // sandbox/slot -> watch
+	byWd   map[int32][2]string
+}
+
+// startFreezeWatch starts watching slots; fn is called with a sandbox's id
+// when a verdict arrives in one of its slots.
+func (w *slotWatcher) start(fn func(id string)) error {
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return fmt.Errorf("watch freezes: %w", err)
+	}
+	w.mu.Lock()
+	w.fd = os.NewFile(uintptr(fd), "inotify")
+	w.bySlot = map[string]int32{}
+	w.byWd = map[int32][2]string{}
+	f := w.fd
+	w.mu.Unlock()
+	go func() {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := f.Read(buf)
+			if err != nil {
+				return
+			}
+			for off := 0; off+unix.SizeofInotifyEvent <= n; {
+				ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+				name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
+				off += unix.SizeofInotifyEvent + int(ev.Len)
+				if name != freezewire.VerdictFile {
+					continue
+				}
+				w.mu.Lock()
+				who, ok := w.byWd[ev.Wd]
+				w.mu.Unlock()
+				if ok {
+					fn(who[0])
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// watch watches sandbox id's slot.
+func (w *slotWatcher) watch(id, slot, dir string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.fd == nil {
+		return nil
+	}
+	wd, err := unix.InotifyAddWatch(int(w.fd.Fd()), dir, unix.IN_CLOSE_WRITE|unix.IN_MOVED_TO|unix.IN_ONLYDIR)
+	if err != nil {
+		return fmt.Errorf("watch the freeze slot %s: %w", dir, err)
+	}
+	w.bySlot[id+"/"+slot] = int32(wd)
+	w.byWd[int32(wd)] = [2]string{id, slot}
+	return nil
+}
+
+// unwatch stops watching a slot (one gone is forgotten by the kernel).
+func (w *slotWatcher) unwatch(id, slot string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	wd, ok := w.bySlot[id+"/"+slot]
+	if !ok {
+		return
+	}
+	delete(w.bySlot, id+"/"+slot)
+	delete(w.byWd, wd)
+	if w.fd != nil {
+		_, _ = unix.InotifyRmWatch(int(w.fd.Fd()), uint32(wd))
+	}
+}
+
+// watchFreezes watches the slot of running sandbox id and settles what is
+// there already (a verdict written before the watch).
+func (m *Manager) watchFreezes(ctx context.Context, id string) {
+	slot := m.currentSlot(id)
+	if slot == "" {
+		return
+	}
+	if err := m.freezes.watch(id, slot, m.slotDir(id, slot)); err != nil {
+		m.log.Warn("cannot watch a freeze slot", "sandbox", id, "err", err)
+	}
+	if _, ok := readVerdict(m.slotDir(id, slot)); ok {
+		go m.settleFreezes(context.WithoutCancel(ctx), id)
+	}
+}
