@@ -307,6 +307,9 @@ type FileInfo struct {
 	ModTime time.Time `json:"modTime"`
 	// Link is the target of a symbolic link.
 	Link string `json:"link,omitempty"`
+	// Raw is the name's bytes when they are not UTF-8 (a file name may hold
+	// any byte but '/' and NUL): Name then has U+FFFD in their place.
+	Raw []byte `json:"raw,omitempty"`
 }
 
 // Template describes one template.

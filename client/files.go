@@ -121,7 +121,7 @@ func (f *Files) Stat(ctx context.Context, path string) (*api.FileInfo, error) {
 // move on, or passes a million entries, is an error.
 func (f *Files) ReadDir(ctx context.Context, path string) ([]api.FileInfo, error) {
 	var all []api.FileInfo
-	after := ""
+	after, size := "", 0
 	for {
 		var page []api.FileInfo
 		q := url.Values{"path": {path}, "limit": {strconv.Itoa(api.MaxListPage)}}
@@ -131,21 +131,40 @@ func (f *Files) ReadDir(ctx context.Context, path string) ([]api.FileInfo, error
 		if err := f.sb.c.call(ctx, http.MethodGet, f.sb.path("fs", "ls"), q, nil, &page); err != nil {
 			return nil, err
 		}
+		for _, fi := range page {
+			// a file name is at most 255 bytes, a path 4096: past that the
+			// sandbox is lying
+			if len(fi.Name) > 255*3 || len(fi.Path) > 4096*3 || len(fi.Link) > 4096*3 {
+				return nil, fmt.Errorf("list %s in %s: the sandbox answered an entry no file system has (a name of %d bytes)", path, f.sb.id, len(fi.Name))
+			}
+			size += len(fi.Name) + len(fi.Path) + len(fi.Link) + len(fi.Mode) + len(fi.Raw) + 64
+		}
+		if size > maxListBytes {
+			return nil, fmt.Errorf("list %s in %s: the listing passed %d MiB (%d entries so far)", path, f.sb.id, maxListBytes>>20, len(all)+len(page))
+		}
 		all = append(all, page...)
 		if len(page) < api.MaxListPage {
 			return all, nil
 		}
 		// What a sandbox answers may be anything: each page must move on.
-		if last := page[len(page)-1].Name; last > after && len(all) < maxListEntries {
-			after = last
+		last := page[len(page)-1]
+		next := last.Name
+		if last.Raw != nil {
+			next = string(last.Raw) // the name as it is, not as JSON could carry it
+		}
+		if next > after && len(all) < maxListEntries {
+			after = next
 		} else {
 			return nil, fmt.Errorf("list %s in %s: the sandbox's listing does not end (%d entries so far)", path, f.sb.id, len(all))
 		}
 	}
 }
 
-// maxListEntries is the most entries ReadDir gathers.
-const maxListEntries = 1 << 20
+// maxListEntries and maxListBytes bound what ReadDir gathers.
+const (
+	maxListEntries = 1 << 20
+	maxListBytes   = 128 << 20
+)
 
 // MkdirAll makes the directory path and any missing parents, with
 // WithMode's permission bits (default 0755), owned by the sandbox's user.

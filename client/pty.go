@@ -135,6 +135,14 @@ func (t *Terminal) Resize(cols, rows int) error {
 	return t.conn.Write(t.ctx, websocket.MessageText, b)
 }
 
+// CloseWrite says the input has ended (a pipe's end, /dev/null): until
+// the command ends, sbxd then types the terminal's end-of-input character
+// (^D) whenever the terminal is not raw, so that a shell or a program
+// reading lines ends as it would on a pipe. Write no more after it.
+func (t *Terminal) CloseWrite() error {
+	return t.conn.Write(t.ctx, websocket.MessageText, []byte(`{"type":"eof"}`))
+}
+
 // ExitCode returns the remote command's exit code once Read has returned
 // io.EOF; ok is false before.
 func (t *Terminal) ExitCode() (code int, ok bool) {

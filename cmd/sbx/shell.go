@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -96,28 +95,14 @@ func runTerminal(e *env, id string, argv, envs []string, cwd, user string) error
 			}
 		}()
 	}
-	done := make(chan struct{})
-	defer close(done)
 	go func() {
 		_, _ = io.Copy(t, e.stdin)
-		if fd >= 0 {
-			return // a terminal's input never ends: the remote command decides
-		}
-		// Input that is no terminal (a pipe, /dev/null in a CI job) has
-		// ended: that is the remote terminal's end of input, ^D, as it
-		// would be a pipe's. Sent again until the command ends, because a
-		// shell setting up its line editing flushes what came before.
-		tick := time.NewTicker(300 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			if _, err := t.Write([]byte{4}); err != nil {
-				return
-			}
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
+		if fd < 0 {
+			// Input that is no terminal (a pipe, /dev/null in a CI job)
+			// has ended: the remote terminal's input ends too (sbxd types
+			// ^D while it is not raw). A terminal's own input never ends:
+			// there the remote command decides.
+			_ = t.CloseWrite()
 		}
 	}()
 	if _, err := io.Copy(e.stdout, t); err != nil {

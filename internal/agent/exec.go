@@ -11,8 +11,10 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -109,6 +111,10 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 				fmt.Fprintf(stderr, "sbx: user %s: %s\n", *userName, err)
 				return ExitError
 			}
+			// the command below (a terminal's, which execInPlace leaves to
+			// it) is started as the user it already is: setgroups, which
+			// a Credential does, is not the user's to call
+			cred = nil
 		}
 		if code, ok := execInPlace(prog, argv, stdin, stdout, stderr); ok {
 			return code
@@ -118,6 +124,13 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// rather than to init, so the timeout can still find and kill them.
 	// Best effort: killTree stops the whole tree before it kills any of it.
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	if *timeout > 0 {
+		// The threads the kill at the deadline needs, made now: a command
+		// that forks up to its process limit (root's is the sandbox's too)
+		// leaves none to make then, and a Go program that cannot make a
+		// thread dies.
+		spareThreads(8)
+	}
 
 	cmd := &exec.Cmd{
 		Path:        prog,
@@ -129,6 +142,12 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		// only matters when stdio is not an *os.File (tests): do not wait
 		// for background processes that keep the output pipes open
 		WaitDelay: 200 * time.Millisecond,
+	}
+	if cred != nil && *cwd != "" {
+		// the agent, root, went there; the command goes there as the
+		// user, after it has become them: a directory they may not enter
+		// is refused, as it is without a timeout
+		cmd.Dir = *cwd
 	}
 	if tty, ok := stdin.(*os.File); ok && isTerminal(tty) {
 		// a background process group reading the terminal would be
@@ -168,6 +187,9 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		case err := <-waited:
 			return exitCode(cmd, err, stderr)
 		case <-deadline:
+			// the group at once (a fork bomb's children stay in it), then
+			// whatever left it
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
 			killTree(os.Getpid(), pgid)
 			<-waited
 			fmt.Fprintf(stderr, "sbx: command timed out after %s\n", *timeout)
@@ -395,6 +417,24 @@ func killTree(root, pgid int) {
 		}
 		time.Sleep(delay)
 	}
+}
+
+// spareThreads has the Go runtime make n threads now and keep them idle
+// (it keeps the threads it made), for work that must not need a new one.
+func spareThreads(n int) {
+	var wg sync.WaitGroup
+	release := make(chan struct{})
+	for range n {
+		wg.Add(1)
+		go func() {
+			runtime.LockOSThread() // a thread of its own while locked
+			wg.Done()
+			<-release
+			runtime.UnlockOSThread()
+		}()
+	}
+	wg.Wait()
+	close(release)
 }
 
 // descendants lists the live (not zombie) processes below root, from the

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"cmp"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 )
 
 // runGet writes the bytes of a file, or with --tar a tar of a file or
@@ -203,6 +205,7 @@ func runLs(args []string, stdout io.Writer) error {
 	fset := flag.NewFlagSet("ls", flag.ContinueOnError)
 	user := userFlag(fset)
 	after := fset.String("after", "", "list only the names after this one")
+	afterHex := fset.String("after-hex", "", "--after, in hex (a name's bytes reach the agent whole, whatever carries the arguments)")
 	limit := fset.Int("limit", 0, "list at most this many entries (0: all)")
 	pos, err := parseFlags(fset, args, 1, "ls [--user U] [--after NAME] [--limit N] PATH")
 	if err != nil {
@@ -222,6 +225,13 @@ func runLs(args []string, stdout io.Writer) error {
 	ents, err := os.ReadDir(path) // sorted by name
 	if err != nil {
 		return pathError(path, err)
+	}
+	if *afterHex != "" {
+		b, err := hex.DecodeString(*afterHex)
+		if err != nil {
+			return invalidf("--after-hex %q: not hex", *afterHex)
+		}
+		*after = string(b)
 	}
 	if *after != "" {
 		i, _ := slices.BinarySearchFunc(ents, *after, func(e fs.DirEntry, name string) int { return strings.Compare(e.Name(), name) })
@@ -296,6 +306,7 @@ type apiFileInfo struct {
 	IsDir   bool      `json:"isDir"`
 	ModTime time.Time `json:"modTime"`
 	Link    string    `json:"link,omitempty"`
+	Raw     []byte    `json:"raw,omitempty"`
 }
 
 // fileInfo describes path from Lstat; a symlink's Link is its target.
@@ -311,6 +322,9 @@ func fileInfo(path string) (apiFileInfo, error) {
 		Mode:    fi.Mode().String(),
 		IsDir:   fi.IsDir(),
 		ModTime: fi.ModTime(),
+	}
+	if !utf8.ValidString(info.Name) {
+		info.Raw = []byte(info.Name) // JSON keeps only a valid string
 	}
 	if fi.Mode()&fs.ModeSymlink != 0 {
 		if info.Link, err = os.Readlink(path); err != nil {

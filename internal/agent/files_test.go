@@ -2,10 +2,12 @@ package agent
 
 import (
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"syscall"
@@ -200,7 +202,7 @@ func TestStatAndLs(t *testing.T) {
 			t.Errorf("modTime: got %s, want %s", got.ModTime, want.ModTime)
 		}
 		got.ModTime = want.ModTime
-		if got != want {
+		if !reflect.DeepEqual(got, want) {
 			t.Errorf("got %+v, want %+v", got, want)
 		}
 	})
@@ -399,5 +401,39 @@ func TestFilesUnderHome(t *testing.T) {
 	code, _, stderr = run(t, nil, "stat", "~nobody/x")
 	if code != ExitNotFound || !strings.Contains(stderr, "~nobody/x") {
 		t.Errorf("stat ~nobody/x: exit %d, %s", code, stderr)
+	}
+}
+
+// TestLsRawNames: a name that is not UTF-8 comes with its bytes (JSON
+// carries only valid strings), and a page after it starts after those
+// bytes, not after its mangled form (which sorts elsewhere).
+func TestLsRawNames(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"a", "b\x80", "b\xc3\xa9", "c"} {
+		if err := os.WriteFile(filepath.Join(dir, n), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ls := func(args ...string) []api.FileInfo {
+		code, stdout, stderr := run(t, nil, append([]string{"ls"}, append(args, dir)...)...)
+		if code != 0 {
+			t.Fatalf("ls %q: exit %d: %s", args, code, stderr)
+		}
+		var got []api.FileInfo
+		if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	first := ls("--limit", "2")
+	if len(first) != 2 || string(first[1].Raw) != "b\x80" || first[1].Name != "b\uFFFD" || first[0].Raw != nil {
+		t.Fatalf("first page: %+v; want a, then b\\x80 with its raw bytes", first)
+	}
+	var names []string
+	for _, fi := range ls("--limit", "2", "--after-hex", hex.EncodeToString(first[1].Raw)) {
+		names = append(names, fi.Name)
+	}
+	if want := []string{"b\u00e9", "c"}; !slices.Equal(names, want) {
+		t.Errorf("the page after b\\x80: %q, want %q", names, want)
 	}
 }

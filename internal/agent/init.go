@@ -781,7 +781,7 @@ func installEtc(src, dst string) error {
 		}
 		target := filepath.Join(dst, name)
 		if fi, err := os.Lstat(target); err == nil && !fi.Mode().IsRegular() {
-			_ = os.Remove(target)
+			_ = os.RemoveAll(target) // a symlink, or a template's directory there
 		}
 		if err := writeFileAtomic(target, string(b)); err != nil {
 			errs = append(errs, err)

@@ -604,6 +604,9 @@ func TestInstallEtc(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(dst, "resolv.conf")); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.MkdirAll(filepath.Join(dst, "hosts", "sub"), 0o755); err != nil { // a template's directory there
+		t.Fatal(err)
+	}
 	if err := installEtc(src, dst); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -97,6 +98,9 @@ func (b *boundedBuffer) Bytes() []byte {
 
 // String returns what was written.
 func (b *boundedBuffer) String() string { return string(b.Bytes()) }
+
+// maxNameLen is the longest file name there is (NAME_MAX).
+const maxNameLen = 255
 
 // maxAnswerEntries is the most entries sbxd decodes from one agent answer
 // that lists things: 16 MiB of "{}," is millions of values, each costing
@@ -273,12 +277,12 @@ func (m *Manager) ReadDir(ctx context.Context, ref, p, after string, limit int) 
 	if err != nil {
 		return nil, err
 	}
-	if strings.ContainsAny(after, "/\x00") {
-		return nil, api.Errorf(api.ErrInvalid, "after %q: not a file name", after)
+	if strings.ContainsAny(after, "/\x00") || len(after) > maxNameLen {
+		return nil, api.Errorf(api.ErrInvalid, "after %.64q: not a file name (at most %d bytes, no '/' or NUL): pass the last name of the previous page", after, maxNameLen)
 	}
 	args := []string{"ls"}
 	if after != "" {
-		args = append(args, "--after", after)
+		args = append(args, "--after-hex", hex.EncodeToString([]byte(after)))
 	}
 	if limit > 0 {
 		args = append(args, "--limit", strconv.Itoa(limit))

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 
 	"sbx.dev/sbx/api"
 )
@@ -26,7 +28,15 @@ import (
 //     env (repeatable, K=V) and cwd as for an exec; cols and rows the
 //     initial size (80x24).
 //   - Binary frames are the terminal's bytes, both ways.
-//   - A text frame {"type":"resize","cols":N,"rows":N} resizes. Any other
+//   - A text frame {"type":"resize","cols":N,"rows":N} resizes.
+//   - A text frame {"type":"eof"} says the client's input has ended (its
+//     stdin was no terminal: a pipe, /dev/null). From then on, until the
+//     command ends, the server types the terminal's end-of-input character
+//     (VEOF, ^D) whenever the terminal is not in raw mode (its output
+//     processing, OPOST, on): a shell or a program reading lines sees its
+//     input end, even one that flushed what came before while setting up
+//     its line editing; a program that made the terminal raw reads no byte
+//     it was not sent. Any other
 //     text frame from the client is input, as a binary one would be: that is
 //     what xterm.js's attach addon sends for keystrokes.
 //   - When the command ends the server sends its remaining output, then the
@@ -152,6 +162,7 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) {
 	}()
 	// input: the client to the terminal; its end is the client's
 	go func() {
+		eof := false
 		defer func() {
 			cancel()
 			master.Close() // a hang-up for whatever still reads the terminal
@@ -164,8 +175,12 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) {
 			if typ == websocket.MessageText {
 				var c ptyControl
 				if json.Unmarshal(b, &c) == nil && c.Type != "" {
-					if c.Type == "resize" && c.Cols > 0 && c.Rows > 0 && c.Cols <= 0xffff && c.Rows <= 0xffff {
+					switch {
+					case c.Type == "resize" && c.Cols > 0 && c.Rows > 0 && c.Cols <= 0xffff && c.Rows <= 0xffff:
 						_ = pty.Setsize(master, &pty.Winsize{Cols: uint16(c.Cols), Rows: uint16(c.Rows)})
+					case c.Type == "eof" && !eof:
+						eof = true
+						go typeEOF(ctx, master)
 					}
 					continue
 				}
@@ -191,6 +206,34 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	conn.Close(websocket.StatusNormalClosure, "")
+}
+
+// eofEvery is how often typeEOF looks at the terminal.
+const eofEvery = 300 * time.Millisecond
+
+// typeEOF types the terminal's end-of-input character whenever it is not
+// in raw mode, until ctx ends (the command ended, or the client left).
+func typeEOF(ctx context.Context, master *os.File) {
+	rc, err := master.SyscallConn()
+	if err != nil {
+		return
+	}
+	tick := time.NewTicker(eofEvery)
+	defer tick.Stop()
+	for {
+		var t *unix.Termios
+		_ = rc.Control(func(fd uintptr) { t, _ = unix.IoctlGetTermios(int(fd), unix.TCGETS) })
+		if t != nil && t.Oflag&unix.OPOST != 0 {
+			if _, err := master.Write([]byte{t.Cc[unix.VEOF]}); err != nil {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // drainPTY waits, bounded, for the output still in the terminal once the

@@ -35,10 +35,13 @@ var skeletonDirs = []struct {
 // must be directories, whatever a template has there.
 var mountPoints = map[string]bool{"proc": true, "sys": true, "dev": true, ".sbx": true}
 
-// skeletonFiles are bind-mount targets; they may be empty. tmp/.sbx-keep
-// keeps /tmp non-empty: runsc mounts its own tmpfs over an empty /tmp, and
-// then what a sandbox writes there would be in no disk snapshot or fork.
-var skeletonFiles = []string{"etc/resolv.conf", "etc/hosts", "etc/hostname", "tmp/.sbx-keep"}
+// skeletonFiles are files a rootfs must have. tmp/.sbx-keep keeps /tmp
+// non-empty: runsc mounts its own tmpfs over an empty /tmp, and then what a
+// sandbox writes there would be in no disk snapshot or fork. (/etc's
+// resolv.conf, hosts and hostname are no bind targets any more: the
+// sandbox's init writes its own at boot, wherever the template's /etc
+// leads.)
+var skeletonFiles = []string{"tmp/.sbx-keep"}
 
 // addSkeleton adds the skeleton directories and files a rootfs lacks. It
 // works through an os.Root, so a rootfs whose /etc is a symlink out of it
