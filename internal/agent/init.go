@@ -425,6 +425,9 @@ func (s *supervisor) spawn(req initRequest) initReply {
 			// process limit (a fork bomb), an agent of theirs could not get
 			// a thread to enforce the timeout with
 			argv = append(argv, "--as", formatCred(cred))
+			if req.Cwd != "" {
+				argv = append(argv, "--cwd", req.Cwd) // entered as the user
+			}
 			cred = nil
 		}
 		prog, argv = self, append(append(argv, "--"), req.Argv...)
