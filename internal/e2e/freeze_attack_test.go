@@ -116,9 +116,11 @@ func TestFreezeAttackLoop(t *testing.T) {
 }
 
 // TestFreezeAttackDuringStop: a freeze races a stop, at a few offsets.
-// Whatever wins, the stop is done, a freeze that said it froze is
-// recorded and whole, nothing is left of the slots, and the sandbox
-// resumes with its memory and freezes again.
+// Whatever wins, the stop is done, nothing is left of the slots, a freeze
+// recorded before it is whole, and the sandbox resumes with its memory; a
+// freeze command the stop caught in flight returns after the resume (it
+// froze then, or says why not), and a freeze that said it froze is
+// recorded, once.
 func TestFreezeAttackDuringStop(t *testing.T) {
 	d := ownDaemon(t)
 	for _, delay := range []time.Duration{0, 150 * time.Millisecond, 400 * time.Millisecond} {
@@ -128,8 +130,6 @@ func TestFreezeAttackDuringStop(t *testing.T) {
 		go func() { frz <- d.sbx(t, "exec", id, "--", agent.FreezeCommand, "--reason", "stop-race") }()
 		time.Sleep(delay)
 		stop := d.sbx(t, "stop", id, "--wait")
-		fr := <-frz
-		t.Logf("delay %s: stop exit %d %s; freeze exit %d %s", delay, stop.code, strings.TrimSpace(stop.stderr), fr.code, strings.TrimSpace(fr.stderr))
 		if stop.code != 0 {
 			// a stop refused while a capture runs says so; once more
 			if stop = d.sbx(t, "stop", id, "--wait"); stop.code != 0 {
@@ -139,21 +139,44 @@ func TestFreezeAttackDuringStop(t *testing.T) {
 		if st := d.info(t, id).State; st != api.StateStopped {
 			t.Fatalf("%s is %s after the stop, want stopped", id, st)
 		}
-		sns := memorySnapshots(t, d, id)
-		if fr.code == 0 && len(sns) != 1 {
-			t.Errorf("the freeze said it froze, and %d snapshots of it are recorded, want 1", len(sns))
+		if left := slotsLeft(d, id); len(left) != 0 {
+			t.Errorf("slots left for the stopped %s: %q", id, left)
 		}
-		for _, sn := range sns {
+		before := memorySnapshots(t, d, id)
+		for _, sn := range before {
 			cp := d.newSandbox(t, "--from", sn.Name)
 			checkMemory(t, d, cp, h)
 			d.must(t, "rm", cp)
 		}
-		if left := slotsLeft(d, id); len(left) != 0 {
-			t.Errorf("slots left for the stopped %s: %q", id, left)
-		}
 		d.must(t, "resume", id)
 		checkMemory(t, d, id, h)
-		freezeIn(t, d, id, "", "--reason", "after the race")
+		var fr result
+		select {
+		case fr = <-frz:
+		case <-time.After(3 * time.Minute):
+			t.Fatalf("delay %s: the freeze command never returned", delay)
+		}
+		t.Logf("delay %s: %d freezes recorded before the stop; the freeze: exit %d %s", delay, len(before), fr.code, strings.TrimSpace(fr.stderr))
+		sns := before
+		if fr.code == 0 {
+			m := frozeAs.FindStringSubmatch(fr.stderr)
+			if m == nil {
+				t.Fatalf("the freeze said %q", fr.stderr)
+			}
+			waitSnapshot(t, d, m[1], 10*time.Second)
+			sns = memorySnapshots(t, d, id)
+			if len(sns) != 1 {
+				t.Errorf("the freeze said it froze as %s; %d freezes recorded, want 1: %+v", m[1], len(sns), sns)
+			}
+		} else if len(before) != 0 {
+			t.Errorf("a freeze is recorded (%+v) but its command said %q", before, fr.stderr)
+		}
+		// the boot after the resume freezes (or froze, above) once
+		r := d.sbx(t, "exec", id, "--", agent.FreezeCommand, "--reason", "after the race")
+		if r.code != 0 && !(fr.code == 0 && strings.Contains(r.stderr, "froze already")) {
+			t.Errorf("a freeze after the resume: exit %d %q", r.code, r.stderr)
+		}
+		checkMemory(t, d, id, h)
 	}
 	checkConsistent(t, d)
 	deleteEverything(t, d)
