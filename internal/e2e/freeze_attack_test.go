@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -178,6 +179,43 @@ func TestFreezeAttackDuringStop(t *testing.T) {
 		}
 		checkMemory(t, d, id, h)
 	}
+
+	// the freeze started inside, on a timer, so that the stop comes while
+	// gVisor writes it
+	for _, delay := range []time.Duration{900 * time.Millisecond, 1100 * time.Millisecond, 1300 * time.Millisecond} {
+		id := d.newSandbox(t)
+		h := startHolderTiny(t, d, id)
+		d.must(t, "exec", "-d", id, "--", "sh", "-c", "touch /tmp/armed; sleep 1; exec "+agent.FreezeCommand+" --reason timer")
+		waitFor(t, "the timer to start", 20*time.Second, func() bool { return d.sbx(t, "exec", id, "--", "test", "-e", "/tmp/armed").code == 0 })
+		time.Sleep(delay)
+		if stop := d.sbx(t, "stop", id, "--wait"); stop.code != 0 {
+			if stop = d.sbx(t, "stop", id, "--wait"); stop.code != 0 {
+				t.Fatalf("stop %s: exit %d %q", id, stop.code, stop.stderr)
+			}
+		}
+		if left := slotsLeft(d, id); len(left) != 0 {
+			t.Errorf("slots left for the stopped %s: %q", id, left)
+		}
+		before := memorySnapshots(t, d, id)
+		for _, sn := range before {
+			cp := d.newSandbox(t, "--from", sn.Name)
+			checkMemory(t, d, cp, h)
+			d.must(t, "rm", cp)
+		}
+		d.must(t, "resume", id)
+		checkMemory(t, d, id, h)
+		rec := freezeRecord(t, d, id)
+		var evs []string
+		for _, ev := range frozenEvents(t, d, id) {
+			evs = append(evs, fmt.Sprintf("%v %v", ev["outcome"], ev["error"]))
+		}
+		t.Logf("timer, stop after %s: %d freezes recorded before the stop; the record after the resume: %s %s; events %q", delay, len(before), rec.State, rec.Error, evs)
+		r := d.sbx(t, "exec", id, "--", agent.FreezeCommand, "--reason", "after the race")
+		if r.code != 0 && !strings.Contains(r.stderr, "froze already") && !strings.Contains(r.stderr, "under way") {
+			t.Errorf("a freeze after the resume: exit %d %q", r.code, r.stderr)
+		}
+		checkMemory(t, d, id, h)
+	}
 	checkConsistent(t, d)
 	deleteEverything(t, d)
 	checkNoLeaks(t, d)
@@ -316,6 +354,13 @@ func TestFreezeSbxdKilled(t *testing.T) {
 			}
 			if err := d.start(nil); err != nil {
 				t.Fatal(err)
+			}
+			if point != "down" {
+				if ev := reconciledEvent(t, d, id); ev == nil {
+					t.Errorf("no reconciled event after the crash at %s", point)
+				} else {
+					t.Logf("%s: %v: %v", point, ev["decision"], ev["reason"])
+				}
 			}
 			waitFor(t, "the freeze to be recorded", 20*time.Second, func() bool { return len(memorySnapshots(t, d, id)) > 0 })
 			time.Sleep(time.Second)
