@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -116,20 +117,20 @@ func TestFreezeAttackLoop(t *testing.T) {
 }
 
 // TestFreezeAttackDuringStop: a freeze races a stop, at a few offsets.
-// Whatever wins, the stop is done, a freeze that said it froze is
-// recorded and whole, nothing is left of the slots, and the sandbox
-// resumes with its memory and freezes again.
+// Whatever wins, the stop is done, nothing is left of the slots, a freeze
+// recorded before it is whole, and the sandbox resumes with its memory; a
+// freeze command the stop caught in flight returns after the resume (it
+// froze then, or says why not), and a freeze that said it froze is
+// recorded, once.
 func TestFreezeAttackDuringStop(t *testing.T) {
 	d := ownDaemon(t)
-	for _, delay := range []time.Duration{0, 150 * time.Millisecond, 400 * time.Millisecond} {
+	for _, delay := range []time.Duration{0, 400 * time.Millisecond} {
 		id := d.newSandbox(t)
 		h := startHolderTiny(t, d, id)
 		frz := make(chan result, 1)
 		go func() { frz <- d.sbx(t, "exec", id, "--", agent.FreezeCommand, "--reason", "stop-race") }()
 		time.Sleep(delay)
 		stop := d.sbx(t, "stop", id, "--wait")
-		fr := <-frz
-		t.Logf("delay %s: stop exit %d %s; freeze exit %d %s", delay, stop.code, strings.TrimSpace(stop.stderr), fr.code, strings.TrimSpace(fr.stderr))
 		if stop.code != 0 {
 			// a stop refused while a capture runs says so; once more
 			if stop = d.sbx(t, "stop", id, "--wait"); stop.code != 0 {
@@ -139,21 +140,81 @@ func TestFreezeAttackDuringStop(t *testing.T) {
 		if st := d.info(t, id).State; st != api.StateStopped {
 			t.Fatalf("%s is %s after the stop, want stopped", id, st)
 		}
-		sns := memorySnapshots(t, d, id)
-		if fr.code == 0 && len(sns) != 1 {
-			t.Errorf("the freeze said it froze, and %d snapshots of it are recorded, want 1", len(sns))
+		if left := slotsLeft(d, id); len(left) != 0 {
+			t.Errorf("slots left for the stopped %s: %q", id, left)
 		}
-		for _, sn := range sns {
+		before := memorySnapshots(t, d, id)
+		for _, sn := range before {
 			cp := d.newSandbox(t, "--from", sn.Name)
 			checkMemory(t, d, cp, h)
 			d.must(t, "rm", cp)
 		}
+		d.must(t, "resume", id)
+		checkMemory(t, d, id, h)
+		var fr result
+		select {
+		case fr = <-frz:
+		case <-time.After(3 * time.Minute):
+			t.Fatalf("delay %s: the freeze command never returned", delay)
+		}
+		t.Logf("delay %s: %d freezes recorded before the stop; the freeze: exit %d %s", delay, len(before), fr.code, strings.TrimSpace(fr.stderr))
+		sns := before
+		if fr.code == 0 {
+			m := frozeAs.FindStringSubmatch(fr.stderr)
+			if m == nil {
+				t.Fatalf("the freeze said %q", fr.stderr)
+			}
+			waitSnapshot(t, d, m[1], 10*time.Second)
+			sns = memorySnapshots(t, d, id)
+			if len(sns) != 1 {
+				t.Errorf("the freeze said it froze as %s; %d freezes recorded, want 1: %+v", m[1], len(sns), sns)
+			}
+		} else if len(before) != 0 {
+			t.Errorf("a freeze is recorded (%+v) but its command said %q", before, fr.stderr)
+		}
+		// the boot after the resume freezes (or froze, above) once
+		r := d.sbx(t, "exec", id, "--", agent.FreezeCommand, "--reason", "after the race")
+		if r.code != 0 && !(fr.code == 0 && strings.Contains(r.stderr, "froze already")) {
+			t.Errorf("a freeze after the resume: exit %d %q", r.code, r.stderr)
+		}
+		checkMemory(t, d, id, h)
+	}
+
+	// the freeze started inside, on a timer, so that the stop comes while
+	// gVisor writes it
+	for _, delay := range []time.Duration{1100 * time.Millisecond} {
+		id := d.newSandbox(t)
+		h := startHolderTiny(t, d, id)
+		d.must(t, "exec", "-d", id, "--", "sh", "-c", "touch /tmp/armed; sleep 1; exec "+agent.FreezeCommand+" --reason timer")
+		waitFor(t, "the timer to start", 20*time.Second, func() bool { return d.sbx(t, "exec", id, "--", "test", "-e", "/tmp/armed").code == 0 })
+		time.Sleep(delay)
+		if stop := d.sbx(t, "stop", id, "--wait"); stop.code != 0 {
+			if stop = d.sbx(t, "stop", id, "--wait"); stop.code != 0 {
+				t.Fatalf("stop %s: exit %d %q", id, stop.code, stop.stderr)
+			}
+		}
 		if left := slotsLeft(d, id); len(left) != 0 {
 			t.Errorf("slots left for the stopped %s: %q", id, left)
 		}
+		before := memorySnapshots(t, d, id)
+		for _, sn := range before {
+			cp := d.newSandbox(t, "--from", sn.Name)
+			checkMemory(t, d, cp, h)
+			d.must(t, "rm", cp)
+		}
 		d.must(t, "resume", id)
 		checkMemory(t, d, id, h)
-		freezeIn(t, d, id, "", "--reason", "after the race")
+		rec := freezeRecord(t, d, id)
+		var evs []string
+		for _, ev := range frozenEvents(t, d, id) {
+			evs = append(evs, fmt.Sprintf("%v %v", ev["outcome"], ev["error"]))
+		}
+		t.Logf("timer, stop after %s: %d freezes recorded before the stop; the record after the resume: %s %s; events %q", delay, len(before), rec.State, rec.Error, evs)
+		r := d.sbx(t, "exec", id, "--", agent.FreezeCommand, "--reason", "after the race")
+		if r.code != 0 && !strings.Contains(r.stderr, "froze already") && !strings.Contains(r.stderr, "under way") {
+			t.Errorf("a freeze after the resume: exit %d %q", r.code, r.stderr)
+		}
+		checkMemory(t, d, id, h)
 	}
 	checkConsistent(t, d)
 	deleteEverything(t, d)
@@ -293,6 +354,13 @@ func TestFreezeSbxdKilled(t *testing.T) {
 			}
 			if err := d.start(nil); err != nil {
 				t.Fatal(err)
+			}
+			if point != "down" {
+				if ev := reconciledEvent(t, d, id); ev == nil {
+					t.Errorf("no reconciled event after the crash at %s", point)
+				} else {
+					t.Logf("%s: %v: %v", point, ev["decision"], ev["reason"])
+				}
 			}
 			waitFor(t, "the freeze to be recorded", 20*time.Second, func() bool { return len(memorySnapshots(t, d, id)) > 0 })
 			time.Sleep(time.Second)
