@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -35,13 +36,19 @@ func newEventsCmd(e *env) *cobra.Command {
 			if after > 0 {
 				opts = append(opts, client.After(after))
 			}
-			return c.Sandbox(args[0]).Events(e.ctx, func(ev api.Event) error {
+			err = c.Sandbox(args[0]).Events(e.ctx, func(ev api.Event) error {
 				if e.json {
 					return e.printJSONLine(ev)
 				}
 				_, err := fmt.Fprintln(e.stdout, eventLine(ev))
 				return err
 			}, opts...)
+			if err == nil && e.ctx.Err() != nil {
+				// a follow ends without error when its context does; a
+				// signal ended it here, and sbx exits 128+N for that
+				return context.Cause(e.ctx)
+			}
+			return err
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing live events (Ctrl-C ends it)")
