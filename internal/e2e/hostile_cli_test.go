@@ -3,12 +3,16 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"sbx.dev/sbx/client"
 )
@@ -26,15 +30,53 @@ func (d *daemon) sbxRSS(t *testing.T, dir string, args ...string) (result, int64
 	cmd.Env = append(os.Environ(), "SBX_HOST=unix://"+d.socket)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
+	// The peak is read from the process's own /proc (VmHWM, its memory
+	// since its exec), polled: a child's ru_maxrss counts the RSS of the
+	// test binary it was forked from.
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("sbx %v: %v", args, err)
+	}
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		for {
+			if kb := statusKB(cmd.Process.Pid, "VmHWM"); kb<<10 > peak.Load() {
+				peak.Store(kb << 10)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	err := cmd.Wait()
+	close(stop)
+	<-polled
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
 	} else if err != nil {
 		t.Fatalf("sbx %v: %v", args, err)
 	}
-	rss := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
-	return result{stdout: out.String(), stderr: errb.String(), code: code}, rss
+	return result{stdout: out.String(), stderr: errb.String(), code: code}, peak.Load()
+}
+
+// statusKB reads a "Name: N kB" line of /proc/PID/status (0 once gone).
+func statusKB(pid int, name string) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, name+":"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // raw fails the test if s holds what a terminal acts on.
