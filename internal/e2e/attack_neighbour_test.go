@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 
 	"os/exec"
 	"os/user"
@@ -101,8 +102,12 @@ func TestAttackNeighbour(t *testing.T) {
 		t.Errorf("a local user finds the exec's secret in files of the data dir:\n%s", out)
 	}
 	// the socket
-	if out, code := n.run(t, filepath.Join(binDir, "sbx"), "--host", "unix://"+d.socket, "list"); code == 0 {
+	// (the neighbour's own copy of sbx: the repository's bin/ may be in a
+	// directory only root enters)
+	if out, code := n.run(t, neighbourCopy(t, filepath.Join(binDir, "sbx")), "--host", "unix://"+d.socket, "list"); code == 0 {
 		t.Errorf("a local user lists sandboxes through the unix socket:\n%s", out)
+	} else if !strings.Contains(out, "permission denied") {
+		t.Errorf("sbx list as a local user failed, but not for want of permission on the socket:\n%s", out)
 	}
 	// ps
 	if out, _ := n.run(t, "ps", "-eo", "args"); strings.Contains(out, secret) {
@@ -187,4 +192,26 @@ func firstField(s string) string {
 		return ""
 	}
 	return f[0]
+}
+
+// neighbourCopy copies the program at path where any user can run it.
+func neighbourCopy(t *testing.T, path string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sbx-neighbour-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, filepath.Base(path))
+	if err := os.WriteFile(dst, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dst
 }
