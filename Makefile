@@ -35,24 +35,31 @@ install: build
 	@install -d $(DESTDIR)$(PREFIX)/bin
 	@install -m 0755 $(BIN)/sbx $(BIN)/sbxd $(BIN)/sbx-agent $(BIN)/runsc $(DESTDIR)$(PREFIX)/bin/
 
-# runsc is built with one file of the pinned gVisor replaced by the patched
-# copy in third_party/gvisor (third_party/gvisor/README.md says why: files of
-# 2 GiB and more in disk snapshots, disk forks and cold-boot resumes).
-# Nothing of gVisor is committed. Go refuses an -overlay of a file in the
-# module cache, so the pinned module is copied once per version beside the
-# Go build cache (~/.cache/sbx-gvisor/VERSION, 69 MB, outside the tree), a
-# go.mod in bin/ replaces the module with that copy, and -overlay swaps in
-# the one file. The build stops if the pin's file is not the one patched.
-RUNSC_PATCH := third_party/gvisor/_tmpfs/tar.go
-RUNSC_ORIG := third_party/gvisor/tar.go.orig
-$(BIN)/runsc: go.mod go.sum $(RUNSC_PATCH) $(RUNSC_ORIG)
-	@echo "==> building runsc from the go.mod pin (gvisor.dev/gvisor/runsc) with third_party/gvisor's patch; about two minutes the first time"
+# runsc is built with files of the pinned gVisor replaced by the patched
+# copies in third_party/gvisor (third_party/gvisor/README.md says why: files
+# of 2 GiB and more in disk snapshots, disk forks and cold-boot resumes; a
+# memory capture that reads only the pages that hold data). Nothing else of
+# gVisor is committed. Go refuses an -overlay of a file in the module cache,
+# so the pinned module is copied once per version beside the Go build cache
+# (~/.cache/sbx-gvisor/VERSION, 69 MB, outside the tree), a go.mod in bin/
+# replaces the module with that copy, and -overlay swaps in the patched
+# files. The build stops if a pinned file is not the one patched.
+# RUNSC_PATCHES: gVisor's file, the patched copy, the pinned original.
+RUNSC_PATCHES := \
+	pkg/sentry/fsimpl/tmpfs/tar.go:third_party/gvisor/_tmpfs/tar.go:third_party/gvisor/tar.go.orig \
+	pkg/sentry/pgalloc/save_restore.go:third_party/gvisor/_pgalloc/save_restore.go:third_party/gvisor/save_restore.go.orig
+RUNSC_PATCH_FILES := $(foreach p,$(RUNSC_PATCHES),$(word 2,$(subst :, ,$(p))) $(word 3,$(subst :, ,$(p))))
+$(BIN)/runsc: go.mod go.sum $(RUNSC_PATCH_FILES)
+	@echo "==> building runsc from the go.mod pin (gvisor.dev/gvisor/runsc) with third_party/gvisor's patches; about two minutes the first time"
 	@set -e; $(GO) mod download gvisor.dev/gvisor; \
 	dir=$$($(GO) list -m -f '{{.Dir}}' gvisor.dev/gvisor); \
 	ver=$$($(GO) list -m -f '{{.Version}}' gvisor.dev/gvisor); \
-	if ! cmp -s "$$dir/pkg/sentry/fsimpl/tmpfs/tar.go" $(RUNSC_ORIG); then \
-		echo "runsc: $$dir/pkg/sentry/fsimpl/tmpfs/tar.go is not the file third_party/gvisor patched: the gVisor pin moved; redo the patch as third_party/gvisor/README.md says"; exit 1; \
-	fi; \
+	for p in $(RUNSC_PATCHES); do \
+		IFS=: read -r file patch orig <<<"$$p"; \
+		if ! cmp -s "$$dir/$$file" "$$orig"; then \
+			echo "runsc: $$dir/$$file is not the file third_party/gvisor patched: the gVisor pin moved; redo the patch as third_party/gvisor/README.md says"; exit 1; \
+		fi; \
+	done; \
 	copy=$$(dirname "$$($(GO) env GOCACHE)")/sbx-gvisor/$$ver; \
 	if [ ! -e "$$copy/.sbx-complete" ]; then \
 		rm -rf "$$copy" "$$copy.tmp$$$$"; mkdir -p "$$(dirname "$$copy")"; \
@@ -61,7 +68,10 @@ $(BIN)/runsc: go.mod go.sum $(RUNSC_PATCH) $(RUNSC_ORIG)
 	fi; \
 	mkdir -p $(BIN); cp go.mod $(BIN)/.runsc.mod; cp go.sum $(BIN)/.runsc.sum; \
 	echo "replace gvisor.dev/gvisor => $$copy" >> $(BIN)/.runsc.mod; \
-	printf '{"Replace":{"%s":"%s"}}\n' "$$copy/pkg/sentry/fsimpl/tmpfs/tar.go" "$(CURDIR)/$(RUNSC_PATCH)" > $(BIN)/.runsc-overlay.json; \
+	sep=""; { printf '{"Replace":{'; for p in $(RUNSC_PATCHES); do \
+		IFS=: read -r file patch orig <<<"$$p"; \
+		printf '%s"%s":"%s"' "$$sep" "$$copy/$$file" "$(CURDIR)/$$patch"; sep=","; \
+	done; printf '}}\n'; } > $(BIN)/.runsc-overlay.json; \
 	$(GO) build -modfile $(BIN)/.runsc.mod -overlay $(BIN)/.runsc-overlay.json -o $(BIN)/runsc gvisor.dev/gvisor/runsc
 
 vet:

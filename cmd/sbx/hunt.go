@@ -48,6 +48,7 @@ func newHuntCmd(e *env) *cobra.Command {
 	timeout := durationVar(fs, "timeout", "a run that lasts longer fails (exit 124) and is captured while it hangs, its processes alive, e.g. 2m or 120 (seconds)")
 	fs.BoolVar(&onCrash, "on-crash", false, "run each run under gdb; a run that dies of a fatal signal leaves a crash bundle (backtrace, core, binary, libraries) in the artifacts")
 	fs.BoolVar(&freeze, "freeze", false, "freeze the sandbox at the failure: pytest (-p sbx_freeze, loaded for you), Go tests using sbx.dev/sbx/freeze and programs calling /.sbx/freeze freeze at their failing instant, anything else as it exits non-zero; the evidence is read from a copy of the frozen machine")
+	keepTTL := durationVar(fs, "keep-ttl", fmt.Sprintf("with --freeze: the idle ttl of the frozen machine's copy NAME-frozen (default %s; the freeze stays to make another)", flaky.DefaultKeepTTL))
 	cmd.RunE = remote(func(cmd *cobra.Command, args []string) error {
 		_, command, err := remoteArgs(cmd, args, 0)
 		if err != nil {
@@ -57,7 +58,7 @@ func newHuntCmd(e *env) *cobra.Command {
 			return usagef("--seed-env %q: want a variable name", seedEnv)
 		}
 		if attach != "" {
-			if len(command) > 0 || template != "" || from != "" || setup != "" || onCrash || freeze || timeout.set || user != "" {
+			if len(command) > 0 || template != "" || from != "" || setup != "" || onCrash || freeze || timeout.set || keepTTL.set || user != "" {
 				return usagef("hunt --attach takes only a name (and --out)")
 			}
 		} else {
@@ -69,6 +70,9 @@ func newHuntCmd(e *env) *cobra.Command {
 			}
 			if runs < 1 {
 				return usagef("--runs %d: want at least 1", runs)
+			}
+			if keepTTL.set && !freeze {
+				return usagef("--keep-ttl goes with --freeze (it is the ttl of the frozen machine's copy)")
 			}
 			if freeze && onCrash {
 				return usagef("give --freeze or --on-crash, not both (a crash handler that calls /.sbx/freeze freezes at the crash)")
@@ -110,7 +114,7 @@ func newHuntCmd(e *env) *cobra.Command {
 			o := flaky.HuntOptions{
 				Name: name, Template: template, From: from, Setup: setup, Runs: runs, User: user,
 				Cmd: shellWrap(command), SeedEnv: seedEnv, Collect: collect, OutDir: out, Event: event,
-				OnCrash: onCrash, Timeout: timeout.d, Freeze: freeze,
+				OnCrash: onCrash, Timeout: timeout.d, Freeze: freeze, KeepTTL: keepTTL.d,
 			}
 			if from == "" {
 				wd, err := os.Getwd()

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sbx.dev/sbx/internal/agent/freezewire"
+	"sbx.dev/sbx/internal/agent/hooks"
 )
 
 // InitSocket is the abstract unix socket on which init takes requests to
@@ -389,7 +390,8 @@ func (s *supervisor) spawn(req initRequest) initReply {
 		}
 		env = mergeEnv(env, []string{"HOME=" + cmp.Or(u.home, "/"), "USER=" + u.name, "LOGNAME=" + u.name})
 	}
-	env = mergeEnv(env, req.Env)
+	// the freeze hooks importable by every command (the pytest plugin)
+	env = hooks.Env(mergeEnv(env, req.Env))
 	if req.Cwd != "" {
 		fi, err := os.Stat(req.Cwd)
 		if err != nil {

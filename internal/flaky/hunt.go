@@ -88,6 +88,10 @@ type HuntOptions struct {
 	// its own failing instant; any other failing run is frozen as it ends.
 	// The evidence is then read from a copy of the frozen sandbox.
 	Freeze bool
+	// KeepTTL is the idle ttl of the frozen machine's copy, NAME-frozen
+	// (with Freeze; 0: DefaultKeepTTL): it is reaped once left alone that
+	// long, and the freeze it came from stays to make another.
+	KeepTTL time.Duration
 	// OnCrash runs each run under gdb, as `sbx exec --on-crash` does: when
 	// the test's process dies of a fatal signal, the crash bundle lands in
 	// OutDir/crash (crash.tar and backtrace.txt) and in the summary. The
@@ -175,6 +179,8 @@ func (o *HuntOptions) defaults() error {
 		return api.Errorf(api.ErrInvalid, "hunt: --timeout %s: want 10ms or more", o.Timeout)
 	case len(o.Cmd) == 0:
 		return api.Errorf(api.ErrInvalid, "hunt: no test command given")
+	case o.KeepTTL < 0:
+		return api.Errorf(api.ErrInvalid, "hunt: the ttl of the frozen copy is negative (%s)", o.KeepTTL)
 	case o.Freeze && o.OnCrash:
 		return api.Errorf(api.ErrInvalid, "hunt: --freeze and --on-crash do not go together: a crash handler that calls /.sbx/freeze freezes at the crash (see the README)")
 	case strings.ContainsAny(o.SeedEnv, "= '\"$"):

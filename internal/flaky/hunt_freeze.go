@@ -2,6 +2,7 @@ package flaky
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,7 +25,9 @@ import (
 // test process alive if it froze itself), copied out as the artifacts; a
 // disk snapshot of the original named NAME, for replay; and the original,
 // whose failing run has ended by now, deleted. The copy, NAME-frozen,
-// stays running: it is the frozen machine, to be looked at.
+// stays running: it is the frozen machine, to be looked at; it has an idle
+// ttl (KeepTTL), so a forgotten one goes by itself, and the freeze stays
+// to make another.
 
 // frozenSnapshotWait bounds the wait for sbxd to record a freeze (it does
 // so as soon as gVisor has written it; the loop says so a moment later).
@@ -70,7 +73,8 @@ func captureFrozen(ctx context.Context, c HuntClient, s *HuntSummary, o *HuntOpt
 	copyName := o.Name + "-frozen"
 	cp, err := c.Get(ctx, copyName)
 	if err != nil {
-		if cp, err = c.Create(ctx, client.WithFrom(name), client.WithName(copyName)); err != nil {
+		ttl := cmp.Or(o.KeepTTL, DefaultKeepTTL)
+		if cp, err = c.Create(ctx, client.WithFrom(name), client.WithName(copyName), client.WithTTL(ttl)); err != nil {
 			return nil, fmt.Errorf("hunt %s: resume a copy of the freeze %s: %w", o.Name, name, err)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -64,7 +65,7 @@ func (f *fakeHunt) call(s string) {
 func (f *fakeHunt) Create(ctx context.Context, opts ...client.CreateOption) (*api.Sandbox, error) {
 	req := client.CreateRequest(opts...)
 	if req.From != "" {
-		f.call("create " + req.Name + " from " + req.From)
+		f.call("create " + req.Name + " from " + req.From + " ttl " + req.TTL)
 		f.sandboxes[req.Name] = true
 		return &api.Sandbox{ID: "sb_copy", Name: req.Name, State: api.StateReady}, nil
 	}
@@ -476,7 +477,7 @@ func TestHuntFrozen(t *testing.T) {
 	if err := json.Unmarshal([]byte(f.script), &cfg); err != nil || !cfg.Freeze {
 		t.Errorf("the loop's configuration %s (%v), want freeze on", f.script, err)
 	}
-	want := []string{"read " + HuntDir + "/failed", "read " + HuntDir + "/frozen", "create hunt-a-frozen from freeze-hunt-a-abcd",
+	want := []string{"read " + HuntDir + "/failed", "read " + HuntDir + "/frozen", "create hunt-a-frozen from freeze-hunt-a-abcd ttl 2h0m0s",
 		"exec (as 0) /.sbx/sbx-agent hunt --evidence --config " + huntConfig, "readtar " + HuntDir,
 		"snapshot hunt-a memory=false", "delete sb_hunt"}
 	if diff := cmp.Diff(want, outside(f.calls)); diff != "" {
@@ -520,5 +521,27 @@ func TestHuntFreezeOptions(t *testing.T) {
 	_, err := Hunt(context.Background(), f, HuntOptions{Name: "h", Freeze: true, OnCrash: true, Cmd: []string{"./t"}})
 	if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "--freeze and --on-crash") {
 		t.Errorf("--freeze with --on-crash: %v, want an invalid-argument error", err)
+	}
+	_, err = Hunt(context.Background(), f, HuntOptions{Name: "h", Freeze: true, KeepTTL: -time.Second, Cmd: []string{"./t"}})
+	if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "negative") {
+		t.Errorf("a negative ttl of the copy: %v, want an invalid-argument error", err)
+	}
+}
+
+// TestHuntFrozenCopyTTL: the frozen machine's copy has the idle ttl asked
+// for, so a forgotten one is reaped (the freeze stays).
+func TestHuntFrozenCopyTTL(t *testing.T) {
+	f := newFakeHunt(frozenLoop, loopFrozen)
+	f.evidenceExit = loopFailed
+	f.failed = "run=1\nseed=1\nexit=1\ntime=1700000000.5\n"
+	f.frozen = `{"state":"frozen","name":"freeze-hunt-a-abcd"}`
+	f.snapshots["freeze-hunt-a-abcd"] = true
+	_, err := Hunt(context.Background(), f, HuntOptions{Name: "hunt-a", Source: strings.NewReader(""), Runs: 2, Freeze: true,
+		KeepTTL: 30 * time.Minute, Cmd: []string{"./t"}, OutDir: filepath.Join(t.TempDir(), "out")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(f.calls, "create hunt-a-frozen from freeze-hunt-a-abcd ttl 30m0s") {
+		t.Errorf("calls %q, want the copy made with a 30m ttl", f.calls)
 	}
 }

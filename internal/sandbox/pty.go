@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/agent/hooks"
 	"sbx.dev/sbx/internal/runsc"
 )
 
@@ -61,7 +62,8 @@ func (m *Manager) PTY(ctx context.Context, ref string, cmd, env []string, cwd, u
 	if user == "" {
 		user, cwd = def.User, cmp.Or(cwd, def.WorkDir)
 	}
-	env = append(slices.Clip(def.Env), env...)
+	// the freeze hooks importable, as in every exec
+	env = hooks.Env(append(slices.Clip(def.Env), env...))
 	if user != "" && user != "0" && user != "root" {
 		// the agent becomes the user (from the sandbox's own /etc/passwd),
 		// then becomes the command
