@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"errors"
 	"os"
 	"path/filepath"
@@ -266,5 +267,70 @@ func TestSDKHelpers(t *testing.T) {
 	}
 	if none, err := d.client.List(ctx, client.WithMeta("job", job), client.WithState(api.StateStopped)); err != nil || len(none) != 0 {
 		t.Errorf("list of stopped children: %d, %v; want none", len(none), err)
+	}
+}
+
+// TestSDKExecStartedAtStop: foreground execs whose start sbxd has just
+// answered (their "started" event) when a stop comes are all carried
+// through the stop and the resume, and end with their own exit code and
+// output: none is lost ("exec not found") because the stop caught it
+// before the sandbox's init had it.
+func TestSDKExecStartedAtStop(t *testing.T) {
+	d := shared
+	ctx := context.Background()
+	sb := newSDKSandbox(t, d, client.WithTemplate("tiny"))
+	type done struct {
+		i   int
+		res *client.Result
+		err error
+		out *strings.Builder
+	}
+	for round := 0; round < 4; round++ {
+		const n = 4
+		started := make(chan struct{}, n)
+		ended := make(chan done, n)
+		for i := 0; i < n; i++ {
+			go func() {
+				out := &strings.Builder{}
+				res, err := sb.Exec(ctx, client.Shell(fmt.Sprintf("sleep 0.5; echo round-%d-%d; exit %d", round, i, 10+i)),
+					client.WithStdout(out), client.WithExecEvents(func(ev api.ExecEvent) error {
+						if ev.Event == api.ExecStarted {
+							started <- struct{}{}
+						}
+						return nil
+					}))
+				ended <- done{i, res, err, out}
+			}()
+		}
+		<-started // the first has started: stop at once
+		if _, err := sb.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sb.Resume(ctx, client.RequireMemory()); err != nil {
+			t.Fatal(err)
+		}
+		for range n {
+			var got done
+			select {
+			case got = <-ended:
+			case <-time.After(2 * time.Minute):
+				t.Fatalf("round %d: an exec did not end after the resume", round)
+			}
+			res, err := got.res, got.err
+			var se *client.StreamError
+			if errors.As(err, &se) && se.ExecID != "" { // the follow broke at the stop: wait again
+				wctx, cancel := context.WithTimeout(ctx, time.Minute)
+				got.out.Reset()
+				res, err = sb.Process(se.ExecID).Wait(wctx, client.WithStdout(got.out))
+				cancel()
+			}
+			want := fmt.Sprintf("round-%d-%d\n", round, got.i)
+			if errors.Is(err, api.ErrConflict) && res == nil {
+				continue // refused: the sandbox was stopping when it came
+			}
+			if err != nil || res == nil || res.ExitCode != 10+got.i || got.out.String() != want {
+				t.Errorf("round %d: exec %d around the stop: %+v %v, output %q; want exit %d and %q", round, got.i, res, err, got.out.String(), 10+got.i, want)
+			}
+		}
 	}
 }

@@ -125,6 +125,23 @@ func (t *execTable) running(id string) bool {
 	return false
 }
 
+// starting returns sandbox id's execs whose process init has not yet
+// reported (their pid is unknown) and that have not ended.
+func (t *execTable) starting(id string) []*execRun {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []*execRun
+	for _, r := range t.m {
+		r.mu.Lock()
+		pid := r.exec.Pid
+		r.mu.Unlock()
+		if r.exec.SandboxID == id && pid == 0 && !r.ended() {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // forget drops the execs of a deleted sandbox.
 func (t *execTable) forget(sandboxID string) {
 	t.mu.Lock()
@@ -369,6 +386,28 @@ func (m *Manager) reattachAll(ctx context.Context, sandboxID string) {
 		if err := m.reattach(ctx, run); err != nil {
 			m.log.Error("re-attach to an exec", "exec", e.ID, "err", err)
 		}
+	}
+}
+
+// startWait bounds how long a stop waits for the execs being started.
+const startWait = 5 * time.Second
+
+// awaitStarts waits (bounded, by limit in all) until every exec of sandbox
+// id being started has its process under init, or has ended. A stop does
+// so first, with the sandbox's lock held (no exec can begin meanwhile): an
+// exec's start goes through a `runsc exec`, which gVisor does not bring
+// back on a restore, so an exec caught between its start and init's
+// spawn would be lost ("exec not found" after the resume). Execs already
+// running are not waited for; they are under init.
+func (m *Manager) awaitStarts(id string, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for _, run := range m.execs.starting(id) {
+		left := time.Until(deadline)
+		if left <= 0 {
+			m.log.Warn("stop: an exec is still starting; it may be lost", "sandbox", id, "exec", run.exec.ID)
+			continue
+		}
+		m.waitPid(run, left)
 	}
 }
 

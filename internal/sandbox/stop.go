@@ -54,6 +54,9 @@ func (m *Manager) stop(ctx context.Context, sb *store.Sandbox) error {
 			m.log.Error("a failed stop: record the sandbox ready again", "sandbox", sb.ID, "err", err)
 		}
 	}
+	// execs on their way to init get there first (no new one starts: the
+	// lock is held)
+	m.awaitStarts(sb.ID, startWait)
 	c, err := m.beginCapture(ctx, kindStop, sb.ID, true, nil)
 	if err != nil {
 		backToReady()
