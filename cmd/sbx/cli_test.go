@@ -138,6 +138,10 @@ func TestUsageErrors(t *testing.T) {
 		{"hunt runs 0", []string{"hunt", "--runs", "0", "./t"}, "--runs 0"},
 		{"hunt template and from", []string{"hunt", "--template", "a", "--from", "b", "./t"}, "give --template or --from"},
 		{"hunt attach with a command", []string{"hunt", "--attach", "h", "./t"}, "hunt --attach takes only a name"},
+		{"hunt keep-ttl without freeze", []string{"hunt", "--keep-ttl", "1h", "./t"}, "--keep-ttl goes with --freeze"},
+		{"hunt keep-ttl bad", []string{"hunt", "--freeze", "--keep-ttl", "soon", "./t"}, "keep-ttl"},
+		{"hunt keep-ttl negative", []string{"hunt", "--freeze", "--keep-ttl", "-5m", "./t"}, "keep-ttl"},
+		{"hunt attach with keep-ttl", []string{"hunt", "--attach", "h", "--keep-ttl", "1h"}, "hunt --attach takes only a name"},
 		{"preview bad port", []string{"preview", "sb_1", "http"}, `port "http"`},
 	}
 	for _, tc := range tests {
