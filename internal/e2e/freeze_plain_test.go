@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -19,11 +20,7 @@ def test_fails():
 // and with one given (the caller's comes first, the hooks still load); a
 // terminal's commands can import the plugin too.
 func TestFreezePytestPlainExec(t *testing.T) {
-	d, err := startDaemon(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.stop(true) })
+	d := shared
 	id := d.newSandbox(t, "--template", "base")
 	d.must(t, "exec", id, "--", "sh", "-c", "cat > /tmp/test_plain.py <<'EOF'\n"+failingPytest+"EOF")
 
@@ -35,6 +32,7 @@ func TestFreezePytestPlainExec(t *testing.T) {
 	if m == nil {
 		t.Fatalf("pytest -p sbx_freeze in a plain exec did not freeze: %s%s", r.stdout, r.stderr)
 	}
+	t.Cleanup(func() { _ = d.client.DeleteSnapshot(context.Background(), m[1]) })
 	sn := waitSnapshot(t, d, m[1], 10*time.Second)
 	if !sn.Memory || sn.SandboxID != id {
 		t.Errorf("the freeze's snapshot %+v, want one with memory of %s", sn, id)
