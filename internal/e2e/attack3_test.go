@@ -817,7 +817,8 @@ func a3Unwedge(t *testing.T, d *daemon, id string) {
 // TestAttack3StopWedgedInit: root inside makes the sandbox's init hang on
 // an exec's start (its user lookup reads a FIFO). A stop must still end in
 // bounded time, a process that had started survives it, the wedged exec's
-// client gets an answer, and the sandbox works on.
+// client gets a true answer (not "not found" for a command that then
+// runs once init is unwedged), and the sandbox works on.
 func TestAttack3StopWedgedInit(t *testing.T) {
 	d := shared
 	id := d.newSandbox(t, "--template", "tiny")
@@ -911,7 +912,8 @@ func a3Sbx(t *testing.T, d *daemon, limit time.Duration, stdin string, args ...s
 // agent's init): no exec can start. A stop must still end in bounded
 // time; the server that had started survives; once init is continued
 // (from a terminal, which does not go through init) the exec caught at
-// the stop gets an answer and execs work again.
+// the stop gets an answer that is true (not "not found" for a command
+// that then runs) and execs work again.
 func TestAttack3StopInitSigstopped(t *testing.T) {
 	d := shared
 	id := d.newSandbox(t, "--template", "tiny")
@@ -927,7 +929,9 @@ func TestAttack3StopInitSigstopped(t *testing.T) {
 	r := a3Sbx(t, d, 15*time.Second, "", "exec", id, "--", "echo", "alive")
 	t.Logf("an exec with init stopped: exit %d %q %q", r.code, r.stdout, r.stderr)
 	wedged := make(chan result, 1)
-	go func() { wedged <- a3Sbx(t, d, 4*time.Minute, "", "exec", id, "--", "echo", "wedged-ran") }()
+	go func() {
+		wedged <- a3Sbx(t, d, 4*time.Minute, "", "exec", id, "--", "sh", "-c", "echo ran >> /tmp/ghost; echo wedged-ran")
+	}()
 	time.Sleep(1500 * time.Millisecond)
 	t0 := time.Now()
 	r = a3Sbx(t, d, 2*time.Minute, "", "stop", "--wait", id)
@@ -948,6 +952,17 @@ func TestAttack3StopInitSigstopped(t *testing.T) {
 		t.Logf("the exec caught at the stop: exit %d %q %q", w.code, w.stdout, w.stderr)
 		if w.code == -1 {
 			t.Errorf("the client of the exec caught at the stop had no answer after 4 minutes")
+		}
+		// told it failed (not found, lost), the command must not run
+		// after all; told it ran, it ran once
+		time.Sleep(3 * time.Second)
+		g := a3Sbx(t, d, time.Minute, "", "exec", id, "--", "cat", "/tmp/ghost")
+		ran := strings.Count(g.stdout, "ran")
+		switch {
+		case w.code == 0 && w.stdout == "wedged-ran\n" && ran == 1:
+		case w.code != 0 && ran == 0:
+		default:
+			t.Errorf("the exec caught at the stop with init SIGSTOPped: its client got exit %d %q %q, and the command ran %d times (/tmp/ghost %q): want it carried through (exit 0, ran once) or failed and never run", w.code, w.stdout, w.stderr, ran, g.stdout)
 		}
 	case <-time.After(3 * time.Minute):
 		t.Errorf("the client of the exec caught at the stop has no answer 3 min after init was continued")
