@@ -177,8 +177,9 @@ type ForkRequest struct {
 	// children boot fresh on a copy of the parent's disk.
 	Memory bool `json:"memory,omitempty"`
 	// Count is how many children, 1 to MaxForks; 0 means 1.
-	Count int    `json:"count,omitempty"`
-	TTL   string `json:"ttl,omitempty"`
+	Count int `json:"count,omitempty"`
+	// TTL is the children's idle ttl: "" the parent's, "0" none.
+	TTL string `json:"ttl,omitempty"`
 	// Meta is merged into the parent's metadata for the children: a key
 	// here replaces the parent's value.
 	Meta map[string]string `json:"meta,omitempty"`

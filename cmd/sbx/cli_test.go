@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/flaky"
 )
 
 // sbx runs the CLI against host and returns its exit code, stdout and stderr.
@@ -298,6 +299,16 @@ func TestBareSeconds(t *testing.T) {
 		got, err := parseDuration(tc.in)
 		if (err == nil) != tc.ok || got != tc.want {
 			t.Errorf("parseDuration(%q) = %v, %v; want %v ok=%v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+	// --keep-ttl: not given is the default, 0 is none
+	for in, want := range map[string]time.Duration{"": 0, "0": flaky.KeepForever, "45": 45 * time.Second} {
+		var f durationFlag
+		if in != "" {
+			f.Set(in)
+		}
+		if got := f.keep(); got != want {
+			t.Errorf("--keep-ttl %q: %v, want %v", in, got, want)
 		}
 	}
 	f := newFake(t)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"sbx.dev/sbx/internal/flaky"
 )
 
 // durationFlag is a duration flag that takes what sbx's users write: a Go
@@ -45,6 +47,15 @@ func (f *durationFlag) wire() string {
 		return ""
 	}
 	return f.d.String()
+}
+
+// keep is the flag as a flaky KeepTTL: not given is the default, 0 is
+// no ttl (flaky.KeepForever).
+func (f *durationFlag) keep() time.Duration {
+	if f.set && f.d == 0 {
+		return flaky.KeepForever
+	}
+	return f.d
 }
 
 // durationVar adds a durationFlag to fs.

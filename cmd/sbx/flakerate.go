@@ -35,7 +35,7 @@ func newFlakeRateCmd(e *env) *cobra.Command {
 	fs.IntVar(&parallel, "parallel", flaky.DefaultParallel, "how many runs at once")
 	fs.StringVar(&seedEnv, "seed-env", flaky.DefaultSeedEnv, "the environment variable each run's seed is passed in")
 	fs.BoolVar(&keep, "keep-failures", false, "keep the forks whose run failed, named after their seed, and print them")
-	keepTTL := durationVar(fs, "keep-ttl", fmt.Sprintf("the idle ttl of a kept failure (default %s)", flaky.DefaultKeepTTL))
+	keepTTL := durationVar(fs, "keep-ttl", fmt.Sprintf("the idle ttl of a kept failure (default %s; 0: none)", flaky.DefaultKeepTTL))
 	timeout := durationVar(fs, "timeout", "kill a run after this long (a failure), e.g. 5m or 300 (seconds)")
 	cmd.RunE = remote(func(cmd *cobra.Command, args []string) error {
 		fixed := 1
@@ -46,7 +46,7 @@ func newFlakeRateCmd(e *env) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		o := flaky.RateOptions{From: from, N: n, Parallel: parallel, KeepFailures: keep, KeepTTL: keepTTL.d}
+		o := flaky.RateOptions{From: from, N: n, Parallel: parallel, KeepFailures: keep, KeepTTL: keepTTL.keep()}
 		if from == "" {
 			if len(pos) == 0 || len(command) == 0 {
 				return usagef("flake-rate takes a sandbox id (or --from SNAPSHOT) and a test command")

@@ -37,7 +37,7 @@ func newForkCmd(e *env) *cobra.Command {
 	fs.StringVar(&name, "name", "", "name of the child (with --count 1)")
 	fs.BoolVar(&memory, "memory", false, "carry on the parent's processes and memory, not only its disk")
 	fs.IntVar(&count, "count", 1, fmt.Sprintf("how many children, 1 to %d", api.MaxForks))
-	ttl := durationVar(fs, "ttl", "idle ttl of the children, e.g. 30m (default: the parent's)")
+	ttl := durationVar(fs, "ttl", "idle ttl of the children, e.g. 30m; 0: none (default: the parent's)")
 	fs.BoolVar(&wait, "wait", false, "wait until every child is ready")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		// a fork is never silently split or cut

@@ -48,7 +48,7 @@ func newHuntCmd(e *env) *cobra.Command {
 	timeout := durationVar(fs, "timeout", "a run that lasts longer fails (exit 124) and is captured while it hangs, its processes alive, e.g. 2m or 120 (seconds)")
 	fs.BoolVar(&onCrash, "on-crash", false, "run each run under gdb; a run that dies of a fatal signal leaves a crash bundle (backtrace, core, binary, libraries) in the artifacts")
 	fs.BoolVar(&freeze, "freeze", false, "freeze the sandbox at the failure: pytest (-p sbx_freeze, loaded for you), Go tests using sbx.dev/sbx/freeze and programs calling /.sbx/freeze freeze at their failing instant, anything else as it exits non-zero; the evidence is read from a copy of the frozen machine")
-	keepTTL := durationVar(fs, "keep-ttl", fmt.Sprintf("with --freeze: the idle ttl of the frozen machine's copy NAME-frozen (default %s; the freeze stays to make another)", flaky.DefaultKeepTTL))
+	keepTTL := durationVar(fs, "keep-ttl", fmt.Sprintf("with --freeze: the idle ttl of the frozen machine's copy NAME-frozen (default %s; 0: none; the freeze stays to make another)", flaky.DefaultKeepTTL))
 	cmd.RunE = remote(func(cmd *cobra.Command, args []string) error {
 		_, command, err := remoteArgs(cmd, args, 0)
 		if err != nil {
@@ -114,7 +114,7 @@ func newHuntCmd(e *env) *cobra.Command {
 			o := flaky.HuntOptions{
 				Name: name, Template: template, From: from, Setup: setup, Runs: runs, User: user,
 				Cmd: shellWrap(command), SeedEnv: seedEnv, Collect: collect, OutDir: out, Event: event,
-				OnCrash: onCrash, Timeout: timeout.d, Freeze: freeze, KeepTTL: keepTTL.d,
+				OnCrash: onCrash, Timeout: timeout.d, Freeze: freeze, KeepTTL: keepTTL.keep(),
 			}
 			if from == "" {
 				wd, err := os.Getwd()

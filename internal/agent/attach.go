@@ -55,6 +55,25 @@ func runAttach(args []string, stdout, stderr io.Writer) int {
 	return attach(*id, *outOff, *errOff, stdout, stderr)
 }
 
+// settled makes sure exec id has started or never will (see
+// supervisor.settle) before it is followed: without a pid file it may be a
+// start still on its way to init, and saying "not found" then would let it
+// run unseen later. An init that does not answer (stopped, or wedged) is
+// asked again until it does; one that is not there at all cannot start
+// anything.
+func settled(id string) {
+	if _, err := readExecPid(execsDir, id); err == nil {
+		return
+	}
+	for n := 1; ; n++ {
+		_, err := callInit(initRequest{Op: "settle", ID: id})
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return
+		}
+		time.Sleep(backoff(n))
+	}
+}
+
 // attach copies the output files of exec id, from the offsets, to stdout and
 // stderr as they grow, until the exit file appears; then it copies the rest
 // and returns the exit code recorded there. If stdout or stderr cannot be
@@ -69,6 +88,7 @@ func attach(id string, outOff, errOff int64, stdout, stderr io.Writer) int {
 	if !validExecID(id) {
 		return notFound()
 	}
+	settled(id)
 	var srcs [2]*os.File
 	for i, name := range []string{"stdout", "stderr"} {
 		f, err := os.Open(filepath.Join(dir, name))

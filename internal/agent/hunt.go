@@ -308,7 +308,9 @@ func freezeEnv(env []string) []string {
 		return ""
 	}
 	pp := hooks.PythonDir
-	if old := get("PYTHONPATH"); old != "" {
+	if old := get("PYTHONPATH"); slices.Contains(strings.Split(old, ":"), hooks.PythonDir) {
+		pp = old // every command has it already (hooks.Env)
+	} else if old != "" {
 		pp += ":" + old
 	}
 	addopts := "-p sbx_freeze"

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -332,4 +333,27 @@ func TestHuntLoopFreezeFails(t *testing.T) {
 		t.Fatalf("loop exit %d, want %d with the reason and the evidence:\n%s", code, HuntFailed, out)
 	}
 	_ = freezewire.Frozen
+}
+
+// TestHuntFreezeEnv: the runs of hunt --freeze have the hooks on
+// PYTHONPATH once, whatever PYTHONPATH they inherit, and the plugin in
+// PYTEST_ADDOPTS once.
+func TestHuntFreezeEnv(t *testing.T) {
+	for _, c := range []struct {
+		env         []string
+		pp, addopts string
+	}{
+		{nil, "/.sbx/python", "-p sbx_freeze"},
+		{[]string{"PYTHONPATH=/.sbx/python"}, "/.sbx/python", "-p sbx_freeze"},
+		{[]string{"PYTHONPATH=/app:/.sbx/python"}, "/app:/.sbx/python", "-p sbx_freeze"},
+		{[]string{"PYTHONPATH=/app"}, "/.sbx/python:/app", "-p sbx_freeze"},
+		{[]string{"PYTEST_ADDOPTS=-x"}, "/.sbx/python", "-p sbx_freeze -x"},
+		{[]string{"PYTEST_ADDOPTS=-p sbx_freeze -x"}, "/.sbx/python", "-p sbx_freeze -x"},
+	} {
+		got := freezeEnv(c.env)
+		want := []string{"PYTHONPATH=" + c.pp, "PYTEST_ADDOPTS=" + c.addopts, "SBX_FREEZE=1"}
+		if !slices.Equal(got, want) {
+			t.Errorf("freezeEnv(%q) = %q, want %q", c.env, got, want)
+		}
+	}
 }

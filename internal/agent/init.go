@@ -278,6 +278,8 @@ func (s *supervisor) handle(conn *os.File) {
 			rep = s.spawn(req)
 		case "kill":
 			rep = s.kill(req)
+		case "settle":
+			rep = s.settle(req)
 		case "wait":
 			// answered when the command ends, however long that is
 			_ = conn.SetDeadline(time.Time{})
@@ -442,6 +444,9 @@ func (s *supervisor) spawn(req initRequest) initReply {
 	// the pid file is written under mu, so two spawns of one id cannot both pass
 	if _, err := os.Lstat(filepath.Join(dir, "pid")); err == nil {
 		return fail(ExitUsageExec, "spawn: exec %s already exists", req.ID)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "exit")); err == nil {
+		return fail(ExitUsageExec, "spawn: exec %s was given up before it started (settle)", req.ID)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fail(ExitError, "spawn %s: %s", req.ID, err)
@@ -629,6 +634,45 @@ func (s *supervisor) waitExec(req initRequest) initReply {
 	}
 	code := <-ch
 	return initReply{Exit: &code}
+}
+
+// cutOff is what an exec settled before it started says on its stderr.
+const cutOff = "sbx: exec %s never reached init (its start was cut off: a stop or a restart caught it on its way); it did not run, and will not\n"
+
+// settle answers whether command req.ID has started; if it has not, it
+// never will: init records it as ended, with exit 125 and a word on its
+// stderr, and a spawn of it still on its way (a start cut off by a stop,
+// its request left with an init that was wedged or stopped) is refused.
+// Under mu, as spawn's decision is: the two cannot cross. Whoever follows
+// an exec that init does not know settles it before saying so, so that an
+// exec reported lost never runs afterwards.
+func (s *supervisor) settle(req initRequest) initReply {
+	if !validExecID(req.ID) {
+		return initReply{Code: ExitInvalid, Error: fmt.Sprintf("settle: bad exec id %q", req.ID)}
+	}
+	dir := filepath.Join(s.dir, req.ID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if pid, err := readExecPid(s.dir, req.ID); err == nil {
+		return initReply{Pid: pid}
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "exit")); err == nil {
+		return initReply{} // settled before
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return initReply{Code: ExitError, Error: fmt.Sprintf("settle %s: %s", req.ID, err)}
+	}
+	for name, content := range map[string]string{"stdout": "", "stderr": fmt.Sprintf(cutOff, req.ID)} {
+		if err := writeFileAtomic(filepath.Join(dir, name), content); err != nil {
+			return initReply{Code: ExitError, Error: fmt.Sprintf("settle %s: %s", req.ID, err)}
+		}
+	}
+	// the exit file last: it is what makes the exec ended, and what spawn
+	// refuses on
+	if err := writeFileAtomic(filepath.Join(dir, "exit"), strconv.Itoa(ExitUsageExec)+"\n"); err != nil {
+		return initReply{Code: ExitError, Error: fmt.Sprintf("settle %s: %s", req.ID, err)}
+	}
+	return initReply{}
 }
 
 // kill signals the process group of a command.

@@ -199,7 +199,7 @@ func TestAttach(t *testing.T) {
 		{"from the start", []string{"--id", id}, 4, "hello world\n", "abcdef"},
 		{"offsets", []string{"--id", id, "--stdout-offset", "6", "--stderr-offset", "3"}, 4, "world\n", "def"},
 		{"offsets past the end", []string{"--id", id, "--stdout-offset", "100", "--stderr-offset", "100"}, 4, "", ""},
-		{"unknown id", []string{"--id", "ex_nope"}, ExitUsageExec, "", "sbx-agent: exec ex_nope not found\n"},
+		{"unknown id", []string{"--id", "ex_nope"}, ExitUsageExec, "", "sbx: exec ex_nope never reached init"},
 		{"id that escapes", []string{"--id", "../" + filepath.Base(s.dir)}, ExitUsageExec, "", "not found"},
 		{"no id", []string{}, ExitUsageExec, "", "--id is required"},
 		{"negative offset", []string{"--id", id, "--stdout-offset", "-1"}, ExitUsageExec, "", "negative offset"},
@@ -217,6 +217,51 @@ func TestAttach(t *testing.T) {
 				t.Errorf("stderr: got %q, want %q", stderr, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestSettle: an exec init has not started, once followed (settled), is
+// ended with 125 and a word, and a spawn of it still on its way is
+// refused: an exec reported lost never runs afterwards. One that started
+// is left alone.
+func TestSettle(t *testing.T) {
+	startSupervisor(t)
+	id := newExecID()
+	code, stdout, stderr := run(t, nil, "attach", "--id", id)
+	if code != ExitUsageExec || stdout != "" || !strings.Contains(stderr, "exec "+id+" never reached init") {
+		t.Fatalf("attach of an exec not started: %d %q %q, want 125 and why", code, stdout, stderr)
+	}
+	ghost := filepath.Join(t.TempDir(), "ghost")
+	code, _, stderr = run(t, nil, "spawn", "--id", id, "--", "/bin/sh", "-c", "echo ran > "+ghost)
+	if code != ExitUsageExec || !strings.Contains(stderr, "given up") {
+		t.Errorf("a spawn after the settle: %d %q, want it refused", code, stderr)
+	}
+	if _, err := os.Stat(ghost); err == nil {
+		t.Error("the settled exec ran")
+	}
+	// framed, as sbxd follows, and again: the same answer
+	var out bytes.Buffer
+	if code := Main([]string{"attach", "--framed", "--id", id}, nil, &out, io.Discard); code != ExitUsageExec {
+		t.Errorf("attach --framed of the settled exec: exit %d, want 125", code)
+	}
+	if !strings.Contains(out.String(), "never reached init") {
+		t.Errorf("attach --framed of the settled exec: %q, want why", out.String())
+	}
+
+	// one that started is followed as it is
+	id2 := newExecID()
+	if code, _, stderr := run(t, nil, "spawn", "--id", id2, "--", "/bin/sh", "-c", "echo started; exit 3"); code != 3 {
+		t.Fatalf("spawn: %d %q", code, stderr)
+	}
+	rep, err := callInit(initRequest{Op: "settle", ID: id2})
+	if err != nil || rep.Pid <= 0 || rep.Error != "" {
+		t.Errorf("settle of a started exec: %+v %v, want its pid", rep, err)
+	}
+	if code, stdout, _ := run(t, nil, "attach", "--id", id2); code != 3 || stdout != "started\n" {
+		t.Errorf("attach of a started exec after a settle: %d %q, want 3 \"started\"", code, stdout)
+	}
+	if rep, err := callInit(initRequest{Op: "settle", ID: "../x"}); err != nil || rep.Code != ExitInvalid {
+		t.Errorf("settle of a bad id: %+v %v, want refused", rep, err)
 	}
 }
 

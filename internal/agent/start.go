@@ -95,6 +95,7 @@ func attachFramed(id string, outOff, errOff int64, fw *frame.Writer, stderr io.W
 	if !validExecID(id) {
 		return fail(ExitUsageExec, "exec %s not found", id)
 	}
+	settled(id)
 	var srcs [2]*os.File
 	for i, name := range []string{"stdout", "stderr"} {
 		f, err := os.Open(filepath.Join(dir, name))

@@ -23,7 +23,7 @@ import (
 // now; the parent is untouched; `sbx --json fork` names the child at once.
 func TestDiskFork(t *testing.T) {
 	d := shared
-	parent := d.newSandbox(t, "--template", "tiny")
+	parent := d.newSandbox(t, "--template", "tiny", "--ttl", "30m")
 	d.must(t, "exec", parent, "--", "sh", "-c", "echo before > /root/f")
 	d.must(t, "exec", parent, "--detach", "--", "sleep", "1000")
 
@@ -72,8 +72,18 @@ func TestDiskFork(t *testing.T) {
 	}
 	var sb api.Sandbox
 	sb = d.info(t, child)
-	if sb.Parent != parent || sb.MemoryRestored {
-		t.Errorf("child = %+v, want parent %s and no memory", sb, parent)
+	if sb.Parent != parent || sb.MemoryRestored || sb.TTL != "30m0s" {
+		t.Errorf("child = %+v, want parent %s, no memory and the parent's ttl 30m", sb, parent)
+	}
+	// --ttl 0 is no ttl, as everywhere (not the parent's)
+	r := d.sbx(t, "--json", "fork", parent, "--ttl", "0", "--wait")
+	m := regexp.MustCompile(`"id":"(sb_[0-9a-z]+)"`).FindStringSubmatch(r.stdout)
+	if r.code != 0 || m == nil {
+		t.Fatalf("fork --ttl 0: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	t.Cleanup(func() { d.sbx(t, "delete", "--yes", m[1]) })
+	if ttl := d.info(t, m[1]).TTL; ttl != "" {
+		t.Errorf("fork --ttl 0: the child's ttl %q, want none", ttl)
 	}
 }
 

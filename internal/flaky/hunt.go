@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,6 +28,7 @@ import (
 const (
 	metaTest    = "sbx.hunt.test"
 	metaSeedEnv = "sbx.hunt.seedEnv"
+	metaKeepTTL = "sbx.hunt.keepTTL" // with Freeze: the copy's idle ttl, for --attach
 )
 
 // HuntClient is the slice of *client.Client that Hunt uses.
@@ -179,7 +181,7 @@ func (o *HuntOptions) defaults() error {
 		return api.Errorf(api.ErrInvalid, "hunt: --timeout %s: want 10ms or more", o.Timeout)
 	case len(o.Cmd) == 0:
 		return api.Errorf(api.ErrInvalid, "hunt: no test command given")
-	case o.KeepTTL < 0:
+	case o.KeepTTL < 0 && o.KeepTTL != KeepForever:
 		return api.Errorf(api.ErrInvalid, "hunt: the ttl of the frozen copy is negative (%s)", o.KeepTTL)
 	case o.Freeze && o.OnCrash:
 		return api.Errorf(api.ErrInvalid, "hunt: --freeze and --on-crash do not go together: a crash handler that calls /.sbx/freeze freezes at the crash (see the README)")
@@ -216,8 +218,17 @@ func Hunt(ctx context.Context, c HuntClient, o HuntOptions) (*HuntSummary, error
 	if ents, err := os.ReadDir(o.OutDir); err == nil && len(ents) > 0 {
 		return nil, api.Errorf(api.ErrConflict, "hunt %s: the artifacts folder %s is not empty (an earlier hunt's?); move it away or give --out DIR", o.Name, o.OutDir)
 	}
-	// the meta lets --attach print the replay command of a hunt it did not start
+	// What an earlier hunt of the name left would be taken for this one's
+	// (a capture cut off and taken up again finds its own steps done).
+	if in := leftBy(ctx, c, o.Name); len(in) > 0 {
+		return nil, api.Errorf(api.ErrConflict, "hunt %s: an earlier hunt of this name left %s; delete %s or give another --name", o.Name, strings.Join(in, " and "), map[bool]string{true: "them", false: "it"}[len(in) > 1])
+	}
+	// the meta lets --attach print the replay command of a hunt it did not
+	// start, and make the frozen copy this one would have
 	opts := []client.CreateOption{client.WithName(o.Name), client.WithMeta(metaSeedEnv, o.SeedEnv)}
+	if o.Freeze {
+		opts = append(opts, client.WithMeta(metaKeepTTL, keepTTL(o.KeepTTL).String()))
+	}
 	if line := shellJoin(o.Cmd); len(line) <= 1024 { // the server's limit on a meta value
 		opts = append(opts, client.WithMeta(metaTest, line))
 	}
@@ -343,6 +354,9 @@ func Attach(ctx context.Context, c HuntClient, a AttachOptions) (*HuntSummary, e
 	o.testLine = sb.Meta[metaTest]
 	if v := sb.Meta[metaSeedEnv]; v != "" && a.SeedEnv == "" {
 		o.SeedEnv = v
+	}
+	if d, err := time.ParseDuration(sb.Meta[metaKeepTTL]); err == nil {
+		o.KeepTTL = cmp.Or(d, KeepForever) // the meta holds the ttl itself: 0 is none
 	}
 	if sb.State == api.StateStopped {
 		// the stop is the last outside step: the rest were done before it
@@ -477,6 +491,9 @@ func capture(ctx context.Context, c HuntClient, s *HuntSummary, o *HuntOptions) 
 	fork := o.Name + "-fork"
 	forked := func() error { return nil }
 	if sb, err := c.Get(ctx, fork); err == nil {
+		if sb.Parent != id {
+			return nil, api.Errorf(api.ErrConflict, "hunt %s: the sandbox %s is in the way (not a fork of %s: an earlier hunt's?); delete it and run `sbx hunt --attach %s`", o.Name, fork, id, o.Name)
+		}
 		s.Fork = sb.Name
 	} else {
 		wait, err := forkCaptured(ctx, c, id, fork)
@@ -510,10 +527,8 @@ func capture(ctx context.Context, c HuntClient, s *HuntSummary, o *HuntOptions) 
 		o.emit(HuntEvent{Event: "crash", Sandbox: id, Path: cr.Dir, Message: cr.SignalName})
 	}
 
-	if _, err := c.GetSnapshot(ctx, o.Name); err != nil {
-		if _, err := c.Snapshot(ctx, id, o.Name, false); err != nil {
-			return nil, fmt.Errorf("hunt %s: snapshot %s: %w", o.Name, id, err)
-		}
+	if err := snapshotOnce(ctx, c, id, o.Name); err != nil {
+		return nil, fmt.Errorf("hunt %s: %w", o.Name, err)
 	}
 	s.Snapshot = o.Name
 	o.emit(HuntEvent{Event: "snapshot", Sandbox: id, Snapshot: s.Snapshot})
@@ -537,6 +552,37 @@ func capture(ctx context.Context, c HuntClient, s *HuntSummary, o *HuntOptions) 
 	}
 	s.Commands = commands(o, s)
 	return s, nil
+}
+
+// leftBy lists what a hunt named name leaves behind that is there: its
+// disk snapshot, its fork, its frozen copy.
+func leftBy(ctx context.Context, c HuntClient, name string) []string {
+	var in []string
+	if _, err := c.GetSnapshot(ctx, name); err == nil {
+		in = append(in, "the snapshot "+name)
+	}
+	for _, n := range []string{name + "-fork", name + "-frozen"} {
+		if _, err := c.Get(ctx, n); err == nil {
+			in = append(in, "the sandbox "+n)
+		}
+	}
+	return in
+}
+
+// snapshotOnce takes the disk snapshot name of id, unless id's is there
+// already (a capture taken up again); another sandbox's is a conflict.
+func snapshotOnce(ctx context.Context, c HuntClient, id, name string) error {
+	sn, err := c.GetSnapshot(ctx, name)
+	if err == nil {
+		if sn.SandboxID != id {
+			return api.Errorf(api.ErrConflict, "the snapshot %s is in the way (of %s, not %s: an earlier hunt's?); delete it and run `sbx hunt --attach %s`", name, sn.SandboxID, id, name)
+		}
+		return nil
+	}
+	if _, err := c.Snapshot(ctx, id, name, false); err != nil {
+		return fmt.Errorf("snapshot %s: %w", id, err)
+	}
+	return nil
 }
 
 // forkCaptured starts a disk fork of id named name and returns once the

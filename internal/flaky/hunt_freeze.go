@@ -2,7 +2,6 @@ package flaky
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -72,8 +71,11 @@ func captureFrozen(ctx context.Context, c HuntClient, s *HuntSummary, o *HuntOpt
 	// the copy: the frozen machine, resumed
 	copyName := o.Name + "-frozen"
 	cp, err := c.Get(ctx, copyName)
-	if err != nil {
-		ttl := cmp.Or(o.KeepTTL, DefaultKeepTTL)
+	switch {
+	case err == nil && cp.From != name:
+		return nil, api.Errorf(api.ErrConflict, "hunt %s: the sandbox %s is in the way (not a copy of the freeze %s: an earlier hunt's?); delete it and run `sbx hunt --attach %s`", o.Name, copyName, name, o.Name)
+	case err != nil:
+		ttl := keepTTL(o.KeepTTL)
 		if cp, err = c.Create(ctx, client.WithFrom(name), client.WithName(copyName), client.WithTTL(ttl)); err != nil {
 			return nil, fmt.Errorf("hunt %s: resume a copy of the freeze %s: %w", o.Name, name, err)
 		}
@@ -106,10 +108,8 @@ func captureFrozen(ctx context.Context, c HuntClient, s *HuntSummary, o *HuntOpt
 	o.emit(HuntEvent{Event: "artifacts", Sandbox: cp.ID, Path: dir})
 
 	// the original: a disk snapshot for replay, then it goes
-	if _, err := c.GetSnapshot(ctx, o.Name); err != nil {
-		if _, err := c.Snapshot(ctx, id, o.Name, false); err != nil {
-			return nil, fmt.Errorf("hunt %s: snapshot %s: %w", o.Name, id, err)
-		}
+	if err := snapshotOnce(ctx, c, id, o.Name); err != nil {
+		return nil, fmt.Errorf("hunt %s: %w", o.Name, err)
 	}
 	s.Snapshot = o.Name
 	o.emit(HuntEvent{Event: "snapshot", Sandbox: id, Snapshot: s.Snapshot})

@@ -41,7 +41,10 @@ type fakeHunt struct {
 	state     api.State
 	snapshots map[string]bool
 	sandboxes map[string]bool
-	stopErr   error
+	// snapOf, parentOf and fromOf are a snapshot's sandbox, a fork's
+	// parent and a copy's snapshot, by name.
+	snapOf, parentOf, fromOf map[string]string
+	stopErr                  error
 	// forkErr fails the fork: before its state is taken, or with
 	// forkErrLate after (a child that did not boot).
 	forkErr     error
@@ -53,6 +56,7 @@ var _ HuntClient = (*fakeHunt)(nil)
 func newFakeHunt(out string, exit int) *fakeHunt {
 	return &fakeHunt{loopOut: out, loopExit: exit, state: api.StateReady,
 		snapshots: map[string]bool{}, sandboxes: map[string]bool{},
+		snapOf: map[string]string{}, parentOf: map[string]string{}, fromOf: map[string]string{},
 		failed: "run=3\nseed=4242\nexit=1\ntime=1700000000.5\n"}
 }
 
@@ -67,7 +71,8 @@ func (f *fakeHunt) Create(ctx context.Context, opts ...client.CreateOption) (*ap
 	if req.From != "" {
 		f.call("create " + req.Name + " from " + req.From + " ttl " + req.TTL)
 		f.sandboxes[req.Name] = true
-		return &api.Sandbox{ID: "sb_copy", Name: req.Name, State: api.StateReady}, nil
+		f.fromOf[req.Name] = req.From
+		return &api.Sandbox{ID: "sb_copy", Name: req.Name, State: api.StateReady, From: req.From}, nil
 	}
 	f.call("create")
 	f.created = req
@@ -80,7 +85,11 @@ func (f *fakeHunt) Get(ctx context.Context, id string) (*api.Sandbox, error) {
 	if !f.sandboxes[id] {
 		return nil, api.Errorf(api.ErrNotFound, "no sandbox %s", id)
 	}
-	return &api.Sandbox{ID: "sb_hunt", Name: id, State: f.state}, nil
+	sb := &api.Sandbox{ID: "sb_hunt", Name: id, State: f.state, Parent: f.parentOf[id], From: f.fromOf[id]}
+	if id == f.created.Name {
+		sb.Meta = f.created.Meta
+	}
+	return sb, nil
 }
 
 func (f *fakeHunt) Delete(ctx context.Context, id string) error {
@@ -152,6 +161,7 @@ func (f *fakeHunt) ForkEvents(ctx context.Context, id string, req api.ForkReques
 	f.call(fmt.Sprintf("fork %s memory=%v", req.Name, req.Memory))
 	f.mu.Lock()
 	f.sandboxes[req.Name] = true
+	f.parentOf[req.Name] = id
 	f.mu.Unlock()
 	kid := api.Sandbox{ID: "sb_fork", Name: req.Name}
 	if f.forkErr != nil {
@@ -176,14 +186,15 @@ func (f *fakeHunt) ForkEvents(ctx context.Context, id string, req api.ForkReques
 func (f *fakeHunt) Snapshot(ctx context.Context, id, name string, memory bool) (*api.Snapshot, error) {
 	f.call(fmt.Sprintf("snapshot %s memory=%v", name, memory))
 	f.snapshots[name] = true
-	return &api.Snapshot{Name: name}, nil
+	f.snapOf[name] = id
+	return &api.Snapshot{Name: name, SandboxID: id}, nil
 }
 
 func (f *fakeHunt) GetSnapshot(ctx context.Context, name string) (*api.Snapshot, error) {
 	if !f.snapshots[name] {
 		return nil, api.Errorf(api.ErrNotFound, "no snapshot %s", name)
 	}
-	return &api.Snapshot{Name: name}, nil
+	return &api.Snapshot{Name: name, SandboxID: f.snapOf[name]}, nil
 }
 
 func (f *fakeHunt) Stop(ctx context.Context, id string, wait bool) (*api.Sandbox, error) {
@@ -233,7 +244,7 @@ func TestHuntFailureOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantSetup := []string{"create", "exec sh -c echo $(id -u):$(id -g)", "exec (as 0) mkdir -p " + HuntDir, "writetar /work", "write " + huntConfig, "detach (as 0) /.sbx/sbx-agent hunt --config " + huntConfig, "follow x_loop"}
+	wantSetup := []string{"get hunt-a-fork", "get hunt-a-frozen", "create", "exec sh -c echo $(id -u):$(id -g)", "exec (as 0) mkdir -p " + HuntDir, "writetar /work", "write " + huntConfig, "detach (as 0) /.sbx/sbx-agent hunt --config " + huntConfig, "follow x_loop"}
 	if diff := cmp.Diff(wantSetup, f.calls[:len(wantSetup)]); diff != "" {
 		t.Errorf("calls before the loop ended (-want +got):\n%s", diff)
 	}
@@ -370,6 +381,7 @@ func TestAttach(t *testing.T) {
 		f := newFakeHunt(failingLoop, loopFailed)
 		f.sandboxes["h"] = true
 		f.sandboxes["h-fork"] = true // the fork was made before the client went away
+		f.parentOf["h-fork"] = "sb_hunt"
 		s, err := Attach(context.Background(), f, AttachOptions{Name: "h", OutDir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
@@ -440,7 +452,7 @@ func TestHuntUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"create", "exec (as 0) mkdir -p " + HuntDir, "writetar /work", "exec (as 0) chown -R -- user /work",
+	want := []string{"get hunt-u-fork", "get hunt-u-frozen", "create", "exec (as 0) mkdir -p " + HuntDir, "writetar /work", "exec (as 0) chown -R -- user /work",
 		"write " + huntConfig, "detach (as 0) /.sbx/sbx-agent hunt --config " + huntConfig, "follow x_loop"}
 	if diff := cmp.Diff(want, f.calls[:len(want)]); diff != "" {
 		t.Errorf("calls before the loop ended (-want +got):\n%s", diff)
@@ -529,19 +541,105 @@ func TestHuntFreezeOptions(t *testing.T) {
 }
 
 // TestHuntFrozenCopyTTL: the frozen machine's copy has the idle ttl asked
-// for, so a forgotten one is reaped (the freeze stays).
+// for (0: the default; KeepForever, `--keep-ttl 0`: none), so a forgotten
+// one is reaped (the freeze stays), and the sandbox's meta keeps it for an
+// --attach.
 func TestHuntFrozenCopyTTL(t *testing.T) {
+	for _, c := range []struct {
+		keep time.Duration
+		want string
+	}{
+		{30 * time.Minute, "30m0s"},
+		{0, "2h0m0s"},
+		{KeepForever, "0s"},
+	} {
+		f := newFrozenHunt()
+		_, err := Hunt(context.Background(), f, HuntOptions{Name: "hunt-a", Source: strings.NewReader(""), Runs: 2, Freeze: true,
+			KeepTTL: c.keep, Cmd: []string{"./t"}, OutDir: filepath.Join(t.TempDir(), "out")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(f.calls, "create hunt-a-frozen from freeze-hunt-a-abcd ttl "+c.want) {
+			t.Errorf("KeepTTL %s: calls %q, want the copy made with the ttl %s", c.keep, f.calls, c.want)
+		}
+		if got := f.created.Meta[metaKeepTTL]; got != c.want {
+			t.Errorf("KeepTTL %s: the sandbox's meta %s = %q, want %q", c.keep, metaKeepTTL, got, c.want)
+		}
+	}
+}
+
+// newFrozenHunt is a fake whose loop froze at its failure.
+func newFrozenHunt() *fakeHunt {
 	f := newFakeHunt(frozenLoop, loopFrozen)
 	f.evidenceExit = loopFailed
 	f.failed = "run=1\nseed=1\nexit=1\ntime=1700000000.5\n"
 	f.frozen = `{"state":"frozen","name":"freeze-hunt-a-abcd"}`
 	f.snapshots["freeze-hunt-a-abcd"] = true
-	_, err := Hunt(context.Background(), f, HuntOptions{Name: "hunt-a", Source: strings.NewReader(""), Runs: 2, Freeze: true,
-		KeepTTL: 30 * time.Minute, Cmd: []string{"./t"}, OutDir: filepath.Join(t.TempDir(), "out")})
-	if err != nil {
-		t.Fatal(err)
+	return f
+}
+
+// TestAttachFrozenKeepTTL: --attach of a hunt --freeze whose client went
+// away makes the copy with the hunt's own --keep-ttl (kept in its meta).
+func TestAttachFrozenKeepTTL(t *testing.T) {
+	for _, c := range []struct{ meta, want string }{{"45s", "45s"}, {"0s", "0s"}, {"", "2h0m0s"}} {
+		f := newFrozenHunt()
+		f.sandboxes["hunt-a"] = true
+		f.created = api.CreateRequest{Name: "hunt-a", Meta: map[string]string{}}
+		if c.meta != "" {
+			f.created.Meta[metaKeepTTL] = c.meta
+		}
+		if _, err := Attach(context.Background(), f, AttachOptions{Name: "hunt-a", OutDir: t.TempDir()}); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(f.calls, "create hunt-a-frozen from freeze-hunt-a-abcd ttl "+c.want) {
+			t.Errorf("meta %q: calls %q, want the copy made with the ttl %s", c.meta, f.calls, c.want)
+		}
 	}
-	if !slices.Contains(f.calls, "create hunt-a-frozen from freeze-hunt-a-abcd ttl 30m0s") {
-		t.Errorf("calls %q, want the copy made with a 30m ttl", f.calls)
+}
+
+// TestHuntEarlierLeftovers: what an earlier hunt of a name left (its
+// snapshot, fork or frozen copy) would be taken for a new hunt's: the new
+// hunt is refused before it starts, naming them. A capture taken up again
+// that finds another's in its way refuses too, rather than keep the wrong
+// evidence.
+func TestHuntEarlierLeftovers(t *testing.T) {
+	for _, left := range []string{"snapshot", "hunt-a-fork", "hunt-a-frozen"} {
+		f := newFrozenHunt()
+		if left == "snapshot" {
+			f.snapshots["hunt-a"], f.snapOf["hunt-a"] = true, "sb_old"
+		} else {
+			f.sandboxes[left] = true
+		}
+		_, err := Hunt(context.Background(), f, HuntOptions{Name: "hunt-a", Source: strings.NewReader(""), Runs: 2, Freeze: true,
+			Cmd: []string{"./t"}, OutDir: filepath.Join(t.TempDir(), "out")})
+		want := "the sandbox " + left
+		if left == "snapshot" {
+			want = "the snapshot hunt-a"
+		}
+		if !errors.Is(err, api.ErrConflict) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s left: %v, want a conflict naming it", left, err)
+		}
+		if slices.Contains(f.calls, "create") {
+			t.Errorf("%s left: the hunt's sandbox was made (calls %q)", left, f.calls)
+		}
+	}
+
+	// taken up again: another freeze's copy, another sandbox's snapshot
+	f := newFrozenHunt()
+	f.sandboxes["hunt-a"] = true
+	f.sandboxes["hunt-a-frozen"], f.fromOf["hunt-a-frozen"] = true, "freeze-hunt-a-0000"
+	_, err := Attach(context.Background(), f, AttachOptions{Name: "hunt-a", OutDir: t.TempDir()})
+	if !errors.Is(err, api.ErrConflict) || !strings.Contains(err.Error(), "hunt-a-frozen is in the way") {
+		t.Errorf("attach, another freeze's copy there: %v, want a conflict", err)
+	}
+	f = newFrozenHunt()
+	f.sandboxes["hunt-a"] = true
+	f.snapshots["hunt-a"], f.snapOf["hunt-a"] = true, "sb_old"
+	_, err = Attach(context.Background(), f, AttachOptions{Name: "hunt-a", OutDir: t.TempDir()})
+	if !errors.Is(err, api.ErrConflict) || !strings.Contains(err.Error(), "snapshot hunt-a is in the way") {
+		t.Errorf("attach, another sandbox's snapshot there: %v, want a conflict", err)
+	}
+	if slices.Contains(f.calls, "delete sb_hunt") {
+		t.Error("the original was deleted although its snapshot was not taken")
 	}
 }

@@ -1,7 +1,6 @@
 package flaky
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,7 +23,7 @@ type RateOptions struct {
 	Parallel int
 	// KeepFailures keeps the forks whose run failed, each as a memory fork
 	// of itself named after its seed (KeptName) with the idle ttl KeepTTL
-	// (0: DefaultKeepTTL); the rest are deleted.
+	// (0: DefaultKeepTTL; KeepForever: none); the rest are deleted.
 	KeepFailures bool
 	KeepTTL      time.Duration
 	Test         Test
@@ -42,6 +41,21 @@ type RateOptions struct {
 // DefaultKeepTTL is the idle ttl of a failure FlakeRate keeps: long enough
 // to come back to it, short enough that forgotten ones do not pile up.
 const DefaultKeepTTL = 2 * time.Hour
+
+// KeepForever, as a KeepTTL, is no idle ttl: what is kept stays until it
+// is deleted (`--keep-ttl 0`, as `--ttl 0` everywhere in sbx).
+const KeepForever time.Duration = -1
+
+// keepTTL is the idle ttl a KeepTTL of d gives (0: none).
+func keepTTL(d time.Duration) time.Duration {
+	switch d {
+	case 0:
+		return DefaultKeepTTL
+	case KeepForever:
+		return 0
+	}
+	return d
+}
 
 // KeptName is the name of a kept failure: flake-SEED, or flake-SEED-N for
 // the Nth try when that name is taken (an earlier measurement's).
@@ -138,7 +152,7 @@ func (o RateOptions) validate() error {
 		return api.Errorf(api.ErrInvalid, "flake-rate: want at least 1 run, got %d", o.N)
 	case o.Parallel < 0:
 		return api.Errorf(api.ErrInvalid, "flake-rate: want a parallelism of at least 1, got %d", o.Parallel)
-	case o.KeepTTL < 0:
+	case o.KeepTTL < 0 && o.KeepTTL != KeepForever:
 		return api.Errorf(api.ErrInvalid, "flake-rate: the ttl of kept failures is negative (%s)", o.KeepTTL)
 	}
 	return o.Test.validate()
@@ -335,7 +349,7 @@ func (p *ratePipeline) run(i int, id string) {
 // is deleted. It returns the kept sandbox's name. If the fork cannot be
 // made, the failure is kept as it is, with the ttl, under its id.
 func (p *ratePipeline) keep(i int, id string, seed uint32) (string, error) {
-	ttl := cmp.Or(p.o.KeepTTL, DefaultKeepTTL)
+	ttl := keepTTL(p.o.KeepTTL)
 	// Not cut off by ctx, as grow's forks are not: a named child made after
 	// the caller left would outlive the measurement.
 	ctx := context.WithoutCancel(p.ctx)

@@ -48,7 +48,7 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 	if err != nil {
 		return nil, err
 	}
-	if ttl == 0 {
+	if req.TTL == "" { // not given: the parent's; "0" is none
 		ttl = parent.TTL
 	}
 	meta, err := mergeMeta(parent.Meta, req.Meta)
