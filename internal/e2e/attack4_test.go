@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -422,5 +423,74 @@ func TestAttack4HuntAttachMetaKeepTTL(t *testing.T) {
 				t.Errorf("meta sbx.hunt.keepTTL=%s: the copy's ttl %q, want one of %q", c.meta, sb.TTL, c.want)
 			}
 		})
+	}
+}
+
+// TestAttack4SettlePrunedGhost: init's answer to a settle is a record on
+// disk (an exit file) that a late spawn of the id refuses on. But init
+// prunes ended execs' records past 256, oldest first, and that record is
+// an ended exec's. An exec whose start is wedged at init (its user lookup
+// reads a FIFO) is caught by a stop; after the resume it is settled and
+// reported "did not run, and will not"; the sandbox then runs 300 short
+// execs (a test suite would); then init is unwedged. Expectation: the
+// exec reported never to run never runs.
+func TestAttack4SettlePrunedGhost(t *testing.T) {
+	d := shared
+	ctx := context.Background()
+	id := d.newSandbox(t, "--template", "tiny")
+	a3Wedge(t, d, id)
+	unwedged := false
+	t.Cleanup(func() {
+		if !unwedged {
+			a3Unwedge(t, d, id)
+		}
+	})
+	wedged := make(chan result, 1)
+	go func() {
+		wedged <- a3Sbx(t, d, 4*time.Minute, "", "exec", "--timeout", "0", "-u", "0", id, "--", "sh", "-c", a4Ghost)
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	d.must(t, "stop", "--wait", id)
+	d.must(t, "resume", "--require-memory", id)
+	var w result
+	select {
+	case w = <-wedged:
+	case <-time.After(90 * time.Second):
+		t.Fatal("the exec caught at the stop has no answer 90 s after the resume")
+	}
+	t.Logf("the exec caught at the stop: exit %d %q %q", w.code, w.stdout, w.stderr)
+	// 300 execs, 4 at a time
+	sem := make(chan struct{}, 4)
+	errs := make(chan error, 300)
+	for i := 0; i < 300; i++ {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			x, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
+			if err == nil && (x.ExitCode == nil || *x.ExitCode != 0) {
+				err = fmt.Errorf("exit %v", exitOf(x))
+			}
+			errs <- err
+		}()
+	}
+	failed := 0
+	for i := 0; i < 300; i++ {
+		if err := <-errs; err != nil {
+			failed++
+			if failed == 1 {
+				t.Logf("an exec of the 300: %v", err)
+			}
+		}
+	}
+	t.Logf("%d of the 300 execs failed", failed)
+	a3Unwedge(t, d, id)
+	unwedged = true
+	ran, marks := a4GhostRuns(t, d, id)
+	switch {
+	case w.code == 0 && w.stdout == "ghost-ran\n" && ran == 1:
+	case w.code != 0 && ran == 0:
+	default:
+		t.Errorf("the exec wedged at init at the stop: its client got exit %d %q %q, and after 300 more execs and init unwedged the command ran %d times (/tmp/ghost %q): want it failed and never run, or run once and reported so",
+			w.code, w.stdout, w.stderr, ran, marks)
 	}
 }
