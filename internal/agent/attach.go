@@ -58,16 +58,16 @@ func runAttach(args []string, stdout, stderr io.Writer) int {
 // settled makes sure exec id has started or never will (see
 // supervisor.settle) before it is followed: without a pid file it may be a
 // start still on its way to init, and saying "not found" then would let it
-// run unseen later. An init that does not answer (stopped, or wedged) is
-// asked again until it does; one that is not there at all cannot start
-// anything.
+// run unseen later. Init is asked until it answers, whatever stands in the
+// way (stopped, wedged, its queue of connections full): any answer means
+// it has decided, as it remembers a settled id even when it cannot write
+// its records.
 func settled(id string) {
 	if _, err := readExecPid(execsDir, id); err == nil {
 		return
 	}
 	for n := 1; ; n++ {
-		_, err := callInit(initRequest{Op: "settle", ID: id})
-		if !errors.Is(err, os.ErrDeadlineExceeded) {
+		if _, err := callInit(initRequest{Op: "settle", ID: id}); err == nil {
 			return
 		}
 		time.Sleep(backoff(n))

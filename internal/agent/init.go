@@ -128,6 +128,9 @@ type supervisor struct {
 	running map[int]*spawned
 	// waiters are told the exit code of a command once it is recorded.
 	waiters map[string][]chan int
+	// settled holds the ids settled before they started (see settle):
+	// spawn refuses them, whatever became of their records on disk.
+	settled map[string]bool
 	ln      *os.File // the listening socket
 	stopped bool
 
@@ -156,6 +159,7 @@ func newSupervisor(socket, dir string, reapAll bool, log io.Writer) *supervisor 
 		log:     log,
 		running: map[int]*spawned{},
 		waiters: map[string][]chan int{},
+		settled: map[string]bool{},
 		sigs:    make(chan os.Signal, 8),
 		done:    make(chan struct{}),
 	}
@@ -445,9 +449,12 @@ func (s *supervisor) spawn(req initRequest) initReply {
 	if _, err := os.Lstat(filepath.Join(dir, "pid")); err == nil {
 		return fail(ExitUsageExec, "spawn: exec %s already exists", req.ID)
 	}
-	if _, err := os.Lstat(filepath.Join(dir, "exit")); err == nil {
+	if s.settled[req.ID] {
 		return fail(ExitUsageExec, "spawn: exec %s was given up before it started (settle)", req.ID)
 	}
+	// nothing of sbx's is there: whatever is (put there by hand) is not
+	// this command's, and its followers must not read it as such
+	_ = os.RemoveAll(dir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fail(ExitError, "spawn %s: %s", req.ID, err)
 	}
@@ -640,10 +647,11 @@ func (s *supervisor) waitExec(req initRequest) initReply {
 const cutOff = "sbx: exec %s never reached init (its start was cut off: a stop or a restart caught it on its way); it did not run, and will not\n"
 
 // settle answers whether command req.ID has started; if it has not, it
-// never will: init records it as ended, with exit 125 and a word on its
-// stderr, and a spawn of it still on its way (a start cut off by a stop,
-// its request left with an init that was wedged or stopped) is refused.
-// Under mu, as spawn's decision is: the two cannot cross. Whoever follows
+// never will: init remembers it (in memory, which a stop and resume keep)
+// and records it as ended, with exit 125 and a word on its stderr, and a
+// spawn of it still on its way (a start cut off by a stop, its request
+// left with an init that was wedged or stopped) is refused. Under mu, as
+// spawn's decision is: the two cannot cross. Whoever follows
 // an exec that init does not know settles it before saying so, so that an
 // exec reported lost never runs afterwards.
 func (s *supervisor) settle(req initRequest) initReply {
@@ -653,26 +661,52 @@ func (s *supervisor) settle(req initRequest) initReply {
 	dir := filepath.Join(s.dir, req.ID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for pid, e := range s.running {
+		if e.id == req.ID {
+			// started, and running: its records are put back if something
+			// removed them (its output so far is lost with them)
+			if _, err := readExecPid(s.dir, req.ID); err != nil {
+				restoreRecords(dir, pid)
+			}
+			return initReply{Pid: pid}
+		}
+	}
 	if pid, err := readExecPid(s.dir, req.ID); err == nil {
-		return initReply{Pid: pid}
+		return initReply{Pid: pid} // started, and ended
 	}
-	if _, err := os.Lstat(filepath.Join(dir, "exit")); err == nil {
-		return initReply{} // settled before
+	if s.settled[req.ID] {
+		return initReply{}
 	}
+	// in memory first: it cannot fail, and outlives the records on disk
+	// (pruned, or removed by hand), so the refusal holds whatever happens
+	s.settled[req.ID] = true
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return initReply{Code: ExitError, Error: fmt.Sprintf("settle %s: %s", req.ID, err)}
+		return initReply{Code: ExitError, Error: fmt.Sprintf("settle %s: %s (it will not run)", req.ID, err)}
 	}
 	for name, content := range map[string]string{"stdout": "", "stderr": fmt.Sprintf(cutOff, req.ID)} {
 		if err := writeFileAtomic(filepath.Join(dir, name), content); err != nil {
-			return initReply{Code: ExitError, Error: fmt.Sprintf("settle %s: %s", req.ID, err)}
+			return initReply{Code: ExitError, Error: fmt.Sprintf("settle %s: %s (it will not run)", req.ID, err)}
 		}
 	}
-	// the exit file last: it is what makes the exec ended, and what spawn
-	// refuses on
+	// the exit file last: it is what makes the exec ended for its followers
 	if err := writeFileAtomic(filepath.Join(dir, "exit"), strconv.Itoa(ExitUsageExec)+"\n"); err != nil {
-		return initReply{Code: ExitError, Error: fmt.Sprintf("settle %s: %s", req.ID, err)}
+		return initReply{Code: ExitError, Error: fmt.Sprintf("settle %s: %s (it will not run)", req.ID, err)}
 	}
 	return initReply{}
+}
+
+// restoreRecords puts back the records of a running command at dir: its
+// pid, and empty output files where they are gone.
+func restoreRecords(dir string, pid int) {
+	if os.MkdirAll(dir, 0o700) != nil {
+		return
+	}
+	for _, name := range []string{"stdout", "stderr"} {
+		if f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
+			f.Close()
+		}
+	}
+	_ = writeFileAtomic(filepath.Join(dir, "pid"), strconv.Itoa(pid)+"\n")
 }
 
 // kill signals the process group of a command.
@@ -730,11 +764,14 @@ func writeFileAtomic(path, content string) error {
 	return nil
 }
 
+// errUnreachable is callInit's error when no request was sent.
+var errUnreachable = errors.New("cannot reach init")
+
 // callInit sends one request to init and returns its reply.
 func callInit(req initRequest) (initReply, error) {
 	conn, err := dialUnix(initSocket)
 	if err != nil {
-		return initReply{}, fmt.Errorf("cannot reach init on %s (is the sandbox's first process `sbx-agent init`?): %w", initSocket, err)
+		return initReply{}, fmt.Errorf("%w on %s (is the sandbox's first process `sbx-agent init`?): %w", errUnreachable, initSocket, err)
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(clientTimeout))

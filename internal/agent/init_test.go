@@ -265,6 +265,55 @@ func TestSettle(t *testing.T) {
 	}
 }
 
+// TestSettleRecordsGone: init's records are files anyone root can remove
+// (and prune does): a settled id is still refused once its record is
+// gone, a running command whose record was removed is found by a settle
+// (not declared never started), and a record forged for an id not yet
+// started is not taken for the command's.
+func TestSettleRecordsGone(t *testing.T) {
+	s := startSupervisor(t)
+	id := newExecID()
+	if rep, err := callInit(initRequest{Op: "settle", ID: id}); err != nil || rep.Error != "" {
+		t.Fatalf("settle: %+v %v", rep, err)
+	}
+	if err := os.RemoveAll(filepath.Join(s.dir, id)); err != nil {
+		t.Fatal(err)
+	}
+	ghost := filepath.Join(t.TempDir(), "ghost")
+	if code, _, stderr := run(t, nil, "spawn", "--id", id, "--", "/bin/sh", "-c", "echo ran > "+ghost); code != ExitUsageExec || !strings.Contains(stderr, "given up") {
+		t.Errorf("a spawn after the settle, its record removed: %d %q, want it refused", code, stderr)
+	}
+	if _, err := os.Stat(ghost); err == nil {
+		t.Error("the settled exec ran once its record was gone")
+	}
+
+	// running, its record removed
+	id2 := newExecID()
+	rep, err := callInit(initRequest{Op: "spawn", ID: id2, Argv: []string{"/bin/sh", "-c", "sleep 1; exit 7"}})
+	if err != nil || rep.Pid <= 0 {
+		t.Fatalf("spawn: %+v %v", rep, err)
+	}
+	if err := os.RemoveAll(filepath.Join(s.dir, id2)); err != nil {
+		t.Fatal(err)
+	}
+	if rep2, err := callInit(initRequest{Op: "settle", ID: id2}); err != nil || rep2.Pid != rep.Pid {
+		t.Errorf("settle of a running exec whose record was removed: %+v %v, want its pid %d", rep2, err, rep.Pid)
+	}
+	if code, _, stderr := run(t, nil, "attach", "--id", id2); code != 7 {
+		t.Errorf("attach of it: %d %q, want its own exit 7", code, stderr)
+	}
+
+	// forged ahead of the spawn
+	id3 := newExecID()
+	dir := filepath.Join(s.dir, id3)
+	os.MkdirAll(dir, 0o700)
+	os.WriteFile(filepath.Join(dir, "exit"), []byte("0\n"), 0o600)
+	os.WriteFile(filepath.Join(dir, "stdout"), []byte("forged\n"), 0o600)
+	if code, stdout, _ := run(t, nil, "spawn", "--id", id3, "--", "/bin/sh", "-c", "echo real; exit 4"); code != 4 || stdout != "real\n" {
+		t.Errorf("a spawn over a forged record: %d %q, want 4 \"real\"", code, stdout)
+	}
+}
+
 func TestAttachFollowsOutput(t *testing.T) {
 	s := startSupervisor(t)
 	id := newExecID()

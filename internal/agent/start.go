@@ -64,8 +64,13 @@ func runStart(stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	rep, err := callInit(initRequest{Op: "spawn", ID: req.ID, Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, User: req.User, Timeout: req.Timeout})
 	switch {
-	case err != nil:
+	case errors.Is(err, errUnreachable):
 		return fail(ExitUsageExec, "start %s: %s", req.ID, oneLine(err.Error()))
+	case err != nil:
+		// The request may be with init, to be spawned later (an init
+		// stopped or wedged past the timeout): following the exec settles
+		// it, so that it ends now or is the command's, never both.
+		return attachFramed(req.ID, 0, 0, fw, stderr)
 	case rep.Code != 0 || rep.Error != "":
 		code := rep.Code
 		if code == 0 {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -62,7 +63,31 @@ func ownDaemon(t *testing.T) *daemon {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.stop(true) })
+	t.Cleanup(func() { keepLogs(t, d) })
 	return d
+}
+
+// keepLogs, when t failed, copies d's sbxd log and its sandboxes' runsc
+// logs to the test's output dir (SBX_E2E_LOGS, if set) and logs sbxd's
+// last lines: the daemon's dir goes with it.
+func keepLogs(t *testing.T, d *daemon) {
+	if !t.Failed() {
+		return
+	}
+	log, _ := os.ReadFile(d.logPath)
+	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+	t.Logf("sbxd's last log lines:\n%s", strings.Join(lines[max(0, len(lines)-40):], "\n"))
+	dst := os.Getenv("SBX_E2E_LOGS")
+	if dst == "" {
+		return
+	}
+	dst = filepath.Join(dst, t.Name())
+	_ = os.MkdirAll(dst, 0o755)
+	_ = exec.Command("cp", d.logPath, dst).Run()
+	runscLogs, _ := filepath.Glob(filepath.Join(d.dir, "sandboxes", "*", "runsc.log"))
+	for _, l := range runscLogs {
+		_ = exec.Command("cp", l, filepath.Join(dst, filepath.Base(filepath.Dir(l))+".runsc.log")).Run()
+	}
 }
 
 // TestFreezeAttackLoop: a sandbox freezes in a loop, one after another

@@ -355,8 +355,10 @@ func Attach(ctx context.Context, c HuntClient, a AttachOptions) (*HuntSummary, e
 	if v := sb.Meta[metaSeedEnv]; v != "" && a.SeedEnv == "" {
 		o.SeedEnv = v
 	}
-	if d, err := time.ParseDuration(sb.Meta[metaKeepTTL]); err == nil {
-		o.KeepTTL = cmp.Or(d, KeepForever) // the meta holds the ttl itself: 0 is none
+	// the meta holds the ttl itself, 0 for none; it is anyone's to set, so
+	// what is not a ttl is the default
+	if d, err := time.ParseDuration(sb.Meta[metaKeepTTL]); err == nil && d >= 0 {
+		o.KeepTTL = cmp.Or(d, KeepForever)
 	}
 	if sb.State == api.StateStopped {
 		// the stop is the last outside step: the rest were done before it

@@ -581,7 +581,8 @@ func newFrozenHunt() *fakeHunt {
 // TestAttachFrozenKeepTTL: --attach of a hunt --freeze whose client went
 // away makes the copy with the hunt's own --keep-ttl (kept in its meta).
 func TestAttachFrozenKeepTTL(t *testing.T) {
-	for _, c := range []struct{ meta, want string }{{"45s", "45s"}, {"0s", "0s"}, {"", "2h0m0s"}} {
+	for _, c := range []struct{ meta, want string }{{"45s", "45s"}, {"0s", "0s"}, {"", "2h0m0s"},
+		{"-5s", "2h0m0s"}, {"-1ns", "2h0m0s"}, {"soon", "2h0m0s"}} {
 		f := newFrozenHunt()
 		f.sandboxes["hunt-a"] = true
 		f.created = api.CreateRequest{Name: "hunt-a", Meta: map[string]string{}}

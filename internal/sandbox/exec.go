@@ -354,15 +354,24 @@ func (m *Manager) reattach(ctx context.Context, run *execRun) error {
 }
 
 // loseExecs records the running execs of a sandbox that booted from its
-// disk instead of its memory: their commands are gone.
+// disk instead of its memory, or that ended on its own: their commands are
+// gone. Those a copier follows are ended through it (its end is then
+// known to its followers); the copier would only attach again.
 func (m *Manager) loseExecs(ctx context.Context, sandboxID string) {
 	execs, err := m.cfg.Store.Execs(ctx, sandboxID)
 	if err != nil {
 		return
 	}
 	for _, e := range execs {
-		if e.State == api.ExecRunning {
-			m.finishExec(ctx, &execRun{dir: m.execDir(sandboxID, e.ID), done: make(chan struct{}), exec: *e}, -1)
+		if e.State != api.ExecRunning {
+			continue
+		}
+		run, watched := m.execs.get(e.ID)
+		if !watched {
+			run = &execRun{dir: m.execDir(sandboxID, e.ID), done: make(chan struct{}), exec: *e}
+		}
+		if !run.ended() {
+			m.finishExec(ctx, run, -1)
 		}
 	}
 }

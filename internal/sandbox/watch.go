@@ -130,7 +130,9 @@ func (m *Manager) sandboxEnded(ctx context.Context, id string) {
 	})
 	if err != nil {
 		m.log.Error("record the end of a sandbox", "sandbox", id, "err", err)
+		return
 	}
+	m.loseExecs(ctx, id) // their commands ended with it
 }
 
 // oomKilled reports whether the kernel's OOM killer acted in a cgroup.
