@@ -38,7 +38,8 @@ install: build
 # runsc is built with files of the pinned gVisor replaced by the patched
 # copies in third_party/gvisor (third_party/gvisor/README.md says why: files
 # of 2 GiB and more in disk snapshots, disk forks and cold-boot resumes; a
-# memory capture that reads only the pages that hold data). Nothing else of
+# memory capture that reads only the pages that hold data; one checkpoint
+# at a time, a freeze from inside and sbxd's capture). Nothing else of
 # gVisor is committed. Go refuses an -overlay of a file in the module cache,
 # so the pinned module is copied once per version beside the Go build cache
 # (~/.cache/sbx-gvisor/VERSION, 69 MB, outside the tree), a go.mod in bin/
@@ -47,7 +48,8 @@ install: build
 # RUNSC_PATCHES: gVisor's file, the patched copy, the pinned original.
 RUNSC_PATCHES := \
 	pkg/sentry/fsimpl/tmpfs/tar.go:third_party/gvisor/_tmpfs/tar.go:third_party/gvisor/tar.go.orig \
-	pkg/sentry/pgalloc/save_restore.go:third_party/gvisor/_pgalloc/save_restore.go:third_party/gvisor/save_restore.go.orig
+	pkg/sentry/pgalloc/save_restore.go:third_party/gvisor/_pgalloc/save_restore.go:third_party/gvisor/save_restore.go.orig \
+	runsc/boot/restore.go:third_party/gvisor/_boot/restore.go:third_party/gvisor/restore.go.orig
 RUNSC_PATCH_FILES := $(foreach p,$(RUNSC_PATCHES),$(word 2,$(subst :, ,$(p))) $(word 3,$(subst :, ,$(p))))
 $(BIN)/runsc: go.mod go.sum $(RUNSC_PATCH_FILES)
 	@echo "==> building runsc from the go.mod pin (gvisor.dev/gvisor/runsc) with third_party/gvisor's patches; about two minutes the first time"

@@ -247,15 +247,19 @@ func (f *freezer) freeze(req initRequest, p peer) FreezeRecord {
 	slices.Sort(rec.Pids)
 	f.setRecord(rec)
 
-	file, err := openCheckpoint()
-	if err != nil {
-		rec.State, rec.Error = FreezeUnsupported, "this sandbox cannot freeze: "+err.Error()
-		f.setRecord(rec)
-		return rec
+	file, err := f.trigger(&rec, &env)
+	if file != nil {
+		defer file.Close()
 	}
-	defer file.Close()
-	rec.Triggered = time.Now()
-	if _, err := file.Write([]byte("1")); err != nil {
+	if err != nil {
+		if errors.Is(err, errFreezeOpen) {
+			rec.State, rec.Error = FreezeUnsupported, "this sandbox cannot freeze: "+err.Error()
+			f.setRecord(rec)
+			return rec
+		}
+		if errors.Is(err, errFreezeUsed) {
+			return rec
+		}
 		if errors.Is(err, syscall.ENXIO) {
 			// gVisor's files for it were used by a write that did not come
 			// through here
@@ -267,6 +271,9 @@ func (f *freezer) freeze(req initRequest, p peer) FreezeRecord {
 			return rec
 		}
 		rec.State, rec.Error = FreezeFailed, "gVisor refused the checkpoint: "+err.Error()
+		if errors.Is(err, syscall.EBUSY) {
+			rec.Error = fmt.Sprintf("gVisor refused the checkpoint for %s: sbx was capturing this sandbox (a stop, a snapshot or a fork) all that time; nothing was lost", busyWait)
+		}
 		f.setRecord(rec)
 		return rec
 	}
@@ -277,9 +284,10 @@ func (f *freezer) freeze(req initRequest, p peer) FreezeRecord {
 	if err != nil && result == "" {
 		result = "error"
 	}
-	if result != "restore" {
-		// in a copy, the answer comes at its restore: the original's is
-		// not known there
+	if now, err := readBootEnv(); result != "restore" && (err != nil || now.slot == env.slot) {
+		// in a copy, the answer comes at its restore, and in a boot
+		// restored from a capture that held this read (a stop's, just
+		// after the freeze), later: the original's end is not known there
 		rec.Done = answered
 		rec.PausedMs = rec.Done.Sub(rec.Triggered).Milliseconds()
 	}
@@ -334,6 +342,63 @@ func usedMessage(prev FreezeRecord) string {
 		what = "tried to freeze already, and failed"
 	}
 	return "this sandbox " + what + " since it started: gVisor arms one freeze per start of a sandbox; freeze again in a copy (sbx new --from " + prev.Name + ") or after sbx stop and sbx resume"
+}
+
+// busyWait is how long a freeze waits, asking again, while gVisor refuses
+// it because sbxd is capturing the sandbox (a stop, a snapshot, a fork);
+// it starts again at each new boot (a stop's capture is resumed later).
+// busyPoll is the pause between two asks.
+var (
+	busyWait = 10 * time.Minute
+	busyPoll = 20 * time.Millisecond
+)
+
+var (
+	errFreezeOpen = errors.New("cannot open gVisor's checkpoint file")
+	errFreezeUsed = errors.New("this boot's freeze was used")
+)
+
+// trigger asks gVisor for the checkpoint: it opens the checkpoint file and
+// writes "1", and returns the open file to read the outcome from. Right
+// before it writes, it reads which boot it is in: a stop may have caught
+// the request on its way here (a stop pauses the sandbox anywhere), and
+// the resumed boot, with a slot of its own, is the one gVisor writes; rec
+// and env follow it. gVisor (as sbx builds it) refuses with EBUSY while
+// sbxd's checkpoint runs (a snapshot or a fork): it asks again, on a new
+// file each time, so that the outcome it reads is of its own checkpoint.
+// rec.Triggered is set. errFreezeUsed: the boot it is in froze already (rec
+// says so).
+func (f *freezer) trigger(rec *FreezeRecord, env *bootEnv) (io.ReadWriteCloser, error) {
+	deadline := time.Now().Add(busyWait)
+	for {
+		file, err := openCheckpoint()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errFreezeOpen, err)
+		}
+		if now, err := readBootEnv(); err == nil && now.slot != "" && now.slot != env.slot {
+			// restored from a capture taken since the request came
+			*env = now
+			deadline = time.Now().Add(busyWait)
+			rec.Name, rec.Sandbox, rec.Slot = now.name, now.sandbox, now.slot
+			f.mu.Lock()
+			prev, used := f.used[now.slot]
+			f.mu.Unlock()
+			if used {
+				file.Close()
+				*rec = prev
+				rec.State, rec.Error = FreezeUsed, usedMessage(prev)
+				return nil, errFreezeUsed
+			}
+			f.setRecord(*rec)
+		}
+		rec.Triggered = time.Now()
+		_, err = file.Write([]byte("1"))
+		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+			return file, err
+		}
+		file.Close()
+		time.Sleep(busyPoll)
+	}
 }
 
 // tell writes the freeze's control line on the console, where sbxd's
@@ -451,7 +516,11 @@ func runFreeze(args []string, stdout, stderr io.Writer) int {
 	}
 	switch r.State {
 	case FreezeFrozen:
-		fmt.Fprintf(stderr, "sbx freeze: froze sandbox %s as snapshot %s (gVisor took %d ms); look at it in a copy: sbx new --from %s\n", r.Sandbox, r.Name, r.PausedMs, r.Name)
+		took := ""
+		if !r.Done.IsZero() {
+			took = fmt.Sprintf(" (gVisor took %d ms)", r.PausedMs)
+		}
+		fmt.Fprintf(stderr, "sbx freeze: froze sandbox %s as snapshot %s%s; look at it in a copy: sbx new --from %s\n", r.Sandbox, r.Name, took, r.Name)
 		return ExitOK
 	case FreezeCopy:
 		fmt.Fprintf(stderr, "sbx freeze: this is %s, a copy of %s resumed from its freeze %s\n", r.Copy, r.Sandbox, r.Name)

@@ -19,14 +19,24 @@ import (
 // (the "checkpoint") has run.
 type fakeCheckpoint struct {
 	writeErr error
-	result   string
-	onRead   func()
-	wrote    []byte
+	// busy writes are refused with EBUSY first; onBusy runs at each
+	busy   int
+	onBusy func()
+	result string
+	onRead func()
+	wrote  []byte
 }
 
 func (f *fakeCheckpoint) Write(p []byte) (int, error) {
 	if f.writeErr != nil {
 		return 0, f.writeErr
+	}
+	if f.busy > 0 {
+		f.busy--
+		if f.onBusy != nil {
+			f.onBusy()
+		}
+		return 0, syscall.EBUSY
 	}
 	f.wrote = append(f.wrote, p...)
 	return len(p), nil
@@ -318,5 +328,87 @@ func TestConsoleEscapesControl(t *testing.T) {
 	got := out.String()
 	if strings.IndexByte(got, freezewire.ControlByte) >= 0 || !strings.Contains(got, "?sbx-freeze") {
 		t.Errorf("console copied %q, want the control byte replaced", got)
+	}
+}
+
+// TestFreezeBusy: gVisor refuses the checkpoint while sbxd captures the
+// sandbox: the freeze asks again until it is taken, then freezes.
+func TestFreezeBusy(t *testing.T) {
+	cp := &fakeCheckpoint{result: "resume", busy: 3}
+	fakeFreezeEnv(t, cp, bootEnvA)
+	var console bytes.Buffer
+	r := newFreezer(&console).freeze(initRequest{}, peer{pid: os.Getpid()})
+	if r.State != FreezeFrozen || r.Slot != "im_aaaaaaaaaa" || cp.busy != 0 || string(cp.wrote) != "1" {
+		t.Fatalf("record %+v (busy left %d, wrote %q), want frozen after three refusals", r, cp.busy, cp.wrote)
+	}
+	if vs := controlLines(t, console.String()); len(vs) != 1 || vs[0].Result != freezewire.Frozen {
+		t.Errorf("control lines %+v, want one frozen verdict", vs)
+	}
+}
+
+// TestFreezeBusyNewBoot: the capture that kept refusing was a stop; the
+// freeze, held in its image, goes on after the resume as a freeze of the
+// new boot, in its slot and under its name.
+func TestFreezeBusyNewBoot(t *testing.T) {
+	cp := &fakeCheckpoint{result: "resume", busy: 2}
+	environ := fakeFreezeEnv(t, cp, bootEnvA)
+	resumed := map[string]string{freezewire.SlotEnv: "im_dddddddddd", freezewire.NameEnv: "freeze-web-dddd",
+		freezewire.SandboxEnv: "sb_aaaaaaaaaa", freezewire.RestoredFromEnv: "im_stopstopst"}
+	cp.onBusy = func() { writeEnviron(t, environ, resumed) }
+	var console bytes.Buffer
+	f := newFreezer(&console)
+	r := f.freeze(initRequest{}, peer{pid: os.Getpid()})
+	if r.State != FreezeFrozen || r.Slot != "im_dddddddddd" || r.Name != "freeze-web-dddd" {
+		t.Fatalf("record %+v, want frozen in the new boot's slot", r)
+	}
+	if vs := controlLines(t, console.String()); len(vs) != 1 || vs[0].Slot != "im_dddddddddd" {
+		t.Errorf("control lines %+v, want one verdict for the new boot's slot", vs)
+	}
+	// the new boot froze already: a freeze held across it says so
+	cp.busy, cp.wrote = 1, nil
+	writeEnviron(t, environ, bootEnvA)
+	cp.onBusy = func() { writeEnviron(t, environ, resumed) }
+	if r := f.freeze(initRequest{}, peer{pid: os.Getpid()}); r.State != FreezeUsed || !strings.Contains(r.Error, "froze already, as freeze-web-dddd") {
+		t.Errorf("a freeze held into a boot that froze: %+v, want used", r)
+	}
+}
+
+// TestFreezeBusyGivesUp: refused for longer than busyWait, the freeze
+// fails and says why.
+func TestFreezeBusyGivesUp(t *testing.T) {
+	oldWait, oldPoll := busyWait, busyPoll
+	busyWait, busyPoll = 30*time.Millisecond, 5*time.Millisecond
+	t.Cleanup(func() { busyWait, busyPoll = oldWait, oldPoll })
+	cp := &fakeCheckpoint{result: "resume", busy: 1 << 30}
+	fakeFreezeEnv(t, cp, bootEnvA)
+	var console bytes.Buffer
+	r := newFreezer(&console).freeze(initRequest{}, peer{pid: os.Getpid()})
+	if r.State != FreezeFailed || !strings.Contains(r.Error, "sbx was capturing this sandbox") {
+		t.Fatalf("record %+v, want failed, saying sbx was capturing", r)
+	}
+	if len(controlLines(t, console.String())) != 0 {
+		t.Errorf("a freeze gVisor never took told sbxd: %q", console.String())
+	}
+}
+
+// TestFreezeCaughtOnItsWay: a stop paused the sandbox after init took the
+// request and before it asked gVisor; resumed, gVisor writes the new
+// boot's slot, and the freeze is recorded as the new boot's.
+func TestFreezeCaughtOnItsWay(t *testing.T) {
+	cp := &fakeCheckpoint{result: "resume"}
+	environ := fakeFreezeEnv(t, cp, bootEnvA)
+	open := openCheckpoint
+	openCheckpoint = func() (io.ReadWriteCloser, error) {
+		writeEnviron(t, environ, map[string]string{freezewire.SlotEnv: "im_eeeeeeeeee", freezewire.NameEnv: "freeze-web-eeee",
+			freezewire.SandboxEnv: "sb_aaaaaaaaaa", freezewire.RestoredFromEnv: "im_stopstopst"})
+		return open()
+	}
+	var console bytes.Buffer
+	r := newFreezer(&console).freeze(initRequest{}, peer{pid: os.Getpid()})
+	if r.State != FreezeFrozen || r.Slot != "im_eeeeeeeeee" || r.Name != "freeze-web-eeee" {
+		t.Fatalf("record %+v, want frozen as the resumed boot's freeze-web-eeee", r)
+	}
+	if vs := controlLines(t, console.String()); len(vs) != 1 || vs[0].Slot != "im_eeeeeeeeee" {
+		t.Errorf("control lines %+v, want one verdict for the resumed boot's slot", vs)
 	}
 }

@@ -405,3 +405,141 @@ func TestFreezeSbxdKilled(t *testing.T) {
 		})
 	}
 }
+
+// TestFreezeAttackStopSweep: a freeze asked from inside at every instant
+// of a stop, from before its capture to after it, on a sandbox with 64 MB
+// of data to write. However the two meet, the stop succeeds, the sandbox
+// resumes whole, and the freeze happens once: before the stop (recorded,
+// even when the stop caught init before it told), or, held while sbxd
+// captured, after the resume, as a freeze of the new boot. Its command says
+// which snapshot, and that snapshot is there; no freeze is dropped.
+func TestFreezeAttackStopSweep(t *testing.T) {
+	d := ownDaemon(t)
+	for delay := time.Duration(0); delay <= 600*time.Millisecond; delay += 50 * time.Millisecond {
+		id := d.newSandbox(t)
+		h := startHolderTiny(t, d, id)
+		d.must(t, "exec", id, "--", "sh", "-c", "head -c 64000000 /dev/urandom > /tmp/big")
+		d.must(t, "exec", "-d", id, "--", "sh", "-c", fmt.Sprintf(
+			"while ! test -e /tmp/go; do usleep 1000; done; usleep %d; exec %s --reason sweep > /tmp/fr.out 2>&1",
+			delay.Microseconds(), agent.FreezeCommand))
+		d.must(t, "exec", id, "--", "touch", "/tmp/go")
+		if stop := d.sbx(t, "stop", id, "--wait"); stop.code != 0 {
+			t.Fatalf("delay %s: stop: exit %d %q", delay, stop.code, stop.stderr)
+		}
+		if st := d.info(t, id); st.State != api.StateStopped {
+			t.Fatalf("delay %s: %s is %s after the stop (%s)", delay, id, st.State, st.Reason)
+		}
+		d.must(t, "resume", id)
+		checkMemory(t, d, id, h)
+		var said string
+		waitFor(t, "the freeze command to answer", time.Minute, func() bool {
+			said = d.sbx(t, "exec", id, "--", "cat", "/tmp/fr.out").stdout
+			return strings.TrimSpace(said) != ""
+		})
+		m := frozeAs.FindStringSubmatch(said)
+		if m == nil {
+			t.Fatalf("delay %s: the freeze said %q", delay, said)
+		}
+		if sn, _ := sdk(d.client).GetSnapshot(context.Background(), m[1]); sn == nil {
+			// not yet: say what it said, and what sbxd recorded, if it never is
+			t.Logf("delay %s: the freeze said %q; its record %s; events:\n%s", delay, said,
+				d.sbx(t, "exec", id, "--", "cat", agent.FreezeRecordFile).stdout, d.sbx(t, "events", id).stdout)
+		}
+		waitSnapshot(t, d, m[1], 10*time.Second)
+		if sns := memorySnapshots(t, d, id); len(sns) != 1 || sns[0].Name != m[1] {
+			t.Errorf("delay %s: freezes recorded %+v, want %s alone", delay, sns, m[1])
+		}
+		for _, ev := range frozenEvents(t, d, id) {
+			if ev["outcome"] != "ok" {
+				t.Errorf("delay %s: a freeze event %v", delay, ev)
+			}
+		}
+		t.Logf("delay %s: %s", delay, strings.TrimSpace(said))
+		d.must(t, "rm", "-f", id)
+		for _, sn := range memorySnapshots(t, d, id) {
+			d.sbx(t, "snapshot", "rm", sn.Name)
+		}
+	}
+}
+
+// TestFreezeAttackSnapshotSweep: a freeze asked from inside at every
+// instant of a memory snapshot. The original freezes once and says so;
+// gVisor, taking one checkpoint at a time, never writes the two at once,
+// and a freeze refused while the snapshot is written is asked again. A
+// copy from the snapshot is whole and, a clone of a machine that asked to
+// freeze, either tells of the original's freeze or freezes itself, once.
+func TestFreezeAttackSnapshotSweep(t *testing.T) {
+	d := ownDaemon(t)
+	for delay := time.Duration(0); delay <= 500*time.Millisecond; delay += 100 * time.Millisecond {
+		id := d.newSandbox(t)
+		h := startHolderTiny(t, d, id)
+		d.must(t, "exec", id, "--", "sh", "-c", "head -c 64000000 /dev/urandom > /tmp/big")
+		d.must(t, "exec", "-d", id, "--", "sh", "-c", fmt.Sprintf(
+			"while ! test -e /tmp/go; do usleep 1000; done; usleep %d; exec %s --reason sweep > /tmp/fr.out 2>&1",
+			delay.Microseconds(), agent.FreezeCommand))
+		snap := fmt.Sprintf("sweep-%d", delay.Milliseconds())
+		d.must(t, "exec", id, "--", "touch", "/tmp/go")
+		d.must(t, "snapshot", "--memory", id, snap)
+		said := func(sb string) string {
+			var out string
+			waitFor(t, "the freeze command to answer in "+sb, time.Minute, func() bool {
+				out = d.sbx(t, "exec", sb, "--", "cat", "/tmp/fr.out").stdout
+				return strings.TrimSpace(out) != ""
+			})
+			return out
+		}
+		orig := said(id)
+		m := frozeAs.FindStringSubmatch(orig)
+		if m == nil || !strings.Contains(orig, "froze sandbox "+id) {
+			t.Fatalf("delay %s: the original's freeze said %q", delay, orig)
+		}
+		waitSnapshot(t, d, m[1], 10*time.Second)
+		if sns := freezesOf(t, d, id); len(sns) != 1 || sns[0].Name != m[1] {
+			t.Errorf("delay %s: the original's freezes %+v, want %s alone", delay, sns, m[1])
+		}
+		checkMemory(t, d, id, h)
+
+		cp := d.newSandbox(t, "--from", snap)
+		checkMemory(t, d, cp, h)
+		copySaid := said(cp)
+		switch cm := frozeAs.FindStringSubmatch(copySaid); {
+		case cm == nil:
+			t.Errorf("delay %s: the copy's freeze said %q", delay, copySaid)
+		case strings.Contains(copySaid, "froze sandbox "+cp):
+			waitSnapshot(t, d, cm[1], 10*time.Second)
+		case cm[1] != m[1]:
+			t.Errorf("delay %s: the copy tells of freeze %s, the original froze as %s", delay, cm[1], m[1])
+		}
+		if sns := freezesOf(t, d, cp); len(sns) > 1 {
+			t.Errorf("delay %s: the copy froze %d times: %+v", delay, len(sns), sns)
+		}
+		for _, sb := range []string{id, cp} {
+			for _, ev := range frozenEvents(t, d, sb) {
+				if ev["outcome"] != "ok" {
+					t.Errorf("delay %s: a freeze event of %s: %v", delay, sb, ev)
+				}
+			}
+		}
+		t.Logf("delay %s: original: %s; copy: %s", delay, strings.TrimSpace(orig), strings.TrimSpace(copySaid))
+		for _, sb := range []string{cp, id} {
+			sns := memorySnapshots(t, d, sb)
+			d.must(t, "rm", "-f", sb)
+			for _, sn := range sns {
+				d.sbx(t, "snapshot", "rm", sn.Name)
+			}
+		}
+		d.sbx(t, "snapshot", "rm", snap)
+	}
+}
+
+// freezesOf are the freezes of sandbox id recorded (its memory snapshots
+// named by a freeze).
+func freezesOf(t *testing.T, d *daemon, id string) []api.Snapshot {
+	var out []api.Snapshot
+	for _, sn := range memorySnapshots(t, d, id) {
+		if strings.HasPrefix(sn.Name, "freeze-") {
+			out = append(out, sn)
+		}
+	}
+	return out
+}

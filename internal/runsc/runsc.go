@@ -445,6 +445,12 @@ func (d *Driver) Kill(ctx context.Context, id string, sig syscall.Signal) error 
 	return err
 }
 
+// Pause stops every process of sandbox id where it is, until Resume.
+func (d *Driver) Pause(ctx context.Context, id string) error {
+	_, err := d.run(ctx, nil, "pause", id, id)
+	return err
+}
+
 // Resume lets a paused sandbox run again.
 func (d *Driver) Resume(ctx context.Context, id string) error {
 	_, err := d.run(ctx, nil, "resume", id, id)

@@ -194,6 +194,38 @@ func (m *Manager) settleFreezesLocked(ctx context.Context, sb *store.Sandbox, ru
 	}
 }
 
+// tellWait bounds how long a stop waits for the verdict of a freeze its
+// capture came just after (letFreezeTell).
+const tellWait = 5 * time.Second
+
+// letFreezeTell lets stopped sandbox id, paused after its capture, tell of
+// a freeze gVisor has written and init has not told of yet, before the
+// stop destroys it. runsc (as sbx builds it) takes one checkpoint at a
+// time: a capture asked while a freeze is under way waits for it, and then
+// holds init between gVisor's answer and its verdict. Unpaused, the
+// original tells a moment later; without that the freeze would be dropped
+// as cut short. A freeze written without init (root writing to gVisor's
+// file) has no verdict to wait for: tellWait bounds it.
+func (m *Manager) letFreezeTell(ctx context.Context, id string) {
+	slot := m.currentSlot(id)
+	if slot == "" {
+		return
+	}
+	dir := m.slotDir(id, slot)
+	if _, told := readVerdict(dir); told || !slotUsed(dir) {
+		return
+	}
+	if err := m.cfg.Runtime.Resume(ctx, id); err != nil {
+		m.log.Warn("stop: let the sandbox tell of its freeze", "sandbox", id, "err", err)
+		return
+	}
+	for deadline := time.Now().Add(tellWait); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, told := readVerdict(dir); told {
+			return
+		}
+	}
+}
+
 // slotUsed reports whether gVisor wrote anything into a slot.
 func slotUsed(dir string) bool {
 	fi, err := os.Stat(filepath.Join(dir, freezewire.StateFile))

@@ -33,6 +33,7 @@ type Runtime interface {
 	Restore(ctx context.Context, id string, o runsc.RestoreOptions) error
 	Checkpoint(ctx context.Context, id, imageDir string, leaveRunning bool) error
 	TarUpper(ctx context.Context, id, file string) error
+	Pause(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error
 	State(ctx context.Context, id string) (runsc.State, error)
 	Delete(ctx context.Context, id string) error

@@ -51,6 +51,7 @@ func (f *fakeRuntime) Checkpoint(ctx context.Context, id, dir string, leave bool
 func (f *fakeRuntime) TarUpper(ctx context.Context, id, file string) error {
 	return os.WriteFile(file, []byte("tar"), 0o600)
 }
+func (f *fakeRuntime) Pause(ctx context.Context, id string) error  { return nil }
 func (f *fakeRuntime) Resume(ctx context.Context, id string) error { return nil }
 func (f *fakeRuntime) State(ctx context.Context, id string) (runsc.State, error) {
 	f.mu.Lock()

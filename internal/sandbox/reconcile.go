@@ -242,6 +242,8 @@ func (m *Manager) reconcileStop(ctx context.Context, c *inFlight, in *store.Inte
 		return "adopted as stopped", "the stop's image is complete: the sandbox is stopped with its memory; a resume restores it"
 	}
 	_ = m.removeImage(in.ID)
+	// a stop pauses the sandbox for its capture: it runs on
+	m.ensureRunning(ctx, sb.ID)
 	err = m.cfg.Store.Update(ctx, func(tx *store.Store) error {
 		if sb.State == api.StateStopping {
 			if err := tx.Transition(ctx, sb.ID, store.Change{From: from(api.StateStopping), To: api.StateReady}); err != nil {
@@ -381,8 +383,8 @@ func (m *Manager) reconcile(ctx context.Context, sb *store.Sandbox) {
 			fail(api.StateError, fmt.Sprintf("runsc cannot report the sandbox after a restart of sbxd: %v", err))
 			return
 		case runtimePaused:
-			// Nothing journaled left it paused; a capture without a journal
-			// entry cannot be running. Let it run.
+			// A capture left it paused and its journal entry is settled
+			// (a capture without one cannot be running). Let it run.
 			if err := m.cfg.Runtime.Resume(ctx, sb.ID); err != nil {
 				fail(api.StateError, fmt.Sprintf("found paused after a restart of sbxd and will not resume: %v", err))
 				return

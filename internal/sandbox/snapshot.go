@@ -19,11 +19,16 @@ type captureKind struct {
 	// tar beside a memory image (the checkpoint holds the disk too), and
 	// no sync (a crash loses nothing anyone was promised).
 	scratch bool
+	// last: the sandbox is to end after the capture (a stop). It is paused
+	// before its memory is written and left paused, so that nothing it does
+	// after its image (a freeze from inside, above all) is lost with it.
+	last bool
 }
 
 // capture writes a running sandbox's disk, and with memory its processes
 // and memory, into the image of a journaled capture (see beginCapture),
-// stepping the journal as it goes, and leaves the sandbox running. paused is
+// stepping the journal as it goes, and leaves the sandbox running (paused,
+// with kind.last). paused is
 // how long the sandbox was paused. On any failure the partial image and the
 // journal entry are removed and the sandbox is running again.
 func (m *Manager) capture(ctx context.Context, c *inFlight, id string, kind captureKind) (size int64, paused time.Duration, err error) {
@@ -47,6 +52,11 @@ func (m *Manager) capture(ctx context.Context, c *inFlight, id string, kind capt
 	if kind.memory {
 		crashPoint(c.kind + ":writing-memory")
 		start := time.Now()
+		if kind.last {
+			if err := m.cfg.Runtime.Pause(rctx, id); err != nil {
+				return 0, 0, fmt.Errorf("pause: %w", err)
+			}
+		}
 		err := m.cfg.Runtime.Checkpoint(rctx, id, m.imageMem(img), true)
 		paused = time.Since(start)
 		if err != nil {

@@ -63,7 +63,7 @@ func (m *Manager) stop(ctx context.Context, sb *store.Sandbox) error {
 		return fmt.Errorf("stop %s: %w", sb.ID, err)
 	}
 	defer c.end()
-	size, paused, err := m.capture(ctx, c, sb.ID, captureKind{memory: true})
+	size, paused, err := m.capture(ctx, c, sb.ID, captureKind{memory: true, last: true})
 	img := c.img
 	extra := map[string]any{"pausedMs": paused.Milliseconds()}
 	if err != nil {
@@ -72,11 +72,14 @@ func (m *Manager) stop(ctx context.Context, sb *store.Sandbox) error {
 		m.captureEvent(ctx, sb.ID, "stopped", start, 0, err, extra)
 		return fmt.Errorf("stop %s: %w", sb.ID, err)
 	}
-	// The image is complete and synced: now, and only now, the source goes.
+	// The image is complete and synced: now, and only now, the source goes,
+	// once it has told of a freeze the capture came just after.
+	m.letFreezeTell(ctx, sb.ID)
 	m.unwatch(sb.ID)
 	if err := m.cfg.Runtime.Delete(ctx, sb.ID); err != nil {
 		_ = m.removeImage(img)
 		c.abandon(ctx)
+		m.ensureRunning(ctx, sb.ID)
 		m.watch(ctx, sb.ID)
 		backToReady()
 		m.captureEvent(ctx, sb.ID, "stopped", start, 0, err, extra)
