@@ -285,8 +285,12 @@ func TestAttack2TimeoutForkBomb(t *testing.T) {
 		if x != nil && x.ExitCode != nil {
 			code = *x.ExitCode
 		}
-		if err != nil || code != 124 || took > 20*time.Second {
-			t.Errorf("fork bomb as %q under --timeout 5s (--pids 512): exit %d, err %v, after %s (stderr %q); want exit 124 within seconds of 5s (with sbxd's default pids limit it took 3m38s as the user)", user, code, err, took.Round(time.Second), tail(errb.String()))
+		// The bound tells a timeout enforced from one that is not (3m38s
+		// before); how quickly hundreds of processes die is the machine's
+		// load, 5 to 25 s here, and is no test's business. The processes
+		// being gone, below, is.
+		if err != nil || code != 124 || took > 90*time.Second {
+			t.Errorf("fork bomb as %q under --timeout 5s (--pids 512): exit %d, err %v, after %s (stderr %q); want exit 124, not minutes later (with sbxd's default pids limit it took 3m38s as the user)", user, code, err, took.Round(time.Second), tail(errb.String()))
 		}
 		time.Sleep(5 * time.Second)
 		o, e, _ := execOut(t, d, id, "root", "20s", `ls /proc | grep -c '^[0-9]'`)
