@@ -6,8 +6,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -24,6 +27,7 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) int {
+	defaultSignals()
 	dir, err := os.MkdirTemp("", "sbx-agent-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -124,5 +128,31 @@ func TestSigDfl(t *testing.T) {
 	}
 	if code, _, _ := run(t, nil, "sigdfl", "--", "/no/such/prog"); code != ExitNotFoundExec {
 		t.Errorf("an unknown program: exit %d, want %d", code, ExitNotFoundExec)
+	}
+}
+
+// defaultSignals gives the commands the tests start the default actions of
+// the signals this process was started with ignored (nohup ignores SIGHUP,
+// a shell's background job SIGINT and SIGQUIT). Ignored signals stay
+// ignored across fork and exec, and a shell cannot trap a signal ignored on
+// entry: TestExecForwardsSignals/SIGHUP looped for 30 minutes under nohup.
+// Handled signals are reset by exec, so handling them here is what puts
+// them back to their defaults in the children; this process goes on
+// ignoring them, as it was asked to.
+func defaultSignals() {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return
+	}
+	var ignored uint64
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+			ignored, _ = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		}
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGUSR2} {
+		if ignored&(1<<(uint(sig)-1)) != 0 {
+			signal.Notify(make(chan os.Signal, 1), sig)
+		}
 	}
 }

@@ -21,7 +21,17 @@ func agentCmd(t *testing.T, args ...string) *exec.Cmd {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// a leftover process holding the output pipes must fail the test, not hang it
 	cmd.WaitDelay = 2 * time.Second
+	// and a command that never ends must end the test, not hang it: every
+	// wait on it has this deadline
+	watchdog := time.AfterFunc(2*time.Minute, func() {
+		if cmd.Process != nil {
+			t.Errorf("sbx-agent %q still running after 2 minutes: killed", args)
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			_ = cmd.Process.Kill()
+		}
+	})
 	t.Cleanup(func() {
+		watchdog.Stop()
 		if cmd.Process != nil {
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			_ = cmd.Process.Kill()

@@ -43,8 +43,9 @@ const (
 	baseHome = "/home/user"
 )
 
-// The recipes: a template's Source says which made it, and a build of tiny
-// or base whose template was made by an older recipe builds it again.
+// The recipes: a template's Source says which made it, with the digest of
+// the code that did (recipe.go), and a build of a template made by another
+// recipe or other code builds it again.
 const (
 	tinySource = "build tiny (busybox-static)"
 	baseSource = "build base v2 (mmdebstrap " + baseSuite + " minbase; user, sudo)"
@@ -121,13 +122,16 @@ func (s *Store) Build(ctx context.Context, name string, force bool, packages []s
 		return api.Template{}, err
 	}
 	defer unlock()
+	source = withRecipe(source)
 	if t, err := s.Resolve(name); err == nil && !force {
+		what, _ := splitRecipe(t.Source)
 		switch {
 		case t.Source == source:
 			progress("cached")
 			return t, nil
-		case (name == Tiny || name == Base) && strings.HasPrefix(t.Source, "build "+name):
-			progress(fmt.Sprintf("%s was made by an older recipe (%s); building it again", name, t.Source))
+		case what == strings.TrimSuffix(source, recipeSep+recipe()),
+			(name == Tiny || name == Base) && strings.HasPrefix(t.Source, "build "+name):
+			progress(fmt.Sprintf("%s was made by other code (%s; this sbx's recipe is %s); building it again", name, t.Source, recipe()))
 			force = true
 		default:
 			return api.Template{}, api.Errorf(api.ErrConflict, "template %s exists (%s); build again with force to point it at the new version (sandboxes on the old one keep it)", name, t.Source)
@@ -196,9 +200,19 @@ func (s *Store) make(ctx context.Context, name, source string, defaults api.Temp
 		return api.Template{}, false, err
 	}
 	if reused {
-		if t, err = s.Version(v); err != nil {
+		old, err := s.readMeta(v)
+		if err != nil {
 			return api.Template{}, false, err
 		}
+		if old.Source != source && strings.HasPrefix(old.Source, "build ") {
+			// the same content, made again by this recipe: the version
+			// says so, or every build after an upgrade would build again
+			old.Source = source
+			if err := s.critical(func() error { return writeMeta(filepath.Join(s.versionPath(v), metaFile), old) }); err != nil {
+				return api.Template{}, false, err
+			}
+		}
+		t = old.Template
 	} else {
 		t = m.Template
 	}
