@@ -2,6 +2,7 @@ package agent
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,6 +24,13 @@ import (
 
 const execSyntax = "exec [--timeout DURATION] [--cwd DIR] [--env K=V]... [--user USER] -- PROG [ARGS...]"
 
+// execArgsEnv carries the arguments of `sbx-agent exec` when init starts a
+// timed command: the agent then shows as `sbx-agent exec` alone, and no
+// process of sbx's carries the user's command line (`pgrep -f server.py`
+// found the agent waiting on `pgrep -f server.py`; `pkill -f` as root
+// killed its own exec). The agent removes it before the command starts.
+const execArgsEnv = "SBX_AGENT_EXEC_ARGS"
+
 // defaultPath is the search path when $PATH is unset, as in a login shell.
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -34,6 +42,17 @@ var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, sys
 // "sbx: <message>" with ExitUsageExec, ExitCannotExec, ExitNotFoundExec,
 // ExitTimeoutExec or ExitError for a missing --cwd.
 func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		if v, ok := os.LookupEnv(execArgsEnv); ok {
+			// init's way of starting a timed command (see execArgsEnv)
+			os.Unsetenv(execArgsEnv)
+			if err := json.Unmarshal([]byte(v), &args); err != nil {
+				fmt.Fprintf(stderr, "sbx: exec: %s: %s\n", execArgsEnv, err)
+				return ExitUsageExec
+			}
+		}
+	}
+	followHostname() // a terminal's agent is no request to init
 	fset := flag.NewFlagSet("exec", flag.ContinueOnError)
 	fset.SetOutput(io.Discard)
 	timeout := fset.Duration("timeout", 0, "kill the command after this long (0: never)")

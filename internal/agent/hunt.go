@@ -429,7 +429,9 @@ func (h *hunt) frozenEvidence() int {
 	// server not listening yet gets its wait from now
 	h.evidence(time.Now(), alive, "(frozen)")
 	if r.Pid > 0 {
-		_ = os.WriteFile(h.file("frozen-pid.txt"), []byte(fmt.Sprintf("%d %s\n", r.Pid, cmdline(r.Pid))), 0o644)
+		// the pid alone, for `--pid $(cat frozen-pid.txt)`; its command beside
+		_ = os.WriteFile(h.file("frozen-pid.txt"), []byte(fmt.Sprintf("%d\n", r.Pid)), 0o644)
+		_ = os.WriteFile(h.file("frozen-cmd.txt"), []byte(cmdline(r.Pid)+"\n"), 0o644)
 	}
 	// Python stacks, with locals: the reason to freeze a Python test
 	h.step("python stacks")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -106,6 +107,9 @@ func runInit(stderr io.Writer) int {
 	}
 	if err := installEtc(etcSource, "/etc"); err != nil {
 		fmt.Fprintf(stderr, "sbx-agent: init: /etc: %v\n", err)
+	}
+	if err := debuggable(); err != nil {
+		fmt.Fprintf(stderr, "sbx-agent: init: %v\n", err)
 	}
 	s := newSupervisor(initSocket, execsDir, true, stderr)
 	s.freezer = newFreezer(os.Stdout)
@@ -272,6 +276,7 @@ func (s *supervisor) handle(conn *os.File) {
 		}
 	}()
 	_ = conn.SetDeadline(time.Now().Add(clientTimeout))
+	followHostname()
 	var req initRequest
 	var rep initReply
 	if err := json.NewDecoder(io.LimitReader(conn, maxRequest)).Decode(&req); err != nil {
@@ -438,7 +443,12 @@ func (s *supervisor) spawn(req initRequest) initReply {
 			}
 			cred = nil
 		}
-		prog, argv = self, append(append(argv, "--"), req.Argv...)
+		args, err := json.Marshal(append(append(argv[2:], "--"), req.Argv...))
+		if err != nil {
+			return fail(ExitError, "spawn %s: %s", req.ID, err)
+		}
+		prog, argv = self, argv[:2]
+		env = append(env, execArgsEnv+"="+string(args))
 	}
 
 	s.prune()
@@ -878,6 +888,91 @@ func installEtc(src, dst string) error {
 	return errors.Join(errs...)
 }
 
+// ptraceScope is Yama's switch: 1 (gVisor's default) lets a user trace
+// only its own descendants, so `gdb -p`, `strace -p` and `gcore` of a
+// process the user left running fail with EPERM.
+var ptraceScope = "/proc/sys/kernel/yama/ptrace_scope"
+
+// debuggable makes the sandbox a developer's box for debugging: the
+// sandbox is its user's own kernel, so a user may trace any process of
+// its own (ptrace_scope 0, the classic ptrace rules), as on a desktop
+// distribution with Yama off.
+func debuggable() error {
+	if err := os.WriteFile(ptraceScope, []byte("0\n"), 0); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("ptrace_scope: %w", err)
+	}
+	return nil
+}
+
+// followHostname keeps /etc's hostname and hosts naming the sandbox it is
+// in. A copy restored from a capture (a memory fork, `new --from`, a
+// freeze's copy) gets its own hostname from gVisor but keeps the files of
+// the sandbox it was taken from: sudo said "unable to resolve host". So
+// when the hostname is not the one /etc/hostname names, the files are made
+// to name it: /etc/hostname, and in /etc/hosts each name that was the old
+// one (what else a user wrote there stays). Only inside gVisor: on the host
+// (tests) the files are the host's. Cheap enough for every request.
+func followHostname() {
+	if _, err := os.Stat("/proc/gvisor"); err != nil {
+		return
+	}
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return
+	}
+	_ = renameHost("/etc", unix.ByteSliceToString(u.Nodename[:]))
+}
+
+// renameHost makes etc's hostname and hosts name host instead of the name
+// etc/hostname holds. It does nothing when they agree, or when there is no
+// hostname file to say what the old name was.
+func renameHost(etc, host string) error {
+	b, err := os.ReadFile(filepath.Join(etc, "hostname"))
+	if err != nil {
+		return nil
+	}
+	old := strings.TrimSpace(string(b))
+	if host == "" || old == host || old == "" || strings.ContainsAny(host, " \t\n#") {
+		return nil
+	}
+	if hosts, err := os.ReadFile(filepath.Join(etc, "hosts")); err == nil {
+		lines := strings.SplitAfter(string(hosts), "\n")
+		changed := false
+		for i, line := range lines {
+			body, nl := strings.CutSuffix(line, "\n")
+			text, comment, hasComment := strings.Cut(body, "#")
+			f := strings.Fields(text)
+			hit := false
+			for j := 1; j < len(f); j++ {
+				if f[j] == old {
+					f[j], hit = host, true
+				}
+			}
+			if !hit {
+				continue
+			}
+			body = f[0] + "\t" + strings.Join(f[1:], " ")
+			if hasComment {
+				body += " #" + comment
+			}
+			if nl {
+				body += "\n"
+			}
+			lines[i], changed = body, true
+		}
+		if changed {
+			if err := writeFileAtomic(filepath.Join(etc, "hosts"), strings.Join(lines, "")); err != nil {
+				return err
+			}
+			_ = os.Chmod(filepath.Join(etc, "hosts"), 0o644)
+		}
+	}
+	if err := writeFileAtomic(filepath.Join(etc, "hostname"), host+"\n"); err != nil {
+		return err
+	}
+	return os.Chmod(filepath.Join(etc, "hostname"), 0o644)
+}
+
 // selfExe is the agent binary (tests use one they built).
 var selfExe = ""
 
@@ -905,6 +1000,12 @@ func serveConsole(path string, out io.Writer) error {
 		}
 	}
 	if err := unix.Mkfifo(path, 0o622); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	// every user writes the console, as a terminal's; only init reads it
+	// (the umask took the others' write bits, and a FIFO left by an image
+	// has whatever mode it had)
+	if err := os.Chmod(path, 0o622); err != nil {
 		return err
 	}
 	f, err := os.OpenFile(path, os.O_RDWR, 0)

@@ -724,3 +724,73 @@ func TestInstallEtc(t *testing.T) {
 		t.Errorf("missing source: %v", err)
 	}
 }
+
+// TestSpawnTimedHidesCommand: the agent that enforces a timeout shows as
+// `sbx-agent exec` alone, so `pgrep -f` and `pkill -f` of a pattern in the
+// user's command find the command, never sbx's agent; and the command does
+// not inherit what carried its arguments.
+func TestSpawnTimedHidesCommand(t *testing.T) {
+	startSupervisor(t)
+	dir := t.TempDir()
+	marker := "hidden-" + strconv.Itoa(os.Getpid())
+	script := `echo $PPID > ppid; env > env; echo ` + marker + `; exec sleep 30`
+	id := newExecID()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		run(t, nil, "spawn", "--id", id, "--timeout", "1m", "--cwd", dir, "--", "/bin/sh", "-c", script)
+	}()
+	t.Cleanup(func() {
+		run(t, nil, "kill", "--id", id, "--signal", "9")
+		<-done
+	})
+	ppid := readPid(t, filepath.Join(dir, "ppid"))
+	waitFor(t, "the command's env", func() bool { b, _ := os.ReadFile(filepath.Join(dir, "env")); return len(b) > 0 })
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", ppid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")
+	if len(args) != 2 || filepath.Base(args[0]) != "sbx-agent" || args[1] != "exec" || strings.Contains(string(cmdline), marker) {
+		t.Errorf("the timeout's agent (pid %d) shows %q; want sbx-agent exec alone", ppid, args)
+	}
+	env, _ := os.ReadFile(filepath.Join(dir, "env"))
+	if strings.Contains(string(env), execArgsEnv) {
+		t.Errorf("the command inherited %s: %s", execArgsEnv, env)
+	}
+}
+
+// TestRenameHost: a copy's /etc names the copy, what else /etc/hosts says
+// stays, and files that already agree (or say nothing) are left alone.
+func TestRenameHost(t *testing.T) {
+	for _, tc := range []struct {
+		name, hostname, hosts, host string
+		wantName, wantHosts         string
+	}{
+		{"a copy", "sb_parent\n", "127.0.0.1\tlocalhost\n10.88.0.2\tsb_parent\n10.0.0.9 db # sb_parent's db\n", "sb_copy",
+			"sb_copy\n", "127.0.0.1\tlocalhost\n10.88.0.2\tsb_copy\n10.0.0.9 db # sb_parent's db\n"},
+		{"aliases and no newline at the end", "sb_parent", "10.88.0.2 sb_parent web sb_parent.local", "sb_copy",
+			"sb_copy\n", "10.88.0.2\tsb_copy web sb_parent.local"},
+		{"already right", "sb_copy\n", "10.88.0.2\tsb_copy\n", "sb_copy", "sb_copy\n", "10.88.0.2\tsb_copy\n"},
+		{"no name in hosts: hostname only", "sb_parent\n", "127.0.0.1 localhost\n", "sb_copy", "sb_copy\n", "127.0.0.1 localhost\n"},
+		{"an empty hostname file says nothing", "", "10.88.0.2 sb_parent\n", "sb_copy", "", "10.88.0.2 sb_parent\n"},
+		{"a name that is no name", "sb_parent\n", "10.88.0.2 sb_parent\n", "a b", "sb_parent\n", "10.88.0.2 sb_parent\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			etc := t.TempDir()
+			writeFile(t, filepath.Join(etc, "hostname"), tc.hostname, 0o644)
+			writeFile(t, filepath.Join(etc, "hosts"), tc.hosts, 0o644)
+			if err := renameHost(etc, tc.host); err != nil {
+				t.Fatal(err)
+			}
+			name, _ := os.ReadFile(filepath.Join(etc, "hostname"))
+			hosts, _ := os.ReadFile(filepath.Join(etc, "hosts"))
+			if string(name) != tc.wantName || string(hosts) != tc.wantHosts {
+				t.Errorf("hostname %q, hosts %q; want %q, %q", name, hosts, tc.wantName, tc.wantHosts)
+			}
+		})
+	}
+	if err := renameHost(filepath.Join(t.TempDir(), "none"), "x"); err != nil {
+		t.Errorf("no /etc at all: %v", err)
+	}
+}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -150,9 +151,12 @@ func frozenPid(t *testing.T, art string) int {
 	if err != nil {
 		t.Fatalf("artifact frozen-pid.txt: %v", err)
 	}
-	pid, err := strconv.Atoi(strings.Fields(string(b) + " x")[0])
+	pid, err := strconv.Atoi(strings.TrimSuffix(string(b), "\n"))
 	if err != nil || pid <= 1 {
-		t.Fatalf("frozen-pid.txt %q: want the pid that froze", b)
+		t.Fatalf("frozen-pid.txt %q: want the pid that froze, alone on its line (--pid $(cat frozen-pid.txt))", b)
+	}
+	if c, err := os.ReadFile(filepath.Join(art, "frozen-cmd.txt")); err != nil || len(bytes.TrimSpace(c)) == 0 {
+		t.Errorf("frozen-cmd.txt %q, %v: want the frozen process's command", c, err)
 	}
 	return pid
 }

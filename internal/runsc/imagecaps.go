@@ -35,7 +35,7 @@ const (
 // never taken from an image. The restored processes keep the capabilities
 // they had in any case; the spec's only have to agree.
 //
-// Mounts too: runsc refuses a restore whose mounts (by destination, type
+// Rlimits too, and mounts: runsc refuses a restore whose mounts (by destination, type
 // and options) differ from the image's, so the bundle gets the image's
 // mounts, each with this sandbox's source (sbx's mounts have changed over
 // time: /run/sbx appeared, /etc's files stopped being bound).
@@ -65,6 +65,13 @@ func keepImageCapabilities(bundle, imageDir string) error {
 	changed := false
 	if spec.Process != nil && caps != nil && !sameCaps(spec.Process.Capabilities, caps) {
 		spec.Process.Capabilities = caps
+		changed = true
+	}
+	if spec.Process != nil && !reflect.DeepEqual(spec.Process.Rlimits, old.Process.Rlimits) {
+		// the limits of every process are part of what runsc compares
+		// (sbx's soft limit on open files went from 1<<20 to 1024); the
+		// restored processes keep their own limits in any case
+		spec.Process.Rlimits = old.Process.Rlimits
 		changed = true
 	}
 	if mounts, ok := fitMounts(old.Mounts, spec.Mounts); ok {

@@ -250,3 +250,47 @@ func TestRestoreOldImage(t *testing.T) {
 		t.Errorf("after the restore: exit %d %v %q, want 41", code, err, out.String())
 	}
 }
+
+// TestKeepImageRlimits: an image taken with other limits (sbx's soft limit
+// on open files was 1<<20) restores with the image's, which runsc compares;
+// an image of today leaves the bundle as it is.
+func TestKeepImageRlimits(t *testing.T) {
+	old := []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20}, {Type: "RLIMIT_NPROC", Hard: 512, Soft: 512}}
+	for _, tc := range []struct {
+		name  string
+		image []specs.POSIXRlimit
+	}{
+		{"an image from before", old},
+		{"an image of today", rlimits(512)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bundle, image := t.TempDir(), t.TempDir()
+			if err := WriteBundle(bundle, SpecOptions{Rootfs: "/r", AgentDir: "/a", EtcDir: "/e", Pids: 512}); err != nil {
+				t.Fatal(err)
+			}
+			before, _ := os.ReadFile(filepath.Join(bundle, "config.json"))
+			var cur specs.Spec
+			if err := json.Unmarshal(before, &cur); err != nil {
+				t.Fatal(err)
+			}
+			writeStateFile(t, image, &specs.Spec{Process: &specs.Process{Capabilities: cur.Process.Capabilities, Rlimits: tc.image}, Mounts: cur.Mounts})
+			if err := keepImageCapabilities(bundle, image); err != nil {
+				t.Fatal(err)
+			}
+			b, _ := os.ReadFile(filepath.Join(bundle, "config.json"))
+			var s specs.Spec
+			if err := json.Unmarshal(b, &s); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(s.Process.Rlimits, tc.image) {
+				t.Errorf("bundle rlimits %+v, want the image's %+v", s.Process.Rlimits, tc.image)
+			}
+			if tc.name == "an image of today" && !bytes.Equal(b, before) {
+				t.Errorf("an image of today rewrote the bundle")
+			}
+		})
+	}
+	if r := rlimits(0); len(r) != 1 || r[0].Soft != 1024 || r[0].Hard < 1<<16 {
+		t.Errorf("rlimits(0) = %+v: want open files 1024 soft, a high hard limit", r)
+	}
+}

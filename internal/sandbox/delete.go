@@ -59,9 +59,9 @@ var allStates = []api.State{api.StateCreating, api.StateReady, api.StateStopping
 // files and, in one transaction, its record, its images' ownership, the
 // journal entry and the "deleted" event; then its snapshots if asked.
 func (m *Manager) finishDelete(ctx context.Context, c *inFlight, id string, withSnapshots bool, extra *store.Event) (*api.DeleteResult, error) {
-	var disk string
+	var disk, name string
 	if sb, err := m.cfg.Store.Sandbox(ctx, id); err == nil {
-		disk = sb.Disk
+		disk, name = sb.Disk, sb.Name
 		// a freeze it took is a named snapshot, which outlives it
 		m.settleFreezesLocked(ctx, sb, false)
 	}
@@ -98,7 +98,15 @@ func (m *Manager) finishDelete(ctx context.Context, c *inFlight, id string, with
 		if err := c.closeIn(ctx, tx); err != nil {
 			return err
 		}
-		return tx.AddEvent(ctx, id, "deleted", map[string]any{"snapshotsRemoved": res.Snapshots})
+		removed := res.Snapshots
+		if removed == nil {
+			removed = []string{} // none, not null
+		}
+		detail := map[string]any{"snapshotsRemoved": removed}
+		if name != "" {
+			detail["name"] = name // its events are found by the name it had
+		}
+		return tx.AddEvent(ctx, id, "deleted", detail)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("delete %s: %w", id, err)

@@ -68,6 +68,10 @@ func (m *Manager) PTY(ctx context.Context, ref string, cmd, env []string, cwd, u
 		// the agent becomes the user (from the sandbox's own /etc/passwd),
 		// then becomes the command
 		cmd = append([]string{runsc.AgentPath, "exec", "--user", user, "--"}, cmd...)
+	} else {
+		// root's too goes through the agent, which puts /etc's names right
+		// in a copy before the shell starts (see agent.followHostname)
+		cmd = append([]string{runsc.AgentPath, "exec", "--"}, cmd...)
 	}
 	release, err := m.Lease(ctx, sb.ID)
 	if err != nil {

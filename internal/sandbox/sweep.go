@@ -80,10 +80,13 @@ func (m *Manager) Events(ctx context.Context, ref string, after int64, follow bo
 	id := ref
 	if sb, err := m.cfg.Store.Sandbox(ctx, ref); err == nil {
 		id = sb.ID
-	} else if evs, eerr := m.cfg.Store.Events(ctx, ref, 0); eerr != nil || len(evs) == 0 {
-		return err
-	} else {
+	} else if evs, eerr := m.cfg.Store.Events(ctx, ref, 0); eerr == nil && len(evs) > 0 {
 		follow = false // nothing more will happen to it
+	} else if gone, gerr := m.cfg.Store.DeletedByName(ctx, ref); gerr == nil && gone != "" {
+		// the last sandbox of that name, deleted or reaped
+		id, follow = gone, false
+	} else {
+		return err
 	}
 	for {
 		evs, err := m.cfg.Store.Events(ctx, id, after)

@@ -602,6 +602,17 @@ func (s *Store) AddEvent(ctx context.Context, sandboxID, typ string, detail map[
 }
 
 // Events returns a sandbox's events after seq.
+// DeletedByName returns the id of the last deleted sandbox that was named
+// name, from its "deleted" event ("" if there is none).
+func (s *Store) DeletedByName(ctx context.Context, name string) (string, error) {
+	var id string
+	err := s.q.QueryRowContext(ctx, `SELECT sandbox_id FROM events WHERE type = 'deleted' AND json_extract(detail, '$.name') = ? ORDER BY seq DESC LIMIT 1`, name).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	return id, err
+}
+
 func (s *Store) Events(ctx context.Context, sandboxID string, after int64) ([]api.Event, error) {
 	rows, err := s.q.QueryContext(ctx, `SELECT seq, sandbox_id, time, type, detail FROM events WHERE sandbox_id = ? AND seq > ? ORDER BY seq`, sandboxID, after)
 	if err != nil {

@@ -188,3 +188,30 @@ func TestUpdateRollsBack(t *testing.T) {
 		t.Errorf("after a failed transaction: state %s, %d intents, %d events; want creating, 0, 0", got.State, len(ins), len(evs))
 	}
 }
+
+// TestDeletedByName: a deleted sandbox is found by the name it had, the
+// last of that name first; a name no deleted sandbox had is "".
+func TestDeletedByName(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	for _, ev := range []struct{ id, typ, name string }{
+		{"sb_aaaaaaaaaa", "deleted", "web"},
+		{"sb_bbbbbbbbbb", "created", "web"},
+		{"sb_cccccccccc", "deleted", "web"},
+		{"sb_dddddddddd", "deleted", ""},
+	} {
+		d := map[string]any{"snapshotsRemoved": []string{}}
+		if ev.name != "" {
+			d["name"] = ev.name
+		}
+		if err := s.AddEvent(ctx, ev.id, ev.typ, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if id, err := s.DeletedByName(ctx, "web"); err != nil || id != "sb_cccccccccc" {
+		t.Errorf("DeletedByName(web) = %q, %v; want the last deleted web, sb_cccccccccc", id, err)
+	}
+	if id, err := s.DeletedByName(ctx, "nosuch"); err != nil || id != "" {
+		t.Errorf("DeletedByName(nosuch) = %q, %v; want none", id, err)
+	}
+}

@@ -30,7 +30,7 @@ var busyboxPath = "/bin/busybox"
 
 // basePackages are what the base template adds to Debian's minbase.
 var basePackages = []string{
-	"bash", "python3", "python3-pytest", "procps", "iproute2", "lsof", "strace", "gdb", "curl", "ca-certificates", "git", "sudo",
+	"bash", "python3", "python3-pytest", "procps", "iproute2", "lsof", "strace", "ltrace", "gdb", "curl", "ca-certificates", "git", "sudo",
 }
 
 // baseSuite is the Debian release the base template is built from.
