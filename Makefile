@@ -49,8 +49,14 @@ install: build
 RUNSC_PATCHES := \
 	pkg/sentry/fsimpl/tmpfs/tar.go:third_party/gvisor/_tmpfs/tar.go:third_party/gvisor/tar.go.orig \
 	pkg/sentry/pgalloc/save_restore.go:third_party/gvisor/_pgalloc/save_restore.go:third_party/gvisor/save_restore.go.orig \
-	runsc/boot/restore.go:third_party/gvisor/_boot/restore.go:third_party/gvisor/restore.go.orig
-RUNSC_PATCH_FILES := $(foreach p,$(RUNSC_PATCHES),$(word 2,$(subst :, ,$(p))) $(word 3,$(subst :, ,$(p))))
+	runsc/boot/restore.go:third_party/gvisor/_boot/restore.go:third_party/gvisor/restore.go.orig \
+	pkg/sentry/kernel/task_signals.go:third_party/gvisor/_kernel/task_signals.go:third_party/gvisor/task_signals.go.orig
+# RUNSC_ADDED: files sbx adds to gVisor (gVisor's path, sbx's file); the
+# build stops if the pin brings a file of that name.
+RUNSC_ADDED := \
+	pkg/sentry/kernel/sbx_crash.go:third_party/gvisor/_kernel/sbx_crash.go
+RUNSC_PATCH_FILES := $(foreach p,$(RUNSC_PATCHES),$(word 2,$(subst :, ,$(p))) $(word 3,$(subst :, ,$(p)))) \
+	$(foreach p,$(RUNSC_ADDED),$(word 2,$(subst :, ,$(p))))
 $(BIN)/runsc: go.mod go.sum $(RUNSC_PATCH_FILES)
 	@echo "==> building runsc from the go.mod pin (gvisor.dev/gvisor/runsc) with third_party/gvisor's patches; about two minutes the first time"
 	@set -e; $(GO) mod download gvisor.dev/gvisor; \
@@ -60,6 +66,12 @@ $(BIN)/runsc: go.mod go.sum $(RUNSC_PATCH_FILES)
 		IFS=: read -r file patch orig <<<"$$p"; \
 		if ! cmp -s "$$dir/$$file" "$$orig"; then \
 			echo "runsc: $$dir/$$file is not the file third_party/gvisor patched: the gVisor pin moved; redo the patch as third_party/gvisor/README.md says"; exit 1; \
+		fi; \
+	done; \
+	for p in $(RUNSC_ADDED); do \
+		IFS=: read -r file added <<<"$$p"; \
+		if [ -e "$$dir/$$file" ]; then \
+			echo "runsc: the gVisor pin has $$file, which sbx adds: the pin moved; redo the patch as third_party/gvisor/README.md says"; exit 1; \
 		fi; \
 	done; \
 	copy=$$(dirname "$$($(GO) env GOCACHE)")/sbx-gvisor/$$ver; \
@@ -73,6 +85,9 @@ $(BIN)/runsc: go.mod go.sum $(RUNSC_PATCH_FILES)
 	sep=""; { printf '{"Replace":{'; for p in $(RUNSC_PATCHES); do \
 		IFS=: read -r file patch orig <<<"$$p"; \
 		printf '%s"%s":"%s"' "$$sep" "$$copy/$$file" "$(CURDIR)/$$patch"; sep=","; \
+	done; for p in $(RUNSC_ADDED); do \
+		IFS=: read -r file added <<<"$$p"; \
+		printf '%s"%s":"%s"' "$$sep" "$$copy/$$file" "$(CURDIR)/$$added"; sep=","; \
 	done; printf '}}\n'; } > $(BIN)/.runsc-overlay.json; \
 	$(GO) build -modfile $(BIN)/.runsc.mod -overlay $(BIN)/.runsc-overlay.json -o $(BIN)/runsc gvisor.dev/gvisor/runsc
 

@@ -82,6 +82,8 @@ type FreezeRecord struct {
 	// those that were there at the failing instant (and not those started
 	// since, to look at it).
 	Pids []int `json:"pids,omitempty"`
+	// Crash is the crash the freeze caught, if it was a crash's.
+	Crash *freezewire.Crash `json:"crash,omitempty"`
 }
 
 // FreezeRecordFile is where init keeps the last freeze's record; it is in
@@ -212,7 +214,7 @@ func (f *freezer) freeze(req initRequest, p peer) FreezeRecord {
 	if err != nil || env.slot == "" {
 		return FreezeRecord{State: FreezeUnsupported, Error: "this sandbox was started without freezes (by an sbx older than freezes, or with gVisor's checkpoint files off): a sandbox started or resumed by this sbx can freeze"}
 	}
-	rec := FreezeRecord{State: FreezeFreezing, Name: env.name, Sandbox: env.sandbox, Slot: env.slot, UID: p.uid, Reason: req.Reason}
+	rec := FreezeRecord{State: FreezeFreezing, Name: env.name, Sandbox: env.sandbox, Slot: env.slot, UID: p.uid, Reason: req.Reason, Crash: req.Crash}
 	rec.Pid = p.pid
 	if !req.Self {
 		if ppid, _, ok := procStat(p.pid); ok {
@@ -406,7 +408,7 @@ func (f *freezer) trigger(rec *FreezeRecord, env *bootEnv) (io.ReadWriteCloser, 
 func (f *freezer) tell(rec FreezeRecord, result string) {
 	line := freezewire.Line(freezewire.Verdict{
 		Slot: rec.Slot, Result: result, Pid: rec.Pid, UID: rec.UID, Cmd: rec.Cmd, Reason: rec.Reason,
-		FailedAt: rec.FailedAt, Triggered: rec.Triggered, Done: rec.Done,
+		FailedAt: rec.FailedAt, Triggered: rec.Triggered, Done: rec.Done, Crash: rec.Crash,
 	})
 	_, _ = f.console.Write(line)
 }

@@ -62,6 +62,9 @@ type initRequest struct {
 	FailedAt string `json:"failedAt,omitempty"`
 	Self     bool   `json:"self,omitempty"`
 	Slot     string `json:"slot,omitempty"`
+	// Crash is set by init itself for a crash's freeze (crash.go); no
+	// request can carry it.
+	Crash *freezewire.Crash `json:"-"`
 }
 
 // initReply is init's answer: {"pid":N} for a started command, {} for a
@@ -113,6 +116,12 @@ func runInit(stderr io.Writer) int {
 	}
 	s := newSupervisor(initSocket, execsDir, true, stderr)
 	s.freezer = newFreezer(os.Stdout)
+	if os.Getenv(CrashesEnv) != "off" {
+		if _, err := startCrashes(CrashDir, s.freezer, os.Stdout); err != nil {
+			fmt.Fprintf(stderr, "sbx-agent: init: crashes will not be caught: %v\n", err)
+		}
+	}
+	_ = os.Unsetenv(CrashesEnv)
 	s.start()
 	<-sigs
 	return 0

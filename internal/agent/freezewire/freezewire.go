@@ -93,6 +93,25 @@ type Verdict struct {
 	FailedAt  time.Time `json:"failedAt,omitzero"`
 	Triggered time.Time `json:"triggered,omitzero"`
 	Done      time.Time `json:"done,omitzero"`
+	// Crash is set when the freeze caught a crash (a signal that dumps
+	// core) at its faulting instruction.
+	Crash *Crash `json:"crash,omitempty"`
+}
+
+// Crash is a crash a freeze caught, as gVisor told init of it: the process
+// stopped with the signal pending, in the capture.
+type Crash struct {
+	// Signal is the signal's name (SIGSEGV).
+	Signal string `json:"signal"`
+	// Tid is the thread that faulted; FaultAddr the address it faulted
+	// on, IP its instruction pointer (hex, 0x...).
+	Tid       int    `json:"tid,omitempty"`
+	FaultAddr string `json:"faultAddr,omitempty"`
+	IP        string `json:"ip,omitempty"`
+	// Exe is the program (/proc/PID/exe).
+	Exe string `json:"exe,omitempty"`
+	// Count is how many crashes this boot had, this one included.
+	Count int `json:"count,omitempty"`
 }
 
 // Bounds on what a verdict may carry.
@@ -111,6 +130,11 @@ func ValidSlot(s string) bool { return slotRE.MatchString(s) }
 func Line(v Verdict) []byte {
 	v.Cmd = clip(v.Cmd, maxCmd)
 	v.Reason = clip(v.Reason, maxReason)
+	if v.Crash != nil {
+		c := *v.Crash
+		c.Exe = clip(c.Exe, maxCmd)
+		v.Crash = &c
+	}
 	b, _ := json.Marshal(v)
 	return append([]byte(Prefix), append(b, '\n')...)
 }
@@ -138,6 +162,10 @@ func Parse(line []byte) (Verdict, error) {
 		return Verdict{}, fmt.Errorf("freeze line: unknown result %q", v.Result)
 	}
 	v.Cmd, v.Reason = Printable(clip(v.Cmd, maxCmd)), Printable(clip(v.Reason, maxReason))
+	if c := v.Crash; c != nil {
+		c.Signal, c.FaultAddr, c.IP = Printable(clip(c.Signal, 16)), Printable(clip(c.FaultAddr, 20)), Printable(clip(c.IP, 20))
+		c.Exe = Printable(clip(c.Exe, maxCmd))
+	}
 	return v, nil
 }
 
