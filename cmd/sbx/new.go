@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
 )
 
@@ -41,6 +42,7 @@ func newNewCmd(e *env) *cobra.Command {
 	disk := sizeVar(fs, "disk", "disk limit, e.g. 10G: past it writes fail with ENOSPC inside (default: sbxd's)")
 	fs.IntVar(&pids, "pids", 0, "process limit, per user inside (default: sbxd's)")
 	fs.StringVar(&network, "network", "", `"none": loopback only, no network (default: NAT egress under sbxd's policy)`)
+	noCrash := fs.Bool("no-crash-capture", false, "let crashes end their process at once instead of holding each at its faulting instruction in a freeze (meta "+api.MetaCrashes+"=off)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if template != "" && from != "" {
 			return usagef("give --template or --from, not both: a sandbox from a snapshot boots on the snapshot's template")
@@ -60,6 +62,9 @@ func newNewCmd(e *env) *cobra.Command {
 				return usagef("--meta %q: want key=value", kv)
 			}
 			opts = append(opts, client.WithMeta(k, v))
+		}
+		if *noCrash {
+			opts = append(opts, client.WithMeta(api.MetaCrashes, "off"))
 		}
 		c, err := e.client()
 		if err != nil {

@@ -34,9 +34,12 @@ import (
 // has the files of the crash it was taken at.
 var CrashDir = "/run/sbx/crashes"
 
-// CrashesEnv, "off" in init's environment, leaves crashes alone: they end
-// their process at once, as without sbx.
-const CrashesEnv = "SBX_CRASHES"
+// CrashesEnv, "off" in init's environment, leaves crashes alone.
+const CrashesEnv = freezewire.CrashesEnv
+
+// CrashCountFile, in CrashDir, holds how many crashes the sandbox has had
+// since it started (a copy goes on from its original's count).
+const CrashCountFile = "count"
 
 // maxCrashFile bounds what is read of a crash file.
 const maxCrashFile = 4096
@@ -131,6 +134,8 @@ func (c *crashes) handle(name string) {
 	c.mu.Lock()
 	c.count++
 	n := c.count
+	// how many this boot has had, for `sbx crashes` (one is caught)
+	_ = writeFileAtomic(filepath.Join(c.dir, CrashCountFile), strconv.Itoa(n)+"\n")
 	c.mu.Unlock()
 	sig := unix.SignalName(syscall.Signal(rep.Signal))
 	crash := &freezewire.Crash{Signal: sig, Tid: rep.Tid, Exe: exeOf(rep.Pid), Count: n,

@@ -594,7 +594,12 @@ esac
 // wrapperPy is the gdb script. It stops only on the fatal signals, passes
 // them on when the program has a handler (SigCgt), and on one it would die
 // of writes the bundle.
-const wrapperPy = `
+const wrapperPy = bundlePy + wrapperRunPy
+
+// bundlePy is the part of the gdb scripts that writes a bundle of the
+// process gdb is at: bundle(pid, name, signo), into the directory B beside
+// the script.
+const bundlePy = `
 import gdb, os, shlex, shutil, signal
 
 D = os.path.dirname(os.path.abspath(__file__))
@@ -649,6 +654,14 @@ def bundle(pid, name, signo):
             continue
         seen.add(p)
         ids.append("%s %s" % (o.build_id or "-", p))
+        dbg = "/usr/lib/debug/.build-id/%s/%s.debug" % (o.build_id[:2], o.build_id[2:]) if o.build_id else ""
+        if dbg and os.path.isfile(dbg):
+            dst = os.path.join(B, "files", dbg.lstrip("/"))
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            try:
+                shutil.copyfile(dbg, dst)
+            except Exception:
+                pass
         if os.path.isfile(p):
             dst = os.path.join(B, "files", p.lstrip("/"))
             os.makedirs(os.path.dirname(dst), exist_ok=True)
@@ -657,7 +670,10 @@ def bundle(pid, name, signo):
             except Exception:
                 pass
     write("buildids.txt", "\n".join(ids) + "\n")
+`
 
+// wrapperRunPy runs the program under gdb and stops it at a fatal signal.
+const wrapperRunPy = `
 for c in ("set disable-randomization off", "set debuginfod enabled off",
           "set logging enabled off"):
     try:

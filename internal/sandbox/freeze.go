@@ -110,6 +110,9 @@ func (m *Manager) armFreeze(ctx context.Context, sb *store.Sandbox, from string)
 		freezewire.SandboxEnv + "=" + sb.ID,
 		freezewire.RestoredFromEnv + "=" + from,
 	}
+	if sb.Meta[api.MetaCrashes] == "off" {
+		env = append(env, freezewire.CrashesEnv+"=off")
+	}
 	return slot, ann, env, nil
 }
 
@@ -331,6 +334,9 @@ func freezeDetail(name, slot string, v freezewire.Verdict) map[string]any {
 	}
 	if v.Reason != "" {
 		d["reason"] = v.Reason
+	}
+	if v.Crash != nil {
+		d["crash"] = v.Crash
 	}
 	if !v.Triggered.IsZero() && !v.Done.IsZero() {
 		d["pausedMs"] = v.Done.Sub(v.Triggered).Milliseconds()

@@ -44,6 +44,10 @@ const (
 
 // Envs are the names of the boot's spec environment, which init keeps
 // out of the commands it starts (they hold the first boot's values).
+// CrashesEnv, "off" in init's environment, leaves crashes alone: they end
+// their process at once, as without sbx (api.MetaCrashes).
+const CrashesEnv = "SBX_CRASHES"
+
 var Envs = []string{SlotEnv, NameEnv, SandboxEnv, RestoredFromEnv}
 
 // The files of a slot, on the host: gVisor's three (written by the
