@@ -46,7 +46,11 @@ func newExecCmd(e *env) *cobra.Command {
 			"in buildids.txt, checked against the copies), sharedlibs.txt,\n" +
 			"mappings.txt and maps. The exit code is CMD's, or 128+signal (139 for\n" +
 			"SIGSEGV); without a crash no bundle is made. Only the top process is\n" +
-			"traced: crashes of its children are not captured.",
+			"traced: crashes of its children are not captured here.\n\n" +
+			"Without --on-crash, every sandbox catches every crash (of any process, detached\n" +
+			"or a grandchild) at its faulting instruction, in a freeze: `sbx crashes ID`\n" +
+			"lists them and --bundle writes the same bundle, from a copy. -d --on-crash\n" +
+			"starts the command as -d does and says so.",
 		Example: "  sbx exec web ls -la /srv\n" +
 			"  sbx exec web -- python3 -c 'print(6*7)'\n" +
 			"  sbx exec web 'cd /srv && ls | wc -l'          # one string runs under /bin/sh -c\n" +
@@ -87,8 +91,8 @@ func newExecCmd(e *env) *cobra.Command {
 			return usagef("-t runs a terminal, which prints no JSON; leave out -t for JSON lines of the output")
 		case o.tty && o.timeout.set:
 			return usagef("-t runs a terminal, which has no --timeout; end it from inside")
-		case o.onCrash && o.detach:
-			return usagef("--on-crash and --detach do not go together: the crash is caught while sbx waits")
+		case o.onCrash && o.detach && o.crashDir != "":
+			return usagef("--crash-dir goes with a foreground --on-crash; a detached command's crash is read later: sbx crashes %s --bundle DIR", pos[0])
 		case o.crashDir != "" && !o.onCrash:
 			return usagef("--crash-dir goes with --on-crash")
 		}
@@ -129,6 +133,10 @@ func newExecCmd(e *env) *cobra.Command {
 				return e.printJSON(x.API())
 			}
 			_, err = fmt.Fprintf(e.stdout, "%s %d\n", p.ID, p.Pid)
+			if err == nil && o.onCrash {
+				// every sandbox catches its crashes; nothing runs under gdb
+				fmt.Fprintf(e.stderr, "sbx: a crash of %s or anything it starts is caught at its faulting instruction (with crash capture on, the default): sbx crashes %s [--bundle DIR]\n", p.ID, id)
+			}
 			return err
 		}
 		res, err := sb.Exec(e.ctx, req.Cmd, append(opts, client.WithExecEvents(func(ev api.ExecEvent) error {
