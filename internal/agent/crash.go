@@ -149,7 +149,9 @@ func (c *crashes) handle(name string) {
 		reason += " at " + crash.FaultAddr
 	}
 	rec := FreezeRecord{State: FreezeUnsupported}
-	if c.freezer != nil {
+	if env, err := readBootEnv(); err == nil && env.crashesOff {
+		rec.Error = "crash capture is off in this boot"
+	} else if c.freezer != nil {
 		rec = c.freezer.freeze(initRequest{Op: "freeze", Self: true, Reason: reason, Crash: crash,
 			FailedAt: time.Unix(0, rep.Time).UTC().Format(time.RFC3339Nano)}, peer{pid: rep.Pid, uid: rep.UID})
 	}

@@ -126,7 +126,12 @@ func newFreezer(console io.Writer) *freezer {
 }
 
 // bootEnv is the current boot's spec environment, from gVisor.
-type bootEnv struct{ slot, name, sandbox, restoredFrom string }
+type bootEnv struct {
+	slot, name, sandbox, restoredFrom string
+	// crashesOff: this boot leaves crashes alone (a fork made with crash
+	// capture off from a sandbox with it on)
+	crashesOff bool
+}
 
 func readBootEnv() (bootEnv, error) {
 	b, err := os.ReadFile(specEnvironPath)
@@ -145,6 +150,8 @@ func readBootEnv() (bootEnv, error) {
 			e.sandbox = v
 		case freezewire.RestoredFromEnv:
 			e.restoredFrom = v
+		case freezewire.CrashesEnv:
+			e.crashesOff = v == "off"
 		}
 	}
 	return e, nil

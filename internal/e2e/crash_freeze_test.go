@@ -259,4 +259,27 @@ func TestCrashCaptureOff(t *testing.T) {
 	if info.Sandbox.Meta[api.MetaCrashes] != "off" {
 		t.Errorf("meta %v: want %s=off", info.Sandbox.Meta, api.MetaCrashes)
 	}
+
+	// a memory fork made with it off, of a sandbox with it on (as
+	// flake-rate's runs are): its crashes end at once, uncaught
+	on := d.newSandbox(t, "--template", "base")
+	buildC(t, d, on, "int main(void) { return *(volatile int *)0; }\n", "/tmp/segv")
+	kids, err := sdk(d.client).Fork(context.Background(), on, api.ForkRequest{Memory: true, Count: 1, Meta: map[string]string{api.MetaCrashes: "off"}})
+	if err != nil || len(kids) != 1 {
+		t.Fatalf("fork: %v %v", kids, err)
+	}
+	kid := kids[0].ID
+	t.Cleanup(func() { _ = deleteSandbox(context.Background(), d.client, kid) })
+	if _, _, code := execOut(t, d, kid, "", "60s", `/tmp/segv`); code != 139 {
+		t.Errorf("a segfault in a fork with crash capture off: exit %d, want 139", code)
+	}
+	if crs, err := d.client.Sandbox(kid).Crashes(context.Background()); err != nil || len(crs) != 0 {
+		t.Errorf("crashes of the fork with capture off: %+v, %v; want none", crs, err)
+	}
+	// and its parent still catches its own
+	if _, _, code := execOut(t, d, on, "", "60s", `/tmp/segv`); code != 139 {
+		t.Errorf("a segfault in the parent: exit %d, want 139 (caught, then let die)", code)
+	}
+	cr := crashesOf(t, d, on, 1)[0]
+	t.Cleanup(func() { d.sbx(t, "snapshot", "rm", cr.Snapshot) })
 }

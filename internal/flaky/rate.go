@@ -263,7 +263,10 @@ func (p *ratePipeline) grow() {
 		}
 		// Not cut off by ctx: sbxd finishes a fork whose caller left, and
 		// its children, never named to us, would outlive the measurement.
-		kids, err := p.c.Fork(context.WithoutCancel(p.ctx), p.root, api.ForkRequest{Memory: true, Count: k})
+		// The runs' crashes are counted, not caught: a capture per failing
+		// run would be an image per run (the failure to look at is kept
+		// as it is, by keep).
+		kids, err := p.c.Fork(context.WithoutCancel(p.ctx), p.root, api.ForkRequest{Memory: true, Count: k, Meta: map[string]string{api.MetaCrashes: "off"}})
 		if err == nil && len(kids) != k {
 			err = fmt.Errorf("fork %s: asked for %d children, got %d", p.root, k, len(kids))
 		}
