@@ -515,6 +515,12 @@ func (m *Manager) recoverExecs(ctx context.Context) error {
 	for _, e := range execs {
 		dir := m.execDir(e.SandboxID, e.ID)
 		run := &execRun{dir: dir, done: make(chan struct{}), exec: *e}
+		if run.exec.Pid == 0 {
+			// the pid init gave it, if it got that far: an exec known to
+			// have started is no stop's to wait for (a stop after every
+			// restart waited 5 s for each running exec, as if starting)
+			run.exec.Pid = readPid(dir)
+		}
 		shim := runsc.ReadShimPid(dir)
 		if code, ok := runsc.ReadExit(dir); ok && !shim.Alive() {
 			m.finishExec(ctx, run, code)
