@@ -222,28 +222,6 @@ type Event struct {
 // process at once, as without sbx. Forks inherit it with the meta.
 const MetaCrashes = "sbx.crashes"
 
-// Crash is a crash caught in a sandbox: a process that got a signal whose
-// default action dumps core, held at its faulting instruction while the
-// sandbox was frozen as Snapshot. In a copy resumed from Snapshot
-// (`sbx new --from`), process Pid is still stopped there, its signal
-// pending, for `gdb -p`. What it says of the process is the sandbox's word.
-type Crash struct {
-	Pid       int       `json:"pid"`
-	Tid       int       `json:"tid,omitempty"`
-	Exe       string    `json:"exe,omitempty"`
-	Cmd       string    `json:"cmd,omitempty"`
-	Signal    string    `json:"signal"`
-	FaultAddr string    `json:"faultAddr,omitempty"`
-	IP        string    `json:"ip,omitempty"`
-	At        time.Time `json:"at"`
-	Snapshot  string    `json:"snapshot"`
-	// Count is how many crashes the sandbox had in that boot when this one
-	// was caught (one is caught per boot: the others end at once).
-	Count int `json:"count,omitempty"`
-	// Backtrace is the faulting thread's stack, read by gdb in a copy.
-	Backtrace string `json:"backtrace,omitempty"`
-}
-
 // ExecRequest is the body of POST /v1/sandboxes/{id}/exec.
 type ExecRequest struct {
 	// Cmd is the program and its arguments, run as they are: no shell is

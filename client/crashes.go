@@ -8,13 +8,35 @@ import (
 	"sbx.dev/sbx/api"
 )
 
+// Crash is a crash caught in a sandbox: a process that got a signal whose
+// default action dumps core, held at its faulting instruction while the
+// sandbox was frozen as Snapshot. In a copy resumed from Snapshot
+// (`sbx new --from`), process Pid is still stopped there, its signal
+// pending, for `gdb -p`. What it says of the process is the sandbox's word.
+type Crash struct {
+	Pid       int       `json:"pid"`
+	Tid       int       `json:"tid,omitempty"`
+	Exe       string    `json:"exe,omitempty"`
+	Cmd       string    `json:"cmd,omitempty"`
+	Signal    string    `json:"signal"`
+	FaultAddr string    `json:"faultAddr,omitempty"`
+	IP        string    `json:"ip,omitempty"`
+	At        time.Time `json:"at"`
+	Snapshot  string    `json:"snapshot"`
+	// Count is how many crashes the sandbox had in that boot when this one
+	// was caught (one is caught per boot: the others end at once).
+	Count int `json:"count,omitempty"`
+	// Backtrace is the faulting thread's stack, read by gdb in a copy.
+	Backtrace string `json:"backtrace,omitempty"`
+}
+
 // Crashes lists the crashes caught in the sandbox, oldest first: each one a
 // process held at its faulting instruction in a freeze of the sandbox (its
 // Snapshot), from the sandbox's "frozen" events. A deleted sandbox's are
 // listed too. Backtrace is not filled in: it is read in a copy (package
 // flaky's Backtrace).
-func (s *Sandbox) Crashes(ctx context.Context) ([]api.Crash, error) {
-	out := []api.Crash{}
+func (s *Sandbox) Crashes(ctx context.Context) ([]Crash, error) {
+	out := []Crash{}
 	err := s.Events(ctx, func(ev api.Event) error {
 		if c, ok := crashOf(ev); ok {
 			out = append(out, c)
@@ -25,9 +47,9 @@ func (s *Sandbox) Crashes(ctx context.Context) ([]api.Crash, error) {
 }
 
 // crashOf reads a crash from a frozen event whose freeze caught one.
-func crashOf(ev api.Event) (api.Crash, bool) {
+func crashOf(ev api.Event) (Crash, bool) {
 	if ev.Type != "frozen" || ev.Detail["crash"] == nil || ev.Detail["outcome"] != "ok" {
-		return api.Crash{}, false
+		return Crash{}, false
 	}
 	var d struct {
 		Name     string    `json:"name"`
@@ -45,12 +67,12 @@ func crashOf(ev api.Event) (api.Crash, bool) {
 	}
 	b, err := json.Marshal(ev.Detail)
 	if err != nil || json.Unmarshal(b, &d) != nil || d.Name == "" || d.Pid <= 0 {
-		return api.Crash{}, false
+		return Crash{}, false
 	}
 	at := d.FailedAt
 	if at.IsZero() {
 		at = ev.Time
 	}
-	return api.Crash{Pid: d.Pid, Tid: d.Crash.Tid, Exe: d.Crash.Exe, Cmd: d.Cmd, Signal: d.Crash.Signal,
+	return Crash{Pid: d.Pid, Tid: d.Crash.Tid, Exe: d.Crash.Exe, Cmd: d.Cmd, Signal: d.Crash.Signal,
 		FaultAddr: d.Crash.FaultAddr, IP: d.Crash.IP, At: at, Snapshot: d.Name, Count: d.Crash.Count}, true
 }

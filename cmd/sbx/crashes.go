@@ -8,13 +8,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/client"
 	"sbx.dev/sbx/internal/flaky"
 )
 
 // crashesJSON is what `sbx --json crashes` prints.
 type crashesJSON struct {
-	Crashes []api.Crash `json:"crashes"`
+	Crashes []client.Crash `json:"crashes"`
 	// SinceStart is how many crashes the running sandbox has had since it
 	// started, caught or not (the sandbox's word); absent when unknown.
 	SinceStart *int `json:"crashesSinceStart,omitempty"`

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/client"
 )
 
 // heldCrashC forks a child that forks a grandchild; the grandchild segfaults
@@ -72,9 +73,9 @@ func upload(t *testing.T, d *daemon, id, local, path string) {
 }
 
 // crashesOf waits for n crashes caught in sandbox id and returns them.
-func crashesOf(t *testing.T, d *daemon, id string, n int) []api.Crash {
+func crashesOf(t *testing.T, d *daemon, id string, n int) []client.Crash {
 	t.Helper()
-	var got []api.Crash
+	var got []client.Crash
 	waitFor(t, strconv.Itoa(n)+" crashes caught in "+id, 60*time.Second, func() bool {
 		var err error
 		got, err = d.client.Sandbox(id).Crashes(context.Background())
@@ -123,7 +124,7 @@ func TestCrashFreezeGrandchild(t *testing.T) {
 	}
 
 	var listed struct {
-		Crashes []api.Crash `json:"crashes"`
+		Crashes []client.Crash `json:"crashes"`
 	}
 	d.jsonOut(t, &listed, "crashes", id)
 	if len(listed.Crashes) != 1 || !strings.Contains(listed.Crashes[0].Backtrace, "fault (token=") || !strings.Contains(listed.Crashes[0].Backtrace, token) {
@@ -213,8 +214,8 @@ func TestCrashStorm(t *testing.T) {
 		t.Errorf("a storm of %d crashes: %d caught; want one per boot", n, len(crs))
 	}
 	var listed struct {
-		Crashes    []api.Crash `json:"crashes"`
-		SinceStart *int        `json:"crashesSinceStart"`
+		Crashes    []client.Crash `json:"crashes"`
+		SinceStart *int           `json:"crashesSinceStart"`
 	}
 	d.jsonOut(t, &listed, "crashes", id, "--no-backtrace")
 	if listed.SinceStart == nil || *listed.SinceStart != n {

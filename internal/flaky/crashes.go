@@ -35,7 +35,7 @@ type CopyClient interface {
 const copyTTL = 10 * time.Minute
 
 // withCopy runs fn in a copy resumed from cr's snapshot, then deletes it.
-func withCopy(ctx context.Context, c CopyClient, cr api.Crash, fn func(id string) error) error {
+func withCopy(ctx context.Context, c CopyClient, cr client.Crash, fn func(id string) error) error {
 	if cr.Snapshot == "" || cr.Pid <= 0 {
 		return api.Errorf(api.ErrInvalid, "crash of pid %d: no snapshot to read it in", cr.Pid)
 	}
@@ -50,7 +50,7 @@ func withCopy(ctx context.Context, c CopyClient, cr api.Crash, fn func(id string
 // CrashBacktrace returns the stacks of cr's process, every thread's, read
 // by gdb in a copy resumed from the crash's snapshot (bounded to
 // maxBundleText).
-func CrashBacktrace(ctx context.Context, c CopyClient, cr api.Crash) (string, error) {
+func CrashBacktrace(ctx context.Context, c CopyClient, cr client.Crash) (string, error) {
 	var bt string
 	err := withCopy(ctx, c, cr, func(id string) error {
 		var out limitedBuffer
@@ -93,7 +93,7 @@ func stackOf(s string) string {
 // by build-id, their /usr/lib/debug files if the sandbox has them, the
 // mappings, the shared libraries, every thread's backtrace with locals) and
 // backtrace.txt beside it. It is bounded as --on-crash's bundle is.
-func CrashBundle(ctx context.Context, c CopyClient, cr api.Crash, dir string) (*Crash, error) {
+func CrashBundle(ctx context.Context, c CopyClient, cr client.Crash, dir string) (*Crash, error) {
 	sig := unix.SignalNum(cr.Signal)
 	if sig == 0 {
 		return nil, api.Errorf(api.ErrInvalid, "crash of pid %d: unknown signal %q", cr.Pid, cr.Signal)
