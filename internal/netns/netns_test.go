@@ -474,8 +474,10 @@ func TestDeleteGetList(t *testing.T) {
 	}
 	if addrs, err := addrList(); err == nil {
 		for _, a := range addrs {
-			if p, ok := prefixOf(a.IPNet); ok && p.Overlaps(nw.Outer) {
-				t.Errorf("address %s still on the host after Delete", p)
+			// this manager's: a daemon of another package's tests may take
+			// the freed range at once (go test runs packages side by side)
+			if p, ok := prefixOf(a.IPNet); ok && p.Overlaps(nw.Outer) && a.Label == nw.HostIf {
+				t.Errorf("address %s still on the host after Delete (%s)", p, a.Label)
 			}
 		}
 	}
