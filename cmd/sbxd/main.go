@@ -560,6 +560,10 @@ func cleanup(st *store.Store, nets *netns.Manager) error {
 	return nets.Cleanup()
 }
 
+// lockWait is how long sbxd waits for the data dir's lock before it says
+// another sbxd holds it.
+const lockWait = 3 * time.Second
+
 // lockDataDir takes an exclusive lock on the data dir for as long as sbxd
 // runs: two daemons on one data dir would both reconcile, reap and sweep
 // the same sandboxes.
@@ -569,7 +573,15 @@ func lockDataDir(dir string) (unlock func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock the data dir: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	// A daemon killed just now may leave its lock for a moment: a child it
+	// was forking shares the lock until it execs (then close-on-exec lets
+	// go). A live sbxd holds it for good, and is refused after the wait.
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	for deadline := time.Now().Add(lockWait); errors.Is(err, syscall.EWOULDBLOCK) && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	}
+	if err != nil {
 		b, _ := os.ReadFile(path)
 		f.Close()
 		holder := strings.TrimSpace(string(b))
