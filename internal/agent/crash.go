@@ -142,7 +142,11 @@ func (c *crashes) handle(name string) {
 		IP: "0x" + strconv.FormatUint(rep.IP, 16)}
 	switch syscall.Signal(rep.Signal) {
 	case syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGILL, syscall.SIGFPE, syscall.SIGTRAP:
-		crash.FaultAddr = "0x" + strconv.FormatUint(rep.Addr, 16)
+		// a fault has an address; a signal sent with kill(2) (si_code 0 or
+		// below) carries the sender's pid and uid there instead
+		if rep.Code > 0 {
+			crash.FaultAddr = "0x" + strconv.FormatUint(rep.Addr, 16)
+		}
 	}
 	reason := fmt.Sprintf("crash: %s in %d (%s)", sig, rep.Pid, crash.Exe)
 	if crash.FaultAddr != "" {

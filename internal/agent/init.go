@@ -457,7 +457,9 @@ func (s *supervisor) spawn(req initRequest) initReply {
 			return fail(ExitError, "spawn %s: %s", req.ID, err)
 		}
 		prog, argv = self, argv[:2]
-		env = append(env, execArgsEnv+"="+string(args))
+		// init's alone: one the request's env has is replaced, not
+		// shadowed (the first of two copies is the one a getenv finds)
+		env = mergeEnv(env, []string{execArgsEnv + "=" + string(args)})
 	}
 
 	s.prune()
@@ -786,9 +788,21 @@ func writeFileAtomic(path, content string) error {
 // errUnreachable is callInit's error when no request was sent.
 var errUnreachable = errors.New("cannot reach init")
 
+// initBootWait is how long a request waits for an init that does not
+// listen yet (one booting).
+var initBootWait = 5 * time.Second
+
 // callInit sends one request to init and returns its reply.
 func callInit(req initRequest) (initReply, error) {
 	conn, err := dialUnix(initSocket)
+	// sbxd calls a sandbox ready once runsc has started its init, which
+	// may not listen yet: a command asked for right then found nobody
+	// ("connection refused", exit 125; 1 in 30 creates at load 16). Nobody
+	// listening means nothing was asked, so asking again is safe.
+	for start := time.Now(); err != nil && errors.Is(err, syscall.ECONNREFUSED) && time.Since(start) < initBootWait; {
+		time.Sleep(20 * time.Millisecond)
+		conn, err = dialUnix(initSocket)
+	}
 	if err != nil {
 		return initReply{}, fmt.Errorf("%w on %s (is the sandbox's first process `sbx-agent init`?): %w", errUnreachable, initSocket, err)
 	}
@@ -934,9 +948,10 @@ func followHostname() {
 
 // renameHost makes etc's hostname and hosts name host instead of the name
 // etc/hostname holds. It does nothing when they agree, or when there is no
-// hostname file to say what the old name was.
+// hostname file to say what the old name was. Only regular files are read,
+// and only so much of them: root inside may put a FIFO or /dev/zero there.
 func renameHost(etc, host string) error {
-	b, err := os.ReadFile(filepath.Join(etc, "hostname"))
+	b, err := readRegular(filepath.Join(etc, "hostname"), 4<<10)
 	if err != nil {
 		return nil
 	}
@@ -944,7 +959,7 @@ func renameHost(etc, host string) error {
 	if host == "" || old == host || old == "" || strings.ContainsAny(host, " \t\n#") {
 		return nil
 	}
-	if hosts, err := os.ReadFile(filepath.Join(etc, "hosts")); err == nil {
+	if hosts, err := readRegular(filepath.Join(etc, "hosts"), 1<<20); err == nil {
 		lines := strings.SplitAfter(string(hosts), "\n")
 		changed := false
 		for i, line := range lines {
@@ -980,6 +995,24 @@ func renameHost(etc, host string) error {
 		return err
 	}
 	return os.Chmod(filepath.Join(etc, "hostname"), 0o644)
+}
+
+// readRegular reads path if it is a regular file of at most max bytes; it
+// never blocks on a FIFO or a device.
+func readRegular(path string, max int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > max {
+		return nil, fmt.Errorf("%s: not a regular file of at most %d bytes", path, max)
+	}
+	return io.ReadAll(io.LimitReader(f, max))
 }
 
 // selfExe is the agent binary (tests use one they built).

@@ -469,10 +469,30 @@ func TestInitSurvivesBadRequests(t *testing.T) {
 func TestSpawnNoInit(t *testing.T) {
 	old := initSocket
 	initSocket = fmt.Sprintf("@sbx-agent-nobody-%d", os.Getpid())
-	t.Cleanup(func() { initSocket = old })
+	oldWait := initBootWait
+	initBootWait = 300 * time.Millisecond
+	t.Cleanup(func() { initSocket, initBootWait = old, oldWait })
 	code, _, stderr := run(t, nil, "spawn", "--id", newExecID(), "--", "/bin/true")
 	if code != ExitUsageExec || !strings.Contains(stderr, "cannot reach init") {
 		t.Errorf("got %d %q, want %d and \"cannot reach init\"", code, stderr, ExitUsageExec)
+	}
+}
+
+// TestSpawnInitBooting: a request sent before init listens (a sandbox just
+// booted) waits for it instead of failing with "cannot reach init".
+func TestSpawnInitBooting(t *testing.T) {
+	s := newSupervisor(fmt.Sprintf("@sbx-agent-late-%d", os.Getpid()), t.TempDir(), false, io.Discard)
+	oldSocket, oldDir, oldSelf := initSocket, execsDir, selfExe
+	initSocket, execsDir, selfExe = s.socket, s.dir, agentBin
+	late := time.AfterFunc(300*time.Millisecond, s.start)
+	t.Cleanup(func() {
+		late.Stop()
+		s.stop()
+		initSocket, execsDir, selfExe = oldSocket, oldDir, oldSelf
+	})
+	code, stdout, stderr := run(t, nil, "spawn", "--id", newExecID(), "--", "/bin/echo", "late")
+	if code != 0 || stdout != "late\n" {
+		t.Errorf("spawn before init listened: exit %d %q %q; want it to wait and run", code, stdout, stderr)
 	}
 }
 

@@ -43,12 +43,21 @@ func sbxCrashHeld(info *linux.SignalInfo) bool {
 // sbxHoldCrash holds t's thread group at the crash that info would end it
 // with, and reports whether it did. It does not for a signal held once
 // already, a traced task (its tracer has seen the signal and let it go on),
-// the sandbox's init, or when sbxCrashDir is not there.
+// the sandbox's init, or when sbxCrashDir is not there. sbxCrashDir is
+// looked up in init's mount namespace.
 func (t *Task) sbxHoldCrash(info *linux.SignalInfo) bool {
-	if sbxCrashHeld(info) || t.hasTracer() || t.tg == t.k.globalInit {
+	init := t.k.GlobalInit()
+	if sbxCrashHeld(info) || t.hasTracer() || init == nil || t.tg == init {
 		return false
 	}
-	mntns := t.MountNamespace()
+	// init's mount namespace, not the crashing task's: a user's own
+	// namespace (unshare -Urm) could put a /run/sbx/crashes of its own
+	// there, or a symlink out of it, for the sentry to write as root
+	leader := init.Leader()
+	if leader == nil {
+		return false
+	}
+	mntns := leader.MountNamespace()
 	if mntns == nil {
 		return false
 	}
@@ -102,7 +111,7 @@ func (t *Task) sbxTellCrash(root vfs.VirtualDentry, creds *auth.Credentials, inf
 	tmp := fmt.Sprintf("%s/.%d.tmp", sbxCrashDir, pid)
 	final := fmt.Sprintf("%s/%d.json", sbxCrashDir, pid)
 	fd, err := t.k.VFS().OpenAt(t, creds, &vfs.PathOperation{Root: root, Start: root, Path: fspath.Parse(tmp)},
-		&vfs.OpenOptions{Flags: linux.O_WRONLY | linux.O_CREAT | linux.O_TRUNC, Mode: 0o600})
+		&vfs.OpenOptions{Flags: linux.O_WRONLY | linux.O_CREAT | linux.O_TRUNC | linux.O_NOFOLLOW, Mode: 0o600})
 	if err != nil {
 		return err
 	}
