@@ -99,9 +99,9 @@ def test_exec_timeout_is_enforced_by_the_sandbox(sb):
 
 
 def test_exec_huge_output(sb):
-    # 40 MB comes back whole and exact
-    r = sb.exec("head -c 40000000 /dev/urandom > /tmp/big; md5sum /tmp/big >&2; cat /tmp/big", timeout=120)
-    assert r.exit_code == 0 and len(r.stdout_bytes) == 40000000
+    # 30 MB comes back whole and exact
+    r = sb.exec("head -c 30000000 /dev/urandom > /tmp/big; md5sum /tmp/big >&2; cat /tmp/big", timeout=120)
+    assert r.exit_code == 0 and len(r.stdout_bytes) == 30000000
     assert hashlib.md5(r.stdout_bytes).hexdigest() == r.stderr.split()[0]
     # past max_output: a clear error naming the exec, which goes on
     with pytest.raises(sbx.TooLarge) as e:
@@ -111,6 +111,14 @@ def test_exec_huge_output(sb):
     while not sb.files.exists("/tmp/after"):
         assert time.monotonic() < deadline, "the exec did not go on after the client stopped reading"
         time.sleep(0.2)
+
+
+@pytest.mark.xfail(strict=True, reason="server bug: past the shim's 32 MiB output head an exec's output comes back cut short "
+                   "(40 MB gives 34603110 bytes) or longer than written (34000000 gives 34000096), to the Go CLI as well")
+def test_exec_output_past_32_mib(sb):
+    r = sb.exec("head -c 40000000 /dev/urandom > /tmp/big; md5sum /tmp/big >&2; cat /tmp/big", timeout=120)
+    assert len(r.stdout_bytes) == 40000000
+    assert hashlib.md5(r.stdout_bytes).hexdigest() == r.stderr.split()[0]
 
 
 def test_exec_stream(sb):
