@@ -169,10 +169,11 @@ class Transport:
             except OSError as e:
                 raise Unavailable("cannot reach sbxd at %s: %s" % (self.host, e)) from e
             sent = True
+            if stream and conn.sock is not None:
+                # a follow's answer starts with its first event, however long that takes
+                conn.sock.settimeout(None)
             conn.request(method, url, body=body, headers=headers)
             resp = conn.getresponse()
-            if stream and conn.sock is not None:
-                conn.sock.settimeout(None)
         except SbxError:
             conn.close()
             raise

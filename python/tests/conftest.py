@@ -184,9 +184,21 @@ def start_daemon(extra: Optional[List[str]] = None) -> Daemon:
 def finish(d: Daemon) -> None:
     """finish cleans up after a daemon and fails the test run if anything was left."""
     forced = d.stop_and_clean()
+    deadline = time.monotonic() + 10
     left = d.leftovers()
+    while left and time.monotonic() < deadline:  # processes that are on their way out
+        time.sleep(0.2)
+        left = d.leftovers()
     assert not left, "left on the host after sbxd %s: %s" % (d.tag, left)
     assert not forced, "sbxd %s left these, removed by force: %s" % (d.tag, forced)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt("signal %d" % signum)
+
+
+# a SIGTERM (make's, a CI's timeout) unwinds the session like Ctrl-C, so the daemons are cleaned up
+signal.signal(signal.SIGTERM, _interrupt)
 
 
 @pytest.fixture(scope="session")
