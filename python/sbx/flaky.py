@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Union
 
 from .errors import Invalid, NotFound, SbxError
-from .types import Duration
+from .types import Duration, duration_wire
 
 if TYPE_CHECKING:  # pragma: no cover
     from .client import Client, Command, Sandbox
@@ -141,10 +141,10 @@ class HuntResult:
         return "sbx resume %s" % self.sandbox.id if self.sandbox and self.found else ""
 
 
-def _seeds(n: int, seeds: Seeds) -> List[int]:
+def _seeds(n: int, seeds: Seeds, at_most: bool = False) -> List[int]:
     if seeds is not None and not callable(seeds):
         out = [int(s) for s in seeds][:n]
-        if len(out) < n:
+        if len(out) < n and not (at_most and out):
             raise Invalid("want %d seeds, got %d" % (n, len(out)))
         if len(set(out)) != len(out):
             raise Invalid("the seeds repeat: two runs with one seed would measure it twice")
@@ -170,7 +170,8 @@ def _run_once(sb: "Sandbox", cmd: "Command", i: int, seed: int, seed_env: str, t
     return Run(i, seed, sb.id, r.exit_code, r.exit_code == 0, int((time.monotonic() - start) * 1000), r.stdout, r.stderr)
 
 
-def _check(n: int, parallel: int, what: str) -> None:
+def _check(n: int, parallel: int, what: str, timeout: Optional[Duration] = None) -> None:
+    duration_wire(timeout, "%s: timeout" % what)
     if not isinstance(n, int) or n < 1:
         raise Invalid("%s: want at least 1 run, got %r" % (what, n))
     if not isinstance(parallel, int) or parallel < 1:
@@ -206,7 +207,7 @@ def hunt(
     stop that keeps processes and memory. Without a failure, a sandbox hunt
     made is deleted.
     """
-    _check(runs, 1, "hunt")
+    _check(runs, 1, "hunt", timeout)
     if sum(x is not None for x in (template, from_snapshot, sandbox)) > 1:
         raise Invalid("hunt: give one of template, from_snapshot and sandbox")
     made = sandbox is None
@@ -227,7 +228,9 @@ def hunt(
             client.delete_all([sb])
         raise
     try:
-        for i, seed in enumerate(_seeds(runs, seeds)):
+        seedlist = _seeds(runs, seeds, at_most=True)  # a list of seeds may be shorter than runs: it is the runs
+        runs = len(seedlist)
+        for i, seed in enumerate(seedlist):
             run = _run_once(sb, cmd, i, seed, seed_env, timeout, cwd, env)
             if progress:
                 progress(run)
@@ -274,7 +277,7 @@ def flake_rate(
     failing ones with ``keep_failures`` (kept with the idle ttl
     ``keep_ttl``). On an error no fork is left.
     """
-    _check(n, parallel, "flake rate")
+    _check(n, parallel, "flake rate", timeout)
     if (sandbox is None) == (from_snapshot is None):
         raise Invalid("flake rate: give exactly one of sandbox and from_snapshot")
     seedlist = _seeds(n, seeds)
@@ -380,7 +383,7 @@ def replay(
 
     NotFound for an unknown snapshot; on an error no sandbox of it is left.
     """
-    _check(n, parallel, "replay")
+    _check(n, parallel, "replay", timeout)
     if not snapshot:
         raise Invalid("replay: no snapshot given")
     client.snapshot(snapshot)  # NotFound before anything is made
