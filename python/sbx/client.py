@@ -6,6 +6,7 @@ import io
 import os
 import posixpath
 import signal as _signal
+import time
 import uuid
 from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
@@ -38,6 +39,8 @@ DEFAULT_MAX_OUTPUT = 64 << 20
 #: DEFAULT_MAX_READ bounds what Files.read reads into memory (use read_to past it).
 DEFAULT_MAX_READ = 256 << 20
 _LIST_PAGE = 5000
+_UNREACHABLE_PREFIX = b"sbx: start ex_"
+_UNREACHABLE = b"cannot reach init on @sbx-agent"
 _CHUNK = 256 << 10
 
 
@@ -438,8 +441,47 @@ class Sandbox:
         return int(x.exit_code if x.exit_code is not None else -1)
 
     def _exec_stream(self, req: Dict[str, Any], on_out: Optional[Callable[[bytes], Any]], on_err: Optional[Callable[[bytes], Any]], max_output: Optional[int]) -> ExecInfo:
-        resp = self._t.send("POST", self._path("exec"), json_body=req, accept="text/event-stream", stream=True)
-        return _follow(resp, "exec", self.id, on_out, on_err, max_output)
+        # Workaround of a race in sbxd (reported, not fixed here): a sandbox that has just booted
+        # is "ready" before its init listens, and an exec then ends 125 with "sbx: start ID:
+        # cannot reach init ...: connection refused" — a command that never ran (the agent sent
+        # no request, so the exec has no pid). Only that answer, pid-less, with nothing else said, is tried again, for 5 s.
+        deadline = time.monotonic() + 5
+        pause = 0.05
+        while True:
+            held: List[bytes] = []
+            said = [False]
+
+            def out(b: bytes) -> Any:
+                said[0] = True
+                if held:
+                    for h in held:
+                        if on_err is not None:
+                            on_err(h)
+                    held.clear()
+                return on_out(b) if on_out is not None else None
+
+            def err(b: bytes) -> Any:
+                if not said[0] and not held and _UNREACHABLE_PREFIX in b[:64] and _UNREACHABLE in b:
+                    held.append(b)
+                    return None
+                said[0] = True
+                if held:
+                    for h in held:
+                        if on_err is not None:
+                            on_err(h)
+                    held.clear()
+                return on_err(b) if on_err is not None else None
+
+            resp = self._t.send("POST", self._path("exec"), json_body=req, accept="text/event-stream", stream=True)
+            x = _follow(resp, "exec", self.id, out, err, max_output)
+            if held and not said[0] and x.exit_code == 125 and x.pid == 0 and time.monotonic() < deadline:
+                time.sleep(pause)
+                pause = min(pause * 2, 0.5)
+                continue
+            for h in held:
+                if on_err is not None:
+                    on_err(h)
+            return x
 
     def start(
         self,
