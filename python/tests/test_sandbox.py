@@ -92,7 +92,7 @@ def test_exec_is_not_run_twice_for_output_like_the_init_race(sb):
     # the client tries again only an exec that never started (sbxd's init race, see _exec_stream);
     # a command that prints the same words and exits 125 ran, and runs once
     msg = "sbx: start ex_aaaaaaaaaa: cannot reach init on @sbx-agent (is the sandbox's first process?): connection refused"
-    r = sb.exec("echo run >> /tmp/runs; echo '%s' >&2; exit 125" % msg)
+    r = sb.exec(["/bin/sh", "-c", 'echo run >> /tmp/runs; echo "$0" >&2; exit 125', msg])
     assert r.exit_code == 125 and r.stderr == msg + "\n"
     assert sb.files.read("/tmp/runs") == b"run\n"
 
