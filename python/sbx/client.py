@@ -290,7 +290,7 @@ class _Limited(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def read(self, n: int = -1) -> bytes:  # type: ignore[override]
+    def read(self, n: int = -1) -> bytes:
         if self._left <= 0:
             return b""
         if n < 0 or n > self._left:

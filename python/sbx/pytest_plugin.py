@@ -165,7 +165,8 @@ class Runner:
             xml = sb.files.read(_JUNIT, max_size=16 << 20)
         except SbxError:
             xml = b""
-        outcome, longrepr = "failed", None
+        outcome = "failed"
+        longrepr: Any = None
         case = None
         if xml:
             try:
@@ -194,7 +195,7 @@ class Runner:
 
     # the protocol
 
-    @pytest.hookimpl(tryfirst=True)
+    @pytest.hookimpl(tryfirst=True)  # type: ignore[misc]
     def pytest_runtest_protocol(self, item: Any, nextitem: Any) -> bool:
         """pytest_runtest_protocol runs the item in sandboxes instead of here and reports what they said."""
         ihook = item.ihook
@@ -214,27 +215,30 @@ class Runner:
                     self.client.delete_all([kid])
         except SbxError as e:
             res = {"outcome": "failed", "longrepr": "sbx: %s: %s" % (type(e).__name__, e), "stdout": "", "stderr": "", "duration": 0.0}
-        for when in ("setup", "call", "teardown"):
+        phases = ("setup", "teardown") if res["outcome"] == "skipped" else ("setup", "call", "teardown")
+        for when in phases:
             rep = self._report(item, when, res)
             ihook.pytest_runtest_logreport(report=rep)
         ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True
 
     def _report(self, item: Any, when: str, res: Dict[str, Any]) -> Any:
+        """_report is the TestReport of one phase: the remote outcome on "call" (on "setup" for a skip)."""
         from _pytest.reports import TestReport
 
-        outcome, longrepr, sections = "passed", None, []
-        if when == "call":
+        outcome: Any = "passed"
+        longrepr: Any = None
+        sections: List[Tuple[str, str]] = []
+        skipped = res["outcome"] == "skipped"
+        if (when == "call" and not skipped) or (when == "setup" and skipped):
             outcome, longrepr = res["outcome"], res["longrepr"]
+        if when == "call":
             if res.get("stdout"):
                 sections.append(("Captured stdout call (sbx %s)" % res.get("sandbox", ""), res["stdout"]))
             if res.get("stderr"):
                 sections.append(("Captured stderr call (sbx %s)" % res.get("sandbox", ""), res["stderr"]))
-        if when == "setup" and outcome == "passed" and res["outcome"] == "skipped":
-            outcome, longrepr = "skipped", res["longrepr"]
-        if when == "call" and res["outcome"] == "skipped":
-            return TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, "passed", None, "teardown", [], 0.0)
-        return TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, outcome, longrepr, when, sections,
+        phase: Any = when
+        return TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, outcome, longrepr, phase, sections,
                           res.get("duration", 0.0) if when == "call" else 0.0)
 
     def _rate(self, prepared: Sandbox, item: Any, n: int) -> Dict[str, Any]:
