@@ -87,3 +87,15 @@ def test_upload_dir(sb, tmp_path):
     sb.files.upload_dir(str(tmp_path), "/work")
     assert sb.files.read("/work/pkg/m.py") == b"X = 1\n" and sb.files.read("/work/top.txt") == b"top\n"
     assert not sb.files.exists("/work/.git")
+
+
+def test_read_tar(sb):
+    import tarfile
+
+    sb.files.write("/t/a.txt", b"A")
+    sb.files.write("/t/sub/b.txt", b"BB")
+    with sb.files.read_tar("/t") as r:
+        data = r.read()
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+        files = {m.name.split("/", 1)[-1]: tf.extractfile(m).read() for m in tf.getmembers() if m.isfile()}
+    assert files == {"a.txt": b"A", "sub/b.txt": b"BB"}, files

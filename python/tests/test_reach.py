@@ -166,3 +166,35 @@ def test_follow_broken_by_sbxd_stopping(own_daemon):
     if isinstance(errs[0], sbx.StreamError):
         assert errs[0].last_seq == seen[-1].seq
     d.start()
+
+
+def test_import_and_remove_a_template(client, tmp_path):
+    import io
+    import shutil
+    import tarfile
+
+    busybox = shutil.which("busybox") or "/bin/busybox"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        tf.add(busybox, arcname="bin/busybox")
+        link = tarfile.TarInfo("bin/sh")
+        link.type, link.linkname = tarfile.SYMTYPE, "busybox"
+        tf.addfile(link)
+        for d in ("etc", "tmp", "proc", "dev", "sys", "root"):
+            ti = tarfile.TarInfo(d)
+            ti.type, ti.mode = tarfile.DIRTYPE, 0o755
+            tf.addfile(ti)
+    size = buf.tell()
+    buf.seek(0)
+    name = "py-imp-" + tmp_path.name[-6:].replace("_", "-").strip("-")
+    t = client.import_template(name, buf, size)
+    try:
+        assert t.name == name and t.version.startswith("sha256:")
+        with client.create(template=name) as sb:
+            assert sb.exec(["/bin/busybox", "echo", "imported"]).stdout == "imported\n"
+    finally:
+        client.remove_template(name)
+    with pytest.raises(sbx.NotFound):
+        client.template(name)
+    with pytest.raises(sbx.NotFound):
+        client.remove_template(name)
