@@ -997,20 +997,35 @@ class Snapshot:
         """create makes one sandbox from the snapshot (keyword arguments as Client.create)."""
         return self.client.create(from_snapshot=self.name, **kw)
 
-    def fork(self, count: int = 1, ttl: Optional[Duration] = None, meta: Optional[Mapping[str, str]] = None) -> List[Sandbox]:
-        """fork makes ``count`` sandboxes from the snapshot (with its memory, if it has it); all or nothing."""
+    def fork(self, count: int = 1, ttl: Optional[Duration] = None, meta: Optional[Mapping[str, str]] = None, parallel: int = 4) -> List[Sandbox]:
+        """fork makes ``count`` sandboxes from the snapshot (with its memory, if it has it), ``parallel`` at a time; all or nothing."""
+        from concurrent.futures import ThreadPoolExecutor
+
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise Invalid("fork of snapshot %s: want at least 1 sandbox, got %r" % (self.name, count))
+        if not isinstance(parallel, int) or parallel < 1:
+            raise Invalid("fork of snapshot %s: want a parallelism of at least 1, got %r" % (self.name, parallel))
+        duration_wire(ttl, "ttl")
         made: List[Sandbox] = []
-        try:
-            for _ in range(count):
-                made.append(self.client.create(from_snapshot=self.name, ttl=ttl, meta=meta))
-        except BaseException:
+        errors: List[BaseException] = []
+
+        def one(_: int) -> None:
+            if errors:
+                return
+            try:
+                sb = self.client.create(from_snapshot=self.name, ttl=ttl, meta=meta)
+                made.append(sb)
+            except BaseException as e:
+                errors.append(e)
+
+        with ThreadPoolExecutor(max_workers=min(parallel, count)) as pool:
+            list(pool.map(one, range(count)))
+        if errors:
             try:
                 self.client.delete_all(made)
             except SbxError:
                 pass
-            raise
+            raise errors[0]
         return made
 
     def delete(self) -> None:

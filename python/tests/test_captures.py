@@ -135,3 +135,23 @@ def test_memory_snapshot_and_delete_with_snapshots(client):
     assert removed == [snap.name]
     with pytest.raises(sbx.NotFound):
         client.snapshot(snap.name)
+
+
+def test_snapshot_fork_is_all_or_nothing(client, sb):
+    snap = sb.snapshot()
+    try:
+        kids = snap.fork(5, parallel=3, meta={"from": "snap"})
+        try:
+            assert len({k.id for k in kids}) == 5 and all(k.info().from_snapshot == snap.name for k in kids)
+        finally:
+            client.delete_all(kids)
+        with pytest.raises(sbx.Invalid):
+            snap.fork(0)
+        with pytest.raises(sbx.Invalid):
+            snap.fork(2, ttl="later")
+        # a batch whose creates sbxd refuses leaves none behind
+        with pytest.raises(sbx.Invalid):
+            snap.fork(3, meta={"": "no key"})
+        assert client.list(meta={"from": "snap"}) == []
+    finally:
+        snap.delete()

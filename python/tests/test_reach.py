@@ -1,5 +1,6 @@
 """Logs, events, previews, ports, metrics, templates — and streams that break under the client."""
 
+import os
 import signal
 import threading
 import time
@@ -198,3 +199,34 @@ def test_import_and_remove_a_template(client, tmp_path):
         client.template(name)
     with pytest.raises(sbx.NotFound):
         client.remove_template(name)
+
+
+def test_tcp_with_a_token():
+    import socket as _socket
+
+    from conftest import finish, start_daemon
+
+    s = _socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    import tempfile
+
+    tf = tempfile.NamedTemporaryFile("w", delete=False)
+    tf.write("py-test-token-123\n")
+    tf.close()
+    d = start_daemon(["--listen", "127.0.0.1:%d" % port, "--token-file", tf.name])
+    try:
+        c = sbx.Client("tcp://127.0.0.1:%d" % port, token="py-test-token-123")
+        assert c.health()["status"] == "ok"
+        c.build_template("tiny")
+        with c.create(template="tiny") as sb:
+            assert sb.exec("echo over-tcp").stdout == "over-tcp\n"
+        with pytest.raises(sbx.Unauthorized) as e:
+            sbx.Client("tcp://127.0.0.1:%d" % port, token="wrong").list()
+        assert e.value.status == 401
+        with pytest.raises(sbx.Unauthorized):
+            sbx.Client("tcp://127.0.0.1:%d" % port, token="").list()
+    finally:
+        finish(d)
+        os.unlink(tf.name)
