@@ -109,6 +109,7 @@ class Client:
         network: Optional[str] = None,
         pids: Optional[int] = None,
         disk: Optional[Union[int, str]] = None,
+        keep: bool = False,
     ) -> "Sandbox":
         """create makes a sandbox and returns it once it is ready.
 
@@ -116,8 +117,9 @@ class Client:
         makes it from a snapshot instead (a memory snapshot carries on its
         processes). ``ttl`` is the idle ttl (seconds, timedelta or "30m"; 0:
         none); ``memory`` and ``disk`` are bytes or "512M"; ``network`` is
-        None or "none". Invalid for a bad argument, NotFound for an unknown
-        template or snapshot, Conflict for a name in use.
+        None or "none". Used as a context manager the sandbox is deleted on
+        exit unless ``keep``. Invalid for a bad argument, NotFound for an
+        unknown template or snapshot, Conflict for a name in use.
         """
         req: Dict[str, Any] = {}
         if template:
@@ -142,14 +144,17 @@ class Client:
         if network is not None:
             req["network"] = network
         d = self._t.call("POST", "/v1/sandboxes", json_body=req)
-        return Sandbox(self, d["id"], SandboxInfo.from_json(d))
+        return Sandbox(self, d["id"], SandboxInfo.from_json(d)).keep(keep)
 
-    def sandbox(self, id_or_name: str) -> "Sandbox":
-        """sandbox returns a handle on an existing sandbox, by id or name; NotFound if there is none."""
+    def sandbox(self, id_or_name: str, keep: bool = False) -> "Sandbox":
+        """sandbox returns a handle on an existing sandbox, by id or name; NotFound if there is none.
+
+        Used as a context manager it deletes the sandbox on exit unless ``keep``.
+        """
         if not id_or_name:
             raise Invalid("sandbox: no id or name given")
         d = self._t.call("GET", "/v1/sandboxes/" + quote(id_or_name))
-        return Sandbox(self, d["id"], SandboxInfo.from_json(d))
+        return Sandbox(self, d["id"], SandboxInfo.from_json(d)).keep(keep)
 
     def list(
         self,
@@ -306,8 +311,8 @@ class Sandbox:
     """Sandbox is a handle on one sandbox; ``info`` is what was last known of it.
 
     As a context manager it deletes the sandbox on exit, unless it was made
-    with ``keep=True`` (see :meth:`keep`) — so a failing block can keep its
-    evidence: ``with client.create(...) as sb: ...``.
+    with ``keep=True`` or :meth:`keep` was called in the block — so a failing
+    block can keep its evidence: ``with client.create(...) as sb: ...``.
     """
 
     def __init__(self, client: Client, id: str, info: Optional[SandboxInfo] = None) -> None:

@@ -31,12 +31,20 @@ def test_create_info_list_by_meta_and_state(client):
 
 
 def test_context_manager_keep(client):
-    with client.create(template="tiny").keep() as sb:
+    with client.create(template="tiny", keep=True) as sb:
         pass
     try:
         assert sb.info().state == "ready"
+        with client.sandbox(sb.id, keep=True):
+            pass
+        assert sb.info().state == "ready"
+        with pytest.raises(RuntimeError):
+            with client.sandbox(sb.id):
+                raise RuntimeError("the block failed")
+        with pytest.raises(sbx.NotFound):  # deleted on the way out, failure or not
+            sb.info()
     finally:
-        sb.delete()
+        client.delete_all([sb])
 
 
 def test_create_bad_input(client):

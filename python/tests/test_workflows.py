@@ -77,7 +77,7 @@ def plugin(daemon, *args):
 
 
 def test_plugin_runs_each_test_in_its_own_machine(daemon, base):
-    p = plugin(daemon, "-rA")
+    p = plugin(daemon, "-rA", "test_suite.py")
     assert p.returncode == 0, p.stdout + p.stderr
     assert re.search(r"4 passed, 1 skipped", p.stdout), p.stdout
     assert "PASSED test_suite.py::test_fresh_machine_a" in p.stdout and "PASSED test_suite.py::test_fresh_machine_b" in p.stdout
@@ -85,7 +85,7 @@ def test_plugin_runs_each_test_in_its_own_machine(daemon, base):
 
 
 def test_plugin_reports_the_flake_rate(daemon, client, base):
-    p = plugin(daemon, "--sbx-runs", "6", "--sbx-seed", "0", "-k", "stable or sometimes")
+    p = plugin(daemon, "--sbx-runs", "6", "--sbx-seed", "0", "-k", "stable or sometimes", "test_suite.py")
     assert p.returncode == 1, p.stdout + p.stderr
     # seeds 0..5 to test_stable, 6..11 to test_sometimes: 6 and 9 are multiples of 3
     assert "test_suite.py::test_stable: 0/6 failed: rate 0.0% (95% Wilson interval 0.0%–39.0%)" in p.stdout, p.stdout
@@ -108,6 +108,20 @@ def test_plugin_hunt_keeps_the_failure_frozen(daemon, client, base):
     finally:
         sb.delete()
     assert client.list(meta={"sbx.pytest": "hunt"}) == []
+
+
+def test_plugin_from_a_snapshot(daemon, client, base):
+    with client.create(template="base") as sb:
+        sb.exec("echo warm | sudo tee /etc/sbx-warm")
+        snap = sb.snapshot(memory=True)
+    try:
+        args = ["-p", "sbx.pytest_plugin", "-p", "no:cacheprovider", "test_warm.py"]
+        p = run(daemon, "-m", "pytest", "--sbx-from", snap.name, *args, cwd=SUITE)
+        assert p.returncode == 0 and "1 passed" in p.stdout, p.stdout + p.stderr
+        p = run(daemon, "-m", "pytest", "--sbx-template", "base", *args, cwd=SUITE)
+        assert p.returncode == 1 and "not a machine made from the warm snapshot" in p.stdout, p.stdout + p.stderr
+    finally:
+        snap.delete()
 
 
 def test_plugin_bad_options(daemon):
