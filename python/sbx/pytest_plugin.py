@@ -3,7 +3,7 @@
 On the host, ``pytest -p sbx.pytest_plugin --sbx-template base`` prepares one
 machine (the project's files copied to ``--sbx-workdir`` once, ``--sbx-setup``
 run once, and pytest itself copied from the host when the machine has none),
-then runs every selected test in its own fresh disk fork of it: one clean
+then runs every selected test in its own fresh machine booted on its disk: one clean
 machine per test, by construction. The test's outcome, traceback and output
 come back into this pytest's report.
 
@@ -14,6 +14,10 @@ come back into this pytest's report.
   20) and keeps the first failing machine stopped, with its processes and
   memory: the summary says which sandbox to resume.
 - ``--sbx-from SNAPSHOT`` prepares the machine from a snapshot instead of a template.
+
+The prepared machine's disk is kept as a snapshot once; each test's fresh
+machine boots on it. Runs of --sbx-runs and --sbx-hunt are memory forks of
+the prepared machine. Both go when the session ends; frozen failures stay.
 
 The host is ``--sbx-host``, else ``$SBX_HOST``, as for the sbx command line.
 """
@@ -100,6 +104,7 @@ class Runner:
         o = config.option
         self.client = Client(o.sbx_host)
         self.prepared: Optional[Sandbox] = None
+        self.snapshot: Optional[str] = None
         self.rates: Dict[str, RateSummary] = {}
         self.frozen: Dict[str, Tuple[str, int]] = {}
         self.seed = o.sbx_seed
@@ -121,6 +126,8 @@ class Runner:
             r = sb.exec(o.sbx_setup, timeout=None, cwd=wd)
             if r.exit_code != 0:
                 raise pytest.UsageError("--sbx-setup exited %d in %s:\n%s%s" % (r.exit_code, sb.id, r.stdout, r.stderr))
+        # the prepared disk, once: every test's fresh machine boots on it
+        self.snapshot = sb.snapshot().name
         return sb
 
     def _ship_pytest(self, sb: Sandbox) -> None:
@@ -182,6 +189,9 @@ class Runner:
             skip = case.find("skipped")
             if bad is not None:
                 longrepr = (bad.text or bad.get("message") or "failed").rstrip()
+            elif skip is not None and skip.get("type") == "pytest.xfail":
+                outcome = "xfailed"
+                longrepr = (skip.get("message") or "xfail")
             elif skip is not None:
                 outcome = "skipped"
                 path, line = item.location[0], item.location[1] or 0
@@ -208,7 +218,8 @@ class Runner:
             elif o.sbx_runs:
                 res = self._rate(prepared, item, o.sbx_runs)
             else:
-                kid = prepared.fork(meta={"sbx.pytest": "test"})[0]
+                assert self.snapshot is not None
+                kid = self.client.create(from_snapshot=self.snapshot, meta={"sbx.pytest": "test"})
                 try:
                     res = self._run_in(kid, item, None)
                 finally:
@@ -238,8 +249,14 @@ class Runner:
             if res.get("stderr"):
                 sections.append(("Captured stderr call (sbx %s)" % res.get("sandbox", ""), res["stderr"]))
         phase: Any = when
-        return TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, outcome, longrepr, phase, sections,
-                          res.get("duration", 0.0) if when == "call" else 0.0)
+        wasxfail = None
+        if outcome == "xfailed":
+            outcome, wasxfail, longrepr = "skipped", str(longrepr), None
+        rep = TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, outcome, longrepr, phase, sections,
+                         res.get("duration", 0.0) if when == "call" else 0.0)
+        if wasxfail is not None:
+            setattr(rep, "wasxfail", wasxfail)  # what pytest itself sets on an expected failure
+        return rep
 
     def _rate(self, prepared: Sandbox, item: Any, n: int) -> Dict[str, Any]:
         seeds = self._seeds(n)
@@ -304,7 +321,13 @@ class Runner:
                 tr.write_line("%s: seed %s, frozen in %s: sbx resume %s" % (nodeid, seed, sid, sid))
 
     def pytest_sessionfinish(self, session: Any) -> None:
-        """pytest_sessionfinish deletes the prepared machine (frozen failures stay)."""
+        """pytest_sessionfinish deletes the prepared machine and its snapshot (frozen failures stay)."""
+        if self.snapshot is not None:
+            try:
+                self.client.snapshot(self.snapshot).delete()
+            except SbxError as e:
+                sys.stderr.write("sbx: could not delete the prepared snapshot %s: %s\n" % (self.snapshot, e))
+            self.snapshot = None
         if self.prepared is not None:
             try:
                 self.client.delete_all([self.prepared])

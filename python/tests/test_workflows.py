@@ -79,9 +79,10 @@ def plugin(daemon, *args):
 def test_plugin_runs_each_test_in_its_own_machine(daemon, base):
     p = plugin(daemon, "-rA", "test_suite.py")
     assert p.returncode == 0, p.stdout + p.stderr
-    assert re.search(r"4 passed, 1 skipped", p.stdout), p.stdout
+    assert re.search(r"4 passed, 1 skipped, 1 xfailed", p.stdout), p.stdout
     assert "PASSED test_suite.py::test_fresh_machine_a" in p.stdout and "PASSED test_suite.py::test_fresh_machine_b" in p.stdout
     assert "SKIPPED" in p.stdout and "not today" in p.stdout
+    assert "XFAIL test_suite.py::test_known_bug" in p.stdout and "known to fail" in p.stdout
 
 
 def test_plugin_reports_the_flake_rate(daemon, client, base):
@@ -93,6 +94,7 @@ def test_plugin_reports_the_flake_rate(daemon, client, base):
     # the traceback came back into this pytest's report
     assert "AssertionError: seed 6 is a multiple of 3" in p.stdout and "1 failed, 1 passed" in p.stdout
     assert client.list(meta={"sbx.pytest": "rate"}) == [] and client.list(meta={"sbx.pytest": "prepared"}) == []
+    assert client.snapshots() == [], "the prepared snapshot was left"
 
 
 def test_plugin_hunt_keeps_the_failure_frozen(daemon, client, base):

@@ -29,3 +29,8 @@ def test_fresh_machine_b():
 @pytest.mark.skip(reason="not today")
 def test_skipped():
     raise AssertionError("never runs")
+
+
+@pytest.mark.xfail(reason="known to fail", strict=True)
+def test_known_bug():
+    assert 1 + 1 == 3
