@@ -208,6 +208,7 @@ def hunt(
     made is deleted.
     """
     _check(runs, 1, "hunt", timeout)
+    duration_wire(keep_ttl, "hunt: keep_ttl")
     if sum(x is not None for x in (template, from_snapshot, sandbox)) > 1:
         raise Invalid("hunt: give one of template, from_snapshot and sandbox")
     made = sandbox is None
@@ -278,6 +279,7 @@ def flake_rate(
     ``keep_ttl``). On an error no fork is left.
     """
     _check(n, parallel, "flake rate", timeout)
+    duration_wire(keep_ttl, "flake rate: keep_ttl")
     if (sandbox is None) == (from_snapshot is None):
         raise Invalid("flake rate: give exactly one of sandbox and from_snapshot")
     seedlist = _seeds(n, seeds)

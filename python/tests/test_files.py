@@ -16,6 +16,10 @@ def test_write_makes_parents_and_reads_back(sb):
     assert sb.exec("cat /srv/a/b/c.txt").stdout == "héllo\n"
     with pytest.raises(sbx.NotFound):
         sb.files.write("/nope/x.txt", b"x", parents=False)
+    sb.files.write("~/notes/today.txt", "in the home")  # ~ is the sandbox user's home, parents made there
+    assert sb.exec("cat $HOME/notes/today.txt").stdout == "in the home"
+    with pytest.raises(sbx.Invalid):
+        sb.files.read("/etc")  # a directory
 
 
 def test_mode_stat_list_rename_remove_mkdir(sb):

@@ -107,6 +107,8 @@ def test_flake_rate_bad_input(client, sb):
         client.flake_rate("true", sandbox=sb, n=2, parallel=0)
     with pytest.raises(sbx.Invalid):
         client.flake_rate("true", sandbox=sb, n=3, seeds=[1, 1, 2])
+    with pytest.raises(sbx.Invalid):
+        client.flake_rate("true", sandbox=sb, n=3, keep_ttl="a while")
     with pytest.raises(sbx.NotFound):
         client.flake_rate("true", from_snapshot="no-such-snapshot", n=2)
 
