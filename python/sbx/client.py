@@ -564,7 +564,7 @@ class Sandbox:
                     if len(made) == count:
                         break
                     r = dict(req, count=min(MAX_FORKS, count - len(made)))
-                    kids = self.client_fork_once(p, r, announced)
+                    kids = self._fork_once(p, r, announced)
                     nxt += [k.id for k in kids]
                     made += kids
                 parents = nxt
@@ -576,8 +576,8 @@ class Sandbox:
             raise
         return made
 
-    def client_fork_once(self, parent: str, req: Dict[str, Any], announced: List[str]) -> List["Sandbox"]:
-        """client_fork_once is one fork call of the API (at most 16 children); the ids sbxd announces go to ``announced``."""
+    def _fork_once(self, parent: str, req: Dict[str, Any], announced: List[str]) -> List["Sandbox"]:
+        """_fork_once is one fork call of the API (at most 16 children); the ids sbxd announces go to ``announced``."""
         resp = self._t.send("POST", "/v1/sandboxes/" + quote(parent) + "/fork", json_body=req, accept="text/event-stream", stream=True)
         sse = SSE(resp)
         ids: List[str] = []

@@ -105,6 +105,7 @@ class Runner:
         self.client = Client(o.sbx_host)
         self.prepared: Optional[Sandbox] = None
         self.snapshot: Optional[str] = None
+        self.failed: Optional[SbxError] = None
         self.rates: Dict[str, RateSummary] = {}
         self.frozen: Dict[str, Tuple[str, int]] = {}
         self.seed = o.sbx_seed
@@ -113,21 +114,33 @@ class Runner:
     # the machine
 
     def _prepare(self) -> Sandbox:
+        """_prepare makes the prepared machine once; a preparation that failed fails every test, and is not tried again."""
         if self.prepared is not None:
             return self.prepared
+        if self.failed is not None:
+            raise self.failed
         o = self.config.option
         sb = self.client.create(template=o.sbx_template, from_snapshot=o.sbx_from, meta={"sbx.pytest": "prepared"})
+        try:
+            wd = o.sbx_workdir
+            sb.files.upload_dir(str(self.config.rootpath), wd)
+            if sb.exec([o.sbx_python, "-c", "import pytest"], timeout=60).exit_code != 0:
+                self._ship_pytest(sb)
+            if o.sbx_setup:
+                r = sb.exec(o.sbx_setup, timeout=None, cwd=wd)
+                if r.exit_code != 0:
+                    raise SbxError("--sbx-setup exited %d in the prepared machine:\n%s%s" % (r.exit_code, r.stdout, r.stderr))
+            # the prepared disk, once: every test's fresh machine boots on it
+            self.snapshot = sb.snapshot().name
+        except BaseException as e:
+            try:
+                self.client.delete_all([sb])
+            except SbxError:
+                pass
+            if isinstance(e, SbxError):
+                self.failed = e
+            raise
         self.prepared = sb
-        wd = o.sbx_workdir
-        sb.files.upload_dir(str(self.config.rootpath), wd)
-        if sb.exec([o.sbx_python, "-c", "import pytest"], timeout=60).exit_code != 0:
-            self._ship_pytest(sb)
-        if o.sbx_setup:
-            r = sb.exec(o.sbx_setup, timeout=None, cwd=wd)
-            if r.exit_code != 0:
-                raise pytest.UsageError("--sbx-setup exited %d in %s:\n%s%s" % (r.exit_code, sb.id, r.stdout, r.stderr))
-        # the prepared disk, once: every test's fresh machine boots on it
-        self.snapshot = sb.snapshot().name
         return sb
 
     def _ship_pytest(self, sb: Sandbox) -> None:

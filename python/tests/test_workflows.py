@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+import sbx
+
 from conftest import PYDIR
 
 EXAMPLES = os.path.join(PYDIR, "examples")
@@ -131,5 +133,10 @@ def test_plugin_bad_options(daemon):
     assert p.returncode == 4 and "give one" in p.stderr
     p = run(daemon, "-m", "pytest", "-p", "sbx.pytest_plugin", "--sbx-runs", "3", cwd=SUITE)
     assert p.returncode == 4 and "need --sbx-template" in p.stderr
-    p = run(daemon, "-m", "pytest", "-p", "sbx.pytest_plugin", "--sbx-template", "no-such-template", "-k", "stable", cwd=SUITE)
-    assert p.returncode == 1 and "NotFound" in p.stdout and "no-such-template" in p.stdout
+    p = run(daemon, "-m", "pytest", "-p", "sbx.pytest_plugin", "--sbx-template", "no-such-template", "-k", "stable or sometimes", cwd=SUITE)
+    assert p.returncode == 1 and "NotFound" in p.stdout and "no-such-template" in p.stdout and "2 failed" in p.stdout
+    p = run(daemon, "-m", "pytest", "-p", "sbx.pytest_plugin", "--sbx-template", "base", "--sbx-setup", "echo nope >&2; exit 3",
+            "-k", "stable or sometimes", cwd=SUITE)
+    assert p.returncode == 1 and "--sbx-setup exited 3" in p.stdout and "nope" in p.stdout and "2 failed" in p.stdout
+    c = sbx.Client(daemon.host)
+    assert c.list(meta={"sbx.pytest": "prepared"}) == [] and c.snapshots() == []
