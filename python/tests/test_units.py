@@ -144,3 +144,31 @@ def test_rate_summary_string():
 
     runs = [sbx.Run(i, i, "sb", 1 if i < 7 else 0, i >= 7, 1) for i in range(50)]
     assert str(summarize(runs)) == "7/50 failed: rate 14.0% (95% Wilson interval 7.0%–26.2%)"
+
+
+def test_everything_public_has_a_docstring():
+    import inspect
+
+    import sbx.flaky
+    import sbx.pytest_plugin
+
+    missing = []
+    for mod in (sbx, sbx.flaky, sbx.pytest_plugin):
+        if not (mod.__doc__ or "").strip():
+            missing.append(mod.__name__)
+    for name in sbx.__all__:
+        obj = getattr(sbx, name)
+        if not callable(obj):
+            continue
+        if not (obj.__doc__ or "").strip():
+            missing.append(name)
+        if inspect.isclass(obj):
+            for mname, m in vars(obj).items():
+                if mname.startswith("_") or not (inspect.isfunction(m) or isinstance(m, property)):
+                    continue
+                if not (m.__doc__ or "").strip():
+                    missing.append("%s.%s" % (name, mname))
+    for fn in (sbx.flaky.hunt, sbx.flaky.flake_rate, sbx.flaky.replay, sbx.flaky.summarize):
+        if not (fn.__doc__ or "").strip():
+            missing.append(fn.__name__)
+    assert not missing, "no docstring: %s" % missing
