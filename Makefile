@@ -6,7 +6,7 @@ BIN := $(CURDIR)/bin
 DEBS := busybox-static mmdebstrap iproute2 iptables tmux gcc jq
 export CGO_ENABLED := 0
 
-.PHONY: all build deps install demo test unit integration bench soak vet fmt clean
+.PHONY: all build deps install demo test python-deps python-test unit integration bench soak vet fmt clean
 
 all: build
 
@@ -95,10 +95,25 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: files above need formatting"; exit 1; }
 
-## test: everything, against real runsc, namespaces and sbxd (as root)
+## test: everything, against real runsc, namespaces and sbxd (as root); the
+## Python client's tests last
 test: deps build vet
 	@echo "==> running the tests (unit and integration, real runsc)"
 	$(GO) test -count=1 -timeout 80m ./...
+	@$(MAKE) --no-print-directory python-test
+
+## python-deps: Debian's pytest for the system Python (once; skipped when present)
+PYTHON := /usr/bin/python3
+python-deps:
+	@if dpkg -s python3-pytest >/dev/null 2>&1; then echo "==> Debian packages present: python3-pytest"; \
+	else echo "==> installing Debian packages: python3-pytest"; \
+		APT_LOCK_WAIT=$(APT_LOCK_WAIT) ./scripts/apt-install.sh python3-pytest >/dev/null; fi
+
+## python-test: the Python client and pytest plugin (python/), against a real
+## sbxd the session starts from bin/ and cleans up (as root)
+python-test: python-deps build
+	@echo "==> running the Python tests (python/tests, $(PYTHON) -m pytest, real sbxd)"
+	cd python && $(PYTHON) -m pytest -p no:cacheprovider -q tests
 
 ## demo: start sbxd, build base, and walk through a sandbox's life
 demo: deps build

@@ -1,0 +1,333 @@
+"""The values sbx returns: what the API describes, with Python names."""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Union
+
+from .errors import Invalid
+
+Duration = Union[int, float, str, _dt.timedelta]
+
+_DURATION = re.compile(r"^([0-9]+(\.[0-9]*)?(ns|us|µs|ms|s|m|h))+$")
+
+
+def duration_wire(d: Optional[Duration], what: str) -> Optional[str]:
+    """duration_wire turns seconds, a timedelta or a string ("90s", "2h", "3600") into the API's form.
+
+    None stays None (not sent). A negative or unreadable duration is
+    :class:`~sbx.Invalid`, naming ``what``; a string the client cannot read is
+    refused here rather than sent.
+    """
+    if d is None:
+        return None
+    if isinstance(d, bool):
+        raise Invalid("%s: %r is not a duration (give seconds, a timedelta, or a string like 90s or 2h)" % (what, d))
+    if isinstance(d, _dt.timedelta):
+        d = d.total_seconds()
+    if isinstance(d, (int, float)):
+        if d != d or d < 0 or d == float("inf"):
+            raise Invalid("%s: %r is not a duration of zero or more seconds" % (what, d))
+        if float(d).is_integer():
+            return "%ds" % int(d)
+        return "%dms" % round(d * 1000)
+    if isinstance(d, str):
+        s = d.strip()
+        try:
+            v = float(s)
+        except ValueError:
+            if _DURATION.match(s):
+                return s
+            raise Invalid(
+                "%s: %r is not a duration (use seconds, like 90, or a number with a unit, like 90s, 30m or 2h)" % (what, d)
+            ) from None
+        return duration_wire(v, what)
+    raise Invalid("%s: %r is not a duration (give seconds, a timedelta, or a string like 90s or 2h)" % (what, d))
+
+
+def parse_time(s: Any) -> Optional[_dt.datetime]:
+    """parse_time reads an RFC 3339 time as sbxd writes it (nanoseconds cut to microseconds)."""
+    if not s or not isinstance(s, str):
+        return None
+    m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)$", s)
+    if not m:
+        return None
+    frac = (m.group(2) or ".0")[1:7].ljust(6, "0")
+    tz = m.group(3)
+    if tz == "Z":
+        tz = "+00:00"
+    try:
+        return _dt.datetime.fromisoformat("%s.%s%s" % (m.group(1), frac, tz))
+    except ValueError:
+        return None
+
+
+def b64(s: Any) -> bytes:
+    """b64 decodes a base64 field (b"" for none)."""
+    if not s:
+        return b""
+    return base64.b64decode(s)
+
+
+@dataclass
+class SandboxInfo:
+    """SandboxInfo is a sandbox as sbxd describes it (``GET /v1/sandboxes/{id}``).
+
+    ``state`` is one of creating, ready, stopping, stopped, error, lost.
+    ``memory_restored`` and ``resume_reason`` say how it came back after a
+    resume, a memory fork or a memory snapshot. ``raw`` is the JSON as it came.
+    """
+
+    id: str
+    state: str
+    template: str = ""
+    name: str = ""
+    reason: str = ""
+    ttl: str = ""
+    meta: Dict[str, str] = field(default_factory=dict)
+    cpus: float = 0.0
+    memory_bytes: int = 0
+    address: str = ""
+    parent: str = ""
+    from_snapshot: str = ""
+    memory_restored: bool = False
+    resume_reason: str = ""
+    persistent: bool = False
+    network: str = ""
+    template_version: str = ""
+    created_at: Optional[_dt.datetime] = None
+    last_activity: Optional[_dt.datetime] = None
+    reap_at: Optional[_dt.datetime] = None
+    reap_reason: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "SandboxInfo":
+        """from_json reads the API's form."""
+        return cls(
+            id=d.get("id", ""),
+            state=d.get("state", ""),
+            template=d.get("template", ""),
+            name=d.get("name", ""),
+            reason=d.get("reason", ""),
+            ttl=d.get("ttl", ""),
+            meta=dict(d.get("meta") or {}),
+            cpus=float(d.get("cpus") or 0),
+            memory_bytes=int(d.get("memoryBytes") or 0),
+            address=d.get("address", ""),
+            parent=d.get("parent", ""),
+            from_snapshot=d.get("from", ""),
+            memory_restored=bool(d.get("memoryRestored")),
+            resume_reason=d.get("resumeReason", ""),
+            persistent=bool(d.get("persistent")),
+            network=d.get("network", ""),
+            template_version=d.get("templateVersion", ""),
+            created_at=parse_time(d.get("createdAt")),
+            last_activity=parse_time(d.get("lastActivity")),
+            reap_at=parse_time(d.get("reapAt")),
+            reap_reason=d.get("reapReason", ""),
+            raw=d,
+        )
+
+
+@dataclass
+class ResumeResult:
+    """ResumeResult says how a stopped sandbox came back.
+
+    ``memory_restored`` is True when its processes and memory were restored;
+    otherwise it booted from its disk and ``reason`` says why.
+    """
+
+    memory_restored: bool
+    reason: str
+    info: SandboxInfo
+
+
+@dataclass
+class ExecInfo:
+    """ExecInfo is one exec as sbxd has it: ``state`` running, exited or lost."""
+
+    id: str
+    sandbox_id: str
+    cmd: List[str]
+    state: str
+    pid: int = 0
+    exit_code: Optional[int] = None
+    timed_out: bool = False
+    detached: bool = False
+    started_at: Optional[_dt.datetime] = None
+    ended_at: Optional[_dt.datetime] = None
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "ExecInfo":
+        """from_json reads the API's form."""
+        return cls(
+            id=d.get("id", ""),
+            sandbox_id=d.get("sandboxId", ""),
+            cmd=list(d.get("cmd") or []),
+            state=d.get("state", ""),
+            pid=int(d.get("pid") or 0),
+            exit_code=d.get("exitCode"),
+            timed_out=bool(d.get("timedOut")),
+            detached=bool(d.get("detached")),
+            started_at=parse_time(d.get("startedAt")),
+            ended_at=parse_time(d.get("endedAt")),
+        )
+
+
+@dataclass
+class Result:
+    """Result is how an exec ended, with its output.
+
+    ``exit_code`` is the command's (128+N for a death by signal N; 124 when
+    the sandbox killed it at its timeout, with ``timed_out``); -1 if it has
+    not ended. ``stdout`` and ``stderr`` are the output decoded as UTF-8 (bad
+    bytes replaced); ``stdout_bytes`` and ``stderr_bytes`` are the bytes.
+    """
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    exec_id: str
+    timed_out: bool = False
+    stdout_bytes: bytes = field(default=b"", repr=False)
+    stderr_bytes: bytes = field(default=b"", repr=False)
+    state: str = "exited"
+
+    @property
+    def ok(self) -> bool:
+        """ok is True when the command exited 0."""
+        return self.exit_code == 0
+
+
+@dataclass
+class SnapshotInfo:
+    """SnapshotInfo describes a named capture: always the disk, and memory when ``memory``."""
+
+    name: str
+    id: str
+    sandbox_id: str
+    template: str
+    memory: bool
+    size_bytes: int = 0
+    paused: str = ""
+    created_at: Optional[_dt.datetime] = None
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "SnapshotInfo":
+        """from_json reads the API's form."""
+        return cls(
+            name=d.get("name", ""),
+            id=d.get("id", ""),
+            sandbox_id=d.get("sandboxId", ""),
+            template=d.get("template", ""),
+            memory=bool(d.get("memory")),
+            size_bytes=int(d.get("sizeBytes") or 0),
+            paused=d.get("paused", ""),
+            created_at=parse_time(d.get("createdAt")),
+        )
+
+
+@dataclass
+class FileInfo:
+    """FileInfo describes one file inside a sandbox (the link itself for a symlink)."""
+
+    name: str
+    path: str
+    size: int
+    mode: str
+    is_dir: bool
+    link: str = ""
+    mod_time: Optional[_dt.datetime] = None
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "FileInfo":
+        """from_json reads the API's form."""
+        return cls(
+            name=d.get("name", ""),
+            path=d.get("path", ""),
+            size=int(d.get("size") or 0),
+            mode=d.get("mode", ""),
+            is_dir=bool(d.get("isDir")),
+            link=d.get("link", ""),
+            mod_time=parse_time(d.get("modTime")),
+        )
+
+
+@dataclass
+class LogEvent:
+    """LogEvent is one chunk of a log stream: ``stream`` (console, events, runtime, exec/ID/...) and its bytes."""
+
+    stream: str
+    data: bytes
+    time: Optional[_dt.datetime] = None
+
+
+@dataclass
+class Event:
+    """Event is one lifecycle event of a sandbox (created, forked, snapshot, stopped, resumed, ...)."""
+
+    seq: int
+    sandbox_id: str
+    type: str
+    time: Optional[_dt.datetime] = None
+    detail: Dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "Event":
+        """from_json reads the API's form."""
+        return cls(
+            seq=int(d.get("seq") or 0),
+            sandbox_id=d.get("sandboxId", ""),
+            type=d.get("type", ""),
+            time=parse_time(d.get("time")),
+            detail=dict(d.get("detail") or {}),
+        )
+
+
+@dataclass
+class Port:
+    """Port is a TCP port listening inside a sandbox."""
+
+    port: int
+    address: str = ""
+    proto: str = "tcp"
+    pid: int = 0
+    command: str = ""
+
+
+@dataclass
+class Metrics:
+    """Metrics are a sandbox's resource use now."""
+
+    cpu_seconds: float
+    memory_bytes: int
+    processes: int
+    disk_bytes: int
+
+
+@dataclass
+class TemplateInfo:
+    """TemplateInfo describes a template: the version (content digest) its name points at."""
+
+    name: str
+    version: str
+    size_bytes: int
+    source: str
+    created_at: Optional[_dt.datetime] = None
+    default_user: str = ""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "TemplateInfo":
+        """from_json reads the API's form."""
+        return cls(
+            name=d.get("name", ""),
+            version=d.get("version", ""),
+            size_bytes=int(d.get("sizeBytes") or 0),
+            source=d.get("source", ""),
+            created_at=parse_time(d.get("createdAt")),
+            default_user=(d.get("defaults") or {}).get("user", ""),
+        )

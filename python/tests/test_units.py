@@ -1,0 +1,174 @@
+"""What needs no daemon: durations, commands, error kinds, hosts, the Wilson interval."""
+
+import datetime
+import os
+import socket
+import tempfile
+import threading
+
+import pytest
+
+import sbx
+from sbx.errors import error_from_body
+from sbx.types import duration_wire
+
+
+@pytest.mark.parametrize(
+    "given,want",
+    [
+        (90, "90s"),
+        (0, "0s"),
+        (1.5, "1500ms"),
+        (datetime.timedelta(minutes=30), "1800s"),
+        ("3600", "3600s"),
+        ("90s", "90s"),
+        ("2h", "2h"),
+        ("1h30m", "1h30m"),
+        (None, None),
+    ],
+)
+def test_duration_wire(given, want):
+    assert duration_wire(given, "ttl") == want
+
+
+@pytest.mark.parametrize("bad", ["bogus", "-5", -1, "5 minutes", float("nan"), True, [], "1d"])
+def test_bad_durations_are_invalid(bad):
+    with pytest.raises(sbx.Invalid) as e:
+        duration_wire(bad, "ttl")
+    assert "ttl" in str(e.value)
+
+
+def test_argv():
+    assert sbx.argv("ls | wc -l") == ["/bin/sh", "-c", "ls | wc -l"]
+    assert sbx.argv(["ls", "-la"]) == ["ls", "-la"]
+    for bad in ("", "   ", [], ["ls", 3]):
+        with pytest.raises(sbx.Invalid):
+            sbx.argv(bad)
+
+
+@pytest.mark.parametrize(
+    "status,code,cls",
+    [
+        (404, "not_found", sbx.NotFound),
+        (409, "conflict", sbx.Conflict),
+        (400, "invalid", sbx.Invalid),
+        (403, "forbidden", sbx.Forbidden),
+        (503, "unavailable", sbx.Unavailable),
+        (413, "too_large", sbx.TooLarge),
+        (401, "unauthorized", sbx.Unauthorized),
+        (500, "internal", sbx.Internal),
+    ],
+)
+def test_error_kinds(status, code, cls):
+    e = error_from_body(status, "X", b'{"error": {"code": "%s", "message": "said so"}}' % code.encode())
+    assert type(e) is cls and e.code == code and e.message == "said so" and e.status == status
+    assert isinstance(e, sbx.SbxError)
+    # a body that is not the API's still gets the kind of its status, quoting the body
+    e = error_from_body(status, "Reason", b"<html>proxy error</html>")
+    assert type(e) is cls and "proxy error" in e.message and str(status) in e.message
+
+
+def test_error_kinds_match_api_errors_go():
+    # every code of api/errors.go has its class
+    from conftest import REPO
+    import re
+
+    src = open(os.path.join(REPO, "api", "errors.go")).read()
+    codes = set(re.findall(r'\{Err\w+, "(\w+)", http\.Status\w+\}', src))
+    assert len(codes) >= 8
+    from sbx.errors import _BY_CODE
+
+    assert codes == set(_BY_CODE), "api/errors.go codes %s, Python has %s" % (sorted(codes), sorted(_BY_CODE))
+
+
+@pytest.mark.parametrize("host", ["nonsense", "ftp://x", "unix://", "tcp://"])
+def test_bad_host_is_invalid(host):
+    with pytest.raises(sbx.Invalid):
+        sbx.Client(host)
+
+
+def test_host_and_token_from_env(monkeypatch):
+    monkeypatch.setenv("SBX_HOST", "tcp://127.0.0.1:1")
+    monkeypatch.setenv("SBX_TOKEN", "t0k")
+    c = sbx.Client()
+    assert c.host == "tcp://127.0.0.1:1" and c._t.token == "t0k"
+
+
+def test_unreachable_is_unavailable():
+    d = tempfile.mkdtemp()
+    with pytest.raises(sbx.Unavailable) as e:
+        sbx.Client("unix://" + os.path.join(d, "none.sock")).health()
+    assert "cannot reach sbxd" in str(e.value)
+    os.rmdir(d)
+
+
+def test_connection_closed_before_answer_is_unavailable():
+    # a server that accepts and hangs up at once, on the unix socket
+    d = tempfile.mkdtemp()
+    path = os.path.join(d, "s.sock")
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(path)
+    srv.listen(1)
+
+    def serve():
+        conn, _ = srv.accept()
+        conn.recv(1024)
+        conn.close()
+
+    t = threading.Thread(target=serve)
+    t.start()
+    try:
+        with pytest.raises(sbx.Unavailable) as e:
+            sbx.Client("unix://" + path).health()
+        assert "broke before its answer" in str(e.value)
+    finally:
+        t.join(5)
+        srv.close()
+        os.unlink(path)
+        os.rmdir(d)
+
+
+@pytest.mark.parametrize(
+    "failures,runs,lo,hi",
+    [(0, 10, 0, 0.27754), (5, 10, 0.23659, 0.76341), (10, 10, 0.72246, 1), (7, 50, 0.06951, 0.26186),
+     (1, 1, 0.20654, 1), (30, 100, 0.21895, 0.39585), (0, 0, 0, 1)],
+)
+def test_wilson_as_internal_flaky(failures, runs, lo, hi):
+    # the values of internal/flaky/wilson_test.go
+    got = sbx.wilson(failures, runs)
+    assert abs(got[0] - lo) < 5e-5 and abs(got[1] - hi) < 5e-5, got
+
+
+def test_rate_summary_string():
+    from sbx.flaky import summarize
+
+    runs = [sbx.Run(i, i, "sb", 1 if i < 7 else 0, i >= 7, 1) for i in range(50)]
+    assert str(summarize(runs)) == "7/50 failed: rate 14.0% (95% Wilson interval 7.0%–26.2%)"
+
+
+def test_everything_public_has_a_docstring():
+    import inspect
+
+    import sbx.flaky
+    import sbx.pytest_plugin
+
+    missing = []
+    for mod in (sbx, sbx.flaky, sbx.pytest_plugin):
+        if not (mod.__doc__ or "").strip():
+            missing.append(mod.__name__)
+    for name in sbx.__all__:
+        obj = getattr(sbx, name)
+        if not callable(obj):
+            continue
+        if not (obj.__doc__ or "").strip():
+            missing.append(name)
+        if inspect.isclass(obj):
+            for mname, m in vars(obj).items():
+                if mname.startswith("_") or not (inspect.isfunction(m) or isinstance(m, property)):
+                    continue
+                if not (m.__doc__ or "").strip():
+                    missing.append("%s.%s" % (name, mname))
+    for fn in (sbx.flaky.hunt, sbx.flaky.flake_rate, sbx.flaky.replay, sbx.flaky.summarize):
+        if not (fn.__doc__ or "").strip():
+            missing.append(fn.__name__)
+    assert not missing, "no docstring: %s" % missing
