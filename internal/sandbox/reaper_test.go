@@ -48,8 +48,8 @@ func (f *fakeRuntime) Checkpoint(ctx context.Context, id, dir string, leave bool
 	}
 	return nil
 }
-func (f *fakeRuntime) TarUpper(ctx context.Context, id, file string) error {
-	return os.WriteFile(file, []byte("tar"), 0o600)
+func (f *fakeRuntime) TarUpper(ctx context.Context, id, file string, max int64) error {
+	return os.WriteFile(file, make([]byte, 1024), 0o600) // an empty tar
 }
 func (f *fakeRuntime) Pause(ctx context.Context, id string) error  { return nil }
 func (f *fakeRuntime) Resume(ctx context.Context, id string) error { return nil }
