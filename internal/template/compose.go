@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 
@@ -30,7 +29,12 @@ const (
 // layers' files, so versions share them; a directory is made anew with its
 // layer's owner, mode, attributes and time. It never follows a symlink: each
 // directory it writes in is one it has just checked or made.
-func compose(ctx context.Context, rootfs string, layers []string) error {
+//
+// The files it links count against bound (the image limit), and the
+// free space it leaves against its reserve; a directory's metadata is set
+// when its layer's walk of it ends (a later layer that has it sets it
+// again), so that nothing is kept per directory.
+func compose(ctx context.Context, rootfs string, layers []string, bound *budget) error {
 	if err := os.Mkdir(rootfs, 0o755); err != nil {
 		return err
 	}
@@ -39,14 +43,17 @@ func compose(ctx context.Context, rootfs string, layers []string) error {
 		return err
 	}
 	defer root.Close()
-	c := &composer{ctx: ctx, root: root, dir: rootfs, dirs: map[string]string{}}
+	c := &composer{ctx: ctx, root: root, dir: rootfs, bound: bound}
 	for _, l := range layers {
 		c.layer = l
 		if err := c.walk("."); err != nil {
+			if errors.Is(err, errTooBig) {
+				return err
+			}
 			return fmt.Errorf("layer %s: %w", filepath.Base(l), err)
 		}
 	}
-	return c.finishDirs()
+	return nil
 }
 
 type composer struct {
@@ -54,7 +61,7 @@ type composer struct {
 	root  *os.Root
 	dir   string
 	layer string
-	dirs  map[string]string // rootfs directory -> the layer directory whose metadata it takes
+	bound *budget // what the image's files add up to
 }
 
 // walk merges the layer's directory rel into the rootfs's directory rel,
@@ -116,14 +123,31 @@ func (c *composer) walk(rel string) error {
 			default:
 				return fmt.Errorf("%s: %w", p, err)
 			}
-			c.dirs[p] = lp
 			if err := c.walk(p); err != nil {
 				return err
+			}
+			// nothing more of this layer goes into it: it takes the
+			// layer's metadata now
+			lfi, err := os.Lstat(lp)
+			if err != nil {
+				return err
+			}
+			if err := copyMeta(lp, filepath.Join(c.dir, p), lfi); err != nil {
+				return fmt.Errorf("%s: %w", p, err)
 			}
 			continue
 		}
 		if err := c.remove(p); err != nil {
 			return err
+		}
+		if e.Type().IsRegular() {
+			fi, err := e.Info()
+			if err != nil {
+				return fmt.Errorf("%s: %w", p, err)
+			}
+			if err := c.bound.add(fi.Size()); err != nil {
+				return err
+			}
 		}
 		if err := linkOrCopy(lp, filepath.Join(c.dir, p)); err != nil {
 			return fmt.Errorf("%s: %w", p, err)
@@ -245,30 +269,4 @@ func copyMeta(src, dst string, fi fs.FileInfo) error {
 		}
 	}
 	return lutimes(dst, fi.ModTime())
-}
-
-// finishDirs gives the rootfs's directories their layers' metadata,
-// deepest first so that setting one does not change its parent's time.
-func (c *composer) finishDirs() error {
-	rels := make([]string, 0, len(c.dirs))
-	for r := range c.dirs {
-		rels = append(rels, r)
-	}
-	sort.Slice(rels, func(i, j int) bool { return rels[i] > rels[j] })
-	for _, rel := range rels {
-		// a later layer may have replaced it; its parents are real
-		// directories then, checked as they were made
-		fi, err := c.root.Lstat(rel)
-		if err != nil || !fi.IsDir() {
-			continue
-		}
-		lfi, err := os.Lstat(c.dirs[rel])
-		if err != nil {
-			return err
-		}
-		if err := copyMeta(c.dirs[rel], filepath.Join(c.dir, rel), lfi); err != nil {
-			return fmt.Errorf("%s: %w", rel, err)
-		}
-	}
-	return nil
 }

@@ -97,6 +97,7 @@ func addSkeleton(rootfs string) error {
 // diskUsage returns the bytes the tree at dir occupies on disk, counting
 // hard-linked files once.
 func diskUsage(dir string) (int64, error) {
+	const maxSeenInodes = 1 << 17
 	type inode struct{ dev, ino uint64 }
 	seen := make(map[inode]bool)
 	var total int64
@@ -113,12 +114,17 @@ func diskUsage(dir string) (int64, error) {
 			total += fi.Size()
 			return nil
 		}
+		// a file linked elsewhere too is counted once, as long as the
+		// map of them stays small; past that, memory stays flat and a
+		// second name of a file is counted again
 		if st.Nlink > 1 && !d.IsDir() {
 			k := inode{uint64(st.Dev), st.Ino}
 			if seen[k] {
 				return nil
 			}
-			seen[k] = true
+			if len(seen) < maxSeenInodes {
+				seen[k] = true
+			}
 		}
 		total += st.Blocks * 512
 		return nil
