@@ -3,11 +3,16 @@ package sandbox
 import (
 	"archive/tar"
 	"bytes"
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/runsc"
 )
 
 // sparseEntry encodes a sparse entry's content as sbx's runsc does.
@@ -122,5 +127,81 @@ func TestCheckDiskTarCutShort(t *testing.T) {
 		if err := checkDiskTar(p, 16<<20); err == nil || !strings.Contains(err.Error(), "would not restore") {
 			t.Errorf("cut at %d of %d: got %v, want would not restore", cut, buf.Len(), err)
 		}
+	}
+}
+
+// hugeTar writes a disk capture holding one plain file of size bytes (a
+// hole of the host's file): what an unpatched runsc made of a sparse file.
+func hugeTar(file string, size int64) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	tw := tar.NewWriter(f)
+	if err := tw.WriteHeader(&tar.Header{Name: "./tmp/sparse", Typeflag: tar.TypeReg, Mode: 0o644, Size: size}); err != nil {
+		return err
+	}
+	tw.Flush()
+	off, _ := f.Seek(0, 1)
+	if _, err := f.Seek(off+size+(512-size%512)%512, 0); err != nil {
+		return err
+	}
+	return tar.NewWriter(f).Close()
+}
+
+// TestCaptureNotRestorable: a disk snapshot or fork whose tar would not
+// restore within the sandbox's disk limit, or that passed its bound, fails
+// saying why: no snapshot, no child, no image left, the sandbox ready.
+func TestCaptureNotRestorable(t *testing.T) {
+	ctx := context.Background()
+	m, _ := newTestManager(t, 0)
+	rt := m.cfg.Runtime.(*fakeRuntime)
+	sb, err := m.Create(ctx, api.CreateRequest{Disk: "100M"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		tar  func(file string, max int64) error
+		says string
+	}{
+		{"files past the disk limit", func(file string, max int64) error {
+			if max != 100<<20+diskTarSlack(100<<20) {
+				t.Errorf("the capture's bound is %d, want the limit and its slack, %d", max, 100<<20+diskTarSlack(100<<20))
+			}
+			return hugeTar(file, 3000000001)
+		}, "it would not restore: its files need 2.8 GiB, more than the sandbox's disk limit of 100.0 MiB"},
+		{"a tar past its bound", func(file string, max int64) error {
+			return &runsc.Error{Verb: "tar", ID: sb.ID, Err: runsc.ErrTarTooBig}
+		}, "more than a disk limit of 100.0 MiB allows"},
+		{"a tar cut short", func(file string, max int64) error {
+			return os.WriteFile(file, []byte("not a tar at all, and short"), 0o600)
+		}, "would not restore"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rt.tar = tc.tar
+			defer func() { rt.tar = nil }()
+			if _, err := m.Snapshot(ctx, sb.ID, api.SnapshotRequest{Name: "s"}); err == nil || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("snapshot: %v, want an error with %q", err, tc.says)
+			}
+			if _, err := m.GetSnapshot(ctx, "s"); !errors.Is(err, api.ErrNotFound) {
+				t.Errorf("the failed snapshot: %v, want not found", err)
+			}
+			if _, err := m.Fork(ctx, sb.ID, api.ForkRequest{}, func(api.ForkEvent) error { return nil }); err == nil || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("fork: %v, want an error with %q", err, tc.says)
+			}
+			if imgs, _ := os.ReadDir(m.imagesDir()); len(imgs) != 0 {
+				t.Errorf("images after the failed captures: %v", imgs)
+			}
+			got, err := m.cfg.Store.Sandbox(ctx, sb.ID)
+			if err != nil || got.State != api.StateReady {
+				t.Errorf("the sandbox after the failed captures: %+v %v, want ready", got, err)
+			}
+		})
+	}
+	if _, err := m.Snapshot(ctx, sb.ID, api.SnapshotRequest{Name: "s"}); err != nil {
+		t.Errorf("a snapshot with a good tar: %v", err)
 	}
 }
