@@ -70,40 +70,33 @@ func (c *composer) walk(rel string) error {
 	if err := c.ctx.Err(); err != nil {
 		return err
 	}
-	entries, err := os.ReadDir(filepath.Join(c.layer, rel))
-	if err != nil {
+	ldir := filepath.Join(c.layer, rel)
+	// first what this layer hides of the ones below, then what it adds;
+	// the layer's directory is read a batch at a time, each pass
+	if _, err := os.Lstat(filepath.Join(ldir, opaqueMarker)); err == nil {
+		if err := c.removeChildren(rel); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	// first what this layer hides of the ones below, then what it adds
-	for _, e := range entries {
-		if e.Name() == opaqueMarker {
-			below, err := readDirNames(c.root, rel)
-			if err != nil {
-				return err
-			}
-			for _, n := range below {
-				if err := c.remove(filepath.Join(rel, n)); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	for _, e := range entries {
+	err := eachEntry(ldir, func(e fs.DirEntry) error {
 		target, ok := strings.CutPrefix(e.Name(), whiteoutPrefix)
 		if !ok || e.Name() == opaqueMarker {
-			continue
+			return nil
 		}
 		// an empty name would be the directory itself; ".wh..wh.*" are AUFS's own files
 		if target == "" || strings.HasPrefix(target, whiteoutPrefix) || target == "." || target == ".." {
-			continue
+			return nil
 		}
-		if err := c.remove(filepath.Join(rel, target)); err != nil {
-			return err
-		}
+		return c.remove(filepath.Join(rel, target))
+	})
+	if err != nil {
+		return err
 	}
-	for _, e := range entries {
+	return eachEntry(ldir, func(e fs.DirEntry) error {
 		if strings.HasPrefix(e.Name(), whiteoutPrefix) {
-			continue
+			return nil
 		}
 		p := filepath.Join(rel, e.Name())
 		lp := filepath.Join(c.layer, p)
@@ -135,7 +128,7 @@ func (c *composer) walk(rel string) error {
 			if err := copyMeta(lp, filepath.Join(c.dir, p), lfi); err != nil {
 				return fmt.Errorf("%s: %w", p, err)
 			}
-			continue
+			return nil
 		}
 		if err := c.remove(p); err != nil {
 			return err
@@ -152,8 +145,36 @@ func (c *composer) walk(rel string) error {
 		if err := linkOrCopy(lp, filepath.Join(c.dir, p)); err != nil {
 			return fmt.Errorf("%s: %w", p, err)
 		}
+		return nil
+	})
+}
+
+// removeChildren deletes everything in the rootfs's directory rel (an
+// opaque directory above it), a batch of names at a time.
+func (c *composer) removeChildren(rel string) error {
+	fi, err := c.root.Lstat(rel)
+	if err != nil || !fi.IsDir() {
+		return nil
 	}
-	return nil
+	for {
+		f, err := c.root.Open(rel)
+		if err != nil {
+			return err
+		}
+		names, err := f.Readdirnames(256)
+		f.Close()
+		if len(names) == 0 {
+			if err == nil || errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		for _, n := range names {
+			if err := c.remove(filepath.Join(rel, n)); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // remove deletes what is at rel in the rootfs, if anything.
@@ -174,19 +195,6 @@ func (c *composer) remove(rel string) error {
 		return fmt.Errorf("%s: %w", rel, err)
 	}
 	return nil
-}
-
-func readDirNames(root *os.Root, rel string) ([]string, error) {
-	fi, err := root.Lstat(rel)
-	if err != nil || !fi.IsDir() {
-		return nil, nil
-	}
-	f, err := root.Open(rel)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return f.Readdirnames(-1)
 }
 
 // linkOrCopy makes dst the same file as src, a hard link (a file can have
