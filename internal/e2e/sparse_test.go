@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
 )
 
@@ -157,14 +159,14 @@ func TestDiskCaptureBounded(t *testing.T) {
 	}
 	before := len(images())
 	name := "bounded-" + randHex(3)
-	if _, err := sb.Snapshot(ctx, name); err == nil || !strings.Contains(err.Error(), "more than a disk limit of 16.0 MiB allows") {
+	if _, err := sb.Snapshot(ctx, name); !errors.Is(err, api.ErrConflict) || !strings.Contains(err.Error(), "more than a disk limit of 16.0 MiB allows") {
 		tars, _ := filepath.Glob(filepath.Join(d.dir, "images", "im_*", "disk.tar"))
 		for _, p := range tars {
 			fi, _ := os.Stat(p)
 			t.Logf("%s: %d", p, fi.Size())
 		}
 		_ = d.client.DeleteSnapshot(context.Background(), name)
-		t.Errorf("a disk snapshot past the bound: %v, want an error naming the disk limit", err)
+		t.Errorf("a disk snapshot past the bound: %v, want ErrConflict naming the disk limit", err)
 	}
 	if kids, err := sb.Fork(ctx); err == nil || !strings.Contains(err.Error(), "disk limit") {
 		for _, k := range kids {

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"strconv"
+
+	"sbx.dev/sbx/api"
 )
 
 // A disk capture is runsc's tar of a sandbox's root overlay upper layer
@@ -50,10 +52,10 @@ func checkDiskTar(path string, limit int64) error {
 	defer f.Close()
 	need, err := diskTarPages(f)
 	if err != nil {
-		return fmt.Errorf("check disk: it would not restore: %w", err)
+		return api.Errorf(api.ErrConflict, "check disk: it would not restore: %s; nothing was kept", err)
 	}
 	if limit > 0 && need > limit {
-		return fmt.Errorf("check disk: it would not restore: its files need %s, more than the sandbox's disk limit of %s", fmtBytes(need), fmtBytes(limit))
+		return api.Errorf(api.ErrConflict, "check disk: it would not restore: its files need %s, more than the sandbox's disk limit of %s; nothing was kept", fmtBytes(need), fmtBytes(limit))
 	}
 	return nil
 }

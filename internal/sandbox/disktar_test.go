@@ -183,8 +183,8 @@ func TestCaptureNotRestorable(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rt.tar = tc.tar
 			defer func() { rt.tar = nil }()
-			if _, err := m.Snapshot(ctx, sb.ID, api.SnapshotRequest{Name: "s"}); err == nil || !strings.Contains(err.Error(), tc.says) {
-				t.Errorf("snapshot: %v, want an error with %q", err, tc.says)
+			if _, err := m.Snapshot(ctx, sb.ID, api.SnapshotRequest{Name: "s"}); !errors.Is(err, api.ErrConflict) || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("snapshot: %v, want ErrConflict with %q", err, tc.says)
 			}
 			if _, err := m.GetSnapshot(ctx, "s"); !errors.Is(err, api.ErrNotFound) {
 				t.Errorf("the failed snapshot: %v, want not found", err)

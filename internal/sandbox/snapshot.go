@@ -51,7 +51,7 @@ func (m *Manager) capture(ctx context.Context, c *inFlight, id string, kind capt
 		max := maxDiskTar(kind.diskLimit)
 		if err := m.cfg.Runtime.TarUpper(rctx, id, m.imageDisk(img), max); err != nil {
 			if errors.Is(err, runsc.ErrTarTooBig) {
-				return 0, 0, fmt.Errorf("write disk: its tar passed %s, more than a disk limit of %s allows (the disk's files and %s of headers); nothing was kept", fmtBytes(max), fmtBytes(kind.diskLimit), fmtBytes(diskTarSlack(kind.diskLimit)))
+				return 0, 0, api.Errorf(api.ErrConflict, "write disk: its tar passed %s, more than a disk limit of %s allows (the disk's files and %s of headers); nothing was kept: remove files from its disk and capture again", fmtBytes(max), fmtBytes(kind.diskLimit), fmtBytes(diskTarSlack(kind.diskLimit)))
 			}
 			return 0, 0, fmt.Errorf("write disk: %w", err)
 		}
