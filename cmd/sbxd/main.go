@@ -59,6 +59,8 @@ type config struct {
 	limits                  sandbox.Limits
 	memory, maxMemory       string
 	disk, maxDisk           string
+	maxLayer, maxImage      string
+	importLimits            template.ImportLimits
 	outputHead, outputTail  string
 	stoppedRetention        time.Duration
 	egressAllow, egressDeny prefixes
@@ -124,6 +126,8 @@ func main() {
 	fs.IntVar(&c.limits.MaxPids, "max-pids", def.MaxPids, "the most processes a sandbox may ask for")
 	fs.StringVar(&c.disk, "default-disk", "10G", "disk limit (its disk changes) of a sandbox that asks for none; past it writes fail with ENOSPC inside")
 	fs.StringVar(&c.maxDisk, "max-disk", "1T", "the most disk a sandbox may ask for")
+	fs.StringVar(&c.maxLayer, "max-layer-size", "16G", "the most an image layer (or a rootfs tar) may unpack to; an import past it is stopped there and leaves nothing (0: no limit)")
+	fs.StringVar(&c.maxImage, "max-image-size", "32G", "the most an image's layers (or a rootfs tar) may add up to (0: no limit)")
 	fs.StringVar(&c.outputHead, "output-head", "32M", "each exec's stdout and stderr, and each console, keep this much from the start...")
 	fs.StringVar(&c.outputTail, "output-tail", "1M", "...and then only this much from the end; what is between is dropped, and said so")
 	fs.DurationVar(&c.stoppedRetention, "stopped-retention", 0, "delete a sandbox stopped for longer than this (0: keep stopped sandboxes; the idle reaper never takes them)")
@@ -193,6 +197,7 @@ func run(c config) error {
 	}{
 		{"default-memory", c.memory, &c.limits.Memory}, {"max-memory", c.maxMemory, &c.limits.MaxMemory},
 		{"default-disk", c.disk, &c.limits.Disk}, {"max-disk", c.maxDisk, &c.limits.MaxDisk},
+		{"max-layer-size", c.maxLayer, &c.importLimits.Layer}, {"max-image-size", c.maxImage, &c.importLimits.Image},
 	} {
 		if *f.v, err = sandbox.ParseSize(f.flag, f.s); err != nil {
 			return fmt.Errorf("--%w", err)
@@ -250,6 +255,8 @@ func run(c config) error {
 	if err != nil {
 		return err
 	}
+	c.importLimits.Reserve = template.DefaultImportLimits.Reserve
+	templates.SetImportLimits(c.importLimits)
 	pool, err := netip.ParsePrefix(c.pool)
 	if err != nil {
 		return fmt.Errorf("--pool: %w", err)

@@ -150,14 +150,25 @@ func (d *Driver) Command(ctx context.Context, verb string, global []string, args
 // run runs one short runsc call and returns its stdout. It is the chokepoint
 // for every short call: a timeout, stderr captured, verb and id in the error.
 func (d *Driver) run(ctx context.Context, global []string, verb, id string, args ...string) ([]byte, error) {
+	return d.runFiles(ctx, global, nil, verb, id, args...)
+}
+
+// runFiles is run with files given to runsc as fds 3 and up, closed in this
+// process once runsc has them.
+func (d *Driver) runFiles(ctx context.Context, global []string, files []*os.File, verb, id string, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
 	defer cancel()
 	cmd := d.Command(ctx, verb, append(d.logFlag(id), global...), args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout = &stdout
 	cmd.Stderr = &stderr
+	cmd.ExtraFiles = files
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	err := cmd.Start()
+	for _, f := range files {
+		f.Close()
+	}
+	if err != nil {
 		return nil, &Error{Verb: verb, ID: id, Err: err, Stderr: tail(stderr.Bytes())}
 	}
 	if started, ok := ctx.Value(startedKey{}).(func(Proc)); ok {
@@ -381,10 +392,67 @@ func (d *Driver) Restore(ctx context.Context, id string, o RestoreOptions) error
 }
 
 // TarUpper writes sandbox id's disk changes (its root overlay's upper
-// layer) as a tar to file.
-func (d *Driver) TarUpper(ctx context.Context, id, file string) error {
-	_, err := d.run(ctx, nil, "tar", id, "rootfs-upper", "--file", file, id)
-	return err
+// layer) as a tar to file, and at most max bytes of it (0: no bound): past
+// them runsc's tar is cut off and the error wraps ErrTarTooBig, so that
+// nothing a sandbox holds makes sbxd write more than its disk limit allows.
+// runsc writes into a pipe that sbxd copies to the file.
+func (d *Driver) TarUpper(ctx context.Context, id, file string, max int64) error {
+	out, err := os.OpenFile(file, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return &Error{Verb: "tar", ID: id, Err: err}
+	}
+	defer out.Close()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return &Error{Verb: "tar", ID: id, Err: err}
+	}
+	copied := make(chan error, 1)
+	go func() {
+		defer pr.Close() // a writer past the bound gets EPIPE
+		copied <- copyAtMost(out, pr, max)
+	}()
+	_, err = d.runFiles(ctx, nil, []*os.File{pw}, "tar", id, "rootfs-upper", "--file", "/proc/self/fd/3", id)
+	var cerr error
+	select {
+	case cerr = <-copied:
+	case <-time.After(5 * time.Second):
+		// runsc ended and the sandbox holds the pipe still: what it wrote is
+		// not known to be whole
+		pr.Close()
+		cerr = <-copied
+		if cerr == nil && err == nil {
+			cerr = fmt.Errorf("the sandbox kept the tar's pipe open after runsc's tar ended")
+		}
+	}
+	if errors.Is(cerr, ErrTarTooBig) {
+		return &Error{Verb: "tar", ID: id, Err: cerr}
+	}
+	if err != nil {
+		return err
+	}
+	if cerr != nil {
+		return &Error{Verb: "tar", ID: id, Err: cerr}
+	}
+	return out.Sync()
+}
+
+// ErrTarTooBig is a disk tar that passed the bound it was given.
+var ErrTarTooBig = errors.New("the disk's tar is larger than its bound")
+
+// copyAtMost copies r to w, at most max bytes (0: any); more is ErrTarTooBig.
+func copyAtMost(w io.Writer, r io.Reader, max int64) error {
+	if max <= 0 {
+		_, err := io.Copy(w, r)
+		return err
+	}
+	n, err := io.Copy(w, io.LimitReader(r, max+1))
+	if err != nil {
+		return err
+	}
+	if n > max {
+		return fmt.Errorf("%w (%d bytes)", ErrTarTooBig, max)
+	}
+	return nil
 }
 
 // Status is the state runsc reports a sandbox in.

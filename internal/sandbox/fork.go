@@ -147,7 +147,7 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 		return nil, 0, err
 	}
 	defer c.end()
-	size, _, err := m.capture(ctx, c, parent.ID, captureKind{memory: withMemory, scratch: true})
+	size, _, err := m.capture(ctx, c, parent.ID, captureKind{memory: withMemory, scratch: true, diskLimit: parent.DiskLimit})
 	unlock()
 	if err != nil {
 		undo()

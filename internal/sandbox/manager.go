@@ -32,7 +32,7 @@ type Runtime interface {
 	Run(ctx context.Context, id string, o runsc.RunOptions) error
 	Restore(ctx context.Context, id string, o runsc.RestoreOptions) error
 	Checkpoint(ctx context.Context, id, imageDir string, leaveRunning bool) error
-	TarUpper(ctx context.Context, id, file string) error
+	TarUpper(ctx context.Context, id, file string, max int64) error
 	Pause(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error
 	State(ctx context.Context, id string) (runsc.State, error)

@@ -27,6 +27,8 @@ import (
 type fakeRuntime struct {
 	mu      sync.Mutex
 	running map[string]bool
+	// tar, if set, writes a disk capture in place of an empty tar
+	tar func(file string, max int64) error
 }
 
 var _ Runtime = (*fakeRuntime)(nil)
@@ -48,8 +50,11 @@ func (f *fakeRuntime) Checkpoint(ctx context.Context, id, dir string, leave bool
 	}
 	return nil
 }
-func (f *fakeRuntime) TarUpper(ctx context.Context, id, file string) error {
-	return os.WriteFile(file, []byte("tar"), 0o600)
+func (f *fakeRuntime) TarUpper(ctx context.Context, id, file string, max int64) error {
+	if f.tar != nil {
+		return f.tar(file, max)
+	}
+	return os.WriteFile(file, make([]byte, 1024), 0o600) // an empty tar
 }
 func (f *fakeRuntime) Pause(ctx context.Context, id string) error  { return nil }
 func (f *fakeRuntime) Resume(ctx context.Context, id string) error { return nil }

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,6 +24,9 @@ type captureKind struct {
 	// before its memory is written and left paused, so that nothing it does
 	// after its image (a freeze from inside, above all) is lost with it.
 	last bool
+	// diskLimit is the sandbox's disk limit: its disk capture is bounded by
+	// it, and must restore within it.
+	diskLimit int64
 }
 
 // capture writes a running sandbox's disk, and with memory its processes
@@ -44,8 +48,16 @@ func (m *Manager) capture(ctx context.Context, c *inFlight, id string, kind capt
 	}()
 	rctx := c.watched(ctx)
 	if !(kind.scratch && kind.memory) {
-		if err := m.cfg.Runtime.TarUpper(rctx, id, m.imageDisk(img)); err != nil {
+		max := maxDiskTar(kind.diskLimit)
+		if err := m.cfg.Runtime.TarUpper(rctx, id, m.imageDisk(img), max); err != nil {
+			if errors.Is(err, runsc.ErrTarTooBig) {
+				return 0, 0, api.Errorf(api.ErrConflict, "write disk: its tar passed %s, more than a disk limit of %s allows (the disk's files and %s of headers); nothing was kept: remove files from its disk and capture again", fmtBytes(max), fmtBytes(kind.diskLimit), fmtBytes(diskTarSlack(kind.diskLimit)))
+			}
 			return 0, 0, fmt.Errorf("write disk: %w", err)
+		}
+		// a disk capture that cannot be restored is never a success
+		if err := checkDiskTar(m.imageDisk(img), kind.diskLimit); err != nil {
+			return 0, 0, err
 		}
 		c.step(ctx, "disk-written")
 	}
@@ -147,7 +159,7 @@ func (m *Manager) Snapshot(ctx context.Context, ref string, req api.SnapshotRequ
 		return nil, err
 	}
 	defer c.end()
-	size, paused, err := m.capture(ctx, c, sb.ID, captureKind{memory: req.Memory})
+	size, paused, err := m.capture(ctx, c, sb.ID, captureKind{memory: req.Memory, diskLimit: sb.DiskLimit})
 	img := c.img
 	extra := map[string]any{"name": req.Name, "memory": req.Memory, "pausedMs": paused.Milliseconds()}
 	if err != nil {

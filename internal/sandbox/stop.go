@@ -63,7 +63,7 @@ func (m *Manager) stop(ctx context.Context, sb *store.Sandbox) error {
 		return fmt.Errorf("stop %s: %w", sb.ID, err)
 	}
 	defer c.end()
-	size, paused, err := m.capture(ctx, c, sb.ID, captureKind{memory: true, last: true})
+	size, paused, err := m.capture(ctx, c, sb.ID, captureKind{memory: true, last: true, diskLimit: sb.DiskLimit})
 	img := c.img
 	extra := map[string]any{"pausedMs": paused.Milliseconds()}
 	if err != nil {

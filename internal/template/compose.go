@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 
@@ -30,7 +29,12 @@ const (
 // layers' files, so versions share them; a directory is made anew with its
 // layer's owner, mode, attributes and time. It never follows a symlink: each
 // directory it writes in is one it has just checked or made.
-func compose(ctx context.Context, rootfs string, layers []string) error {
+//
+// The files it links count against bound (the image limit), and the
+// free space it leaves against its reserve; a directory's metadata is set
+// when its layer's walk of it ends (a later layer that has it sets it
+// again), so that nothing is kept per directory.
+func compose(ctx context.Context, rootfs string, layers []string, bound *budget) error {
 	if err := os.Mkdir(rootfs, 0o755); err != nil {
 		return err
 	}
@@ -39,14 +43,17 @@ func compose(ctx context.Context, rootfs string, layers []string) error {
 		return err
 	}
 	defer root.Close()
-	c := &composer{ctx: ctx, root: root, dir: rootfs, dirs: map[string]string{}}
+	c := &composer{ctx: ctx, root: root, dir: rootfs, bound: bound}
 	for _, l := range layers {
 		c.layer = l
 		if err := c.walk("."); err != nil {
+			if errors.Is(err, errTooBig) {
+				return err
+			}
 			return fmt.Errorf("layer %s: %w", filepath.Base(l), err)
 		}
 	}
-	return c.finishDirs()
+	return nil
 }
 
 type composer struct {
@@ -54,7 +61,7 @@ type composer struct {
 	root  *os.Root
 	dir   string
 	layer string
-	dirs  map[string]string // rootfs directory -> the layer directory whose metadata it takes
+	bound *budget // what the image's files add up to
 }
 
 // walk merges the layer's directory rel into the rootfs's directory rel,
@@ -63,40 +70,33 @@ func (c *composer) walk(rel string) error {
 	if err := c.ctx.Err(); err != nil {
 		return err
 	}
-	entries, err := os.ReadDir(filepath.Join(c.layer, rel))
-	if err != nil {
+	ldir := filepath.Join(c.layer, rel)
+	// first what this layer hides of the ones below, then what it adds;
+	// the layer's directory is read a batch at a time, each pass
+	if _, err := os.Lstat(filepath.Join(ldir, opaqueMarker)); err == nil {
+		if err := c.removeChildren(rel); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	// first what this layer hides of the ones below, then what it adds
-	for _, e := range entries {
-		if e.Name() == opaqueMarker {
-			below, err := readDirNames(c.root, rel)
-			if err != nil {
-				return err
-			}
-			for _, n := range below {
-				if err := c.remove(filepath.Join(rel, n)); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	for _, e := range entries {
+	err := eachEntry(ldir, func(e fs.DirEntry) error {
 		target, ok := strings.CutPrefix(e.Name(), whiteoutPrefix)
 		if !ok || e.Name() == opaqueMarker {
-			continue
+			return nil
 		}
 		// an empty name would be the directory itself; ".wh..wh.*" are AUFS's own files
 		if target == "" || strings.HasPrefix(target, whiteoutPrefix) || target == "." || target == ".." {
-			continue
+			return nil
 		}
-		if err := c.remove(filepath.Join(rel, target)); err != nil {
-			return err
-		}
+		return c.remove(filepath.Join(rel, target))
+	})
+	if err != nil {
+		return err
 	}
-	for _, e := range entries {
+	return eachEntry(ldir, func(e fs.DirEntry) error {
 		if strings.HasPrefix(e.Name(), whiteoutPrefix) {
-			continue
+			return nil
 		}
 		p := filepath.Join(rel, e.Name())
 		lp := filepath.Join(c.layer, p)
@@ -116,20 +116,65 @@ func (c *composer) walk(rel string) error {
 			default:
 				return fmt.Errorf("%s: %w", p, err)
 			}
-			c.dirs[p] = lp
 			if err := c.walk(p); err != nil {
 				return err
 			}
-			continue
+			// nothing more of this layer goes into it: it takes the
+			// layer's metadata now
+			lfi, err := os.Lstat(lp)
+			if err != nil {
+				return err
+			}
+			if err := copyMeta(lp, filepath.Join(c.dir, p), lfi); err != nil {
+				return fmt.Errorf("%s: %w", p, err)
+			}
+			return nil
 		}
 		if err := c.remove(p); err != nil {
 			return err
 		}
+		if e.Type().IsRegular() {
+			fi, err := e.Info()
+			if err != nil {
+				return fmt.Errorf("%s: %w", p, err)
+			}
+			if err := c.bound.add(fi.Size()); err != nil {
+				return err
+			}
+		}
 		if err := linkOrCopy(lp, filepath.Join(c.dir, p)); err != nil {
 			return fmt.Errorf("%s: %w", p, err)
 		}
+		return nil
+	})
+}
+
+// removeChildren deletes everything in the rootfs's directory rel (an
+// opaque directory above it), a batch of names at a time.
+func (c *composer) removeChildren(rel string) error {
+	fi, err := c.root.Lstat(rel)
+	if err != nil || !fi.IsDir() {
+		return nil
 	}
-	return nil
+	for {
+		f, err := c.root.Open(rel)
+		if err != nil {
+			return err
+		}
+		names, err := f.Readdirnames(256)
+		f.Close()
+		if len(names) == 0 {
+			if err == nil || errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		for _, n := range names {
+			if err := c.remove(filepath.Join(rel, n)); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // remove deletes what is at rel in the rootfs, if anything.
@@ -150,19 +195,6 @@ func (c *composer) remove(rel string) error {
 		return fmt.Errorf("%s: %w", rel, err)
 	}
 	return nil
-}
-
-func readDirNames(root *os.Root, rel string) ([]string, error) {
-	fi, err := root.Lstat(rel)
-	if err != nil || !fi.IsDir() {
-		return nil, nil
-	}
-	f, err := root.Open(rel)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return f.Readdirnames(-1)
 }
 
 // linkOrCopy makes dst the same file as src, a hard link (a file can have
@@ -245,30 +277,4 @@ func copyMeta(src, dst string, fi fs.FileInfo) error {
 		}
 	}
 	return lutimes(dst, fi.ModTime())
-}
-
-// finishDirs gives the rootfs's directories their layers' metadata,
-// deepest first so that setting one does not change its parent's time.
-func (c *composer) finishDirs() error {
-	rels := make([]string, 0, len(c.dirs))
-	for r := range c.dirs {
-		rels = append(rels, r)
-	}
-	sort.Slice(rels, func(i, j int) bool { return rels[i] > rels[j] })
-	for _, rel := range rels {
-		// a later layer may have replaced it; its parents are real
-		// directories then, checked as they were made
-		fi, err := c.root.Lstat(rel)
-		if err != nil || !fi.IsDir() {
-			continue
-		}
-		lfi, err := os.Lstat(c.dirs[rel])
-		if err != nil {
-			return err
-		}
-		if err := copyMeta(c.dirs[rel], filepath.Join(c.dir, rel), lfi); err != nil {
-			return fmt.Errorf("%s: %w", rel, err)
-		}
-	}
-	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -95,35 +96,73 @@ func addSkeleton(rootfs string) error {
 }
 
 // diskUsage returns the bytes the tree at dir occupies on disk, counting
-// hard-linked files once.
+// hard-linked files once (as long as the map of them stays small: past it,
+// memory stays flat and a second name of a file is counted again). It reads
+// directories a batch at a time, so a directory of millions of entries
+// costs no more memory than a small one.
 func diskUsage(dir string) (int64, error) {
+	const maxSeenInodes = 1 << 17
 	type inode struct{ dev, ino uint64 }
 	seen := make(map[inode]bool)
 	var total int64
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		if !ok {
-			total += fi.Size()
-			return nil
-		}
-		if st.Nlink > 1 && !d.IsDir() {
+	var walk func(p string, st *syscall.Stat_t) error
+	walk = func(p string, st *syscall.Stat_t) error {
+		if st.Nlink > 1 && st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
 			k := inode{uint64(st.Dev), st.Ino}
 			if seen[k] {
 				return nil
 			}
-			seen[k] = true
+			if len(seen) < maxSeenInodes {
+				seen[k] = true
+			}
 		}
 		total += st.Blocks * 512
-		return nil
-	})
+		if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+			return nil
+		}
+		return eachEntry(p, func(e fs.DirEntry) error {
+			fi, err := e.Info()
+			if err != nil {
+				return err
+			}
+			cst, ok := fi.Sys().(*syscall.Stat_t)
+			if !ok {
+				total += fi.Size()
+				return nil
+			}
+			return walk(filepath.Join(p, e.Name()), cst)
+		})
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(dir, &st); err != nil {
+		return 0, err
+	}
+	err := walk(dir, &st)
 	return total, err
+}
+
+// eachEntry calls fn for each entry of the directory dir, read a batch at a
+// time (in the directory's order, not sorted).
+func eachEntry(dir string, fn func(fs.DirEntry) error) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for {
+		es, err := f.ReadDir(256)
+		for _, e := range es {
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+		if errors.Is(err, io.EOF) || (err == nil && len(es) == 0) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // removeTree deletes the tree at dir. A build tool that was killed may have

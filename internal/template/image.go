@@ -50,7 +50,8 @@ func (s *Store) PutLayer(ctx context.Context, diffID string, r io.Reader, progre
 		return true, nil
 	}
 	work := filepath.Join(l.work, "layer")
-	got, err := extract(ctx, work, r, true, progress)
+	lim := s.importLimits()
+	got, err := extract(ctx, work, r, true, progress, unpackBound{max: lim.Layer, what: "the layer limit (sbxd --max-layer-size)", reserve: lim.Reserve})
 	if err != nil {
 		return false, fmt.Errorf("layer %s: %w", short(diffID), err)
 	}
@@ -176,7 +177,9 @@ func (s *Store) ImportImage(ctx context.Context, name string, config []byte, sou
 	for _, d := range layers {
 		paths = append(paths, s.layerPath(d))
 	}
-	if err := compose(ctx, rootfs, paths); err != nil {
+	lim := s.importLimits()
+	bound := &budget{dir: filepath.Dir(rootfs), max: lim.Image, what: "the image limit (sbxd --max-image-size)", reserve: lim.Reserve}
+	if err := compose(ctx, rootfs, paths, bound); err != nil {
 		return api.Template{}, nil, fmt.Errorf("import template %s: %w", name, err)
 	}
 	progress("preparing mount points")

@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -48,8 +50,14 @@ func (s *Store) Import(ctx context.Context, name string, tarStream io.Reader, fo
 	if cur, err := s.Resolve(name); err == nil && !force {
 		return api.Template{}, api.Errorf(api.ErrConflict, "template %s exists (version %s); import again with force to point it at the new version (sandboxes on the old one keep it), or remove the name first", name, short(cur.Version))
 	}
+	lim := s.importLimits()
+	// a rootfs tar is one layer and the whole image: the smaller bound holds
+	bound := unpackBound{max: lim.Layer, what: "the layer limit (sbxd --max-layer-size)", reserve: lim.Reserve}
+	if lim.Image > 0 && (bound.max == 0 || lim.Image < bound.max) {
+		bound.max, bound.what = lim.Image, "the image limit (sbxd --max-image-size)"
+	}
 	t, reused, err := s.make(ctx, name, "import", api.TemplateDefaults{}, force, "import", progress, func(ctx context.Context, rootfs string) error {
-		_, err := extract(ctx, rootfs, tarStream, false, progress)
+		_, err := extract(ctx, rootfs, tarStream, false, progress, bound)
 		return err
 	})
 	if err != nil {
@@ -63,17 +71,33 @@ func (s *Store) Import(ctx context.Context, name string, tarStream io.Reader, fo
 	return t, nil
 }
 
+// unpackBound is what one unpack may write: max bytes (0: any) of
+// uncompressed tar, and as many of files and directories, what naming the
+// bound in the error; and the free space it leaves (reserve).
+type unpackBound struct {
+	max     int64
+	what    string
+	reserve int64
+}
+
 // extract unpacks the tar r (compressed with gzip or zstd, or not) into the
 // new directory rootfs and returns the digest of the uncompressed tar, all
 // of it (the diff ID of an image layer). An empty archive is refused unless
-// allowEmpty.
-func extract(ctx context.Context, rootfs string, r io.Reader, allowEmpty bool, progress func(string)) (diffID string, err error) {
+// allowEmpty. It stops as soon as the uncompressed tar, or what it writes,
+// passes bound, or the disk's free space falls below the reserve (the
+// caller removes what it wrote); its memory does not grow with the archive.
+func extract(ctx context.Context, rootfs string, r io.Reader, allowEmpty bool, progress func(string), bound unpackBound) (diffID string, err error) {
 	cr := &countingReader{ctx: ctx, r: r, progress: progress, next: progressEvery}
 	in, closeIn, err := decompress(cr)
 	if err != nil {
 		return "", err
 	}
 	defer closeIn()
+	written := &budget{dir: filepath.Dir(rootfs), max: bound.max, what: bound.what, reserve: bound.reserve}
+	if err := written.checkFree(); err != nil {
+		return "", err
+	}
+	in = &limitReader{r: in, b: &budget{max: bound.max, what: bound.what}}
 	h := sha256.New()
 	in = io.TeeReader(in, h)
 	if err := os.Mkdir(rootfs, 0o755); err != nil {
@@ -84,7 +108,8 @@ func extract(ctx context.Context, rootfs string, r io.Reader, allowEmpty bool, p
 		return "", err
 	}
 	defer root.Close()
-	x := &extractor{root: root, dir: rootfs, progress: progress, checked: make(map[string]bool)}
+	x := &extractor{root: root, dir: rootfs, progress: progress, checked: make(map[string]bool), written: written}
+	defer x.closeSpill()
 	tr := tar.NewReader(in)
 	n := 0
 	for {
@@ -95,6 +120,9 @@ func extract(ctx context.Context, rootfs string, r io.Reader, allowEmpty bool, p
 		if err != nil {
 			if ctx.Err() != nil {
 				return "", ctx.Err()
+			}
+			if errors.Is(err, errTooBig) {
+				return "", err
 			}
 			return "", api.Errorf(api.ErrInvalid, "read tar after %d entries: %s", n, err)
 		}
@@ -113,6 +141,9 @@ func extract(ctx context.Context, rootfs string, r io.Reader, allowEmpty bool, p
 	if _, err := io.Copy(io.Discard, in); err != nil {
 		if ctx.Err() != nil {
 			return "", ctx.Err()
+		}
+		if errors.Is(err, errTooBig) {
+			return "", err
 		}
 		return "", api.Errorf(api.ErrInvalid, "read the end of the tar: %s", err)
 	}
@@ -176,9 +207,32 @@ type extractor struct {
 	root     *os.Root
 	dir      string
 	progress func(string)
-	checked  map[string]bool // paths known to be real directories
-	dirs     []*tar.Header   // modes and times are set last, when nothing more is written into them
+	// checked caches paths known to be real directories; it is emptied
+	// past maxCache bytes of them (a miss costs an lstat, not correctness)
+	checked      map[string]bool
+	checkedBytes int
+	// dirs holds the mode and time of each directory, set last, when
+	// nothing more is written into them: one record per path, however many
+	// entries name it, and past maxCache bytes of them the records go to a
+	// file (spill) beside the rootfs instead, so that memory stays flat
+	dirs      map[string]dirMeta
+	dirsBytes int
+	spill     *os.File
+	spillW    *bufio.Writer
+	written   *budget // what the unpack writes
 }
+
+// dirMeta is what a directory entry sets once the unpack is done.
+type dirMeta struct {
+	mode  fs.FileMode
+	mtime int64 // Unix nanoseconds
+}
+
+// maxCache bounds each of an extractor's maps, in bytes of paths.
+var maxCache = 8 << 20
+
+// dirBlock is what a directory costs the disk, counted against the bound.
+const dirBlock = 4096
 
 // cleanName turns a tar name into a path relative to the rootfs ("." for
 // the rootfs itself). Absolute names are taken as relative to the rootfs.
@@ -217,9 +271,62 @@ func (x *extractor) checkParents(entry, rel string) error {
 		case !fi.IsDir():
 			return api.Errorf(api.ErrInvalid, "entry %q: its parent %q is not a directory", entry, p)
 		}
-		x.checked[p] = true
+		x.markChecked(p)
 	}
 	return nil
+}
+
+// markChecked caches p as a real directory, within maxCache.
+func (x *extractor) markChecked(p string) {
+	if x.checked[p] {
+		return
+	}
+	if x.checkedBytes+len(p) > maxCache {
+		clear(x.checked)
+		x.checkedBytes = 0
+	}
+	x.checked[p] = true
+	x.checkedBytes += len(p) + 48
+}
+
+// setLater records the mode and time a directory takes at the end.
+func (x *extractor) setLater(rel string, hdr *tar.Header) error {
+	m := dirMeta{mode: hdr.FileInfo().Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky), mtime: hdr.ModTime.UnixNano()}
+	if x.dirs == nil {
+		x.dirs = make(map[string]dirMeta)
+	}
+	if _, ok := x.dirs[rel]; ok || x.dirsBytes+len(rel) <= maxCache {
+		if !ok {
+			x.dirsBytes += len(rel) + 64
+		}
+		x.dirs[rel] = m
+		return nil
+	}
+	if x.spill == nil {
+		f, err := os.CreateTemp(filepath.Dir(x.dir), ".dirs-")
+		if err != nil {
+			return fmt.Errorf("entry %q: %w", hdr.Name, err)
+		}
+		x.spill, x.spillW = f, bufio.NewWriterSize(f, 64<<10)
+	}
+	var rec [20]byte
+	binary.BigEndian.PutUint64(rec[0:], uint64(m.mode))
+	binary.BigEndian.PutUint64(rec[8:], uint64(m.mtime))
+	binary.BigEndian.PutUint32(rec[16:], uint32(len(rel)))
+	x.spillW.Write(rec[:])
+	if _, err := x.spillW.WriteString(rel); err != nil {
+		return fmt.Errorf("entry %q: %w", hdr.Name, err)
+	}
+	return nil
+}
+
+// closeSpill removes the spill file, if there is one.
+func (x *extractor) closeSpill() {
+	if x.spill != nil {
+		x.spill.Close()
+		os.Remove(x.spill.Name())
+		x.spill = nil
+	}
 }
 
 // clear removes what is at rel unless keepDir and it is a directory, and
@@ -271,9 +378,13 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 		if err := x.owner(full, hdr); err != nil {
 			return fail(err)
 		}
-		x.checked[rel] = true
-		x.dirs = append(x.dirs, hdr)
-		return nil
+		if !kept {
+			if err := x.written.add(dirBlock); err != nil {
+				return err
+			}
+		}
+		x.markChecked(rel)
+		return x.setLater(rel, hdr)
 
 	case tar.TypeReg:
 		if _, err := x.clear(rel, false); err != nil {
@@ -283,8 +394,11 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 		if err != nil {
 			return fail(err)
 		}
-		if _, err := io.Copy(f, r); err != nil {
+		if _, err := io.Copy(f, &limitReader{r: r, b: x.written}); err != nil {
 			f.Close()
+			if errors.Is(err, errTooBig) {
+				return err
+			}
 			return fail(err)
 		}
 		if err := f.Close(); err != nil {
@@ -386,22 +500,57 @@ func (x *extractor) owner(full string, hdr *tar.Header) error {
 	return nil
 }
 
-// finishDirs sets the modes and times of directories, deepest first so
-// that setting one does not change its parent's time.
+// finishDirs sets the modes and times of directories, once nothing more is
+// written into them: those kept in memory, then those spilled, in the order
+// they came (the last entry naming a path wins, as it would have).
 func (x *extractor) finishDirs() error {
-	for i := len(x.dirs) - 1; i >= 0; i-- {
-		hdr := x.dirs[i]
-		rel, _ := cleanName(hdr.Name)
-		// a later entry may have replaced the directory; leave that alone
-		if fi, err := x.root.Lstat(rel); err != nil || !fi.IsDir() {
-			continue
+	for rel, m := range x.dirs {
+		if err := x.finishDir(rel, m); err != nil {
+			return err
 		}
-		if err := x.root.Chmod(rel, hdr.FileInfo().Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)); err != nil {
-			return fmt.Errorf("entry %q: %w", hdr.Name, err)
+	}
+	if x.spill == nil {
+		return nil
+	}
+	if err := x.spillW.Flush(); err != nil {
+		return fmt.Errorf("directories: %w", err)
+	}
+	if _, err := x.spill.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("directories: %w", err)
+	}
+	br := bufio.NewReaderSize(x.spill, 64<<10)
+	var rec [20]byte
+	name := make([]byte, 0, 4096)
+	for {
+		if _, err := io.ReadFull(br, rec[:]); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("directories: %w", err)
 		}
-		if err := x.root.Chtimes(rel, hdr.ModTime, hdr.ModTime); err != nil {
-			return fmt.Errorf("entry %q: %w", hdr.Name, err)
+		n := int(binary.BigEndian.Uint32(rec[16:]))
+		name = slices.Grow(name[:0], n)[:n]
+		if _, err := io.ReadFull(br, name); err != nil {
+			return fmt.Errorf("directories: %w", err)
 		}
+		m := dirMeta{mode: fs.FileMode(binary.BigEndian.Uint64(rec[0:])), mtime: int64(binary.BigEndian.Uint64(rec[8:]))}
+		if err := x.finishDir(string(name), m); err != nil {
+			return err
+		}
+	}
+}
+
+// finishDir sets one directory's mode and time, unless a later entry
+// replaced it.
+func (x *extractor) finishDir(rel string, m dirMeta) error {
+	if fi, err := x.root.Lstat(rel); err != nil || !fi.IsDir() {
+		return nil
+	}
+	if err := x.root.Chmod(rel, m.mode); err != nil {
+		return fmt.Errorf("entry %q: %w", rel, err)
+	}
+	t := time.Unix(0, m.mtime)
+	if err := x.root.Chtimes(rel, t, t); err != nil {
+		return fmt.Errorf("entry %q: %w", rel, err)
 	}
 	return nil
 }

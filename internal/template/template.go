@@ -57,6 +57,8 @@ type Store struct {
 	locks map[string]chan struct{} // one per name: builds and imports of a name take turns
 
 	critMu sync.Mutex // with the flock on .lock: see critical
+
+	limits ImportLimits // guarded by mu
 }
 
 // Open returns the store in dir, creating it if needed, migrates a store of
@@ -79,7 +81,7 @@ func Open(dir string) (*Store, error) {
 	if err := os.Chmod(abs, 0o700); err != nil {
 		return nil, fmt.Errorf("open templates %s: %w", abs, err)
 	}
-	s := &Store{dir: abs, locks: make(map[string]chan struct{})}
+	s := &Store{dir: abs, locks: make(map[string]chan struct{}), limits: DefaultImportLimits}
 	// migrate also makes the directories of the layout
 	if err := s.migrate(); err != nil {
 		return nil, fmt.Errorf("open templates %s: migrate the old layout: %w", abs, err)

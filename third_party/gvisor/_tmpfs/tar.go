@@ -5,8 +5,9 @@
 // `go build -overlay` (see ../../Makefile and README.md here). It changes how
 // a rootfs-upper tar (the dev.gvisor.tar.rootfs.upper annotation, and
 // `runsc tar rootfs-upper`) moves a regular file's content: in chunks of
-// tarChunk bytes, instead of the whole file in one buffer and one write.
-// Look for "sbx:" below.
+// tarChunk bytes, instead of the whole file in one buffer and one write;
+// and a file with holes as a sparse entry (sparseRecord), whose holes the
+// restore leaves holes. Look for "sbx:" below.
 //
 // Licensed under the Apache License, Version 2.0 (the "License");
 // you may not use this file except in compliance with the License.
@@ -29,6 +30,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -341,8 +343,8 @@ func (cb *tarDefaultReaderCallbacks) regularFileSetContents(ctx context.Context,
 	if !ok {
 		return nil
 	}
-	// sbx: in chunks (see writeRegularFileFrom)
-	return writeRegularFileFrom(ctx, rf, bytes.NewReader(buf.Bytes()), int64(buf.Len()), hdr.Name)
+	// sbx: in chunks (see writeRegularFileFrom), holes kept
+	return setContentsFromTar(ctx, rf, bytes.NewReader(buf.Bytes()), hdr)
 }
 
 // sbx: tarChunk is how much of a regular file's content moves at once
@@ -392,15 +394,46 @@ func (cb *tarStreamCallbacks) regularFileRead(ctx context.Context, hdr *tar.Head
 }
 
 func (cb *tarStreamCallbacks) regularFileSetContents(ctx context.Context, hdr *tar.Header, rf *regularFile) error {
-	return writeRegularFileFrom(ctx, rf, cb.tr, hdr.Size, hdr.Name)
+	return setContentsFromTar(ctx, rf, cb.tr, hdr)
 }
 
-// sbx: writeRegularFileFrom writes size bytes of r into rf from its start,
-// tarChunk bytes at a time.
-func writeRegularFileFrom(ctx context.Context, rf *regularFile, r io.Reader, size int64, name string) error {
+// sbx: setContentsFromTar sets rf's content from the content of its tar
+// entry, r: a sparse entry (see sparseRecord) is read as its map, then
+// each extent of data written at its offset, and the file grown to its
+// size, so that its holes stay holes (and cost no pages of the disk
+// limit); any other entry is written whole.
+func setContentsFromTar(ctx context.Context, rf *regularFile, r io.Reader, hdr *tar.Header) error {
 	rf.inode.mu.Lock()
 	defer rf.inode.mu.Unlock()
-	rw := getRegularFileReadWriter(rf, 0, 0)
+	rs, ok := hdr.PAXRecords[sparseRecord]
+	if !ok {
+		return writeRegularFileFrom(ctx, rf, r, 0, hdr.Size, hdr.Name)
+	}
+	realSize, err := strconv.ParseInt(rs, 10, 64)
+	if err != nil || realSize < 0 {
+		return fmt.Errorf("bad %s record %q of %v", sparseRecord, rs, hdr.Name)
+	}
+	extents, err := readSparseMap(r, hdr.Size, realSize)
+	if err != nil {
+		return fmt.Errorf("bad sparse map of %v: %w", hdr.Name, err)
+	}
+	for _, e := range extents {
+		if err := writeRegularFileFrom(ctx, rf, r, e.off, e.len, hdr.Name); err != nil {
+			return err
+		}
+	}
+	if err := rf.truncateNoTimeUpdateLocked(uint64(realSize)); err != nil {
+		return fmt.Errorf("failed to set the size of %v: %w", hdr.Name, err)
+	}
+	return nil
+}
+
+// sbx: writeRegularFileFrom writes size bytes of r into rf at off, tarChunk
+// bytes at a time.
+//
+// Preconditions: rf.inode.mu must be locked.
+func writeRegularFileFrom(ctx context.Context, rf *regularFile, r io.Reader, off, size int64, name string) error {
+	rw := getRegularFileReadWriter(rf, off, 0)
 	defer putRegularFileReadWriter(rw)
 	buf := make([]byte, min(size, tarChunk))
 	var done int64
@@ -425,7 +458,7 @@ func writeRegularFileFrom(ctx context.Context, rf *regularFile, r io.Reader, siz
 
 // TarUpperLayer implements vfs.TarSerializer.TarUpperLayer.
 func (fs *filesystem) TarUpperLayer(ctx context.Context, outFD *os.File) error {
-	return fs.tarWrite(ctx, outFD, tarDefaultWriterCallbacks{})
+	return fs.tarWrite(ctx, outFD, &tarDefaultWriterCallbacks{}) // sbx: a pointer: it keeps the extents of the file at hand
 }
 
 func (fs *filesystem) tarWrite(ctx context.Context, dst io.Writer, cb tarWriterCallbacks) error {
@@ -556,6 +589,14 @@ func (d *dentry) createTarHeader(path string, inoToPath map[uint64]string, cb ta
 		}
 	}
 
+	// sbx: a file written as a sparse entry says so (after the xattrs,
+	// which make PAXRecords anew)
+	if scb, ok := cb.(*tarDefaultWriterCallbacks); ok {
+		if rf, ok := d.inode.impl.(*regularFile); ok {
+			scb.sparseHeader(rf, header)
+		}
+	}
+
 	inoToPath[d.inode.ino] = path
 	return header, nil
 }
@@ -571,36 +612,220 @@ type tarWriterCallbacks interface {
 
 // tarDefaultWriterCallbacks implements tarWriterCallbacks by writing regular
 // file contents to the tar archive.
-type tarDefaultWriterCallbacks struct{}
-
-func (tarDefaultWriterCallbacks) regularFileSize(rf *regularFile) int64 {
-	return int64(rf.size.Load())
+//
+// sbx: a file with holes is written as a sparse entry (see sparseRecord):
+// only its data, so that a file truncated to a terabyte on a disk limit of
+// 100 MiB costs its pages, not a terabyte of zeroes in the tar (and the
+// restore, which wrote every zero, ran out of the limit). The extents are
+// taken when the header is made (regularFileSize) and kept for the content
+// (regularFileWrite), which follows at once for the same file.
+type tarDefaultWriterCallbacks struct {
+	rf       *regularFile
+	extents  []sparseExtent
+	sparse   bool
+	realSize int64
 }
 
-func (tarDefaultWriterCallbacks) regularFileWrite(ctx context.Context, rf *regularFile, tw *tar.Writer) error {
+func (cb *tarDefaultWriterCallbacks) regularFileSize(rf *regularFile) int64 {
+	cb.rf = rf
+	cb.extents, cb.realSize = dataExtents(rf)
+	var data int64
+	for _, e := range cb.extents {
+		data += e.len
+	}
+	cb.sparse = data < cb.realSize
+	if !cb.sparse {
+		return cb.realSize
+	}
+	return int64(len(sparseMap(cb.extents))) + data
+}
+
+// sbx: sparseHeader adds the sparse record to a regular file's header when
+// its content is written as a sparse entry.
+func (cb *tarDefaultWriterCallbacks) sparseHeader(rf *regularFile, header *tar.Header) {
+	if cb.rf != rf || !cb.sparse {
+		return
+	}
+	if header.PAXRecords == nil {
+		header.PAXRecords = map[string]string{}
+	}
+	header.PAXRecords[sparseRecord] = strconv.FormatInt(cb.realSize, 10)
+}
+
+func (cb *tarDefaultWriterCallbacks) regularFileWrite(ctx context.Context, rf *regularFile, tw *tar.Writer) error {
 	// Note that regularFileReadWriter.ReadToBlocks() does not lock inode.mu. So
 	// it is safe to lock here to ensure no concurrent writes occur.
 	rf.inode.mu.Lock()
 	defer rf.inode.mu.Unlock()
-	// sbx: in chunks of tarChunk bytes, not the whole file in one buffer
-	size := int64(rf.size.RacyLoad())
-	rw := getRegularFileReadWriter(rf, 0, 0)
+	if cb.rf != rf {
+		return fmt.Errorf("sbx: the content of a file whose header was not the last made")
+	}
+	// sbx: what the header promised: the extents taken for it, or the whole
+	// file; in chunks of tarChunk bytes, not the whole file in one buffer
+	extents := []sparseExtent{{0, cb.realSize}}
+	if cb.sparse {
+		extents = cb.extents
+		if _, err := tw.Write(sparseMap(extents)); err != nil {
+			return fmt.Errorf("failed to write sparse map to tar: %w", err)
+		}
+	}
+	cb.rf, cb.extents = nil, nil
+	var longest int64
+	for _, e := range extents {
+		longest = max(longest, e.len)
+	}
+	buf := make([]byte, min(longest, tarChunk))
+	for _, e := range extents {
+		if err := copyExtentToTar(ctx, rf, e, buf, tw); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sbx: copyExtentToTar copies one extent of rf's content to tw. A file
+// that shrank since its header was written (the sandbox runs on during a
+// disk capture) is padded with zeroes to the size the header promised.
+func copyExtentToTar(ctx context.Context, rf *regularFile, e sparseExtent, buf []byte, tw *tar.Writer) error {
+	rw := getRegularFileReadWriter(rf, e.off, 0)
 	defer putRegularFileReadWriter(rw)
-	buf := make([]byte, min(size, tarChunk))
 	var done int64
-	for done < size {
-		want := min(int64(len(buf)), size-done)
+	for done < e.len {
+		want := min(int64(len(buf)), e.len-done)
 		n, err := usermem.BytesIOSequence(buf[:want]).CopyOutFrom(ctx, rw)
 		if err != nil && err != io.EOF {
 			return fmt.Errorf("failed to read file content: %w", err)
 		}
-		if n != want {
-			return fmt.Errorf("failed to read all file content, got %d bytes, want %d", done+n, size)
-		}
-		if _, err := tw.Write(buf[:n]); err != nil {
+		clear(buf[n:want])
+		if _, err := tw.Write(buf[:want]); err != nil {
 			return fmt.Errorf("failed to write file content to tar: %w", err)
 		}
-		done += n
+		done += want
 	}
 	return nil
+}
+
+// sbx: sparseRecord is the PAX record of a sparse entry of a rootfs-upper
+// tar: the file's size. The entry's content is the GNU sparse format 1.0's
+// (a map: the number of extents, then each extent's offset and length, in
+// decimal, one a line, padded with NULs to 512 bytes; then each extent's
+// data in turn), but it is announced by this record rather than GNU's
+// (GNU.sparse.major, .minor, .name, .realsize): Go's archive/tar writer
+// drops GNU.sparse.* records, and its reader turns GNU's sparse entries
+// into their full size of zeroes with no way to skip the holes
+// (golang/go#22735), which is what this format exists to avoid.
+const sparseRecord = "SBX.sparse.realsize"
+
+// sbx: sparseExtent is one run of a file's data: len bytes at off.
+type sparseExtent struct{ off, len int64 }
+
+// sbx: maxSparseMap bounds the map a restore reads (2^20 extents of up to
+// 40 bytes): a bigger one is refused rather than held in memory.
+const maxSparseMap = 48 << 20
+
+// sbx: dataExtents returns the runs of rf that hold data (the pages of its
+// memory file), merged where they touch, within its size.
+func dataExtents(rf *regularFile) ([]sparseExtent, int64) {
+	rf.dataMu.RLock()
+	defer rf.dataMu.RUnlock()
+	size := int64(rf.size.RacyLoad())
+	var extents []sparseExtent
+	for seg := rf.data.FirstSegment(); seg.Ok(); seg = seg.NextSegment() {
+		r := seg.Range()
+		start, end := int64(r.Start), min(int64(r.End), size)
+		if start >= end {
+			break
+		}
+		if n := len(extents); n > 0 && extents[n-1].off+extents[n-1].len == start {
+			extents[n-1].len += end - start
+			continue
+		}
+		extents = append(extents, sparseExtent{start, end - start})
+	}
+	if len(extents) == 0 && size > 0 {
+		// GNU's format holds at least one extent: the last byte, empty
+		extents = append(extents, sparseExtent{size, 0})
+	}
+	return extents, size
+}
+
+// sbx: sparseMap encodes the map of a sparse entry, padded to 512 bytes.
+func sparseMap(extents []sparseExtent) []byte {
+	b := strconv.AppendInt(nil, int64(len(extents)), 10)
+	b = append(b, '\n')
+	for _, e := range extents {
+		b = strconv.AppendInt(b, e.off, 10)
+		b = append(b, '\n')
+		b = strconv.AppendInt(b, e.len, 10)
+		b = append(b, '\n')
+	}
+	if pad := len(b) % 512; pad != 0 {
+		b = append(b, make([]byte, 512-pad)...)
+	}
+	return b
+}
+
+// sbx: readSparseMap reads a sparse entry's map from r, a 512-byte block at
+// a time (so that nothing of the data after it is read), and checks it: the
+// extents are in order, apart, within realSize, and the map and the data
+// they name make the entry's size.
+func readSparseMap(r io.Reader, entrySize, realSize int64) ([]sparseExtent, error) {
+	var (
+		block   [512]byte
+		read    int64
+		tok     []byte
+		nums    []int64
+		want    int64 = -1 // numbers the map holds: 1 + 2 per extent
+		extents []sparseExtent
+	)
+	for int64(len(nums)) != want {
+		if read+512 > min(entrySize, maxSparseMap) {
+			return nil, fmt.Errorf("map past %d bytes", read)
+		}
+		if _, err := io.ReadFull(r, block[:]); err != nil {
+			return nil, fmt.Errorf("map cut short: %w", err)
+		}
+		read += 512
+		for i, c := range block {
+			if int64(len(nums)) == want {
+				if c != 0 {
+					return nil, fmt.Errorf("map padding holds %q", block[i:])
+				}
+				continue
+			}
+			if c != '\n' {
+				if len(tok) == 20 || c < '0' || c > '9' {
+					return nil, fmt.Errorf("bad number %q", append(tok, c))
+				}
+				tok = append(tok, c)
+				continue
+			}
+			v, err := strconv.ParseInt(string(tok), 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("bad number %q", tok)
+			}
+			tok = tok[:0]
+			nums = append(nums, v)
+			if want < 0 {
+				if v > maxSparseMap/4 {
+					return nil, fmt.Errorf("%d extents", v)
+				}
+				want = 1 + 2*v
+				extents = make([]sparseExtent, 0, v)
+			}
+		}
+	}
+	var end, data int64
+	for i := 1; i < len(nums); i += 2 {
+		off, length := nums[i], nums[i+1]
+		if off < end || length > realSize || off > realSize-length {
+			return nil, fmt.Errorf("extent %d+%d out of order or past %d", off, length, realSize)
+		}
+		end, data = off+length, data+length
+		extents = append(extents, sparseExtent{off, length})
+	}
+	if read+data != entrySize {
+		return nil, fmt.Errorf("map of %d bytes and %d bytes of data, in an entry of %d", read, data, entrySize)
+	}
+	return extents, nil
 }
