@@ -69,6 +69,9 @@ func forkOptions(req api.ForkRequest, fn func(api.ForkEvent) error) []client.For
 	if req.Count > 0 {
 		opts = append(opts, client.WithCount(req.Count))
 	}
+	if req.Monitor {
+		opts = append(opts, client.WithMonitoring())
+	}
 	if d, ok := parseWireDuration(req.TTL); ok {
 		opts = append(opts, client.WithTTL(d))
 	}
