@@ -64,7 +64,9 @@ func TestMonitorCreateAndFork(t *testing.T) {
 	if !tr.Connected {
 		t.Errorf("trace not connected: %s", dumpTrace(tr))
 	}
-	if !traceHas(tr, func(e api.TraceEvent) bool { return e.Kind == "execve" && strings.HasSuffix(e.Path, "cat") || len(e.Argv) > 0 && e.Argv[0] == "cat" }) {
+	if !traceHas(tr, func(e api.TraceEvent) bool {
+		return e.Kind == "execve" && strings.HasSuffix(e.Path, "cat") || len(e.Argv) > 0 && e.Argv[0] == "cat"
+	}) {
 		t.Errorf("no execve of cat in the trace:\n%s", dumpTrace(tr))
 	}
 
