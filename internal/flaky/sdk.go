@@ -211,3 +211,8 @@ func wireExec(r *client.Result, err error) (*api.Exec, error) {
 	}
 	return r.API(), nil
 }
+
+// Trace returns what runtime monitoring kept of sandbox id.
+func (a SDK) Trace(ctx context.Context, id string) (*api.Trace, error) {
+	return a.C.Sandbox(id).Trace(ctx)
+}

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"sbx.dev/sbx/internal/explain"
+	"sbx.dev/sbx/internal/flaky"
+)
+
+func newExplainCmd(e *env) *cobra.Command {
+	var (
+		from, seedEnv string
+		n, parallel   int
+		envs          []string
+	)
+	cmd := &cobra.Command{
+		Use:   "explain [flags] (--from SNAPSHOT | ID) [--] TEST_CMD [ARGS...]",
+		Short: "run a test in N monitored memory forks and say what its failing runs did that its passing runs did not",
+		Long: "explain runs the test once in each of N memory forks of one ready state, as\n" +
+			"flake-rate does, with gVisor's runtime monitoring on in each, and prints the\n" +
+			"failure rate with its 95% Wilson interval and the divergence: the syscalls on\n" +
+			"files and sockets, execs and exits (and the order of two calls on one path or\n" +
+			"port) that tell failing runs from passing ones, ranked by Fisher's exact test,\n" +
+			"each with one run's events and their times from the run's start.\n" +
+			"The test command owns everything from its first word on.",
+		Example: "  sbx explain --from ready-state -n 24 -- 'cd /work && ./test.sh'\n" +
+			"  sbx --json explain ready -- ./test.sh | tail -1 | jq .divergence[0]",
+		Args: cobra.ArbitraryArgs,
+	}
+	cmd.Flags().SetInterspersed(false)
+	fs := cmd.Flags()
+	fs.StringVar(&from, "from", "", "start from this snapshot instead of a sandbox")
+	fs.IntVarP(&n, "runs", "n", explain.DefaultRuns, "how many forks, one run each")
+	fs.IntVar(&parallel, "parallel", flaky.DefaultParallel, "how many runs at once")
+	fs.StringVar(&seedEnv, "seed-env", flaky.DefaultSeedEnv, "the environment variable each run's seed is passed in")
+	fs.StringArrayVar(&envs, "env", nil, "KEY=VALUE added to every run's environment (repeatable)")
+	timeout := durationVar(fs, "timeout", "kill a run after this long (a failure), e.g. 5m or 300 (seconds)")
+	cmd.RunE = remote(func(cmd *cobra.Command, args []string) error {
+		fixed := 1
+		if from != "" {
+			fixed = 0
+		}
+		pos, command, err := remoteArgs(cmd, args, fixed)
+		if err != nil {
+			return err
+		}
+		o := explain.Options{From: from, N: n, Parallel: parallel}
+		if from == "" {
+			if len(pos) == 0 || len(command) == 0 {
+				return usagef("explain takes a sandbox id (or --from SNAPSHOT) and a test command")
+			}
+			o.Sandbox = pos[0]
+		}
+		switch {
+		case len(command) == 0:
+			return usagef("explain takes a test command (after its flags, or after --)")
+		case n < 2:
+			return usagef("-n %d: want at least 2 runs (a failing and a passing one to compare)", n)
+		case parallel < 1:
+			return usagef("--parallel %d: want at least 1", parallel)
+		case seedEnv == "" || strings.ContainsAny(seedEnv, "= "):
+			return usagef("--seed-env %q: want a variable name", seedEnv)
+		}
+		for _, kv := range envs {
+			if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsAny(k, " \n") {
+				return usagef("--env %q: want KEY=VALUE", kv)
+			}
+		}
+		o.Test = flaky.Test{Cmd: shellWrap(command), SeedEnv: seedEnv, Timeout: timeout.wire(), Env: envs}
+		c, err := e.client()
+		if err != nil {
+			return err
+		}
+		p := e.newStatusLine()
+		forked, done, failed := 0, 0, 0
+		o.Progress = func(ev explain.Progress) {
+			if e.json {
+				e.printJSONLine(ev)
+				return
+			}
+			switch ev.Event {
+			case "forked":
+				forked = ev.Ready
+			case "run":
+				done++
+				if !ev.Pass {
+					failed++
+				}
+			}
+			p.printf("explain: forked %d/%d, ran %d/%d, %d failed", forked, n, done, n, failed)
+		}
+		res, err := explain.Explain(e.ctx, explainClient{flaky.Adapt(c)}, o)
+		p.clear()
+		if err != nil {
+			return err
+		}
+		if e.json {
+			return e.printJSONLine(res)
+		}
+		return printExplained(e.stdout, res)
+	})
+	return cmd
+}
+
+// explainClient is the SDK as explain's Client.
+type explainClient struct{ flaky.SDK }
+
+var _ explain.Client = explainClient{}
+
+// printExplained is the short terminal summary of what explain found.
+func printExplained(w io.Writer, r *explain.Explained) error {
+	fmt.Fprintln(w, flaky.RateSummary{Runs: r.Runs, Failures: r.Failed, Rate: r.Rate.Rate, Wilson95: [2]float64{r.Rate.Low, r.Rate.High}})
+	if r.Note != "" {
+		fmt.Fprintln(w, r.Note)
+	}
+	if r.Dropped > 0 {
+		fmt.Fprintf(w, "the traces lost %d events (a run's trace keeps its first ones)\n", r.Dropped)
+	}
+	if r.Empty > 0 {
+		fmt.Fprintf(w, "%d runs' traces held nothing of their test\n", r.Empty)
+	}
+	if len(r.Divergence) == 0 {
+		if r.Note == "" {
+			fmt.Fprintln(w, "no event told the failing runs from the passing ones")
+		}
+		return nil
+	}
+	fmt.Fprintln(w, "what tells failing runs from passing runs (best first):")
+	for i, f := range r.Divergence {
+		side := "failing runs did this"
+		if !f.InFailing {
+			side = "passing runs did this"
+		}
+		fmt.Fprintf(w, "%2d. %s\n    %s: failing %d/%d, passing %d/%d (Fisher p=%.2g)\n", i+1, safe(f.Summary), side,
+			f.Failing, f.FailingRuns, f.Passing, f.PassingRuns, f.P)
+		ex := f.Example
+		if len(ex.Events) > 0 {
+			outcome := "passed"
+			if ex.Failed {
+				outcome = "failed"
+			}
+			var parts []string
+			for _, ev := range ex.Events {
+				parts = append(parts, fmt.Sprintf("%.1f ms %s[%d] %s", ev.AtMs, safe(ev.Process), ev.Pid, safe(ev.Event)))
+			}
+			fmt.Fprintf(w, "    e.g. run %d (seed %d, %s): %s\n", ex.Run, ex.Seed, outcome, strings.Join(parts, "; then "))
+			if ex.Note != "" {
+				fmt.Fprintf(w, "    (%s)\n", safe(ex.Note))
+			}
+		}
+	}
+	return nil
+}

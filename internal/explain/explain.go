@@ -1,0 +1,188 @@
+// Package explain says why a flaky test fails: it runs the test in N memory
+// forks of one ready state, as flake-rate does, each with runtime
+// monitoring, and compares what the failing runs did with what the passing
+// runs did (package analyze). It is a workflow on the client package.
+package explain
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/explain/analyze"
+	"sbx.dev/sbx/internal/flaky"
+)
+
+// Client is the slice of the client explain uses: flake-rate's, and the
+// trace of a monitored sandbox.
+type Client interface {
+	flaky.Client
+	Trace(ctx context.Context, id string) (*api.Trace, error)
+}
+
+// DefaultRuns is how many runs explain makes unless told: enough for
+// Fisher's test to separate a feature of every failure at a rate of 20-80%.
+const DefaultRuns = 24
+
+// Options says what to explain and how.
+type Options struct {
+	// Sandbox or From (a snapshot) is the ready state, as for flake-rate.
+	Sandbox, From string
+	// N runs (0: DefaultRuns), Parallel at once (0: flaky.DefaultParallel).
+	N, Parallel int
+	Test        flaky.Test
+	Seed        func() uint32
+	// Progress, if set, hears what happens, one event at a time.
+	Progress func(Progress)
+}
+
+// Progress is one progress line of `sbx explain --json`.
+type Progress struct {
+	Event string `json:"event"` // "forked", "run"
+	// forked: Ready of N forks made
+	Ready int `json:"ready,omitempty"`
+	N     int `json:"n,omitempty"`
+	// run: the run, how many of its test's events its trace held and
+	// how many the trace lost
+	*flaky.Run
+	Events  int   `json:"events,omitempty"`
+	Dropped int64 `json:"dropped,omitempty"`
+}
+
+// Rate is the failure rate with its 95% Wilson interval.
+type Rate struct {
+	Rate float64 `json:"rate"`
+	Low  float64 `json:"low"`
+	High float64 `json:"high"`
+}
+
+// Explained is what explain found, the last line of `sbx explain --json`.
+type Explained struct {
+	Event  string `json:"event"` // "explained"
+	Runs   int    `json:"runs"`
+	Failed int    `json:"failed"`
+	Rate   Rate   `json:"rate"`
+	// Divergence is what failing runs did that passing runs did not (or
+	// the other way round), best separating first.
+	Divergence []analyze.Finding `json:"divergence"`
+	// Note says why there is no divergence, when there is none.
+	Note string `json:"note,omitempty"`
+	// Dropped counts the trace events lost over all runs; Empty the runs
+	// whose trace held nothing of their test.
+	Dropped int64 `json:"dropped"`
+	Empty   int   `json:"empty"`
+	// Knobs and PointOfNoReturn are not measured yet (empty, null).
+	Knobs           []Knob           `json:"knobs"`
+	PointOfNoReturn *PointOfNoReturn `json:"pointOfNoReturn"`
+	Report          string           `json:"report,omitempty"`
+	// RunList is every run, in run order.
+	RunList []flaky.Run `json:"runList"`
+}
+
+// Knob is the rate under one perturbation.
+type Knob struct {
+	Knob   string  `json:"knob"`
+	Value  string  `json:"value"`
+	Runs   int     `json:"runs"`
+	Failed int     `json:"failed"`
+	Low    float64 `json:"low"`
+	High   float64 `json:"high"`
+}
+
+// PointOfNoReturn is when the failure became certain (not measured yet).
+type PointOfNoReturn struct {
+	AtMs   float64 `json:"atMs"`
+	Curve  []Knob  `json:"curve"`
+	Before []any   `json:"before"`
+}
+
+// traceSettle bounds the wait for a run's last events, which gVisor sends
+// after the exec has ended: its root's exit is the sign they are in.
+const traceSettle = 2 * time.Second
+
+// Explain runs the test N times from one ready state with monitoring and
+// reports the rate and the divergence. A test that fails is a result; an
+// error is operational (as flake-rate's), and then no fork is left.
+func Explain(ctx context.Context, c Client, o Options) (*Explained, error) {
+	n := o.N
+	if n == 0 {
+		n = DefaultRuns
+	}
+	var (
+		mu     sync.Mutex
+		traces = make([]analyze.Run, n)
+	)
+	ro := flaky.RateOptions{
+		Sandbox: o.Sandbox, From: o.From, N: n, Parallel: o.Parallel, Test: o.Test, Seed: o.Seed,
+		Monitor: true,
+		Inspect: func(ctx context.Context, r flaky.Run) error {
+			tr, err := readTrace(ctx, c, r)
+			if err != nil {
+				return err
+			}
+			run := analyze.Run{Run: r.Run, Seed: r.Seed, Failed: !r.Pass, Root: int32(r.Pid),
+				Dropped: tr.Dropped + tr.SentryDropped, Events: tr.Events}
+			if !r.Started.IsZero() {
+				run.StartNs = r.Started.UnixNano()
+			}
+			// keep only the test's own events: N traces of a whole sandbox are big
+			run.Events = analyze.Select(run)
+			mu.Lock()
+			traces[r.Run] = run
+			mu.Unlock()
+			return nil
+		},
+	}
+	if o.Progress != nil {
+		ro.Forked = func(ready, n int) { o.Progress(Progress{Event: "forked", Ready: ready, N: n}) }
+		ro.Progress = func(r flaky.Run) {
+			mu.Lock()
+			t := traces[r.Run]
+			mu.Unlock()
+			o.Progress(Progress{Event: "run", Run: &r, Events: len(t.Events), Dropped: t.Dropped})
+		}
+	}
+	res, err := flaky.FlakeRate(ctx, c, ro)
+	if err != nil {
+		return nil, fmt.Errorf("explain: %w", err)
+	}
+	a := analyze.Analyze(traces)
+	s := res.Summary
+	return &Explained{
+		Event: "explained", Runs: s.Runs, Failed: s.Failures,
+		Rate:       Rate{Rate: s.Rate, Low: s.Wilson95[0], High: s.Wilson95[1]},
+		Divergence: a.Findings, Note: a.Note, Dropped: a.Dropped, Empty: a.Empty,
+		Knobs: []Knob{}, RunList: res.Runs,
+	}, nil
+}
+
+// readTrace reads run r's trace once its root's exit is in, or after
+// traceSettle at the latest.
+func readTrace(ctx context.Context, c Client, r flaky.Run) (*api.Trace, error) {
+	deadline := time.Now().Add(traceSettle)
+	for {
+		tr, err := c.Trace(ctx, r.Sandbox)
+		if err != nil {
+			return nil, fmt.Errorf("trace: %w", err)
+		}
+		if r.Pid == 0 || rootExited(tr, int32(r.Pid)) || time.Now().After(deadline) || len(tr.Events) >= tr.Limit {
+			return tr, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func rootExited(tr *api.Trace, pid int32) bool {
+	for i := len(tr.Events) - 1; i >= 0; i-- {
+		if e := tr.Events[i]; e.Kind == "exit" && e.Pid == pid {
+			return true
+		}
+	}
+	return false
+}
