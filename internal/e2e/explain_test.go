@@ -86,3 +86,65 @@ func TestExplainExample(t *testing.T) {
 		t.Errorf("top finding has no example events")
 	}
 }
+
+// raceTest: a writer puts /tmp/race/data in place with a rename after a
+// delay its seed picks (0 to 0.6 s); the reader opens it at 0.3 s.
+const raceTest = `mkdir -p /tmp/race; (sleep 0.$((SEED % 4 * 2)); echo ok > /tmp/race/data.tmp && mv /tmp/race/data.tmp /tmp/race/data) & sleep 0.3; cat /tmp/race/data`
+
+// TestExplainFileRace: the top finding names the file the reader opened
+// before the writer renamed it into place.
+func TestExplainFileRace(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny")
+	res := explainTop(t, d, id, "12", "sh", "-c", raceTest)
+	if res.Failed == 0 || res.Failed == res.Runs {
+		t.Fatalf("%d of %d runs failed: nothing to compare (note %q)", res.Failed, res.Runs, res.Note)
+	}
+	if len(res.Divergence) == 0 {
+		t.Fatal("no divergence found")
+	}
+	if top := res.Divergence[0]; top.Resource != "/tmp/race/data" || !strings.Contains(top.Summary, "/tmp/race/data") {
+		t.Errorf("top finding %q on %q, want /tmp/race/data", top.Summary, top.Resource)
+	}
+}
+
+// TestExplainBadInput: a test that never fails, one that always fails and
+// one that hangs (the timeout applies) each get a clear answer and no
+// divergence; one that floods syscalls keeps a bounded trace and says how
+// much it dropped.
+func TestExplainBadInput(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny")
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		test  string
+		note  string
+	}{
+		{"never fails", nil, "true", "no run of 3 failed"},
+		{"always fails", nil, "cat /nonexistent", "every run of 3 failed"},
+		{"hangs", []string{"--timeout", "1"}, "sleep 60", "every run of 3 failed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"--json", "explain", id, "-n", "3"}, tc.flags...)
+			out := d.must(t, append(args, "--", tc.test)...)
+			_, res := parseExplain(t, out)
+			if !strings.Contains(res.Note, tc.note) || len(res.Divergence) != 0 {
+				t.Errorf("note %q with %d findings, want %q and none", res.Note, len(res.Divergence), tc.note)
+			}
+			human := d.must(t, append([]string{"explain", id, "-n", "3"}, append(tc.flags, "--", tc.test)...)...)
+			if !strings.Contains(human, tc.note) {
+				t.Errorf("terminal summary %q does not say %q", human, tc.note)
+			}
+		})
+	}
+	t.Run("flood", func(t *testing.T) {
+		flood := `i=0; while [ $i -lt 30000 ]; do true < /nonexistent-$i 2>/dev/null; i=$((i+1)); done; test $((SEED % 2)) = 0`
+		out := d.must(t, "--json", "explain", id, "-n", "2", "--seed-env", "SEED", "--", "sh", "-c", flood)
+		_, res := parseExplain(t, out)
+		if res.Dropped == 0 {
+			t.Errorf("a flood of 30000 opens per run dropped nothing")
+		}
+		t.Logf("dropped %d events over %d runs", res.Dropped, res.Runs)
+	})
+}
