@@ -190,6 +190,9 @@ type ForkRequest struct {
 	// Monitor turns on runtime monitoring in the children, each with its
 	// own trace from its restore on (see CreateRequest.Monitor).
 	Monitor bool `json:"monitor,omitempty"`
+	// CPUs is the children's CPU quota (0: the parent's), memory forks
+	// too: a perturbation explain applies per fork.
+	CPUs float64 `json:"cpus,omitempty"`
 }
 
 // ForkEvent is one server-sent event of a fork: "sandbox.forking" at once

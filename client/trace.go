@@ -19,6 +19,12 @@ func (monitorOption) applyFork(f *forkConfig)          { f.req.Monitor = true }
 // stop and resume boots without it.
 func WithMonitoring() SandboxOption { return monitorOption{} }
 
+// WithForkCPUs gives a fork's children a CPU quota of their own (memory
+// forks too), instead of the parent's.
+func WithForkCPUs(n float64) ForkOption {
+	return forkFunc(func(c *forkConfig) { c.req.CPUs = n })
+}
+
 // Trace returns what runtime monitoring kept of the sandbox: its events in
 // the order they came, and counts of those dropped. An unknown sandbox is
 // api.ErrNotFound; one not monitored api.ErrConflict.

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -15,7 +16,9 @@ func newExplainCmd(e *env) *cobra.Command {
 	var (
 		from, seedEnv string
 		n, parallel   int
-		envs          []string
+		envs, knobEnv []string
+		cpus          string
+		knobRuns      int
 	)
 	cmd := &cobra.Command{
 		Use:   "explain [flags] (--from SNAPSHOT | ID) [--] TEST_CMD [ARGS...]",
@@ -38,6 +41,9 @@ func newExplainCmd(e *env) *cobra.Command {
 	fs.IntVar(&parallel, "parallel", flaky.DefaultParallel, "how many runs at once")
 	fs.StringVar(&seedEnv, "seed-env", flaky.DefaultSeedEnv, "the environment variable each run's seed is passed in")
 	fs.StringArrayVar(&envs, "env", nil, "KEY=VALUE added to every run's environment (repeatable)")
+	fs.StringVar(&cpus, "cpus", "0.25,0.5,1,2", `knob: the CPU quotas per fork to measure the rate at, comma-separated ("none": no CPU knob)`)
+	fs.StringArrayVar(&knobEnv, "knob-env", nil, "knob: KEY=VALUE to measure the rate with, against the variable unchanged (repeatable, e.g. GOMAXPROCS=1)")
+	fs.IntVar(&knobRuns, "knob-runs", explain.DefaultKnobRuns, "runs per knob value (0: no knobs)")
 	timeout := durationVar(fs, "timeout", "kill a run after this long (a failure), e.g. 5m or 300 (seconds)")
 	cmd.RunE = remote(func(cmd *cobra.Command, args []string) error {
 		fixed := 1
@@ -71,6 +77,16 @@ func newExplainCmd(e *env) *cobra.Command {
 			}
 		}
 		o.Test = flaky.Test{Cmd: shellWrap(command), SeedEnv: seedEnv, Timeout: timeout.wire(), Env: envs}
+		if knobRuns < 0 {
+			return usagef("--knob-runs %d: want 0 (no knobs) or more", knobRuns)
+		}
+		if knobRuns > 0 {
+			knobs, err := parseKnobs(cpus, knobEnv)
+			if err != nil {
+				return err
+			}
+			o.Knobs, o.KnobRuns = knobs, knobRuns
+		}
 		c, err := e.client()
 		if err != nil {
 			return err
@@ -90,6 +106,9 @@ func newExplainCmd(e *env) *cobra.Command {
 				if !ev.Pass {
 					failed++
 				}
+			case "knob":
+				p.printf("explain: knob %s=%s: %d/%d failed", ev.Knob.Knob, ev.Knob.Value, ev.Knob.Failed, ev.Knob.Runs)
+				return
 			}
 			p.printf("explain: forked %d/%d, ran %d/%d, %d failed", forked, n, done, n, failed)
 		}
@@ -104,6 +123,34 @@ func newExplainCmd(e *env) *cobra.Command {
 		return printExplained(e.stdout, res)
 	})
 	return cmd
+}
+
+// parseKnobs reads the knob flags: CPU quotas, and KEY=VALUE variables
+// (each variable also measured unchanged, to compare with).
+func parseKnobs(cpus string, env []string) ([]explain.KnobValue, error) {
+	var out []explain.KnobValue
+	if cpus != "" && cpus != "none" {
+		for _, f := range strings.Split(cpus, ",") {
+			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil || v <= 0 {
+				return nil, usagef("--cpus %q: want CPU quotas above 0, comma-separated, e.g. 0.25,1,2", cpus)
+			}
+			out = append(out, explain.KnobValue{Knob: "cpus", Value: strconv.FormatFloat(v, 'g', -1, 64), CPUs: v})
+		}
+	}
+	seen := map[string]bool{}
+	for _, kv := range env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.ContainsAny(k, " \n") {
+			return nil, usagef("--knob-env %q: want KEY=VALUE", kv)
+		}
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, explain.KnobValue{Knob: k, Value: "(unchanged)"})
+		}
+		out = append(out, explain.KnobValue{Knob: k, Value: kv[len(k)+1:], Env: []string{kv}})
+	}
+	return out, nil
 }
 
 // explainClient is the SDK as explain's Client.
@@ -122,6 +169,15 @@ func printExplained(w io.Writer, r *explain.Explained) error {
 	}
 	if r.Empty > 0 {
 		fmt.Fprintf(w, "%d runs' traces held nothing of their test\n", r.Empty)
+	}
+	if len(r.Knobs) > 0 {
+		fmt.Fprintln(w, "knobs (the rate per fork, 95% Wilson interval):")
+		for _, k := range r.Knobs {
+			fmt.Fprintf(w, "    %s=%s: %d/%d failed, %.0f%% [%.0f, %.0f]\n", safe(k.Knob), safe(k.Value), k.Failed, k.Runs, 100*k.Rate, 100*k.Low, 100*k.High)
+		}
+		for _, v := range r.KnobVerdicts {
+			fmt.Fprintf(w, "    %s\n", safe(v.Summary))
+		}
 	}
 	if len(r.Divergence) == 0 {
 		if r.Note == "" {

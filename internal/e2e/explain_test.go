@@ -3,9 +3,11 @@ package e2e
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"sbx.dev/sbx/internal/explain"
 )
@@ -42,7 +44,7 @@ func parseExplain(t *testing.T, out string) (progress []explain.Progress, res ex
 func explainTop(t *testing.T, d *daemon, id string, n string, test ...string) explain.Explained {
 	t.Helper()
 	before := sandboxIDs(t, d)
-	out := d.must(t, append([]string{"--json", "explain", id, "-n", n, "--"}, test...)...)
+	out := d.must(t, append([]string{"--json", "explain", id, "-n", n, "--knob-runs", "0", "--"}, test...)...)
 	progress, res := parseExplain(t, out)
 	runs := 0
 	for _, p := range progress {
@@ -126,13 +128,13 @@ func TestExplainBadInput(t *testing.T) {
 		{"hangs", []string{"--timeout", "1"}, "sleep 60", "every run of 3 failed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			args := append([]string{"--json", "explain", id, "-n", "3"}, tc.flags...)
+			args := append([]string{"--json", "explain", id, "-n", "3", "--knob-runs", "0"}, tc.flags...)
 			out := d.must(t, append(args, "--", tc.test)...)
 			_, res := parseExplain(t, out)
 			if !strings.Contains(res.Note, tc.note) || len(res.Divergence) != 0 {
 				t.Errorf("note %q with %d findings, want %q and none", res.Note, len(res.Divergence), tc.note)
 			}
-			human := d.must(t, append([]string{"explain", id, "-n", "3"}, append(tc.flags, "--", tc.test)...)...)
+			human := d.must(t, append([]string{"explain", id, "-n", "3", "--knob-runs", "0"}, append(tc.flags, "--", tc.test)...)...)
 			if !strings.Contains(human, tc.note) {
 				t.Errorf("terminal summary %q does not say %q", human, tc.note)
 			}
@@ -140,11 +142,39 @@ func TestExplainBadInput(t *testing.T) {
 	}
 	t.Run("flood", func(t *testing.T) {
 		flood := `i=0; while [ $i -lt 30000 ]; do true < /nonexistent-$i 2>/dev/null; i=$((i+1)); done; test $((SEED % 2)) = 0`
-		out := d.must(t, "--json", "explain", id, "-n", "2", "--seed-env", "SEED", "--", "sh", "-c", flood)
+		out := d.must(t, "--json", "explain", id, "-n", "2", "--knob-runs", "0", "--seed-env", "SEED", "--", "sh", "-c", flood)
 		_, res := parseExplain(t, out)
 		if res.Dropped == 0 {
 			t.Errorf("a flood of 30000 opens per run dropped nothing")
 		}
 		t.Logf("dropped %d events over %d runs", res.Dropped, res.Runs)
 	})
+}
+
+// TestExplainCPUKnob: a CPU-bound race (a busy loop that must end before a
+// timer) fails at a quarter of a CPU and passes at two: the CPU knob
+// separates, and explain says it is timing-dependent.
+func TestExplainCPUKnob(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny")
+	const loop = `i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done`
+	// the loop's time alone, unhindered, sets the timer: 2.5 times it
+	start := time.Now()
+	d.must(t, "exec", id, "--", "sh", "-c", loop)
+	took := time.Since(start)
+	timer := fmt.Sprintf("%.2f", 2.5*took.Seconds())
+	t.Logf("the loop took %s; the timer is %s s", took, timer)
+	race := "(" + loop + ") & pid=$!; sleep " + timer + "; if kill -0 $pid 2>/dev/null; then exit 1; fi"
+	out := d.must(t, "--json", "explain", id, "-n", "2", "--parallel", "2", "--cpus", "0.25,2", "--knob-runs", "6", "--", "sh", "-c", race)
+	_, res := parseExplain(t, out)
+	for _, k := range res.Knobs {
+		t.Logf("knob %s=%s: %d/%d failed", k.Knob, k.Value, k.Failed, k.Runs)
+	}
+	if len(res.Knobs) != 2 || len(res.KnobVerdicts) != 1 {
+		t.Fatalf("knobs %+v, verdicts %+v: want 2 values of one knob", res.Knobs, res.KnobVerdicts)
+	}
+	v := res.KnobVerdicts[0]
+	if !v.Changes || !strings.Contains(v.Summary, "timing-dependent") {
+		t.Errorf("verdict %+v, want the CPU knob to change the rate", v)
+	}
 }

@@ -34,13 +34,17 @@ type Options struct {
 	N, Parallel int
 	Test        flaky.Test
 	Seed        func() uint32
+	// Knobs are the perturbations whose rates are measured, each value
+	// in KnobRuns forks (0: DefaultKnobRuns) without monitoring.
+	Knobs    []KnobValue
+	KnobRuns int
 	// Progress, if set, hears what happens, one event at a time.
 	Progress func(Progress)
 }
 
 // Progress is one progress line of `sbx explain --json`.
 type Progress struct {
-	Event string `json:"event"` // "forked", "run"
+	Event string `json:"event"` // "forked", "run", "knob"
 	// forked: Ready of N forks made
 	Ready int `json:"ready,omitempty"`
 	N     int `json:"n,omitempty"`
@@ -49,6 +53,8 @@ type Progress struct {
 	*flaky.Run
 	Events  int   `json:"events,omitempty"`
 	Dropped int64 `json:"dropped,omitempty"`
+	// knob: one value's rate
+	Knob *Knob `json:"knob,omitempty"`
 }
 
 // Rate is the failure rate with its 95% Wilson interval.
@@ -75,6 +81,7 @@ type Explained struct {
 	Empty   int   `json:"empty"`
 	// Knobs and PointOfNoReturn are not measured yet (empty, null).
 	Knobs           []Knob           `json:"knobs"`
+	KnobVerdicts    []KnobVerdict    `json:"knobVerdicts"`
 	PointOfNoReturn *PointOfNoReturn `json:"pointOfNoReturn"`
 	Report          string           `json:"report,omitempty"`
 	// RunList is every run, in run order.
@@ -87,9 +94,35 @@ type Knob struct {
 	Value  string  `json:"value"`
 	Runs   int     `json:"runs"`
 	Failed int     `json:"failed"`
+	Rate   float64 `json:"rate"`
 	Low    float64 `json:"low"`
 	High   float64 `json:"high"`
 }
+
+// KnobVerdict says whether a knob changes the rate beyond chance: Fisher's
+// exact test of its value with the highest rate against the one with the
+// lowest.
+type KnobVerdict struct {
+	Knob    string  `json:"knob"`
+	Changes bool    `json:"changes"`
+	P       float64 `json:"p"`
+	Summary string  `json:"summary"`
+}
+
+// KnobValue is one perturbation: a CPU quota per fork, or environment
+// variables added to the test's.
+type KnobValue struct {
+	Knob  string // "cpus", "env"
+	Value string
+	CPUs  float64
+	Env   []string
+}
+
+// DefaultKnobRuns is how many runs each knob value gets unless told.
+const DefaultKnobRuns = 8
+
+// DefaultCPUs are the CPU quotas explain tries unless told.
+var DefaultCPUs = []float64{0.25, 0.5, 1, 2}
 
 // PointOfNoReturn is when the failure became certain (not measured yet).
 type PointOfNoReturn struct {
@@ -150,12 +183,90 @@ func Explain(ctx context.Context, c Client, o Options) (*Explained, error) {
 	}
 	a := analyze.Analyze(traces)
 	s := res.Summary
-	return &Explained{
+	out := &Explained{
 		Event: "explained", Runs: s.Runs, Failed: s.Failures,
 		Rate:       Rate{Rate: s.Rate, Low: s.Wilson95[0], High: s.Wilson95[1]},
 		Divergence: a.Findings, Note: a.Note, Dropped: a.Dropped, Empty: a.Empty,
-		Knobs: []Knob{}, RunList: res.Runs,
-	}, nil
+		Knobs: []Knob{}, KnobVerdicts: []KnobVerdict{}, RunList: res.Runs,
+	}
+	for _, kv := range o.Knobs {
+		k, err := measureKnob(ctx, c, o, kv)
+		if err != nil {
+			return nil, fmt.Errorf("explain: knob %s=%s: %w", kv.Knob, kv.Value, err)
+		}
+		out.Knobs = append(out.Knobs, k)
+		if o.Progress != nil {
+			o.Progress(Progress{Event: "knob", Knob: &k})
+		}
+	}
+	out.KnobVerdicts = Verdicts(out.Knobs)
+	return out, nil
+}
+
+// measureKnob measures the rate with one perturbation applied per fork.
+func measureKnob(ctx context.Context, c Client, o Options, kv KnobValue) (Knob, error) {
+	n := o.KnobRuns
+	if n == 0 {
+		n = DefaultKnobRuns
+	}
+	t := o.Test
+	t.Env = append(append([]string{}, t.Env...), kv.Env...)
+	res, err := flaky.FlakeRate(ctx, c, flaky.RateOptions{
+		Sandbox: o.Sandbox, From: o.From, N: n, Parallel: o.Parallel, Test: t, Seed: o.Seed, CPUs: kv.CPUs,
+	})
+	if err != nil {
+		return Knob{}, err
+	}
+	s := res.Summary
+	return Knob{Knob: kv.Knob, Value: kv.Value, Runs: s.Runs, Failed: s.Failures, Rate: s.Rate, Low: s.Wilson95[0], High: s.Wilson95[1]}, nil
+}
+
+// Verdicts says, for each knob, whether it changes the rate beyond chance
+// (Fisher's exact test, p < 0.05, of the values with the highest and the
+// lowest rate): "cpus: timing-dependent: 100% [68, 100] at 0.25, 12% [2, 47] at 2".
+func Verdicts(knobs []Knob) []KnobVerdict {
+	out := []KnobVerdict{}
+	var names []string
+	by := map[string][]Knob{}
+	for _, k := range knobs {
+		if by[k.Knob] == nil {
+			names = append(names, k.Knob)
+		}
+		by[k.Knob] = append(by[k.Knob], k)
+	}
+	for _, name := range names {
+		ks := by[name]
+		hi, lo := ks[0], ks[0]
+		for _, k := range ks {
+			if k.Rate > hi.Rate {
+				hi = k
+			}
+			if k.Rate < lo.Rate {
+				lo = k
+			}
+		}
+		p := analyze.Fisher(hi.Failed, hi.Runs-hi.Failed, lo.Failed, lo.Runs-lo.Failed)
+		v := KnobVerdict{Knob: name, P: p, Changes: p < 0.05 && hi.Rate > lo.Rate}
+		span := fmt.Sprintf("%s at %s, %s at %s", pct(hi), hi.Value, pct(lo), lo.Value)
+		if hi.Rate == lo.Rate {
+			span = fmt.Sprintf("%s at every value", pct(hi))
+		}
+		if v.Changes {
+			word := "changes the rate"
+			if name == "cpus" {
+				word = "timing-dependent"
+			}
+			v.Summary = fmt.Sprintf("%s: %s: %s (Fisher p=%.2g)", name, word, span, p)
+		} else {
+			v.Summary = fmt.Sprintf("%s: no change beyond chance: %s (Fisher p=%.2g)", name, span, p)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func pct(k Knob) string {
+	return fmt.Sprintf("%.0f%% [%.0f, %.0f]", 100*k.Rate, 100*k.Low, 100*k.High)
 }
 
 // readTrace reads run r's trace once its root's exit is in, or after

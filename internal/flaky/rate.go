@@ -32,6 +32,8 @@ type RateOptions struct {
 	Seed func() uint32
 	// Monitor forks with runtime monitoring, each fork tracing its run.
 	Monitor bool
+	// CPUs is each fork's CPU quota (0: the state's own).
+	CPUs float64
 	// Inspect, if set, is called as each run ends, with its fork still
 	// there (r.Sandbox) and before Progress; explain reads the run's trace.
 	// Calls may come at once. An error ends the measurement.
@@ -269,7 +271,7 @@ func (p *ratePipeline) grow() {
 		}
 		// Not cut off by ctx: sbxd finishes a fork whose caller left, and
 		// its children, never named to us, would outlive the measurement.
-		kids, err := p.c.Fork(context.WithoutCancel(p.ctx), p.root, api.ForkRequest{Memory: true, Count: k, Monitor: p.o.Monitor})
+		kids, err := p.c.Fork(context.WithoutCancel(p.ctx), p.root, api.ForkRequest{Memory: true, Count: k, Monitor: p.o.Monitor, CPUs: p.o.CPUs})
 		if err == nil && len(kids) != k {
 			err = fmt.Errorf("fork %s: asked for %d children, got %d", p.root, k, len(kids))
 		}

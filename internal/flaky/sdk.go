@@ -72,6 +72,9 @@ func forkOptions(req api.ForkRequest, fn func(api.ForkEvent) error) []client.For
 	if req.Monitor {
 		opts = append(opts, client.WithMonitoring())
 	}
+	if req.CPUs > 0 {
+		opts = append(opts, client.WithForkCPUs(req.CPUs))
+	}
 	if d, ok := parseWireDuration(req.TTL); ok {
 		opts = append(opts, client.WithTTL(d))
 	}

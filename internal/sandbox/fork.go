@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 
 	"sbx.dev/sbx/api"
@@ -44,6 +45,9 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 	if err := checkMeta(req.Meta); err != nil {
 		return nil, err
 	}
+	if err := checkCPUs(req.CPUs, runtime.NumCPU()); err != nil {
+		return nil, err
+	}
 	parent, err := m.running(ctx, ref)
 	if err != nil {
 		return nil, err
@@ -77,6 +81,9 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 		}
 		if req.Memory {
 			c.Disk = parent.Disk // the restore names the disk the checkpoint had
+		}
+		if req.CPUs > 0 {
+			c.CPUs = req.CPUs
 		}
 		if i == 0 {
 			c.Name = req.Name

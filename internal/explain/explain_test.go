@@ -1,0 +1,36 @@
+package explain
+
+import (
+	"strings"
+	"testing"
+
+	"sbx.dev/sbx/internal/flaky"
+)
+
+func TestVerdicts(t *testing.T) {
+	knob := func(name, v string, failed, runs int) Knob {
+		lo, hi := flaky.Wilson(failed, runs)
+		return Knob{Knob: name, Value: v, Failed: failed, Runs: runs, Rate: float64(failed) / float64(runs), Low: lo, High: hi}
+	}
+	got := Verdicts([]Knob{
+		knob("cpus", "0.25", 8, 8), knob("cpus", "1", 3, 8), knob("cpus", "2", 0, 8),
+		knob("GOMAXPROCS", "(unchanged)", 2, 8), knob("GOMAXPROCS", "1", 3, 8),
+		knob("PYTHONHASHSEED", "(unchanged)", 0, 8), knob("PYTHONHASHSEED", "0", 0, 8),
+	})
+	if len(got) != 3 {
+		t.Fatalf("got %d verdicts, want 3: %+v", len(got), got)
+	}
+	for _, tc := range []struct {
+		i       int
+		changes bool
+		summary string
+	}{
+		{0, true, "cpus: timing-dependent: 100% [68, 100] at 0.25, 0% [0, 32] at 2"},
+		{1, false, "GOMAXPROCS: no change beyond chance"},
+		{2, false, "0% [0, 32] at every value"},
+	} {
+		if v := got[tc.i]; v.Changes != tc.changes || !strings.Contains(v.Summary, tc.summary) {
+			t.Errorf("verdict %d: got %+v, want changes=%v and %q", tc.i, v, tc.changes, tc.summary)
+		}
+	}
+}
