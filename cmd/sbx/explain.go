@@ -14,11 +14,11 @@ import (
 
 func newExplainCmd(e *env) *cobra.Command {
 	var (
-		from, seedEnv string
-		n, parallel   int
-		envs, knobEnv []string
-		cpus          string
-		knobRuns      int
+		from, seedEnv  string
+		n, parallel    int
+		envs, knobEnv  []string
+		cpus, fixedCmd string
+		knobRuns       int
 	)
 	cmd := &cobra.Command{
 		Use:   "explain [flags] (--from SNAPSHOT | ID) [--] TEST_CMD [ARGS...]",
@@ -44,6 +44,7 @@ func newExplainCmd(e *env) *cobra.Command {
 	fs.StringVar(&cpus, "cpus", "0.25,0.5,1,2", `knob: the CPU quotas per fork to measure the rate at, comma-separated ("none": no CPU knob)`)
 	fs.StringArrayVar(&knobEnv, "knob-env", nil, "knob: KEY=VALUE to measure the rate with, against the variable unchanged (repeatable, e.g. GOMAXPROCS=1)")
 	fs.IntVar(&knobRuns, "knob-runs", explain.DefaultKnobRuns, "runs per knob value (0: no knobs)")
+	fs.StringVar(&fixedCmd, "fixed", "", "verify a fix: run this fixed test (a shell command) as many times as prove it at 99% against the measured rate")
 	timeout := durationVar(fs, "timeout", "kill a run after this long (a failure), e.g. 5m or 300 (seconds)")
 	cmd.RunE = remote(func(cmd *cobra.Command, args []string) error {
 		fixed := 1
@@ -77,6 +78,9 @@ func newExplainCmd(e *env) *cobra.Command {
 			}
 		}
 		o.Test = flaky.Test{Cmd: shellWrap(command), SeedEnv: seedEnv, Timeout: timeout.wire(), Env: envs}
+		if fixedCmd != "" {
+			o.Fixed = &flaky.Test{Cmd: shellWrap([]string{fixedCmd}), SeedEnv: seedEnv, Timeout: timeout.wire(), Env: envs}
+		}
 		if knobRuns < 0 {
 			return usagef("--knob-runs %d: want 0 (no knobs) or more", knobRuns)
 		}
@@ -178,6 +182,9 @@ func printExplained(w io.Writer, r *explain.Explained) error {
 		for _, v := range r.KnobVerdicts {
 			fmt.Fprintf(w, "    %s\n", safe(v.Summary))
 		}
+	}
+	if r.Fix != nil {
+		fmt.Fprintf(w, "fix: %s\n", safe(r.Fix.Summary))
 	}
 	if len(r.Divergence) == 0 {
 		if r.Note == "" {

@@ -41,10 +41,11 @@ func parseExplain(t *testing.T, out string) (progress []explain.Progress, res ex
 // explainTop runs explain on sandbox id and returns what it found, with a
 // log of its findings; it checks what holds of any explain: a line per
 // run, counts that add up, no sandbox left behind.
-func explainTop(t *testing.T, d *daemon, id string, n string, test ...string) explain.Explained {
+func explainTop(t *testing.T, d *daemon, id string, flags []string, test ...string) explain.Explained {
 	t.Helper()
 	before := sandboxIDs(t, d)
-	out := d.must(t, append([]string{"--json", "explain", id, "-n", n, "--knob-runs", "0", "--"}, test...)...)
+	args := append(append([]string{"--json", "explain", id, "--knob-runs", "0"}, flags...), "--")
+	out := d.must(t, append(args, test...)...)
 	progress, res := parseExplain(t, out)
 	runs := 0
 	for _, p := range progress {
@@ -73,7 +74,7 @@ func TestExplainExample(t *testing.T) {
 	id := d.newSandbox(t, "--template", "base")
 	dir := copyExample(t)
 	d.must(t, "scp", "-r", dir+"/.", id+":/work")
-	res := explainTop(t, d, id, "16", "cd /work && ./test.sh")
+	res := explainTop(t, d, id, []string{"-n", "16", "--fixed", "cd /work && ./test_fixed.sh"}, "cd /work && ./test.sh")
 	if res.Failed == 0 || res.Failed == res.Runs {
 		t.Fatalf("%d of %d runs failed: nothing to compare (note %q)", res.Failed, res.Runs, res.Note)
 	}
@@ -87,6 +88,10 @@ func TestExplainExample(t *testing.T) {
 	if len(top.Example.Events) == 0 {
 		t.Errorf("top finding has no example events")
 	}
+	// the bundled fix holds, and enough runs say so at 99%
+	if f := res.Fix; f == nil || !f.Fixed || f.Runs != f.Need99 || !strings.HasPrefix(f.Summary, "fixed with 99% confidence: 0 of") {
+		t.Errorf("fix verification %+v, want fixed with 99%% confidence", res.Fix)
+	}
 }
 
 // raceTest: a writer puts /tmp/race/data in place with a rename after a
@@ -98,7 +103,7 @@ const raceTest = `mkdir -p /tmp/race; (sleep 0.$((SEED % 4 * 2)); echo ok > /tmp
 func TestExplainFileRace(t *testing.T) {
 	d := shared
 	id := d.newSandbox(t, "--template", "tiny")
-	res := explainTop(t, d, id, "12", "sh", "-c", raceTest)
+	res := explainTop(t, d, id, []string{"-n", "12", "--fixed", "false"}, "sh", "-c", raceTest)
 	if res.Failed == 0 || res.Failed == res.Runs {
 		t.Fatalf("%d of %d runs failed: nothing to compare (note %q)", res.Failed, res.Runs, res.Note)
 	}
@@ -107,6 +112,10 @@ func TestExplainFileRace(t *testing.T) {
 	}
 	if top := res.Divergence[0]; top.Resource != "/tmp/race/data" || !strings.Contains(top.Summary, "/tmp/race/data") {
 		t.Errorf("top finding %q on %q, want /tmp/race/data", top.Summary, top.Resource)
+	}
+	// a "fix" that fails is shown failing
+	if f := res.Fix; f == nil || f.Fixed || f.Failed == 0 || !strings.HasPrefix(f.Summary, "not fixed:") {
+		t.Errorf("fix verification of false: %+v, want not fixed", res.Fix)
 	}
 }
 

@@ -38,6 +38,9 @@ type Options struct {
 	// in KnobRuns forks (0: DefaultKnobRuns) without monitoring.
 	Knobs    []KnobValue
 	KnobRuns int
+	// Fixed, if set, is the fixed test: once the rate is known, it runs
+	// as many times as prove the fix at 99% (see VerifyFix).
+	Fixed *flaky.Test
 	// Progress, if set, hears what happens, one event at a time.
 	Progress func(Progress)
 }
@@ -84,6 +87,8 @@ type Explained struct {
 	KnobVerdicts    []KnobVerdict    `json:"knobVerdicts"`
 	PointOfNoReturn *PointOfNoReturn `json:"pointOfNoReturn"`
 	Report          string           `json:"report,omitempty"`
+	// Fix is the verification of the fixed test, when one was given.
+	Fix *Verdict `json:"fix,omitempty"`
 	// RunList is every run, in run order.
 	RunList []flaky.Run `json:"runList"`
 }
@@ -200,6 +205,11 @@ func Explain(ctx context.Context, c Client, o Options) (*Explained, error) {
 		}
 	}
 	out.KnobVerdicts = Verdicts(out.Knobs)
+	if o.Fixed != nil {
+		if out.Fix, err = VerifyFix(ctx, c, o, *o.Fixed, s.Rate); err != nil {
+			return nil, fmt.Errorf("explain: %w", err)
+		}
+	}
 	return out, nil
 }
 

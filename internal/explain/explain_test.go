@@ -34,3 +34,22 @@ func TestVerdicts(t *testing.T) {
 		}
 	}
 }
+
+func TestRunsToProve(t *testing.T) {
+	for _, tc := range []struct {
+		p, alpha float64
+		want     int
+	}{
+		{0.4, 0.01, 10}, // 0.6^9 = 0.0101, 0.6^10 = 0.006
+		{0.4, 0.05, 6},  // 0.6^5 = 0.078, 0.6^6 = 0.047
+		{0.5, 0.01, 7},
+		{0.75, 0.01, 4},
+		{1, 0.01, 1},
+		{0, 0.01, 0},
+		{0.1, 0.05, 29},
+	} {
+		if got := RunsToProve(tc.p, tc.alpha); got != tc.want {
+			t.Errorf("RunsToProve(%v, %v) = %d, want %d", tc.p, tc.alpha, got, tc.want)
+		}
+	}
+}
