@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 GO ?= $(shell command -v go || echo /usr/local/go/bin/go)
 BIN := $(CURDIR)/bin
-DEBS := busybox-static mmdebstrap iproute2 iptables tmux gcc jq
+DEBS := busybox-static mmdebstrap iproute2 iptables tmux gcc jq chromium
 export CGO_ENABLED := 0
 
 .PHONY: all build deps install demo test unit integration bench soak vet fmt clean

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 
@@ -18,6 +19,7 @@ func newExplainCmd(e *env) *cobra.Command {
 		n, parallel    int
 		envs, knobEnv  []string
 		cpus, fixedCmd string
+		report         string
 		knobRuns       int
 	)
 	cmd := &cobra.Command{
@@ -44,6 +46,7 @@ func newExplainCmd(e *env) *cobra.Command {
 	fs.StringVar(&cpus, "cpus", "0.25,0.5,1,2", `knob: the CPU quotas per fork to measure the rate at, comma-separated ("none": no CPU knob)`)
 	fs.StringArrayVar(&knobEnv, "knob-env", nil, "knob: KEY=VALUE to measure the rate with, against the variable unchanged (repeatable, e.g. GOMAXPROCS=1)")
 	fs.IntVar(&knobRuns, "knob-runs", explain.DefaultKnobRuns, "runs per knob value (0: no knobs)")
+	fs.StringVar(&report, "report", "", "write the report, one self-contained HTML file with its plots, to this path")
 	fs.StringVar(&fixedCmd, "fixed", "", "verify a fix: run this fixed test (a shell command) as many times as prove it at 99% against the measured rate")
 	timeout := durationVar(fs, "timeout", "kill a run after this long (a failure), e.g. 5m or 300 (seconds)")
 	cmd.RunE = remote(func(cmd *cobra.Command, args []string) error {
@@ -121,6 +124,12 @@ func newExplainCmd(e *env) *cobra.Command {
 		if err != nil {
 			return err
 		}
+		if report != "" {
+			if err := writeReport(report, res); err != nil {
+				return err
+			}
+			res.Report = report
+		}
 		if e.json {
 			return e.printJSONLine(res)
 		}
@@ -157,6 +166,25 @@ func parseKnobs(cpus string, env []string) ([]explain.KnobValue, error) {
 	return out, nil
 }
 
+// writeReport writes the HTML report to path, whole or not at all.
+func writeReport(path string, r *explain.Explained) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("explain: report: %w", err)
+	}
+	if err := explain.WriteReport(f, r); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("explain: report %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("explain: report %s: %w", path, err)
+	}
+	return os.Rename(tmp, path)
+}
+
 // explainClient is the SDK as explain's Client.
 type explainClient struct{ flaky.SDK }
 
@@ -185,6 +213,9 @@ func printExplained(w io.Writer, r *explain.Explained) error {
 	}
 	if r.Fix != nil {
 		fmt.Fprintf(w, "fix: %s\n", safe(r.Fix.Summary))
+	}
+	if r.Report != "" {
+		fmt.Fprintf(w, "report: %s\n", safe(r.Report))
 	}
 	if len(r.Divergence) == 0 {
 		if r.Note == "" {

@@ -91,6 +91,8 @@ type Explained struct {
 	Fix *Verdict `json:"fix,omitempty"`
 	// RunList is every run, in run order.
 	RunList []flaky.Run `json:"runList"`
+	// Timelines are a failing and a passing run's events, for the report.
+	Timelines []TimelineRun `json:"-"`
 }
 
 // Knob is the rate under one perturbation.
@@ -193,6 +195,7 @@ func Explain(ctx context.Context, c Client, o Options) (*Explained, error) {
 		Rate:       Rate{Rate: s.Rate, Low: s.Wilson95[0], High: s.Wilson95[1]},
 		Divergence: a.Findings, Note: a.Note, Dropped: a.Dropped, Empty: a.Empty,
 		Knobs: []Knob{}, KnobVerdicts: []KnobVerdict{}, RunList: res.Runs,
+		Timelines: pair(traces, a.Findings),
 	}
 	for _, kv := range o.Knobs {
 		k, err := measureKnob(ctx, c, o, kv)
@@ -211,6 +214,34 @@ func Explain(ctx context.Context, c Client, o Options) (*Explained, error) {
 		}
 	}
 	return out, nil
+}
+
+// pair picks the runs the report shows side by side: the top finding's
+// example and the first run of the other outcome.
+func pair(traces []analyze.Run, findings []analyze.Finding) []TimelineRun {
+	first := -1
+	if len(findings) > 0 {
+		first = findings[0].Example.Run
+	}
+	var fail, pass *analyze.Run
+	for i := range traces {
+		t := &traces[i]
+		switch {
+		case t.Failed && (fail == nil || t.Run == first):
+			fail = t
+		case !t.Failed && (pass == nil || t.Run == first):
+			pass = t
+		}
+	}
+	var out []TimelineRun
+	for _, t := range []*analyze.Run{fail, pass} {
+		if t == nil {
+			continue
+		}
+		evs, cut := analyze.Timeline(*t, maxTimeline)
+		out = append(out, TimelineRun{Run: t.Run, Seed: t.Seed, Failed: t.Failed, Events: evs, Cut: cut})
+	}
+	return out
 }
 
 // measureKnob measures the rate with one perturbation applied per fork.

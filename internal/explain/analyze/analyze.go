@@ -581,3 +581,26 @@ func resourceOf(a string) string {
 	}
 	return "port " + a[i+1:]
 }
+
+// Timeline is a run's events as explain shows them: each normalised, at
+// its time from the run's start, at most max of them (the first), and
+// Cut says how many more there were.
+func Timeline(r Run, max int) (evs []ExampleEvent, cut int) {
+	sel := Select(r)
+	start := r.StartNs
+	if start == 0 && len(sel) > 0 {
+		start = sel[0].TimeNs
+	}
+	for _, e := range sel {
+		key, _, ok := Normalize(e)
+		if !ok {
+			continue
+		}
+		if len(evs) == max {
+			cut++
+			continue
+		}
+		evs = append(evs, ExampleEvent{AtMs: float64(e.TimeNs-start) / 1e6, Pid: e.Pid, Process: e.Process, Event: key})
+	}
+	return evs, cut
+}
