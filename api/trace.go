@@ -29,6 +29,9 @@ type TraceEvent struct {
 	Result int64  `json:"result,omitempty"`
 	Errno  int64  `json:"errno,omitempty"`
 	Flags  uint32 `json:"flags,omitempty"`
+	// Fd is the descriptor a socket call was on (listen's too, so that
+	// its address is the one bound on it).
+	Fd int64 `json:"fd,omitempty"`
 	// Child is the process a clone made; Status an exit's wait status.
 	Child  int32 `json:"child,omitempty"`
 	Status int32 `json:"status,omitempty"`

@@ -2,8 +2,12 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -74,7 +78,8 @@ func TestExplainExample(t *testing.T) {
 	id := d.newSandbox(t, "--template", "base")
 	dir := copyExample(t)
 	d.must(t, "scp", "-r", dir+"/.", id+":/work")
-	res := explainTop(t, d, id, []string{"-n", "16", "--fixed", "cd /work && ./test_fixed.sh"}, "cd /work && ./test.sh")
+	report := filepath.Join(t.TempDir(), "report.html")
+	res := explainTop(t, d, id, []string{"-n", "16", "--fixed", "cd /work && ./test_fixed.sh", "--report", report, "--cpus", "0.25,2", "--knob-runs", "4"}, "cd /work && ./test.sh")
 	if res.Failed == 0 || res.Failed == res.Runs {
 		t.Fatalf("%d of %d runs failed: nothing to compare (note %q)", res.Failed, res.Runs, res.Note)
 	}
@@ -88,6 +93,10 @@ func TestExplainExample(t *testing.T) {
 	if len(top.Example.Events) == 0 {
 		t.Errorf("top finding has no example events")
 	}
+	if res.Report != report || len(res.Knobs) != 2 {
+		t.Errorf("report %q, knobs %+v: want %s and 2 values", res.Report, res.Knobs, report)
+	}
+	checkReport(t, report)
 	// the bundled fix holds, and enough runs say so at 99%
 	if f := res.Fix; f == nil || !f.Fixed || f.Runs != f.Need99 || !strings.HasPrefix(f.Summary, "fixed with 99% confidence: 0 of") {
 		t.Errorf("fix verification %+v, want fixed with 99%% confidence", res.Fix)
@@ -185,5 +194,45 @@ func TestExplainCPUKnob(t *testing.T) {
 	v := res.KnobVerdicts[0]
 	if !v.Changes || !strings.Contains(v.Summary, "timing-dependent") {
 		t.Errorf("verdict %+v, want the CPU knob to change the rate", v)
+	}
+}
+
+// checkReport renders the report in headless Chromium, in a network
+// namespace of its own (the page must need no network, and Chromium's own
+// calls home go nowhere), and checks the rendered page holds its plots.
+func checkReport(t *testing.T, path string) {
+	t.Helper()
+	bin, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("chromium is missing: run `make deps`")
+	}
+	profile := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	shot := filepath.Join(profile, "report.png")
+	args := []string{"--net", bin, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+		"--disable-component-update", "--disable-sync", "--user-data-dir=" + profile, "--window-size=1200,1600"}
+	cmd := exec.CommandContext(ctx, "unshare", append(args, "--dump-dom", "file://"+path)...)
+	cmd.Env = append(os.Environ(), "HOME="+profile)
+	dom, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("chromium --dump-dom: %v", err)
+	}
+	page := string(dom)
+	for _, want := range []string{`<svg id="timelines"`, `class="marked"`, `<svg id="knobs"`, `class="bar"`, `class="interval"`, `id="divergence"`, "8099"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the rendered report lacks %q", want)
+		}
+	}
+	cmd = exec.CommandContext(ctx, "unshare", append(args, "--screenshot="+shot, "file://"+path)...)
+	cmd.Env = append(os.Environ(), "HOME="+profile)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("chromium --screenshot: %v\n%s", err, out)
+	}
+	if fi, err := os.Stat(shot); err != nil || fi.Size() < 10000 {
+		t.Errorf("screenshot %v, %v: want a rendered page", fi, err)
+	}
+	if keep := os.Getenv("SBX_KEEP_REPORT"); keep != "" {
+		exec.Command("cp", path, shot, keep).Run()
 	}
 }

@@ -64,7 +64,7 @@ func WriteReport(w io.Writer, r *Explained) error {
 		b.WriteString("<p>No pair of runs to show.</p>\n")
 	} else {
 		marked := map[string]bool{}
-		for _, f := range r.Divergence {
+		for _, f := range r.Divergence[:min(3, len(r.Divergence))] { // the top findings' events
 			for _, e := range f.Example.Events {
 				marked[e.Event] = true
 			}
@@ -146,7 +146,11 @@ func timelines(b *strings.Builder, runs []TimelineRun, marked map[string]bool) {
 			if marked[e.Event] {
 				fmt.Fprintf(b, `<circle class="marked" cx="%.1f" cy="%.0f" r="5" fill="#d00"><title>%.1f ms %s: %s</title></circle>`, x(e.AtMs), yl, e.AtMs, esc(e.Process), esc(e.Event))
 				if labels < 3 {
-					fmt.Fprintf(b, `<text x="%.1f" y="%.0f" fill="#d00">%s</text>`, x(e.AtMs)+6, yl-8-12*float64(labels), esc(e.Event))
+					tx, anchor := x(e.AtMs)+6, "start"
+					if tx > width*0.6 {
+						tx, anchor = x(e.AtMs)-6, "end" // keep the label on the page
+					}
+					fmt.Fprintf(b, `<text x="%.1f" y="%.0f" fill="#d00" text-anchor="%s">%s</text>`, tx, yl-8-12*float64(labels), anchor, esc(e.Event))
 					labels++
 				}
 				continue

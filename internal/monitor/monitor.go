@@ -45,6 +45,7 @@ var Points = []string{
 	"syscall/open/exit", "syscall/openat/exit", "syscall/creat/exit",
 	"syscall/connect/exit", "syscall/bind/exit",
 	"syscall/accept/exit", "syscall/accept4/exit",
+	"syscall/sysno/50/exit",  // listen: its fd says which bound address
 	"syscall/sysno/82/exit",  // rename
 	"syscall/sysno/264/exit", // renameat
 	"syscall/sysno/316/exit", // renameat2
@@ -54,7 +55,7 @@ var Points = []string{
 }
 
 // rawNames names the raw syscalls of Points.
-var rawNames = map[uint64]string{82: "rename", 264: "renameat", 316: "renameat2", 87: "unlink", 263: "unlinkat"}
+var rawNames = map[uint64]string{50: "listen", 82: "rename", 264: "renameat", 316: "renameat2", 87: "unlink", 263: "unlinkat"}
 
 var contextFields = []string{"time", "thread_id", "group_id", "parent_thread_group_id", "process_name"}
 
@@ -287,14 +288,14 @@ func decodePoint(typ pb.MessageType, payload []byte) (api.TraceEvent, error) {
 			return ev, err
 		}
 		ctx, exit = p.ContextData, p.Exit
-		ev.Kind, ev.Addr = "connect", Sockaddr(p.Address)
+		ev.Kind, ev.Addr, ev.Fd = "connect", Sockaddr(p.Address), p.Fd
 	case pb.MessageType_MESSAGE_SYSCALL_BIND:
 		var p pb.Bind
 		if err := proto.Unmarshal(payload, &p); err != nil {
 			return ev, err
 		}
 		ctx, exit = p.ContextData, p.Exit
-		ev.Kind, ev.Addr = "bind", Sockaddr(p.Address)
+		ev.Kind, ev.Addr, ev.Fd = "bind", Sockaddr(p.Address), int64(p.Fd)
 	case pb.MessageType_MESSAGE_SYSCALL_ACCEPT:
 		var p pb.Accept
 		if err := proto.Unmarshal(payload, &p); err != nil {
@@ -302,7 +303,7 @@ func decodePoint(typ pb.MessageType, payload []byte) (api.TraceEvent, error) {
 		}
 		ctx, exit = p.ContextData, p.Exit
 		// the address accepted is the peer's; the socket's own is in fd_path
-		ev.Kind, ev.Addr, ev.Path = "accept", Sockaddr(p.Address), cut(p.FdPath)
+		ev.Kind, ev.Addr, ev.Path, ev.Fd = "accept", Sockaddr(p.Address), cut(p.FdPath), int64(p.Fd)
 	case pb.MessageType_MESSAGE_SYSCALL_RAW:
 		var p pb.Syscall
 		if err := proto.Unmarshal(payload, &p); err != nil {
@@ -310,6 +311,9 @@ func decodePoint(typ pb.MessageType, payload []byte) (api.TraceEvent, error) {
 		}
 		ctx, exit = p.ContextData, p.Exit
 		ev.Kind = rawNames[p.Sysno]
+		if ev.Kind == "listen" {
+			ev.Fd = int64(int32(p.Arg1))
+		}
 		if ev.Kind == "" {
 			ev.Kind = fmt.Sprintf("sysno/%d", p.Sysno)
 		}

@@ -330,6 +330,16 @@ func Select(r Run) []api.TraceEvent {
 		}
 	}
 	slices.SortStableFunc(out, func(a, b api.TraceEvent) int { return cmpInt(a.TimeNs, b.TimeNs) })
+	// a listen is on the address bound on its descriptor
+	bound := map[[2]int64]string{}
+	for i, e := range out {
+		switch {
+		case e.Kind == "bind" && e.Errno == 0:
+			bound[[2]int64{int64(e.Pid), e.Fd}] = e.Addr
+		case e.Kind == "listen" && e.Addr == "":
+			out[i].Addr = bound[[2]int64{int64(e.Pid), e.Fd}]
+		}
+	}
 	return out
 }
 
@@ -443,6 +453,12 @@ func Normalize(e api.TraceEvent) (key, resource string, ok bool) {
 	case "open":
 		p := NormalizePath(e.Path)
 		return fmt.Sprintf("open(%s) %s", p, outcome(e)), p, true
+	case "listen":
+		if e.Addr == "" {
+			return fmt.Sprintf("listen() by %s %s", proc, outcome(e)), "", true
+		}
+		a := NormalizeAddr(e.Addr, true)
+		return fmt.Sprintf("listen(%s) %s", a, outcome(e)), resourceOf(a), true
 	case "connect", "bind":
 		a := NormalizeAddr(e.Addr, e.Kind == "bind")
 		return fmt.Sprintf("%s(%s) %s", e.Kind, a, outcome(e)), resourceOf(a), true
