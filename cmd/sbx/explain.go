@@ -6,21 +6,24 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/explain"
 	"sbx.dev/sbx/internal/flaky"
 )
 
 func newExplainCmd(e *env) *cobra.Command {
 	var (
-		from, seedEnv  string
-		n, parallel    int
-		envs, knobEnv  []string
-		cpus, fixedCmd string
-		report         string
-		knobRuns       int
+		from, seedEnv       string
+		n, parallel         int
+		envs, knobEnv       []string
+		cpus, fixedCmd      string
+		report, offsets     string
+		pnrParents, pnrWays int
+		knobRuns            int
 	)
 	cmd := &cobra.Command{
 		Use:   "explain [flags] (--from SNAPSHOT | ID) [--] TEST_CMD [ARGS...]",
@@ -46,6 +49,9 @@ func newExplainCmd(e *env) *cobra.Command {
 	fs.StringVar(&cpus, "cpus", "0.25,0.5,1,2", `knob: the CPU quotas per fork to measure the rate at, comma-separated ("none": no CPU knob)`)
 	fs.StringArrayVar(&knobEnv, "knob-env", nil, "knob: KEY=VALUE to measure the rate with, against the variable unchanged (repeatable, e.g. GOMAXPROCS=1)")
 	fs.IntVar(&knobRuns, "knob-runs", explain.DefaultKnobRuns, "runs per knob value (0: no knobs)")
+	fs.StringVar(&offsets, "offsets", "", "point of no return: the offsets from a run's start to capture at, in ms, comma-separated (default: 0 and each quarter of the failing runs' median time)")
+	fs.IntVar(&pnrParents, "pnr-parents", explain.DefaultPNRParents, "point of no return: runs captured at each offset (0: no point of no return)")
+	fs.IntVar(&pnrWays, "pnr-ways", explain.DefaultPNRWays, "point of no return: forks of each capture")
 	fs.StringVar(&report, "report", "", "write the report, one self-contained HTML file with its plots, to this path")
 	fs.StringVar(&fixedCmd, "fixed", "", "verify a fix: run this fixed test (a shell command) as many times as prove it at 99% against the measured rate")
 	timeout := durationVar(fs, "timeout", "kill a run after this long (a failure), e.g. 5m or 300 (seconds)")
@@ -83,6 +89,22 @@ func newExplainCmd(e *env) *cobra.Command {
 		o.Test = flaky.Test{Cmd: shellWrap(command), SeedEnv: seedEnv, Timeout: timeout.wire(), Env: envs}
 		if fixedCmd != "" {
 			o.Fixed = &flaky.Test{Cmd: shellWrap([]string{fixedCmd}), SeedEnv: seedEnv, Timeout: timeout.wire(), Env: envs}
+		}
+		if pnrParents < 0 || pnrWays < 1 || pnrWays > api.MaxForks {
+			return usagef("--pnr-parents %d, --pnr-ways %d: want 0 or more runs and 1 to %d forks", pnrParents, pnrWays, api.MaxForks)
+		}
+		if pnrParents > 0 {
+			po := &explain.PNROptions{Parents: pnrParents, Ways: pnrWays}
+			if offsets != "" {
+				for _, f := range strings.Split(offsets, ",") {
+					ms, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+					if err != nil || ms < 0 || ms > 3600e3 {
+						return usagef("--offsets %q: want milliseconds from 0, comma-separated, e.g. 0,100,250", offsets)
+					}
+					po.Offsets = append(po.Offsets, time.Duration(ms*float64(time.Millisecond)))
+				}
+			}
+			o.PNR = po
 		}
 		if knobRuns < 0 {
 			return usagef("--knob-runs %d: want 0 (no knobs) or more", knobRuns)
@@ -188,7 +210,7 @@ func writeReport(path string, r *explain.Explained) error {
 // explainClient is the SDK as explain's Client.
 type explainClient struct{ flaky.SDK }
 
-var _ explain.Client = explainClient{}
+var _ explain.PNRClient = explainClient{}
 
 // printExplained is the short terminal summary of what explain found.
 func printExplained(w io.Writer, r *explain.Explained) error {
@@ -209,6 +231,16 @@ func printExplained(w io.Writer, r *explain.Explained) error {
 		}
 		for _, v := range r.KnobVerdicts {
 			fmt.Fprintf(w, "    %s\n", safe(v.Summary))
+		}
+	}
+	if pn := r.PointOfNoReturn; pn != nil {
+		fmt.Fprintln(w, "point of no return (forks of failing runs, captured at an offset from their start):")
+		for _, p := range pn.Curve {
+			fmt.Fprintf(w, "    at %6.0f ms: %d/%d forks of %d failing runs failed, %.0f%% [%.0f, %.0f]\n", p.AtMs, p.Failed, p.Runs, p.Parents, 100*p.Rate, 100*p.Low, 100*p.High)
+		}
+		fmt.Fprintf(w, "    %s; a capture paused a run %.0f ms at most\n", safe(pn.Note), pn.PauseMs)
+		for _, e := range pn.Before {
+			fmt.Fprintf(w, "      %.1f ms %s[%d] %s\n", e.AtMs, safe(e.Process), e.Pid, safe(e.Event))
 		}
 	}
 	if r.Fix != nil {

@@ -48,7 +48,7 @@ func parseExplain(t *testing.T, out string) (progress []explain.Progress, res ex
 func explainTop(t *testing.T, d *daemon, id string, flags []string, test ...string) explain.Explained {
 	t.Helper()
 	before := sandboxIDs(t, d)
-	args := append(append([]string{"--json", "explain", id, "--knob-runs", "0"}, flags...), "--")
+	args := append(append([]string{"--json", "explain", id, "--knob-runs", "0", "--pnr-parents", "0"}, flags...), "--")
 	out := d.must(t, append(args, test...)...)
 	progress, res := parseExplain(t, out)
 	runs := 0
@@ -146,13 +146,13 @@ func TestExplainBadInput(t *testing.T) {
 		{"hangs", []string{"--timeout", "1"}, "sleep 60", "every run of 3 failed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			args := append([]string{"--json", "explain", id, "-n", "3", "--knob-runs", "0"}, tc.flags...)
+			args := append([]string{"--json", "explain", id, "-n", "3", "--knob-runs", "0", "--pnr-parents", "0"}, tc.flags...)
 			out := d.must(t, append(args, "--", tc.test)...)
 			_, res := parseExplain(t, out)
 			if !strings.Contains(res.Note, tc.note) || len(res.Divergence) != 0 {
 				t.Errorf("note %q with %d findings, want %q and none", res.Note, len(res.Divergence), tc.note)
 			}
-			human := d.must(t, append([]string{"explain", id, "-n", "3", "--knob-runs", "0"}, append(tc.flags, "--", tc.test)...)...)
+			human := d.must(t, append([]string{"explain", id, "-n", "3", "--knob-runs", "0", "--pnr-parents", "0"}, append(tc.flags, "--", tc.test)...)...)
 			if !strings.Contains(human, tc.note) {
 				t.Errorf("terminal summary %q does not say %q", human, tc.note)
 			}
@@ -160,7 +160,7 @@ func TestExplainBadInput(t *testing.T) {
 	}
 	t.Run("flood", func(t *testing.T) {
 		flood := `i=0; while [ $i -lt 30000 ]; do true < /nonexistent-$i 2>/dev/null; i=$((i+1)); done; test $((SEED % 2)) = 0`
-		out := d.must(t, "--json", "explain", id, "-n", "2", "--knob-runs", "0", "--seed-env", "SEED", "--", "sh", "-c", flood)
+		out := d.must(t, "--json", "explain", id, "-n", "2", "--knob-runs", "0", "--pnr-parents", "0", "--seed-env", "SEED", "--", "sh", "-c", flood)
 		_, res := parseExplain(t, out)
 		if res.Dropped == 0 {
 			t.Errorf("a flood of 30000 opens per run dropped nothing")
@@ -183,7 +183,7 @@ func TestExplainCPUKnob(t *testing.T) {
 	timer := fmt.Sprintf("%.2f", 2.5*took.Seconds())
 	t.Logf("the loop took %s; the timer is %s s", took, timer)
 	race := "(" + loop + ") & pid=$!; sleep " + timer + "; if kill -0 $pid 2>/dev/null; then exit 1; fi"
-	out := d.must(t, "--json", "explain", id, "-n", "2", "--parallel", "2", "--cpus", "0.25,2", "--knob-runs", "6", "--", "sh", "-c", race)
+	out := d.must(t, "--json", "explain", id, "-n", "2", "--parallel", "2", "--cpus", "0.25,2", "--knob-runs", "6", "--pnr-parents", "0", "--", "sh", "-c", race)
 	_, res := parseExplain(t, out)
 	for _, k := range res.Knobs {
 		t.Logf("knob %s=%s: %d/%d failed", k.Knob, k.Value, k.Failed, k.Runs)
@@ -234,5 +234,45 @@ func checkReport(t *testing.T, path string) {
 	}
 	if keep := os.Getenv("SBX_KEEP_REPORT"); keep != "" {
 		exec.Command("cp", path, shot, keep).Run()
+	}
+}
+
+// TestExplainPointOfNoReturn: a test that decides its outcome from
+// /dev/urandom 0.6 s after it starts (each fork reads its own bytes) has a
+// curve that jumps there: forks of a failing run taken before it fail
+// about half the time, forks taken after it always.
+func TestExplainPointOfNoReturn(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny")
+	const test = `sleep 0.6; r=$(head -c1 /dev/urandom | od -An -tu1); sleep 1; test $((r % 2)) = 0`
+	before := sandboxIDs(t, d)
+	out := d.must(t, "--json", "explain", id, "-n", "4", "--knob-runs", "0", "--offsets", "0,1200", "--pnr-parents", "7", "--pnr-ways", "2", "--", "sh", "-c", test)
+	_, res := parseExplain(t, out)
+	if got := sandboxIDs(t, d); !slices.Equal(got, before) {
+		t.Errorf("sandboxes after explain: %v, want those before: %v", got, before)
+	}
+	pn := res.PointOfNoReturn
+	if pn == nil {
+		t.Fatalf("no point of no return (%d/%d failed)", res.Failed, res.Runs)
+	}
+	for _, p := range pn.Curve {
+		t.Logf("at %.0f ms: %d/%d forks of %d failing runs failed (pause %.0f ms)", p.AtMs, p.Failed, p.Runs, p.Parents, p.PauseMs)
+	}
+	t.Logf("%s; before: %+v", pn.Note, pn.Before)
+	if len(pn.Curve) != 2 {
+		t.Fatalf("curve %+v, want 2 points", pn.Curve)
+	}
+	early, late := pn.Curve[0], pn.Curve[1]
+	if late.Runs == 0 || late.Failed != late.Runs {
+		t.Errorf("forks at %.0f ms: %d/%d failed, want all (the outcome was drawn at 600 ms)", late.AtMs, late.Failed, late.Runs)
+	}
+	if early.Runs > 0 && early.Rate >= 0.9 {
+		t.Errorf("forks at 0 ms: %d/%d failed, want about half (each draws its own byte)", early.Failed, early.Runs)
+	}
+	if !pn.Certain || pn.AtMs != 1200 || !strings.Contains(pn.Note, "between 0 ms and 1200 ms") {
+		t.Errorf("point of no return at %.0f ms (%q), want 1200 ms", pn.AtMs, pn.Note)
+	}
+	if pn.PauseMs <= 0 || len(pn.Before) == 0 {
+		t.Errorf("pause %.0f ms, %d events before: want both measured", pn.PauseMs, len(pn.Before))
 	}
 }

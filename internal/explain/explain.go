@@ -7,6 +7,7 @@ package explain
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -38,6 +39,9 @@ type Options struct {
 	// in KnobRuns forks (0: DefaultKnobRuns) without monitoring.
 	Knobs    []KnobValue
 	KnobRuns int
+	// PNR, if set, measures the point of no return; empty Offsets are
+	// DefaultOffsets of the failing runs' median time.
+	PNR *PNROptions
 	// Fixed, if set, is the fixed test: once the rate is known, it runs
 	// as many times as prove the fix at 99% (see VerifyFix).
 	Fixed *flaky.Test
@@ -131,11 +135,20 @@ const DefaultKnobRuns = 8
 // DefaultCPUs are the CPU quotas explain tries unless told.
 var DefaultCPUs = []float64{0.25, 0.5, 1, 2}
 
-// PointOfNoReturn is when the failure became certain (not measured yet).
+// PointOfNoReturn is when the failure became certain: the curve of the
+// rate among forks of failing runs taken at offsets from their start.
 type PointOfNoReturn struct {
-	AtMs   float64 `json:"atMs"`
-	Curve  []Knob  `json:"curve"`
-	Before []any   `json:"before"`
+	// AtMs is the earliest offset from which forks fail at least 90% of
+	// the time (with Certain; else no offset tried made it certain).
+	AtMs    float64      `json:"atMs"`
+	Certain bool         `json:"certain"`
+	Curve   []CurvePoint `json:"curve"`
+	// Before are a failing run's last events before AtMs.
+	Before []analyze.ExampleEvent `json:"before"`
+	// PauseMs is the longest a capture paused a run (at most: it is
+	// measured from the fork's call to its capture's end).
+	PauseMs float64 `json:"pauseMs"`
+	Note    string  `json:"note"`
 }
 
 // traceSettle bounds the wait for a run's last events, which gVisor sends
@@ -208,12 +221,49 @@ func Explain(ctx context.Context, c Client, o Options) (*Explained, error) {
 		}
 	}
 	out.KnobVerdicts = Verdicts(out.Knobs)
+	if o.PNR != nil && s.Failures > 0 {
+		pc, ok := c.(PNRClient)
+		if !ok {
+			return nil, fmt.Errorf("explain: the client cannot start runs in the background")
+		}
+		po := *o.PNR
+		if len(po.Offsets) == 0 {
+			po.Offsets = DefaultOffsets(medianFailing(res.Runs))
+		}
+		if po.Parents == 0 {
+			po.Parents = DefaultPNRParents
+		}
+		if po.Ways == 0 {
+			po.Ways = DefaultPNRWays
+		}
+		if out.PointOfNoReturn, err = measurePNR(ctx, pc, o, po); err != nil {
+			return nil, fmt.Errorf("explain: %w", err)
+		}
+		if o.Progress != nil {
+			o.Progress(Progress{Event: "pointOfNoReturn"})
+		}
+	}
 	if o.Fixed != nil {
 		if out.Fix, err = VerifyFix(ctx, c, o, *o.Fixed, s.Rate); err != nil {
 			return nil, fmt.Errorf("explain: %w", err)
 		}
 	}
 	return out, nil
+}
+
+// medianFailing is the median time of the failing runs.
+func medianFailing(runs []flaky.Run) time.Duration {
+	var ds []int64
+	for _, r := range runs {
+		if !r.Pass {
+			ds = append(ds, r.DurationMs)
+		}
+	}
+	if len(ds) == 0 {
+		return time.Second
+	}
+	slices.Sort(ds)
+	return time.Duration(ds[len(ds)/2]) * time.Millisecond
 }
 
 // pair picks the runs the report shows side by side: the top finding's
