@@ -96,7 +96,7 @@ func TestExplainExample(t *testing.T) {
 	if res.Report != report || len(res.Knobs) != 2 {
 		t.Errorf("report %q, knobs %+v: want %s and 2 values", res.Report, res.Knobs, report)
 	}
-	checkReport(t, report)
+	checkReport(t, report, `<svg id="timelines"`, `class="marked"`, `<svg id="knobs"`, `class="bar"`, `class="interval"`, `id="divergence"`, "8099")
 	// the bundled fix holds, and enough runs say so at 99%
 	if f := res.Fix; f == nil || !f.Fixed || f.Runs != f.Need99 || !strings.HasPrefix(f.Summary, "fixed with 99% confidence: 0 of") {
 		t.Errorf("fix verification %+v, want fixed with 99%% confidence", res.Fix)
@@ -200,7 +200,7 @@ func TestExplainCPUKnob(t *testing.T) {
 // checkReport renders the report in headless Chromium, in a network
 // namespace of its own (the page must need no network, and Chromium's own
 // calls home go nowhere), and checks the rendered page holds its plots.
-func checkReport(t *testing.T, path string) {
+func checkReport(t *testing.T, path string, wants ...string) {
 	t.Helper()
 	bin, err := exec.LookPath("chromium")
 	if err != nil {
@@ -219,7 +219,7 @@ func checkReport(t *testing.T, path string) {
 		t.Fatalf("chromium --dump-dom: %v", err)
 	}
 	page := string(dom)
-	for _, want := range []string{`<svg id="timelines"`, `class="marked"`, `<svg id="knobs"`, `class="bar"`, `class="interval"`, `id="divergence"`, "8099"} {
+	for _, want := range wants {
 		if !strings.Contains(page, want) {
 			t.Errorf("the rendered report lacks %q", want)
 		}
@@ -246,7 +246,8 @@ func TestExplainPointOfNoReturn(t *testing.T) {
 	id := d.newSandbox(t, "--template", "tiny")
 	const test = `sleep 0.6; r=$(head -c1 /dev/urandom | od -An -tu1); sleep 1; test $((r % 2)) = 0`
 	before := sandboxIDs(t, d)
-	out := d.must(t, "--json", "explain", id, "-n", "4", "--knob-runs", "0", "--offsets", "0,1200", "--pnr-parents", "7", "--pnr-ways", "2", "--", "sh", "-c", test)
+	report := filepath.Join(t.TempDir(), "report.html")
+	out := d.must(t, "--json", "explain", id, "-n", "4", "--knob-runs", "0", "--offsets", "0,1200", "--pnr-parents", "7", "--pnr-ways", "2", "--report", report, "--", "sh", "-c", test)
 	_, res := parseExplain(t, out)
 	if got := sandboxIDs(t, d); !slices.Equal(got, before) {
 		t.Errorf("sandboxes after explain: %v, want those before: %v", got, before)
@@ -275,4 +276,5 @@ func TestExplainPointOfNoReturn(t *testing.T) {
 	if pn.PauseMs <= 0 || len(pn.Before) == 0 {
 		t.Errorf("pause %.0f ms, %d events before: want both measured", pn.PauseMs, len(pn.Before))
 	}
+	checkReport(t, report, `<svg id="curve"`, `class="point"`, `class="interval"`, "1200 ms")
 }

@@ -60,7 +60,8 @@ func TestWriteReport(t *testing.T) {
 		Runs: 4, Failed: 2, Rate: Rate{Rate: 0.5, Low: 0.15, High: 0.85},
 		Divergence: []analyze.Finding{{Summary: "connect(127.0.0.1:8099) failed ECONNREFUSED", Resource: "port 8099", Failing: 2, Passing: 0, FailingRuns: 2, PassingRuns: 2, P: 0.33,
 			Example: analyze.Example{Run: 1, Failed: true, Events: []analyze.ExampleEvent{{AtMs: 250, Pid: 7, Process: "curl", Event: "connect(127.0.0.1:8099) failed ECONNREFUSED"}}}}},
-		Knobs: []Knob{{Knob: "cpus", Value: "0.25", Runs: 8, Failed: 8, Rate: 1, Low: 0.68, High: 1}},
+		Knobs:           []Knob{{Knob: "cpus", Value: "0.25", Runs: 8, Failed: 8, Rate: 1, Low: 0.68, High: 1}},
+		PointOfNoReturn: &PointOfNoReturn{AtMs: 500, Certain: true, Curve: []CurvePoint{{AtMs: 0, Runs: 8, Failed: 4, Rate: 0.5}, {AtMs: 500, Runs: 8, Failed: 8, Rate: 1}}},
 		Timelines: []TimelineRun{
 			{Run: 1, Failed: true, Events: []analyze.ExampleEvent{{AtMs: 250, Process: "curl", Event: "connect(127.0.0.1:8099) failed ECONNREFUSED"}, {AtMs: 300, Process: "<script>alert(1)</script>", Event: "open(/x) ok"}}},
 			{Run: 0, Events: []analyze.ExampleEvent{{AtMs: 100, Process: "python3", Event: "bind(127.0.0.1:8099) ok"}}},
@@ -71,7 +72,7 @@ func TestWriteReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	page := b.String()
-	for _, want := range []string{`<svg id="knobs"`, `<svg id="timelines"`, `class="marked"`, `class="interval"`, "connect(127.0.0.1:8099) failed ECONNREFUSED", "&lt;script&gt;"} {
+	for _, want := range []string{`<svg id="curve"`, `class="point"`, `<svg id="knobs"`, `<svg id="timelines"`, `class="marked"`, `class="interval"`, "connect(127.0.0.1:8099) failed ECONNREFUSED", "&lt;script&gt;"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("report lacks %q", want)
 		}
@@ -80,5 +81,33 @@ func TestWriteReport(t *testing.T) {
 		if strings.Contains(page, bad) {
 			t.Errorf("report holds %q: it must be inert and fetch nothing", bad)
 		}
+	}
+}
+
+func TestPointOfNoReturnOf(t *testing.T) {
+	pt := func(at float64, failed, runs int) CurvePoint {
+		return CurvePoint{AtMs: at, Failed: failed, Runs: runs, Rate: float64(failed) / float64(max(runs, 1))}
+	}
+	for _, tc := range []struct {
+		name  string
+		curve []CurvePoint
+		at    float64 // -1: none
+		note  string
+	}{
+		{"jump", []CurvePoint{pt(0, 4, 8), pt(250, 5, 8), pt(500, 8, 8), pt(750, 8, 8)}, 500, "between 250 ms and 500 ms"},
+		{"seeded", []CurvePoint{pt(0, 8, 8), pt(250, 8, 8)}, 0, "decided before the test started: replay its seed"},
+		{"never certain", []CurvePoint{pt(0, 4, 8), pt(250, 5, 8)}, -1, "no offset tried made the failure certain"},
+		{"dips again", []CurvePoint{pt(0, 8, 8), pt(250, 4, 8), pt(500, 8, 8)}, 500, "between 250 ms and 500 ms"},
+		{"empty points skipped", []CurvePoint{pt(0, 3, 8), pt(250, 0, 0), pt(500, 8, 8)}, 500, "between 250 ms and 500 ms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			at, note := PointOfNoReturnOf(tc.curve)
+			switch {
+			case tc.at < 0 && at != nil, tc.at >= 0 && (at == nil || *at != tc.at):
+				t.Errorf("at %v, want %v", at, tc.at)
+			case !strings.Contains(note, tc.note):
+				t.Errorf("note %q, want %q", note, tc.note)
+			}
+		})
 	}
 }

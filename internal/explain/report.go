@@ -85,8 +85,18 @@ func WriteReport(w io.Writer, r *Explained) error {
 	}
 
 	b.WriteString("<h2>Point of no return</h2>\n")
-	if r.PointOfNoReturn == nil {
-		b.WriteString(`<p id="curve">Not measured: this version of sbx explain does not take captures at offsets yet.</p>` + "\n")
+	if pn := r.PointOfNoReturn; pn == nil {
+		b.WriteString(`<p>Not measured (no run failed, or --pnr-parents 0).</p>` + "\n")
+	} else {
+		curve(&b, pn)
+		fmt.Fprintf(&b, "<p>%s. A capture paused a run %.0f ms at most.</p>\n", esc(pn.Note), pn.PauseMs)
+		if len(pn.Before) > 0 {
+			b.WriteString("<p>A failing run's last events before it:</p><ul>")
+			for _, e := range pn.Before {
+				fmt.Fprintf(&b, "<li>%.1f ms %s[%d] <code>%s</code></li>", e.AtMs, esc(e.Process), e.Pid, esc(e.Event))
+			}
+			b.WriteString("</ul>\n")
+		}
 	}
 	if r.Fix != nil {
 		fmt.Fprintf(&b, "<h2>Fix</h2>\n<p id=\"fix\">%s</p>\n", esc(r.Fix.Summary))
@@ -94,6 +104,39 @@ func WriteReport(w io.Writer, r *Explained) error {
 	b.WriteString("</body></html>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// curve draws the rate among forks against the offset they were taken
+// at, each point with its interval, and the 90% line.
+func curve(b *strings.Builder, pn *PointOfNoReturn) {
+	const width, h, left, top = 600.0, 200.0, 50.0, 20.0
+	end := 1.0
+	for _, p := range pn.Curve {
+		end = math.Max(end, p.AtMs)
+	}
+	x := func(ms float64) float64 { return left + (width-left-30)*ms/end }
+	y := func(rate float64) float64 { return top + h*(1-rate) }
+	fmt.Fprintf(b, `<svg id="curve" width="%.0f" height="%.0f">`, width, h+top+40)
+	for _, t := range []float64{0, 0.5, 0.9, 1} {
+		fmt.Fprintf(b, `<line x1="%.0f" x2="%.0f" y1="%.1f" y2="%.1f" stroke="#ddd"/><text x="4" y="%.1f">%.0f%%</text>`, left, width, y(t), y(t), y(t)+4, 100*t)
+	}
+	var pts []string
+	for _, p := range pn.Curve {
+		fmt.Fprintf(b, `<text x="%.1f" y="%.0f" text-anchor="middle">%.0f ms</text>`, x(p.AtMs), top+h+20, p.AtMs)
+		if p.Runs == 0 {
+			continue
+		}
+		pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(p.AtMs), y(p.Rate)))
+		fmt.Fprintf(b, `<line class="interval" x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#000"/>`, x(p.AtMs), x(p.AtMs), y(p.Low), y(p.High))
+		fmt.Fprintf(b, `<circle class="point" cx="%.1f" cy="%.1f" r="4" fill="#c00"><title>%.0f ms: %d/%d forks failed</title></circle>`, x(p.AtMs), y(p.Rate), p.AtMs, p.Failed, p.Runs)
+	}
+	if len(pts) > 1 {
+		fmt.Fprintf(b, `<polyline points="%s" fill="none" stroke="#c00"/>`, strings.Join(pts, " "))
+	}
+	if pn.Certain {
+		fmt.Fprintf(b, `<line x1="%.1f" x2="%.1f" y1="%.0f" y2="%.0f" stroke="#c00" stroke-dasharray="4"/>`, x(pn.AtMs), x(pn.AtMs), top, top+h)
+	}
+	b.WriteString("</svg>\n")
 }
 
 // knobBars draws each knob value's rate as a bar with its interval.
