@@ -95,6 +95,7 @@ bench: deps build
 	$(GO) test -run '^$$' -bench 'Fork16|StopResume|Scp|PreviewProxy' -benchtime 3x -timeout 30m ./internal/e2e/
 	$(GO) test -run '^$$' -bench 'Hunt' -benchtime 5x -timeout 30m ./internal/e2e/
 	$(GO) test -run '^$$' -bench 'FlakeRateVsNaive' -benchtime 1x -timeout 30m ./internal/e2e/
+	$(GO) test -run '^$$' -bench 'Explain' -benchtime 1x -timeout 30m ./internal/e2e/
 
 ## soak: the crash fuzz at 30 random instants of every operation (about an hour), and its table
 soak: deps build

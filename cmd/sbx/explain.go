@@ -212,7 +212,12 @@ type explainClient struct{ flaky.SDK }
 
 var _ explain.PNRClient = explainClient{}
 
-// printExplained is the short terminal summary of what explain found.
+// terminalFindings is how many findings the terminal shows (--json and
+// the report have them all).
+const terminalFindings = 5
+
+// printExplained is the short terminal summary of what explain found:
+// the rate, the top findings, the knobs, the point of no return, the fix.
 func printExplained(w io.Writer, r *explain.Explained) error {
 	fmt.Fprintln(w, flaky.RateSummary{Runs: r.Runs, Failures: r.Failed, Rate: r.Rate.Rate, Wilson95: [2]float64{r.Rate.Low, r.Rate.High}})
 	if r.Note != "" {
@@ -223,6 +228,38 @@ func printExplained(w io.Writer, r *explain.Explained) error {
 	}
 	if r.Empty > 0 {
 		fmt.Fprintf(w, "%d runs' traces held nothing of their test\n", r.Empty)
+	}
+	switch {
+	case len(r.Divergence) > 0:
+		fmt.Fprintln(w, "what tells failing runs from passing runs (best first):")
+	case r.Note == "":
+		fmt.Fprintln(w, "no event told the failing runs from the passing ones")
+	}
+	for i, f := range r.Divergence[:min(terminalFindings, len(r.Divergence))] {
+		side := "failing runs did this"
+		if !f.InFailing {
+			side = "passing runs did this"
+		}
+		fmt.Fprintf(w, "%2d. %s\n    %s: failing %d/%d, passing %d/%d (Fisher p=%.2g)\n", i+1, safe(f.Summary), side,
+			f.Failing, f.FailingRuns, f.Passing, f.PassingRuns, f.P)
+		ex := f.Example
+		if len(ex.Events) > 0 {
+			outcome := "passed"
+			if ex.Failed {
+				outcome = "failed"
+			}
+			var parts []string
+			for _, ev := range ex.Events {
+				parts = append(parts, fmt.Sprintf("%.1f ms %s[%d] %s", ev.AtMs, safe(ev.Process), ev.Pid, safe(ev.Event)))
+			}
+			fmt.Fprintf(w, "    e.g. run %d (seed %d, %s): %s\n", ex.Run, ex.Seed, outcome, strings.Join(parts, "; then "))
+			if ex.Note != "" {
+				fmt.Fprintf(w, "    (%s)\n", safe(ex.Note))
+			}
+		}
+	}
+	if len(r.Divergence) > terminalFindings {
+		fmt.Fprintf(w, "    ... %d more (--json, --report)\n", len(r.Divergence)-terminalFindings)
 	}
 	if len(r.Knobs) > 0 {
 		fmt.Fprintln(w, "knobs (the rate per fork, 95% Wilson interval):")
@@ -248,36 +285,6 @@ func printExplained(w io.Writer, r *explain.Explained) error {
 	}
 	if r.Report != "" {
 		fmt.Fprintf(w, "report: %s\n", safe(r.Report))
-	}
-	if len(r.Divergence) == 0 {
-		if r.Note == "" {
-			fmt.Fprintln(w, "no event told the failing runs from the passing ones")
-		}
-		return nil
-	}
-	fmt.Fprintln(w, "what tells failing runs from passing runs (best first):")
-	for i, f := range r.Divergence {
-		side := "failing runs did this"
-		if !f.InFailing {
-			side = "passing runs did this"
-		}
-		fmt.Fprintf(w, "%2d. %s\n    %s: failing %d/%d, passing %d/%d (Fisher p=%.2g)\n", i+1, safe(f.Summary), side,
-			f.Failing, f.FailingRuns, f.Passing, f.PassingRuns, f.P)
-		ex := f.Example
-		if len(ex.Events) > 0 {
-			outcome := "passed"
-			if ex.Failed {
-				outcome = "failed"
-			}
-			var parts []string
-			for _, ev := range ex.Events {
-				parts = append(parts, fmt.Sprintf("%.1f ms %s[%d] %s", ev.AtMs, safe(ev.Process), ev.Pid, safe(ev.Event)))
-			}
-			fmt.Fprintf(w, "    e.g. run %d (seed %d, %s): %s\n", ex.Run, ex.Seed, outcome, strings.Join(parts, "; then "))
-			if ex.Note != "" {
-				fmt.Fprintf(w, "    (%s)\n", safe(ex.Note))
-			}
-		}
 	}
 	return nil
 }
