@@ -239,6 +239,8 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, b bootSpec) error
 		if run.PodInitConfig, err = m.monitors.start(sb.ID, dir); err != nil {
 			return err
 		}
+	} else {
+		m.monitors.stop(sb.ID) // an earlier boot's (a resume boots unmonitored)
 	}
 	if b.image != "" {
 		err = m.cfg.Runtime.Restore(ctx, sb.ID, runsc.RestoreOptions{RunOptions: run, ImageDir: b.image, Background: b.background})
