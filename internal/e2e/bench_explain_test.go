@@ -3,11 +3,13 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
 	"sbx.dev/sbx/internal/flaky"
 )
@@ -30,6 +32,10 @@ func BenchmarkExplain(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = deleteSandbox(context.Background(), d.client, sb.ID) })
+	// /work is the user's, as `sbx scp` would leave it
+	if _, err := sdk(d.client).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sh", "-c", "mkdir -p /work && chown user /work"}, User: "root"}, io.Discard, io.Discard); err != nil {
+		b.Fatal(err)
+	}
 	if err := prepareFlaky(ctx, d.client, sb.ID, flakyExampleTar(b), 0); err != nil {
 		b.Fatal(err)
 	}
