@@ -96,3 +96,26 @@ func TestMonitorCreateAndFork(t *testing.T) {
 		}
 	}
 }
+
+// TestTraceCLI: `sbx new --monitor` and `sbx trace` show an exec's open
+// with its error; a sandbox not monitored is refused with a hint.
+func TestTraceCLI(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny", "--monitor")
+	d.sbx(t, "exec", id, "--", "cat", "/nonexistent-cli")
+	waitFor(t, "the open in sbx trace", 10*time.Second, func() bool {
+		return strings.Contains(d.must(t, "trace", id), "open /nonexistent-cli = errno 2")
+	})
+	plain := d.newSandbox(t, "--template", "tiny")
+	if r := d.sbx(t, "trace", plain); r.code == 0 || !strings.Contains(r.stderr, "not monitored") {
+		t.Errorf("trace of an unmonitored sandbox: exit %d, %q", r.code, r.stderr)
+	}
+	kid := strings.TrimSpace(d.must(t, "fork", id, "--memory", "--monitor", "--wait"))
+	kid = strings.Fields(kid)[0]
+	t.Cleanup(func() { _ = deleteSandbox(context.Background(), d.client, kid) })
+	d.sbx(t, "exec", kid, "--", "cat", "/nonexistent-kid")
+	waitFor(t, "the fork's open in sbx trace", 10*time.Second, func() bool {
+		out := d.must(t, "trace", kid)
+		return strings.Contains(out, "open /nonexistent-kid = errno 2") && !strings.Contains(out, "/nonexistent-cli")
+	})
+}
