@@ -151,6 +151,13 @@ type PointOfNoReturn struct {
 	Note    string  `json:"note"`
 }
 
+// eventBudget bounds the events explain holds over all runs (some 400 MB
+// at most), each run keeping at least minRunEvents of its own.
+const (
+	eventBudget  = 2_000_000
+	minRunEvents = 2000
+)
+
 // traceSettle bounds the wait for a run's last events, which gVisor sends
 // after the exec has ended: its root's exit is the sign they are in.
 const traceSettle = 2 * time.Second
@@ -180,8 +187,13 @@ func Explain(ctx context.Context, c Client, o Options) (*Explained, error) {
 			if !r.Started.IsZero() {
 				run.StartNs = r.Started.UnixNano()
 			}
-			// keep only the test's own events: N traces of a whole sandbox are big
+			// keep only the test's own events, and no more than the budget
+			// gives a run: N traces of a whole sandbox are big
 			run.Events = analyze.Select(run)
+			if keep := max(minRunEvents, eventBudget/n); len(run.Events) > keep {
+				run.Dropped += int64(len(run.Events) - keep)
+				run.Events = run.Events[:keep]
+			}
 			mu.Lock()
 			traces[r.Run] = run
 			mu.Unlock()
