@@ -3,8 +3,10 @@ package monitor
 import (
 	"encoding/binary"
 	"encoding/json"
+	"math/rand/v2"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,5 +152,35 @@ func TestSockaddr(t *testing.T) {
 				t.Errorf("got %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestDecodeHostile: what a sandbox makes gVisor send, or writes to the
+// socket itself, never panics the decoder and never yields unbounded
+// strings.
+func TestDecodeHostile(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 20000; i++ {
+		msg := make([]byte, r.IntN(300))
+		for j := range msg {
+			msg[j] = byte(r.Uint32())
+		}
+		if len(msg) >= 4 && r.IntN(2) == 0 {
+			binary.LittleEndian.PutUint16(msg[0:], 8)
+			binary.LittleEndian.PutUint16(msg[2:], uint16(r.IntN(36)))
+		}
+		ev, _, _ := Decode(msg)
+		if len(ev.Path) > maxString+3 || len(ev.Process) > maxString+3 || len(ev.Argv) > maxArgs+1 {
+			t.Fatalf("message %x decoded to %+v", msg, ev)
+		}
+	}
+	// a huge argv and a long path through the real encoding
+	argv := make([]string, 1000)
+	for i := range argv {
+		argv[i] = strings.Repeat("x", 5000)
+	}
+	ev, _, ok := Decode(message(pb.MessageType_MESSAGE_SENTRY_EXEC, 0, &pb.ExecveInfo{BinaryPath: strings.Repeat("/a", 10000), Argv: argv}))
+	if !ok || len(ev.Argv) != maxArgs+1 || len(ev.Path) > maxString+3 || len(ev.Argv[0]) > maxString+3 {
+		t.Errorf("execve decoded to %d args, path of %d bytes", len(ev.Argv), len(ev.Path))
 	}
 }
