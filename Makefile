@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 GO ?= $(shell command -v go || echo /usr/local/go/bin/go)
 BIN := $(CURDIR)/bin
-DEBS := busybox-static mmdebstrap iproute2 iptables tmux gcc jq
+DEBS := busybox-static mmdebstrap iproute2 iptables tmux gcc jq chromium
 export CGO_ENABLED := 0
 
 .PHONY: all build deps install demo test python-deps python-test unit integration bench soak vet fmt clean
@@ -125,6 +125,7 @@ bench: deps build
 	$(GO) test -run '^$$' -bench 'Fork16|StopResume|Scp|PreviewProxy' -benchtime 3x -timeout 30m ./internal/e2e/
 	$(GO) test -run '^$$' -bench 'Hunt' -benchtime 5x -timeout 30m ./internal/e2e/
 	$(GO) test -run '^$$' -bench 'FlakeRateVsNaive' -benchtime 1x -timeout 30m ./internal/e2e/
+	$(GO) test -run '^$$' -bench 'Explain' -benchtime 1x -timeout 30m ./internal/e2e/
 
 ## soak: the crash fuzz at 30 random instants of every operation (about an hour), and its table
 soak: deps build

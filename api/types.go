@@ -136,6 +136,10 @@ type CreateRequest struct {
 	// on its disk, a memory snapshot carries on its processes. Template,
 	// CPUs and Memory then come from the snapshot.
 	From string `json:"from,omitempty"`
+	// Monitor turns on runtime monitoring: sbxd keeps a bounded trace of
+	// the sandbox's syscalls on files and sockets, execs and exits (GET
+	// /v1/sandboxes/{id}/trace). Off by default.
+	Monitor bool `json:"monitor,omitempty"`
 }
 
 // DeleteResult is the body answering DELETE /v1/sandboxes/{id}.
@@ -183,6 +187,12 @@ type ForkRequest struct {
 	// Meta is merged into the parent's metadata for the children: a key
 	// here replaces the parent's value.
 	Meta map[string]string `json:"meta,omitempty"`
+	// Monitor turns on runtime monitoring in the children, each with its
+	// own trace from its restore on (see CreateRequest.Monitor).
+	Monitor bool `json:"monitor,omitempty"`
+	// CPUs is the children's CPU quota (0: the parent's), memory forks
+	// too: a perturbation explain applies per fork.
+	CPUs float64 `json:"cpus,omitempty"`
 }
 
 // ForkEvent is one server-sent event of a fork: "sandbox.forking" at once

@@ -66,7 +66,7 @@ func newRoot(e *env) *cobra.Command {
 		{groupCaptures, []*cobra.Command{newSnapshotCmd(e), newForkCmd(e), newStopCmd(e), newResumeCmd(e), newEventsCmd(e)}},
 		{groupRun, []*cobra.Command{newExecCmd(e), newShellCmd(e), newAttachCmd(e), newKillCmd(e), newPsCmd(e), newLogsCmd(e), newMetricsCmd(e), newPortsCmd(e), newPreviewCmd(e), newCrashesCmd(e)}},
 		{groupFiles, []*cobra.Command{newScpCmd(e), newFsCmd(e), newTemplateCmd(e)}},
-		{groupFlaky, []*cobra.Command{newHuntCmd(e), newFlakeRateCmd(e), newReplayCmd(e)}},
+		{groupFlaky, []*cobra.Command{newHuntCmd(e), newFlakeRateCmd(e), newReplayCmd(e), newExplainCmd(e), newTraceCmd(e)}},
 	}
 	for _, v := range verbs {
 		for _, c := range v.cmds {

@@ -19,9 +19,9 @@ type forkLine struct {
 
 func newForkCmd(e *env) *cobra.Command {
 	var (
-		name         string
-		memory, wait bool
-		count        int
+		name                  string
+		memory, wait, monitor bool
+		count                 int
 	)
 	cmd := &cobra.Command{
 		Use:   "fork [flags] ID",
@@ -39,6 +39,7 @@ func newForkCmd(e *env) *cobra.Command {
 	fs.IntVar(&count, "count", 1, fmt.Sprintf("how many children, 1 to %d", api.MaxForks))
 	ttl := durationVar(fs, "ttl", "idle ttl of the children, e.g. 30m; 0: none (default: the parent's)")
 	fs.BoolVar(&wait, "wait", false, "wait until every child is ready")
+	fs.BoolVar(&monitor, "monitor", false, "runtime monitoring in each child: a trace of its syscalls on files and sockets, execs and exits (sbx trace)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		// a fork is never silently split or cut
 		if count < 1 {
@@ -75,6 +76,9 @@ func newForkCmd(e *env) *cobra.Command {
 		}
 		if memory {
 			opts = append(opts, client.WithMemory())
+		}
+		if monitor {
+			opts = append(opts, client.WithMonitoring())
 		}
 		if ttl.set {
 			opts = append(opts, client.WithTTL(ttl.d))

@@ -16,6 +16,7 @@ func newNewCmd(e *env) *cobra.Command {
 		meta                          []string
 		cpus                          float64
 		pids                          int
+		monitor                       bool
 	)
 	cmd := &cobra.Command{
 		Use:        "new [flags]",
@@ -41,6 +42,7 @@ func newNewCmd(e *env) *cobra.Command {
 	memory := sizeVar(fs, "memory", "memory limit, e.g. 512M or 2G (default: sbxd's)")
 	disk := sizeVar(fs, "disk", "disk limit, e.g. 10G: past it writes fail with ENOSPC inside (default: sbxd's)")
 	fs.IntVar(&pids, "pids", 0, "process limit, per user inside (default: sbxd's)")
+	fs.BoolVar(&monitor, "monitor", false, "runtime monitoring: a trace of the sandbox's syscalls on files and sockets, execs and exits (sbx trace)")
 	fs.StringVar(&network, "network", "", `"none": loopback only, no network (default: NAT egress under sbxd's policy)`)
 	noCrash := fs.Bool("no-crash-capture", false, "let crashes end their process at once instead of holding each at its faulting instruction in a freeze (meta "+api.MetaCrashes+"=off)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -52,6 +54,9 @@ func newNewCmd(e *env) *cobra.Command {
 			client.WithPidsLimit(pids), client.WithNetwork(network)}
 		if ttl.set {
 			opts = append(opts, client.WithTTL(ttl.d))
+		}
+		if monitor {
+			opts = append(opts, client.WithMonitoring())
 		}
 		if network != "" && network != "none" {
 			return usagef("--network %q: the one network mode to ask for is none", network)

@@ -38,6 +38,10 @@ type Run struct {
 	ExitCode   int    `json:"exitCode"`
 	Pass       bool   `json:"pass"`
 	DurationMs int64  `json:"durationMs"`
+	// Pid is the test's pid inside the sandbox (0: unknown) and Started
+	// when the exec started, for a trace of the run (explain).
+	Pid     int       `json:"-"`
+	Started time.Time `json:"-"`
 }
 
 // Test is the command each run executes and how.
@@ -50,6 +54,8 @@ type Test struct {
 	// Timeout, if set, kills one run after this long (a duration string such
 	// as "5m"); a killed run is a failure.
 	Timeout string
+	// Env is added to each run's environment (KEY=VALUE), before the seed.
+	Env []string
 }
 
 func (t Test) validate() error {
@@ -71,7 +77,7 @@ func (t Test) seedEnv() string {
 func (t Test) exec(ctx context.Context, c Client, i int, id string, seed uint32) (Run, error) {
 	req := api.ExecRequest{
 		Cmd:     t.Cmd,
-		Env:     []string{t.seedEnv() + "=" + strconv.FormatUint(uint64(seed), 10)},
+		Env:     append(append([]string{}, t.Env...), t.seedEnv()+"="+strconv.FormatUint(uint64(seed), 10)),
 		Timeout: t.Timeout,
 	}
 	start := time.Now()
@@ -89,6 +95,8 @@ func (t Test) exec(ctx context.Context, c Client, i int, id string, seed uint32)
 		ExitCode:   *x.ExitCode,
 		Pass:       *x.ExitCode == 0,
 		DurationMs: time.Since(start).Milliseconds(),
+		Pid:        x.Pid,
+		Started:    x.StartedAt,
 	}, nil
 }
 

@@ -30,6 +30,14 @@ type RateOptions struct {
 	// Seed gives each run its seed; nil means a fresh random uint32. The
 	// seeds of one measurement are distinct.
 	Seed func() uint32
+	// Monitor forks with runtime monitoring, each fork tracing its run.
+	Monitor bool
+	// CPUs is each fork's CPU quota (0: the state's own).
+	CPUs float64
+	// Inspect, if set, is called as each run ends, with its fork still
+	// there (r.Sandbox) and before Progress; explain reads the run's trace.
+	// Calls may come at once. An error ends the measurement.
+	Inspect func(ctx context.Context, r Run) error
 	// Progress, if set, hears of each run as it ends, one at a time.
 	Progress func(Run)
 	// Forked, if set, hears how many of the N forks have been made, after
@@ -266,7 +274,7 @@ func (p *ratePipeline) grow() {
 		// The runs' crashes are counted, not caught: a capture per failing
 		// run would be an image per run (the failure to look at is kept
 		// as it is, by keep).
-		kids, err := p.c.Fork(context.WithoutCancel(p.ctx), p.root, api.ForkRequest{Memory: true, Count: k, Meta: map[string]string{api.MetaCrashes: "off"}})
+		kids, err := p.c.Fork(context.WithoutCancel(p.ctx), p.root, api.ForkRequest{Memory: true, Count: k, Monitor: p.o.Monitor, CPUs: p.o.CPUs, Meta: map[string]string{api.MetaCrashes: "off"}})
 		if err == nil && len(kids) != k {
 			err = fmt.Errorf("fork %s: asked for %d children, got %d", p.root, k, len(kids))
 		}
@@ -316,6 +324,11 @@ func (p *ratePipeline) dispatch() {
 // background delete unless it is a failure to keep.
 func (p *ratePipeline) run(i int, id string) {
 	r, err := p.o.Test.exec(p.ctx, p.c, i, id, p.seed[i])
+	if err == nil && p.o.Inspect != nil {
+		if err = p.o.Inspect(p.ctx, r); err != nil {
+			err = fmt.Errorf("run %d (seed %d) in %s: %w", i, r.Seed, id, err)
+		}
+	}
 	// a measurement cut short keeps nothing: what it made goes
 	keep := err == nil && !r.Pass && p.o.KeepFailures && p.ctx.Err() == nil
 	if keep {

@@ -69,6 +69,12 @@ func forkOptions(req api.ForkRequest, fn func(api.ForkEvent) error) []client.For
 	if req.Count > 0 {
 		opts = append(opts, client.WithCount(req.Count))
 	}
+	if req.Monitor {
+		opts = append(opts, client.WithMonitoring())
+	}
+	if req.CPUs > 0 {
+		opts = append(opts, client.WithForkCPUs(req.CPUs))
+	}
 	if d, ok := parseWireDuration(req.TTL); ok {
 		opts = append(opts, client.WithTTL(d))
 	}
@@ -207,4 +213,9 @@ func wireExec(r *client.Result, err error) (*api.Exec, error) {
 		return nil, err
 	}
 	return r.API(), nil
+}
+
+// Trace returns what runtime monitoring kept of sandbox id.
+func (a SDK) Trace(ctx context.Context, id string) (*api.Trace, error) {
+	return a.C.Sandbox(id).Trace(ctx)
 }

@@ -251,6 +251,9 @@ type RunOptions struct {
 	// FreezeDir holds the sandbox's freeze slots; the console shim writes
 	// the verdicts of freezes there (see package freezewire).
 	FreezeDir string
+	// PodInitConfig, if set, is runsc's --pod-init-config: the runtime
+	// monitoring session (points and sink) the sandbox starts with.
+	PodInitConfig string
 }
 
 // NetworkNone is a sandbox without a network: loopback only.
@@ -268,13 +271,17 @@ func sandboxFlags(o RunOptions) []string {
 	if o.OverlaySize > 0 {
 		overlay += fmt.Sprintf(",size=%d", o.OverlaySize)
 	}
-	return []string{
+	flags := []string{
 		network,
 		overlay,
 		"--allow-rootfs-tar-annotation",
 		// sudo inside works (the sandbox, not its users, is the boundary)
 		"--allow-suid",
 	}
+	if o.PodInitConfig != "" {
+		flags = append(flags, "--pod-init-config="+o.PodInitConfig)
+	}
+	return flags
 }
 
 // Run creates and starts sandbox id detached. The first process's stdio is

@@ -54,7 +54,7 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 		CreatedAt: now, TTL: ttl, Meta: req.Meta, CPUs: req.CPUs, Memory: mem, LastActivity: now,
 		Pids: req.Pids, DiskLimit: disk, Network: req.Network,
 	}
-	var b bootSpec
+	b := bootSpec{monitor: req.Monitor}
 	if req.From != "" {
 		sn, err := m.cfg.Store.Snapshot(ctx, req.From)
 		if err != nil {
@@ -174,6 +174,8 @@ type bootSpec struct {
 	from string
 	// background lets runsc load a restored image's pages after it returns.
 	background bool
+	// monitor boots the sandbox with runtime monitoring.
+	monitor bool
 }
 
 // boot gives the sandbox its network, files and runsc sandbox. A network
@@ -232,6 +234,14 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, b bootSpec) error
 	}
 	run := runsc.RunOptions{Bundle: bundle, Console: filepath.Join(dir, "console.log"), ConsoleHead: m.cfg.OutputHead, ConsoleTail: m.cfg.OutputTail,
 		Overlay: upper, OverlaySize: sb.DiskLimit, Network: sb.Network, FreezeDir: m.freezeDir(sb.ID)}
+	if b.monitor {
+		// the sink connects while runsc creates the sandbox: listen first
+		if run.PodInitConfig, err = m.monitors.start(sb.ID, dir); err != nil {
+			return err
+		}
+	} else {
+		m.monitors.stop(sb.ID) // an earlier boot's (a resume boots unmonitored)
+	}
 	if b.image != "" {
 		err = m.cfg.Runtime.Restore(ctx, sb.ID, runsc.RestoreOptions{RunOptions: run, ImageDir: b.image, Background: b.background})
 	} else {

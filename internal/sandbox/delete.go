@@ -154,6 +154,7 @@ func (m *Manager) destroyRuntime(ctx context.Context, id string) error {
 	defer m.conns.closeAll(id)
 	err := m.cfg.Runtime.Delete(ctx, id)
 	kerr := m.killCgroup(id)
+	m.monitors.stop(id)
 	if err != nil && kerr == nil {
 		// with nothing of it left running, a delete that failed half-way
 		// (a runsc killed during the last one) completes

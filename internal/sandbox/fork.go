@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 
 	"sbx.dev/sbx/api"
@@ -44,6 +45,9 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 	if err := checkMeta(req.Meta); err != nil {
 		return nil, err
 	}
+	if err := checkCPUs(req.CPUs, runtime.NumCPU()); err != nil {
+		return nil, err
+	}
 	parent, err := m.running(ctx, ref)
 	if err != nil {
 		return nil, err
@@ -78,6 +82,9 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 		if req.Memory {
 			c.Disk = parent.Disk // the restore names the disk the checkpoint had
 		}
+		if req.CPUs > 0 {
+			c.CPUs = req.CPUs
+		}
 		if i == 0 {
 			c.Name = req.Name
 		}
@@ -108,7 +115,7 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 	send(api.ForkEvent{Event: "sandbox.forking", IDs: ids})
 
 	start := m.now()
-	out, size, err := m.fork(ctx, parent, children, rootfs, req.Memory, send)
+	out, size, err := m.fork(ctx, parent, children, rootfs, req.Memory, req.Monitor, send)
 	for _, r := range release {
 		r()
 	}
@@ -120,7 +127,7 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 }
 
 // fork captures parent and boots the children, which the caller holds locked.
-func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*store.Sandbox, rootfs string, withMemory bool, send func(api.ForkEvent)) ([]api.Sandbox, int64, error) {
+func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*store.Sandbox, rootfs string, withMemory, monitor bool, send func(api.ForkEvent)) ([]api.Sandbox, int64, error) {
 	undo := func() {
 		for _, c := range children {
 			if err := m.destroy(ctx, c.ID); err != nil {
@@ -175,7 +182,7 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 	}
 	m.touch(ctx, parent.ID)
 
-	b := bootSpec{rootfs: rootfs}
+	b := bootSpec{rootfs: rootfs, monitor: monitor}
 	if withMemory {
 		b.image, b.from = m.imageMem(img), img
 	} else {

@@ -130,6 +130,8 @@ type Manager struct {
 	// versions are the template versions being made into sandboxes, not
 	// yet in their records: Collect must not take them meanwhile.
 	versions versionLeases
+	// monitors are the runtime monitors of monitored sandboxes (trace.go).
+	monitors monitorTable
 }
 
 // New returns a Manager; call Start before using it.

@@ -121,6 +121,8 @@ var wireTypes = map[string]any{
 	"StreamError":      api.StreamErrorBody{},
 	"Metrics":          api.Metrics{},
 	"Port":             api.Port{},
+	"Trace":            api.Trace{},
+	"TraceEvent":       api.TraceEvent{},
 	"PreviewRequest":   api.PreviewRequest{},
 	"Preview":          api.Preview{},
 	"ExecRequest":      api.ExecRequest{},

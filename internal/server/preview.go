@@ -107,3 +107,14 @@ func (s *Server) previews(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, ps)
 }
+
+// trace answers what runtime monitoring kept of a monitored sandbox.
+// Reading it is inspection, not activity.
+func (s *Server) trace(w http.ResponseWriter, r *http.Request) {
+	tr, err := s.m.Trace(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, tr)
+}

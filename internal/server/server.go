@@ -60,6 +60,8 @@ type Manager interface {
 	Remove(ctx context.Context, ref, path string, recursive bool) error
 	Rename(ctx context.Context, ref, from, to string) error
 	Creating(ctx context.Context, ref string) bool
+	// Trace is what runtime monitoring kept of a monitored sandbox (trace.go).
+	Trace(ctx context.Context, ref string) (*api.Trace, error)
 	// Templates: a removal says what still holds the version; a change
 	// has the versions nothing holds collected.
 	RemoveTemplate(ctx context.Context, name string) (*api.Template, error)
@@ -164,6 +166,7 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("GET /v1/sandboxes/{id}/logs", s.logs)
 	mux.HandleFunc("GET /v1/sandboxes/{id}/metrics", s.sandboxMetrics)
 	mux.HandleFunc("GET /v1/sandboxes/{id}/ports", s.ports)
+	mux.HandleFunc("GET /v1/sandboxes/{id}/trace", s.trace)
 	mux.HandleFunc("POST /v1/sandboxes/{id}/preview", s.preview)
 	mux.HandleFunc("GET /v1/sandboxes/{id}/preview", s.previews)
 	mux.HandleFunc("DELETE /v1/sandboxes/{id}/preview/{port}", s.unpreview)

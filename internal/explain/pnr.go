@@ -1,0 +1,313 @@
+package explain
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/client"
+	"sbx.dev/sbx/internal/explain/analyze"
+	"sbx.dev/sbx/internal/flaky"
+)
+
+// PNRClient is what the point of no return needs beyond Client: a test
+// started in the background, and a fork that says when its parent's state
+// was taken.
+type PNRClient interface {
+	Client
+	ExecDetached(ctx context.Context, id string, req api.ExecRequest) (*api.Exec, error)
+	ForkEvents(ctx context.Context, id string, req api.ForkRequest, fn func(api.ForkEvent) error) error
+}
+
+// PNROptions says how the point of no return is measured: at each offset
+// from a run's start, Parents runs are captured and forked Ways ways.
+type PNROptions struct {
+	Offsets []time.Duration
+	Parents int
+	Ways    int
+}
+
+// Defaults of the point of no return: small, for a small test.
+const (
+	DefaultPNRParents = 3
+	DefaultPNRWays    = 4
+	// certain is the rate from which a failure is certain.
+	certain = 0.9
+	// exitFile is where a run started in the background leaves its exit
+	// code (in the sandbox's own /tmp; each fork has its own disk).
+	exitFile = "/tmp/.sbx-explain-exit"
+	// pnrWait bounds the wait for a background run to end, without a
+	// --timeout.
+	pnrWait = 2 * time.Minute
+)
+
+// CurvePoint is the rate, among forks taken at AtMs of runs that went on
+// to fail, of those that failed too.
+type CurvePoint struct {
+	AtMs   float64 `json:"atMs"`
+	Runs   int     `json:"runs"`
+	Failed int     `json:"failed"`
+	Rate   float64 `json:"rate"`
+	Low    float64 `json:"low"`
+	High   float64 `json:"high"`
+	// Parents is how many failing runs were forked at this offset;
+	// PauseMs the longest pause a capture cost one of them.
+	Parents int     `json:"parents"`
+	PauseMs float64 `json:"pauseMs"`
+}
+
+// DefaultOffsets are the offsets tried for runs that last about d: the
+// start and each quarter of the way.
+func DefaultOffsets(d time.Duration) []time.Duration {
+	return []time.Duration{0, d / 4, d / 2, 3 * d / 4}
+}
+
+// PointOfNoReturnOf reads the point of no return off a curve: the earliest
+// offset from which every point with forks fails at least 90% of the time
+// (nil if none), and a sentence for people.
+func PointOfNoReturnOf(curve []CurvePoint) (at *float64, note string) {
+	idx := -1
+	for i := len(curve) - 1; i >= 0; i-- {
+		p := curve[i]
+		if p.Runs == 0 {
+			continue
+		}
+		if p.Rate < certain {
+			break
+		}
+		idx = i
+	}
+	if idx < 0 {
+		return nil, "no offset tried made the failure certain (90% of forks failing): it was decided later, or by chance to the end"
+	}
+	v := curve[idx].AtMs
+	if idx == 0 || v == 0 {
+		return &v, "the outcome was decided before the test started: replay its seed"
+	}
+	return &v, fmt.Sprintf("the failure became certain between %.0f ms and %.0f ms after the start", curve[idx-1].AtMs, v)
+}
+
+// measurePNR captures runs at each offset and forks them Ways ways.
+func measurePNR(ctx context.Context, c PNRClient, o Options, po PNROptions) (*PointOfNoReturn, error) {
+	root := o.Sandbox
+	if o.From != "" {
+		sb, err := c.Create(ctx, client.WithFrom(o.From))
+		if err != nil {
+			return nil, fmt.Errorf("point of no return: create a sandbox from snapshot %s: %w", o.From, err)
+		}
+		root = sb.ID
+		defer func() { _ = c.Delete(context.WithoutCancel(ctx), root) }()
+	}
+	seed := o.Seed
+	if seed == nil {
+		seed = rand.Uint32
+	}
+	out := &PointOfNoReturn{Curve: []CurvePoint{}, Before: []analyze.ExampleEvent{}}
+	var firstBefore [][]analyze.ExampleEvent // per offset, a failing parent's last events
+	for _, off := range po.Offsets {
+		type result struct {
+			failed     bool
+			kids, fail int
+			pause      time.Duration
+			before     []analyze.ExampleEvent
+			err        error
+		}
+		res := make([]result, po.Parents)
+		var wg sync.WaitGroup
+		for i := range po.Parents {
+			s := seed()
+			wg.Go(func() {
+				r := &res[i]
+				r.failed, r.kids, r.fail, r.pause, r.before, r.err = pnrParent(ctx, c, o, root, off, po.Ways, s)
+			})
+		}
+		wg.Wait()
+		p := CurvePoint{AtMs: float64(off) / 1e6}
+		var before []analyze.ExampleEvent
+		var errs []error
+		for _, r := range res {
+			if r.err != nil {
+				errs = append(errs, r.err)
+				continue
+			}
+			if !r.failed {
+				continue // only runs that went on to fail tell when they became certain
+			}
+			p.Parents++
+			p.Runs += r.kids
+			p.Failed += r.fail
+			p.PauseMs = max(p.PauseMs, float64(r.pause)/1e6)
+			if before == nil {
+				before = r.before
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			return nil, fmt.Errorf("point of no return at %s: %w", off, err)
+		}
+		if p.Runs > 0 {
+			p.Rate = float64(p.Failed) / float64(p.Runs)
+		}
+		p.Low, p.High = flaky.Wilson(p.Failed, p.Runs)
+		out.Curve = append(out.Curve, p)
+		firstBefore = append(firstBefore, before)
+	}
+	at, note := PointOfNoReturnOf(out.Curve)
+	out.Note = note
+	if at != nil {
+		out.AtMs = *at
+		out.Certain = true
+		for i, p := range out.Curve {
+			if p.AtMs == *at && firstBefore[i] != nil {
+				out.Before = firstBefore[i]
+			}
+		}
+	}
+	for _, p := range out.Curve {
+		out.PauseMs = max(out.PauseMs, p.PauseMs)
+	}
+	return out, nil
+}
+
+// pnrParent runs the test in a monitored fork of root in the background,
+// forks that fork ways ways at off from the start, and waits for all:
+// whether the parent failed, how many children ended and failed, how long
+// the capture took (the pause, at most), and the parent's last events
+// before off.
+func pnrParent(ctx context.Context, c PNRClient, o Options, root string, off time.Duration, ways int, seed uint32) (failed bool, kids, fails int, pause time.Duration, before []analyze.ExampleEvent, err error) {
+	wctx := context.WithoutCancel(ctx) // forks finish, and are deleted, whatever the caller does
+	made, err := c.Fork(wctx, root, api.ForkRequest{Memory: true, Count: 1, Monitor: true})
+	if err != nil {
+		return false, 0, 0, 0, nil, err
+	}
+	parent := made[0].ID
+	var children []string
+	defer func() {
+		for _, id := range append(children, parent) {
+			_ = c.Delete(wctx, id)
+		}
+	}()
+	env := append(append([]string{}, o.Test.Env...), seedEnv(o.Test)+"="+strconv.FormatUint(uint64(seed), 10))
+	start := time.Now()
+	x, err := c.ExecDetached(ctx, parent, api.ExecRequest{Cmd: wrapExit(o.Test.Cmd), Env: env, Timeout: o.Test.Timeout})
+	if err != nil {
+		return false, 0, 0, 0, nil, fmt.Errorf("start the test in %s: %w", parent, err)
+	}
+	select {
+	case <-ctx.Done():
+		return false, 0, 0, 0, nil, ctx.Err()
+	case <-time.After(time.Until(start.Add(off))):
+	}
+	asked := time.Now()
+	err = c.ForkEvents(wctx, parent, api.ForkRequest{Memory: true, Count: ways}, func(ev api.ForkEvent) error {
+		switch ev.Event {
+		case api.ForkForking:
+			children = append(children, ev.IDs...)
+		case api.ForkCaptured:
+			pause = time.Since(asked)
+		}
+		return nil
+	})
+	if err != nil {
+		return false, 0, 0, 0, nil, fmt.Errorf("fork %s at %s: %w", parent, off, err)
+	}
+	code, err := waitExit(ctx, c, parent)
+	if err != nil {
+		return false, 0, 0, 0, nil, err
+	}
+	failed = code != 0 && code != unknownExit
+	if !failed {
+		return false, 0, 0, pause, nil, nil
+	}
+	for _, k := range children {
+		code, err := waitExit(ctx, c, k)
+		if err != nil {
+			return false, 0, 0, 0, nil, err
+		}
+		if code == unknownExit {
+			continue // not counted: it did not say how it ended
+		}
+		kids++
+		if code != 0 {
+			fails++
+		}
+	}
+	if tr, err := c.Trace(ctx, parent); err == nil {
+		run := analyze.Run{Root: int32(x.Pid), StartNs: start.UnixNano(), Events: tr.Events}
+		evs, _ := analyze.Timeline(run, 10000)
+		for _, e := range evs {
+			if e.AtMs <= float64(off)/1e6 {
+				before = append(before, e)
+			}
+		}
+		before = before[max(0, len(before)-10):]
+	}
+	return failed, kids, fails, pause, before, nil
+}
+
+func seedEnv(t flaky.Test) string {
+	if t.SeedEnv == "" {
+		return flaky.DefaultSeedEnv
+	}
+	return t.SeedEnv
+}
+
+// wrapExit runs cmd and leaves its exit code in exitFile, so that a fork
+// that carries the run on can tell how it ended.
+func wrapExit(cmd []string) []string {
+	return append([]string{"/bin/sh", "-c", `"$@"; echo $? > ` + exitFile + `.tmp && mv ` + exitFile + `.tmp ` + exitFile, "sbx-explain"}, cmd...)
+}
+
+// unknownExit is the exit of a run whose exit file holds no exit code.
+const unknownExit = -1
+
+// waitExit waits, bounded, for the background run in sandbox id to leave
+// its exit code.
+func waitExit(ctx context.Context, c PNRClient, id string) (int, error) {
+	deadline := time.Now().Add(pnrWait)
+	for {
+		var out bytes.Buffer
+		x, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"cat", exitFile}, Timeout: "10s"}, &limitWriter{w: &out, n: 64}, io.Discard)
+		if err != nil {
+			return 0, fmt.Errorf("read the exit of the run in %s: %w", id, err)
+		}
+		if x.ExitCode != nil && *x.ExitCode == 0 {
+			code, err := strconv.Atoi(strings.TrimSpace(out.String()))
+			if err != nil || code < 0 || code > 255 {
+				// the test wrote the file itself: its outcome is unknown
+				return unknownExit, nil
+			}
+			return code, nil
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("the run in %s did not end in %s", id, pnrWait)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// limitWriter keeps the first n bytes: what a sandbox prints is untrusted.
+type limitWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if l.n > 0 {
+		k := min(l.n, len(p))
+		l.w.Write(p[:k])
+		l.n -= k
+	}
+	return len(p), nil
+}
