@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +69,8 @@ func testNetNS(t *testing.T) string {
 	if len(name) > 40 {
 		name = name[:40]
 	}
+	// this run's own: two runs of these tests on one machine must not meet
+	name += "-" + strconv.Itoa(os.Getpid())
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add: %v: %s", err, out)
 	}
