@@ -53,7 +53,7 @@ func TestMonitorCreateAndFork(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = deleteSandbox(context.Background(), d.client, sb.ID) })
 	s := d.client.Sandbox(sb.ID)
-	if _, err := s.Exec(ctx, []string{"sh", "-c", "cat /nonexistent-created; true"}); err != nil {
+	if _, err := s.Exec(ctx, []string{"sh", "-c", "echo x > /tmp/a; mv /tmp/a /tmp/b; cat /nonexistent-created; true"}); err != nil {
 		t.Fatal(err)
 	}
 	var tr *api.Trace
@@ -68,6 +68,16 @@ func TestMonitorCreateAndFork(t *testing.T) {
 		return e.Kind == "execve" && strings.HasSuffix(e.Path, "cat") || len(e.Argv) > 0 && e.Argv[0] == "cat"
 	}) {
 		t.Errorf("no execve of cat in the trace:\n%s", dumpTrace(tr))
+	}
+	// a raw syscall point (rename) has its time and process: gVisor takes
+	// a raw exit's context from its enter point, which must be asked too
+	if !traceHas(tr, func(e api.TraceEvent) bool {
+		return e.Kind == "rename" && e.TimeNs > 0 && e.Pid > 0 && e.Process == "mv"
+	}) {
+		t.Errorf("no rename by mv with a time and a pid:\n%s", dumpTrace(tr))
+	}
+	if traceHas(tr, func(e api.TraceEvent) bool { return e.TimeNs == 0 }) {
+		t.Errorf("an event without a time:\n%s", dumpTrace(tr))
 	}
 
 	parent := d.newSandbox(t, "--template", "tiny")

@@ -18,6 +18,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -123,6 +124,13 @@ func PodInitConfig(socket string) []byte {
 			pt.OptionalFields = []string{"fd_path"}
 		}
 		pts = append(pts, pt)
+		if raw, ok := strings.CutSuffix(p, "/exit"); ok && strings.HasPrefix(p, "syscall/sysno/") {
+			// gVisor fills a raw exit's context from its enter point's
+			// fields (task_syscall.go): without the enter point enabled
+			// with them, a raw exit comes with no time and no pid. The
+			// enter events that then come too are not kept.
+			pts = append(pts, point{Name: raw + "/enter", ContextFields: contextFields})
+		}
 	}
 	cfg := map[string]any{"trace_session": map[string]any{
 		"name":           "Default",
@@ -308,6 +316,9 @@ func decodePoint(typ pb.MessageType, payload []byte) (api.TraceEvent, error) {
 		var p pb.Syscall
 		if err := proto.Unmarshal(payload, &p); err != nil {
 			return ev, err
+		}
+		if p.Exit == nil {
+			return ev, nil // a raw enter point: asked for only for its exit's context
 		}
 		ctx, exit = p.ContextData, p.Exit
 		ev.Kind = rawNames[p.Sysno]
