@@ -65,7 +65,9 @@ func (c *cappedFile) Write(p []byte) (int, error) {
 	k := copy(c.tail[c.pos:], p)
 	if k < len(p) {
 		copy(c.tail, p[k:])
-		c.full = true
+	}
+	if c.pos+len(p) >= c.tailSize {
+		c.full = true // filled to its end, or round it: all of it is kept
 	}
 	c.pos = (c.pos + len(p)) % c.tailSize
 	return n, nil
@@ -89,10 +91,14 @@ func (c *cappedFile) Close() error {
 		} else {
 			tail = c.tail[:c.pos]
 		}
-		note := fmt.Sprintf("\n[sbx: %d bytes of %s dropped: past its first %d bytes only the last %d are kept]\n",
-			c.dropped(), c.name, c.headSize, c.tailSize)
-		if _, err := io.WriteString(c.f, note); err != nil && c.werr == nil {
-			c.werr = err
+		// a stream that fits its head and tail is kept whole: no note
+		// in the middle of it (34,000,000 bytes came back as 34,000,096)
+		if d := c.dropped(); d > 0 {
+			note := fmt.Sprintf("\n[sbx: %d bytes of %s dropped: past its first %d bytes only the last %d are kept]\n",
+				d, c.name, c.headSize, c.tailSize)
+			if _, err := io.WriteString(c.f, note); err != nil && c.werr == nil {
+				c.werr = err
+			}
 		}
 		if _, err := c.f.Write(tail); err != nil && c.werr == nil {
 			c.werr = err

@@ -224,6 +224,9 @@ func TestCappedFile(t *testing.T) {
 		{"tail kept", []string{"0123456789", "abcdefgh"}, 4, 3, "0123\n[sbx: 11 bytes of s dropped: past its first 4 bytes only the last 3 are kept]\nfgh"},
 		{"tail wraps", []string{"0123", "ab", "cd", "e"}, 4, 3, "0123\n[sbx: 2 bytes of s dropped: past its first 4 bytes only the last 3 are kept]\ncde"},
 		{"no tail", []string{"0123456"}, 4, 0, "0123\n[sbx: 3 bytes of s dropped: past its first 4 bytes only the last 0 are kept]\n"},
+		// past the head but within head and tail: nothing dropped, no note
+		{"fits head and tail", []string{"0123", "ab", "c"}, 4, 3, "0123abc"},
+		{"fits head and tail in one write", []string{"012345"}, 4, 3, "012345"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
