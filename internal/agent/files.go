@@ -41,7 +41,7 @@ func runGet(args []string, stdout io.Writer) error {
 		return pathError(path, err)
 	}
 	if fi.IsDir() {
-		return invalidf("%s is a directory; use -r", path)
+		return invalidf("%s is a directory: read it as a tar (the API's ?tar=1, sbx scp -r)", path)
 	}
 	if !fi.Mode().IsRegular() {
 		// opening a FIFO would block, a device may never end

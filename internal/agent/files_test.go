@@ -33,7 +33,7 @@ func TestGet(t *testing.T) {
 	}{
 		{"file", dir + "/f", 0, "hello\n", ""},
 		{"symlink is followed", dir + "/link", 0, "hello\n", ""},
-		{"directory", dir, ExitInvalid, "", "sbx-agent: " + dir + " is a directory; use -r\n"},
+		{"directory", dir, ExitInvalid, "", "sbx-agent: " + dir + " is a directory: read it as a tar (the API's ?tar=1, sbx scp -r)\n"},
 		{"missing", dir + "/nope", ExitNotFound, "", "sbx-agent: " + dir + "/nope does not exist\n"},
 		{"parent is a file", dir + "/f/x", ExitInvalid, "", "not a directory"},
 		{"relative", "f", ExitInvalid, "", "not absolute"},
