@@ -198,12 +198,26 @@ func startDaemonWith(d *daemon) (*daemon, error) {
 }
 
 // startDaemon starts sbxd on a fresh data dir; extra flags are appended.
+// A port freePort gave (the daemon's own, or --preview-listen's) may be
+// taken by someone else before sbxd binds it: then it starts again on new
+// ones (extra is changed in place, so the caller sees the port used).
 func startDaemon(extra []string) (*daemon, error) {
-	d, err := newDaemon()
-	if err != nil {
-		return nil, err
+	for try := 1; ; try++ {
+		d, err := newDaemon()
+		if err != nil {
+			return nil, err
+		}
+		err = d.start(extra)
+		if err == nil || try == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return d, err
+		}
+		d.stop(true)
+		for i := 0; i+1 < len(extra); i++ {
+			if extra[i] == "--preview-listen" && extra[i+1] != "" {
+				extra[i+1] = freePort()
+			}
+		}
 	}
-	return d, d.start(extra)
 }
 
 // newDaemon prepares (does not start) a daemon on a fresh data dir.
