@@ -384,27 +384,55 @@ def replay(
     """replay runs the test ``n`` times with one seed, each time in a fresh sandbox made from ``snapshot`` and deleted after its run.
 
     NotFound for an unknown snapshot; on an error no sandbox of it is left.
+    On an exception in the caller's thread (KeyboardInterrupt), no more runs
+    start and the sandboxes of the runs under way are deleted (which ends
+    their commands) before it is raised.
     """
     _check(n, parallel, "replay", timeout)
     if not snapshot:
         raise Invalid("replay: no snapshot given")
     client.snapshot(snapshot)  # NotFound before anything is made
     lock = threading.Lock()
+    stop = threading.Event()
+    live: Set[str] = set()
 
     def one(i: int) -> Run:
+        if stop.is_set():
+            raise _Cancelled()
         sb = client.create(from_snapshot=snapshot, meta={"sbx.replay": "1"})
+        with lock:
+            live.add(sb.id)
         try:
+            if stop.is_set():
+                raise _Cancelled()
             run = _run_once(sb, cmd, i, int(seed), seed_env, timeout, cwd, env)
         finally:
             client.delete_all([sb])
+            with lock:
+                live.discard(sb.id)
         if progress:
             with lock:
                 progress(run)
         return run
 
-    with ThreadPoolExecutor(max_workers=parallel) as pool:
-        futs = [pool.submit(one, i) for i in range(n)]
+    pool = ThreadPoolExecutor(max_workers=parallel)
+    futs: List["Future[Run]"] = []
+    try:
+        futs += [pool.submit(one, i) for i in range(n)]
         errs = [f.exception() for f in futs]
+    except BaseException:
+        stop.set()
+        for f in futs:
+            f.cancel()
+        with lock:
+            running = list(live)
+        try:
+            client.delete_all(running)  # their execs end with their sandboxes
+        except SbxError:
+            pass
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     for e in errs:
         if e is not None:
             raise e
