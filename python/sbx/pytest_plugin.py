@@ -265,6 +265,16 @@ class Runner:
         wasxfail = None
         if outcome == "xfailed":
             outcome, wasxfail, longrepr = "skipped", str(longrepr), None
+        elif outcome == "passed" and when == "call":
+            # as pytest's skipping plugin: a pass of a test marked xfail is an XPASS (a failure if strict)
+            from _pytest.skipping import evaluate_xfail_marks
+
+            xfailed = evaluate_xfail_marks(item)
+            if xfailed is not None and xfailed.run:
+                if xfailed.strict:
+                    outcome, longrepr = "failed", "[XPASS(strict)] " + xfailed.reason
+                else:
+                    wasxfail = xfailed.reason
         rep = TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, outcome, longrepr, phase, sections,
                          res.get("duration", 0.0) if when == "call" else 0.0)
         if wasxfail is not None:
