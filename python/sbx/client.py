@@ -78,9 +78,13 @@ class Client:
     ``host`` is ``unix:///path/to.sock`` or ``tcp://host:port``; None means
     ``$SBX_HOST``, else ``unix:///run/sbx/sbxd.sock``. ``token`` is the bearer
     token for TCP; None means ``$SBX_TOKEN``. ``timeout`` (seconds) bounds each
-    plain call's connect and reads; streams (exec, logs, events, fork) run as
-    long as what they follow. A Client is safe to share between threads. It
-    makes no connection until a call; :class:`~sbx.Invalid` for a bad host.
+    call's connect and each read of its answer, streams of files and listings
+    included; an exec's reads idle at most its own timeout plus this one; a
+    fork, template build or import at least 10 minutes; a follow (logs and
+    events with ``follow``, Process.wait, an exec without a timeout) its
+    ``idle_timeout``, by default none. A read that idles past its bound is
+    Unavailable. A Client is safe to share between threads. It makes no
+    connection until a call; :class:`~sbx.Invalid` for a bad host.
     """
 
     def __init__(self, host: Optional[str] = None, token: Optional[str] = None, timeout: Optional[float] = 60.0) -> None:
