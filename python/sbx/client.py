@@ -119,6 +119,7 @@ class Client:
         pids: Optional[int] = None,
         disk: Optional[Union[int, str]] = None,
         keep: bool = False,
+        monitor: bool = False,
     ) -> "Sandbox":
         """create makes a sandbox and returns it once it is ready.
 
@@ -126,7 +127,8 @@ class Client:
         makes it from a snapshot instead (a memory snapshot carries on its
         processes). ``ttl`` is the idle ttl (seconds, timedelta or "30m"; 0:
         none); ``memory`` and ``disk`` are bytes or "512M"; ``network`` is
-        None or "none". Used as a context manager the sandbox is deleted on
+        None or "none"; ``monitor`` turns on runtime monitoring (see
+        Sandbox.trace). Used as a context manager the sandbox is deleted on
         exit unless ``keep``. Invalid for a bad argument, NotFound for an
         unknown template or snapshot, Conflict for a name in use.
 
@@ -160,6 +162,8 @@ class Client:
             req["from"] = from_snapshot
         if network is not None:
             req["network"] = network
+        if monitor:
+            req["monitor"] = True
         try:
             d = self._t.call("POST", "/v1/sandboxes", json_body=req)
         except Unavailable as e:
@@ -607,9 +611,11 @@ class Sandbox:
         name: Optional[str] = None,
         ttl: Optional[Duration] = None,
         meta: Optional[Mapping[str, str]] = None,
+        monitor: bool = False,
     ) -> List["Sandbox"]:
         """fork makes ``count`` new sandboxes from this one, now, and returns them ready.
 
+        ``monitor`` turns on runtime monitoring in each child, from its start (see trace).
         Disk-only by default (the children boot fresh on a copy of the disk);
         with ``memory`` they carry on the processes and memory. Past 16 it
         grows a tree, 16 per call, breadth-first. All or nothing: on any
@@ -623,6 +629,8 @@ class Sandbox:
         req: Dict[str, Any] = {}
         if memory:
             req["memory"] = True
+        if monitor:
+            req["monitor"] = True
         if name:
             req["name"] = name
         t = duration_wire(ttl, "ttl")
@@ -797,6 +805,15 @@ class Sandbox:
         if isinstance(d, dict):
             d = d.get("ports") or []
         return [Port(int(p.get("port") or 0), p.get("address", ""), p.get("proto", "tcp"), int(p.get("pid") or 0), p.get("command", "")) for p in d]
+
+    def trace(self) -> Dict[str, Any]:
+        """trace returns what runtime monitoring kept of a sandbox made with ``monitor=True``, as the API has it.
+
+        ``{"sandboxId", "events": [{"timeNs", "pid", "kind", "path", "addr", "argv", "result", "errno", ...}],
+        "dropped", "sentryDropped", "limit", "connected"}``: the syscalls on files and sockets, the
+        execs and the exits, in order. NotFound for no such sandbox; Conflict for one not monitored.
+        """
+        return dict(self._t.call("GET", self._path("trace")) or {})
 
     def metrics(self) -> Metrics:
         """metrics returns the sandbox's resource use now."""
