@@ -276,7 +276,8 @@ def flake_rate(
     time from that machine and runs start as soon as their forks exist, at
     most ``parallel`` at once. Every fork is deleted as its run ends, except
     failing ones with ``keep_failures`` (kept with the idle ttl
-    ``keep_ttl``). On an error no fork is left.
+    ``keep_ttl``). On an error (KeyboardInterrupt included) no more runs
+    start, the forks of the runs under way are deleted, and no fork is left.
     """
     _check(n, parallel, "flake rate", timeout)
     duration_wire(keep_ttl, "flake rate: keep_ttl")
@@ -333,7 +334,15 @@ def flake_rate(
         first = first or e
         failed.set()
     finally:
-        pool.shutdown(wait=True)
+        if first is not None:
+            # no run starts, and the runs under way end with their forks, rather than each to its own end
+            with lock:
+                left = list(alive)
+            try:
+                client.delete_all(left)
+            except SbxError:
+                pass
+        pool.shutdown(wait=True, cancel_futures=True)
         if first is not None:
             with lock:
                 left = list(alive) + kept

@@ -605,6 +605,39 @@ def test_keyboard_interrupt_stops_replay(daemon, client, sb, tmp_path):
         snap.delete()
 
 
+def test_keyboard_interrupt_stops_flake_rate(daemon, client, sb, tmp_path):
+    # Ctrl-C in flake_rate: no more runs start, the runs under way end with their forks, and no fork is left
+    p = _script(daemon, """
+        print("measuring", flush=True)
+        c.flake_rate("sleep 30", sandbox=c.sandbox(%r), n=6, parallel=2)
+        print("measured", flush=True)
+    """ % sb.id, tmp_path)
+    try:
+        assert p.stdout.readline().strip() == "measuring"
+        deadline = time.monotonic() + 60
+        running = []
+        while not running and time.monotonic() < deadline:  # until a run is under way
+            for k in client.list(meta={"sbx.flake-rate": "1"}, state="ready"):
+                try:
+                    running += [x for x in k.execs() if x.state == "running"]
+                except sbx.NotFound:
+                    pass
+            time.sleep(0.1)
+        assert running, "no run of flake_rate started"
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=180)
+        took = time.monotonic() - t0
+        assert "measured" not in out and "KeyboardInterrupt" in out, out
+        assert took < 10, "flake_rate(n=6) went on for %.0f s after Ctrl-C" % took
+        assert client.list(meta={"sbx.flake-rate": "1"}) == []
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        cleanup_meta(client, "sbx.flake-rate", "1")
+
+
 def test_read_past_max_size_is_too_large_with_memory_bounded(sb):
     assert sb.exec("truncate -s 64M /tmp/sparse || dd if=/dev/zero of=/tmp/sparse bs=1M count=64", timeout=60).exit_code == 0
     cap = 16 << 20
