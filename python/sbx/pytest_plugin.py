@@ -34,7 +34,7 @@ import tempfile
 import threading
 import time
 import xml.etree.ElementTree as ET
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
@@ -281,12 +281,33 @@ class Runner:
             setattr(rep, "wasxfail", wasxfail)  # what pytest itself sets on an expected failure
         return rep
 
+    def _run_all(self, kids: List[Sandbox], item: Any, seeds: List[int], workers: int) -> List[Dict[str, Any]]:
+        """_run_all runs the item once in each kid, ``workers`` at a time.
+
+        On an exception (KeyboardInterrupt included) no more runs start and
+        the kids are deleted, which ends the runs under way, before it is raised.
+        """
+        pool = ThreadPoolExecutor(max_workers=workers)
+        futs: List["Future[Dict[str, Any]]"] = []
+        try:
+            futs += [pool.submit(self._run_in, k, item, s) for k, s in zip(kids, seeds)]
+            return [f.result() for f in futs]
+        except BaseException:
+            for f in futs:
+                f.cancel()
+            try:
+                self.client.delete_all(kids)
+            except SbxError:
+                pass
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
     def _rate(self, prepared: Sandbox, item: Any, n: int) -> Dict[str, Any]:
         seeds = self._seeds(n)
         kids = prepared.fork(count=n, memory=True, meta={"sbx.pytest": "rate"})
         try:
-            with ThreadPoolExecutor(max_workers=self.config.option.sbx_parallel) as pool:
-                results = list(pool.map(lambda a: self._run_in(a[0], item, a[1]), zip(kids, seeds)))
+            results = self._run_all(kids, item, seeds, self.config.option.sbx_parallel)
         finally:
             self.client.delete_all(kids)
         runs = [Run(i, r["seed"], r["sandbox"], r["exit_code"], r["outcome"] != "failed", int(r["duration"] * 1000)) for i, r in enumerate(results)]
@@ -310,8 +331,7 @@ class Runner:
             kids = prepared.fork(count=batch, memory=True, meta={"sbx.pytest": "hunt"})
             keep: Optional[Sandbox] = None
             try:
-                with ThreadPoolExecutor(max_workers=batch) as pool:
-                    results = list(pool.map(lambda a: self._run_in(a[0], item, a[1]), zip(kids, seeds)))
+                results = self._run_all(kids, item, seeds, batch)
                 for i, r in enumerate(results):
                     if r["outcome"] == "failed":
                         keep = kids[i]
