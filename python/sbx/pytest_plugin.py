@@ -33,6 +33,7 @@ import tarfile
 import tempfile
 import threading
 import time
+import uuid
 import xml.etree.ElementTree as ET
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
@@ -121,6 +122,8 @@ class Runner:
             raise self.failed
         o = self.config.option
         sb = self.client.create(template=o.sbx_template, from_snapshot=o.sbx_from, meta={"sbx.pytest": "prepared"})
+        # named before it is taken, so that a snapshot whose answer an interrupt cut off is found and deleted
+        snap = "sbx-pytest-%s-%s" % (sb.id[3:], uuid.uuid4().hex[:8])
         try:
             wd = o.sbx_workdir
             sb.files.upload_dir(str(self.config.rootpath), wd)
@@ -131,8 +134,12 @@ class Runner:
                 if r.exit_code != 0:
                     raise SbxError("--sbx-setup exited %d in the prepared machine:\n%s%s" % (r.exit_code, r.stdout, r.stderr))
             # the prepared disk, once: every test's fresh machine boots on it
-            self.snapshot = sb.snapshot().name
+            self.snapshot = sb.snapshot(snap).name
         except BaseException as e:
+            try:
+                self.client.snapshot(snap).delete()
+            except SbxError:
+                pass
             try:
                 self.client.delete_all([sb])
             except SbxError:
