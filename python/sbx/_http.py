@@ -25,6 +25,15 @@ MAX_SSE_LINE = 8 << 20
 Query = Union[Mapping[str, Any], Sequence[Tuple[str, Any]], None]
 
 
+class _ClientTimeout:
+    """_ClientTimeout is the type of CLIENT_TIMEOUT."""
+
+
+#: CLIENT_TIMEOUT, as send's ``idle``, is the client's own timeout.
+CLIENT_TIMEOUT = _ClientTimeout()
+Idle = Union[float, None, _ClientTimeout]
+
+
 class _UnixConnection(http.client.HTTPConnection):
     """An HTTPConnection whose socket is a unix socket."""
 
@@ -57,7 +66,9 @@ class Response:
         try:
             return self.raw.read(n) if n >= 0 else self.raw.read()
         except (OSError, http.client.HTTPException) as e:
-            raise Unavailable("the connection to sbxd at %s broke before its answer: %s" % (self._t.host, e)) from e
+            lost = Unavailable("the connection to sbxd at %s broke before its answer: %s" % (self._t.host, e))
+            lost.sent = True
+            raise lost from e
 
     def read_limited(self, limit: int) -> bytes:
         """read_limited reads the whole body, refusing one longer than limit."""
@@ -115,6 +126,10 @@ class Transport:
         else:
             raise Invalid("host %r: unknown scheme %r; want unix:// or tcp://" % (host, scheme))
 
+    def slow_idle(self) -> Optional[float]:
+        """slow_idle is how long a fork, build or import may be silent: the client's timeout, and at least 10 minutes."""
+        return None if self.timeout is None else max(self.timeout, 600.0)
+
     def _connection(self, timeout: Optional[float]) -> http.client.HTTPConnection:
         if self._unix is not None:
             return _UnixConnection(self._unix, timeout)
@@ -133,11 +148,15 @@ class Transport:
         accept: Optional[str] = None,
         length: Optional[int] = None,
         stream: bool = False,
+        idle: Idle = CLIENT_TIMEOUT,
     ) -> Response:
         """send performs one request and returns its 2xx answer, or raises the error it names.
 
-        A stream (``stream=True``) has no read timeout: it lasts as long as
-        what it follows. ``body`` may be bytes or a file object of ``length`` bytes.
+        The connect and the request are bounded by the client's timeout. The
+        reads of the answer (its headers included) may each wait ``idle``
+        seconds: the client's timeout by default, None for no bound (a follow
+        the caller bounds itself). ``body`` may be bytes or a file object of
+        ``length`` bytes. A read that idles past it is Unavailable.
         """
         url = path
         if query:
@@ -169,10 +188,10 @@ class Transport:
             except OSError as e:
                 raise Unavailable("cannot reach sbxd at %s: %s" % (self.host, e)) from e
             sent = True
-            if stream and conn.sock is not None:
-                # a follow's answer starts with its first event, however long that takes
-                conn.sock.settimeout(None)
             conn.request(method, url, body=body, headers=headers)
+            if not isinstance(idle, _ClientTimeout) and conn.sock is not None:
+                # the answer of an exec or a follow starts with its first event, however long that takes
+                conn.sock.settimeout(idle)
             resp = conn.getresponse()
         except SbxError:
             conn.close()
@@ -181,7 +200,13 @@ class Transport:
             conn.close()
             if not sent:
                 raise Unavailable("cannot reach sbxd at %s: %s" % (self.host, e)) from e
-            raise Unavailable("the connection to sbxd at %s broke before its answer: %s" % (self.host, e)) from e
+            lost = Unavailable("the connection to sbxd at %s broke before its answer: %s" % (self.host, e))
+            lost.sent = True  # the request may have been acted on
+            raise lost from e
+        if resp.status // 100 == 3:
+            conn.close()
+            raise SbxError("%s %s: sbxd answered %d %s (to %s): the path is not one of the API's"
+                           % (method, path, resp.status, resp.reason, resp.getheader("Location", "")), status=resp.status)
         if resp.status // 100 != 2:
             try:
                 data = resp.read(MAX_ERROR_BODY)
@@ -264,5 +289,7 @@ def broken_stream(op: str, sandbox_id: str, sse: SSE, **kw: Any) -> StreamError:
 
 
 def quote(s: str) -> str:
-    """quote escapes one path segment."""
+    """quote escapes one path segment; Invalid for "", "." and "..", which no escape keeps from being a different route."""
+    if s in ("", ".", ".."):
+        raise Invalid("%r cannot name anything in a path of the API" % s)
     return urllib.parse.quote(s, safe="")

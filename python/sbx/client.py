@@ -11,7 +11,7 @@ import uuid
 from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import _http
-from ._http import SSE, Transport, broken_stream, quote
+from ._http import CLIENT_TIMEOUT, SSE, Idle, Transport, broken_stream, quote
 from .errors import Conflict, Invalid, NotFound, SbxError, StreamError, TooLarge, Unavailable
 from .types import (
     Duration,
@@ -27,11 +27,16 @@ from .types import (
     SnapshotInfo,
     TemplateInfo,
     b64,
+    duration_seconds,
     duration_wire,
 )
 
 Command = Union[str, Sequence[str]]
+#: Path is a path in a sandbox: str, or bytes that are UTF-8 (sbxd's file API takes no other; see FileInfo.raw).
+Path = Union[str, bytes]
 
+#: CREATE_TOKEN is the meta key of the token each create carries, by which a create whose answer was lost finds its sandbox.
+CREATE_TOKEN = "sbx.create"
 #: MAX_FORKS is the most children one fork call of the API makes; Sandbox.fork grows a tree past it.
 MAX_FORKS = 16
 #: DEFAULT_MAX_OUTPUT bounds what Sandbox.exec and Process.wait keep of one stream in memory.
@@ -73,9 +78,13 @@ class Client:
     ``host`` is ``unix:///path/to.sock`` or ``tcp://host:port``; None means
     ``$SBX_HOST``, else ``unix:///run/sbx/sbxd.sock``. ``token`` is the bearer
     token for TCP; None means ``$SBX_TOKEN``. ``timeout`` (seconds) bounds each
-    plain call's connect and reads; streams (exec, logs, events, fork) run as
-    long as what they follow. A Client is safe to share between threads. It
-    makes no connection until a call; :class:`~sbx.Invalid` for a bad host.
+    call's connect and each read of its answer, streams of files and listings
+    included; an exec's reads idle at most its own timeout plus this one; a
+    fork, template build or import at least 10 minutes; a follow (logs and
+    events with ``follow``, Process.wait, an exec without a timeout) its
+    ``idle_timeout``, by default none. A read that idles past its bound is
+    Unavailable. A Client is safe to share between threads. It makes no
+    connection until a call; :class:`~sbx.Invalid` for a bad host.
     """
 
     def __init__(self, host: Optional[str] = None, token: Optional[str] = None, timeout: Optional[float] = 60.0) -> None:
@@ -110,6 +119,7 @@ class Client:
         pids: Optional[int] = None,
         disk: Optional[Union[int, str]] = None,
         keep: bool = False,
+        monitor: bool = False,
     ) -> "Sandbox":
         """create makes a sandbox and returns it once it is ready.
 
@@ -117,9 +127,17 @@ class Client:
         makes it from a snapshot instead (a memory snapshot carries on its
         processes). ``ttl`` is the idle ttl (seconds, timedelta or "30m"; 0:
         none); ``memory`` and ``disk`` are bytes or "512M"; ``network`` is
-        None or "none". Used as a context manager the sandbox is deleted on
+        None or "none"; ``monitor`` turns on runtime monitoring (see
+        Sandbox.trace). Used as a context manager the sandbox is deleted on
         exit unless ``keep``. Invalid for a bad argument, NotFound for an
         unknown template or snapshot, Conflict for a name in use.
+
+        Each create carries a token of its own in the meta key ``sbx.create``
+        (left out of SandboxInfo.meta). When the answer does not come (the
+        client's timeout, a broken connection, or an exception such as
+        KeyboardInterrupt while waiting), the sandbox sbxd goes on making is
+        found by that token and deleted before the error is raised; the
+        Unavailable names it, or the token if it could not be deleted.
         """
         req: Dict[str, Any] = {}
         if template:
@@ -137,14 +155,53 @@ class Client:
             req["cpus"] = float(cpus)
         if pids is not None:
             req["pids"] = int(pids)
-        if meta:
-            req["meta"] = {str(k): str(v) for k, v in meta.items()}
+        token = uuid.uuid4().hex
+        req["meta"] = {str(k): str(v) for k, v in (meta or {}).items()}
+        req["meta"][CREATE_TOKEN] = token
         if from_snapshot:
             req["from"] = from_snapshot
         if network is not None:
             req["network"] = network
-        d = self._t.call("POST", "/v1/sandboxes", json_body=req)
+        if monitor:
+            req["monitor"] = True
+        try:
+            d = self._t.call("POST", "/v1/sandboxes", json_body=req)
+        except Unavailable as e:
+            if not e.sent:
+                raise
+            raise self._reclaim(token, "create: sbxd at %s gave no answer (%s)" % (self.host, e)) from e
+        except SbxError:
+            raise
+        except BaseException:
+            # KeyboardInterrupt and the like: what sbxd makes of the request must not outlive it
+            try:
+                self._reclaim(token, "create")
+            except BaseException:  # noqa: B902 - the first exception is the one to raise
+                pass
+            raise
         return Sandbox(self, d["id"], SandboxInfo.from_json(d)).keep(keep)
+
+    def _reclaim(self, token: str, what: str) -> Unavailable:
+        """_reclaim deletes the sandbox a create of ``token`` made without telling, and returns the Unavailable to raise, naming it."""
+        t = Transport(self._t.host, self._t.token, timeout=min(max(self._t.timeout or 0.0, 10.0), 30.0))
+        q = [("meta", "%s=%s" % (CREATE_TOKEN, token))]
+        deadline = time.monotonic() + 10
+        try:
+            while True:
+                found = [d["id"] for d in t.call("GET", "/v1/sandboxes", query=q) or [] if not d.get("parent")]
+                if found:
+                    for i in found:
+                        try:
+                            t.call("DELETE", "/v1/sandboxes/" + quote(i))  # waits for the create to finish
+                        except NotFound:
+                            pass
+                    return Unavailable("%s; the sandbox it made, %s, was deleted" % (what, ", ".join(found)))
+                if time.monotonic() > deadline:
+                    return Unavailable("%s; sbxd made no sandbox of it within 10 s" % what)
+                time.sleep(0.2)
+        except SbxError as e:
+            return Unavailable("%s; a sandbox may have been made and left: find it with client.list(meta={%r: %r}) (%s)"
+                               % (what, CREATE_TOKEN, token, e))
 
     def sandbox(self, id_or_name: str, keep: bool = False) -> "Sandbox":
         """sandbox returns a handle on an existing sandbox, by id or name; NotFound if there is none.
@@ -153,6 +210,9 @@ class Client:
         """
         if not id_or_name:
             raise Invalid("sandbox: no id or name given")
+        if id_or_name in (".", ".."):
+            # no sandbox can be called that, and in a path it would be another route
+            raise NotFound("no sandbox %r" % id_or_name)
         d = self._t.call("GET", "/v1/sandboxes/" + quote(id_or_name))
         return Sandbox(self, d["id"], SandboxInfo.from_json(d)).keep(keep)
 
@@ -180,6 +240,8 @@ class Client:
         """snapshot returns a handle on the named snapshot; NotFound if there is none."""
         if not name:
             raise Invalid("snapshot: no name given")
+        if name in (".", ".."):
+            raise NotFound("no snapshot %r" % name)
         return Snapshot(self, SnapshotInfo.from_json(self._t.call("GET", "/v1/snapshots/" + quote(name))))
 
     def snapshots(self) -> List["Snapshot"]:
@@ -212,7 +274,7 @@ class Client:
             q.append(("packages", ",".join(packages)))
         if force:
             q.append(("force", "1"))
-        resp = self._t.send("POST", "/v1/templates/" + quote(name) + "/build", query=q, accept="text/event-stream", stream=True)
+        resp = self._t.send("POST", "/v1/templates/" + quote(name) + "/build", query=q, accept="text/event-stream", stream=True, idle=self._t.slow_idle())
         sse = SSE(resp)
         try:
             for ev, d in sse.events():
@@ -233,7 +295,7 @@ class Client:
         q = [("force", "1")] if force else None
         resp = self._t.send(
             "PUT", "/v1/templates/" + quote(name), query=q, body=_Limited(tar, size), length=size,
-            content_type="application/x-tar", accept="text/event-stream", stream=True,
+            content_type="application/x-tar", accept="text/event-stream", stream=True, idle=self._t.slow_idle(),
         )
         sse = SSE(resp)
         try:
@@ -334,12 +396,23 @@ class Sandbox:
     def __enter__(self) -> "Sandbox":
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        if not self.keep_on_exit:
-            try:
-                self.delete()
-            except NotFound:
-                pass
+    def __exit__(self, exc_type: Optional[type], exc: Optional[BaseException], tb: Any) -> None:
+        if self.keep_on_exit:
+            return
+        try:
+            self.delete()
+        except NotFound:
+            pass
+        except SbxError as e:
+            if exc is not None:
+                # the block's own exception is the one to see; this one only rides along as a note
+                note = getattr(exc, "add_note", None)
+                if note is not None:
+                    note("sbx: and the delete of %s on leaving the block failed, so it is left behind: %s" % (self.id, e))
+                return
+            cls = type(e) if type(e) in (Unavailable, Conflict, SbxError) else SbxError
+            raise cls("leaving the with block of %s: its delete failed, and the sandbox is left behind: delete it "
+                      "with `sbx delete %s` (%s)" % (self.id, self.id, e), code=e.code, status=e.status) from e
 
     def keep(self, keep: bool = True) -> "Sandbox":
         """keep makes the context manager leave the sandbox on exit (returns self)."""
@@ -423,7 +496,7 @@ class Sandbox:
 
             return f
 
-        x = self._exec_stream(self._exec_req(cmd, timeout, env, cwd, user, False), keep(0), keep(1), max_output)
+        x = self._exec_stream(self._exec_req(cmd, timeout, env, cwd, user, False), keep(0), keep(1), max_output, self._exec_idle(timeout))
         return _result(x, bytes(out[0]), bytes(out[1]))
 
     def exec_stream(
@@ -442,10 +515,17 @@ class Sandbox:
         raised by a callback stops the reading (the command goes on) and is
         raised as it is.
         """
-        x = self._exec_stream(self._exec_req(cmd, timeout, env, cwd, user, False), on_stdout, on_stderr, None)
+        x = self._exec_stream(self._exec_req(cmd, timeout, env, cwd, user, False), on_stdout, on_stderr, None, self._exec_idle(timeout))
         return int(x.exit_code if x.exit_code is not None else -1)
 
-    def _exec_stream(self, req: Dict[str, Any], on_out: Optional[Callable[[bytes], Any]], on_err: Optional[Callable[[bytes], Any]], max_output: Optional[int]) -> ExecInfo:
+    def _exec_idle(self, timeout: Optional[Duration]) -> Optional[float]:
+        """_exec_idle bounds the wait for an exec's next event: its timeout T plus the client's (none without either)."""
+        t = duration_seconds(timeout, "timeout")
+        if not t or self._t.timeout is None:
+            return None
+        return t + self._t.timeout
+
+    def _exec_stream(self, req: Dict[str, Any], on_out: Optional[Callable[[bytes], Any]], on_err: Optional[Callable[[bytes], Any]], max_output: Optional[int], idle: Optional[float]) -> ExecInfo:
         # Workaround of a race in sbxd (reported, not fixed here): a sandbox that has just booted
         # is "ready" before its init listens, and an exec then ends 125 with "sbx: start ID:
         # cannot reach init ...: connection refused" — a command that never ran (the agent sent
@@ -477,7 +557,7 @@ class Sandbox:
                     held.clear()
                 return on_err(b) if on_err is not None else None
 
-            resp = self._t.send("POST", self._path("exec"), json_body=req, accept="text/event-stream", stream=True)
+            resp = self._t.send("POST", self._path("exec"), json_body=req, accept="text/event-stream", stream=True, idle=idle)
             x = _follow(resp, "exec", self.id, out, err, max_output)
             if held and not said[0] and x.exit_code == 125 and x.pid == 0 and time.monotonic() < deadline:
                 time.sleep(pause)
@@ -531,9 +611,11 @@ class Sandbox:
         name: Optional[str] = None,
         ttl: Optional[Duration] = None,
         meta: Optional[Mapping[str, str]] = None,
+        monitor: bool = False,
     ) -> List["Sandbox"]:
         """fork makes ``count`` new sandboxes from this one, now, and returns them ready.
 
+        ``monitor`` turns on runtime monitoring in each child, from its start (see trace).
         Disk-only by default (the children boot fresh on a copy of the disk);
         with ``memory`` they carry on the processes and memory. Past 16 it
         grows a tree, 16 per call, breadth-first. All or nothing: on any
@@ -547,6 +629,8 @@ class Sandbox:
         req: Dict[str, Any] = {}
         if memory:
             req["memory"] = True
+        if monitor:
+            req["monitor"] = True
         if name:
             req["name"] = name
         t = duration_wire(ttl, "ttl")
@@ -578,7 +662,8 @@ class Sandbox:
 
     def _fork_once(self, parent: str, req: Dict[str, Any], announced: List[str]) -> List["Sandbox"]:
         """_fork_once is one fork call of the API (at most 16 children); the ids sbxd announces go to ``announced``."""
-        resp = self._t.send("POST", "/v1/sandboxes/" + quote(parent) + "/fork", json_body=req, accept="text/event-stream", stream=True)
+        resp = self._t.send("POST", "/v1/sandboxes/" + quote(parent) + "/fork", json_body=req, accept="text/event-stream", stream=True,
+                            idle=self._t.slow_idle())
         sse = SSE(resp)
         ids: List[str] = []
         ready: List[Dict[str, Any]] = []
@@ -632,11 +717,13 @@ class Sandbox:
 
     # reach
 
-    def logs(self, stream: str = "console", follow: bool = False, tail: Optional[int] = None) -> Iterator[LogEvent]:
+    def logs(self, stream: str = "console", follow: bool = False, tail: Optional[int] = None, idle_timeout: Optional[float] = None) -> Iterator[LogEvent]:
         """logs yields the chunks of a log stream: console, events, runtime or exec/EXEC_ID.
 
         With ``follow`` it goes on until the caller stops iterating (close the
-        generator to drop the connection). A stream that breaks is StreamError.
+        generator to drop the connection), waiting at most ``idle_timeout``
+        seconds for each chunk (default: no bound); without, each read waits
+        at most the client's timeout. A stream that breaks is StreamError.
         """
         q: List[Any] = [("stream", stream)]
         if follow:
@@ -645,7 +732,8 @@ class Sandbox:
             if tail < 0:
                 raise Invalid("logs of %s: tail %d is negative" % (self.id, tail))
             q.append(("tail", str(tail)))
-        resp = self._t.send("GET", self._path("logs"), query=q, accept="text/event-stream", stream=True)
+        resp = self._t.send("GET", self._path("logs"), query=q, accept="text/event-stream", stream=True,
+                            idle=idle_timeout if follow else CLIENT_TIMEOUT)
         return self._log_events(resp)
 
     def _log_events(self, resp: _http.Response) -> Iterator[LogEvent]:
@@ -662,14 +750,18 @@ class Sandbox:
             sse.close()
         raise broken_stream("logs", self.id, sse)
 
-    def events(self, follow: bool = False, after: int = 0) -> Iterator[Event]:
-        """events yields the sandbox's lifecycle events after sequence number ``after``; with ``follow``, new ones as they come."""
+    def events(self, follow: bool = False, after: int = 0, idle_timeout: Optional[float] = None) -> Iterator[Event]:
+        """events yields the sandbox's lifecycle events after sequence number ``after``; with ``follow``, new ones as they come.
+
+        A follow waits at most ``idle_timeout`` seconds for each event (default: no bound); without, the client's timeout.
+        """
         q: List[Any] = []
         if follow:
             q.append(("follow", "1"))
         if after:
             q.append(("after", str(int(after))))
-        resp = self._t.send("GET", self._path("events"), query=q, accept="text/event-stream", stream=True)
+        resp = self._t.send("GET", self._path("events"), query=q, accept="text/event-stream", stream=True,
+                            idle=idle_timeout if follow else CLIENT_TIMEOUT)
         return self._events(resp, after)
 
     def _events(self, resp: _http.Response, last: int) -> Iterator[Event]:
@@ -713,6 +805,15 @@ class Sandbox:
         if isinstance(d, dict):
             d = d.get("ports") or []
         return [Port(int(p.get("port") or 0), p.get("address", ""), p.get("proto", "tcp"), int(p.get("pid") or 0), p.get("command", "")) for p in d]
+
+    def trace(self) -> Dict[str, Any]:
+        """trace returns what runtime monitoring kept of a sandbox made with ``monitor=True``, as the API has it.
+
+        ``{"sandboxId", "events": [{"timeNs", "pid", "kind", "path", "addr", "argv", "result", "errno", ...}],
+        "dropped", "sentryDropped", "limit", "connected"}``: the syscalls on files and sockets, the
+        execs and the exits, in order. NotFound for no such sandbox; Conflict for one not monitored.
+        """
+        return dict(self._t.call("GET", self._path("trace")) or {})
 
     def metrics(self) -> Metrics:
         """metrics returns the sandbox's resource use now."""
@@ -797,19 +898,22 @@ class Process:
         on_stdout: Optional[Callable[[bytes], Any]] = None,
         on_stderr: Optional[Callable[[bytes], Any]] = None,
         max_output: int = DEFAULT_MAX_OUTPUT,
+        idle_timeout: Optional[float] = None,
     ) -> Result:
         """wait waits for the exec to end and returns its Result with all its output from the start.
 
         With callbacks the output goes to them instead of the Result. A
-        stream that breaks is StreamError naming the exec (it goes on).
+        stream that breaks is StreamError naming the exec (it goes on). It
+        waits at most ``idle_timeout`` seconds for each event (default: no
+        bound, as the exec may run for ever).
         """
-        return self._output(True, on_stdout, on_stderr, max_output)
+        return self._output(True, on_stdout, on_stderr, max_output, idle_timeout)
 
     def output(self, max_output: int = DEFAULT_MAX_OUTPUT) -> Result:
         """output returns the output kept so far without waiting; ``exit_code`` is -1 and ``state`` "running" while it runs."""
-        return self._output(False, None, None, max_output)
+        return self._output(False, None, None, max_output, CLIENT_TIMEOUT)
 
-    def _output(self, follow: bool, on_out: Optional[Callable[[bytes], Any]], on_err: Optional[Callable[[bytes], Any]], max_output: int) -> Result:
+    def _output(self, follow: bool, on_out: Optional[Callable[[bytes], Any]], on_err: Optional[Callable[[bytes], Any]], max_output: int, idle: Idle) -> Result:
         bufs: List[bytearray] = [bytearray(), bytearray()]
 
         def keep(i: int, fn: Optional[Callable[[bytes], Any]]) -> Callable[[bytes], Any]:
@@ -823,7 +927,7 @@ class Process:
 
             return f
 
-        resp = self.sandbox._t.send("GET", self._path("output"), query=[("follow", "1")] if follow else None, accept="text/event-stream", stream=True)
+        resp = self.sandbox._t.send("GET", self._path("output"), query=[("follow", "1")] if follow else None, accept="text/event-stream", stream=True, idle=idle)
         x = _follow(resp, "wait" if follow else "output", self.sandbox.id, keep(0, on_out), keep(1, on_err), max_output, exec_id=self.id, allow_eof=not follow)
         return _result(x, bytes(bufs[0]), bytes(bufs[1]))
 
@@ -845,24 +949,32 @@ class Files:
     def __init__(self, sandbox: Sandbox) -> None:
         self.sandbox = sandbox
 
-    def _q(self, path: str, **kw: Any) -> List[Any]:
-        if not isinstance(path, str) or not path:
+    def _q(self, path: Path, **kw: Any) -> List[Any]:
+        if not isinstance(path, (str, bytes)) or not path:
             raise Invalid("files of %s: no path given" % self.sandbox.id)
+        if isinstance(path, bytes):
+            try:
+                path = path.decode("utf-8")
+            except UnicodeDecodeError:
+                # sbxd hands a path to the sandbox as UTF-8 text, bad bytes made U+FFFD: it would be another file
+                raise Invalid("files of %s: the path %s is not UTF-8, and sbxd's file API takes only UTF-8 paths "
+                              "(a name that is not can be listed, with its bytes in FileInfo.raw, but not addressed)"
+                              % (self.sandbox.id, _show(path))) from None
         return [("path", path)] + [(k, v) for k, v in kw.items() if v is not None]
 
-    def open(self, path: str) -> _http.Response:
+    def open(self, path: Path) -> _http.Response:
         """open returns a stream of the file's bytes (``.read(n)``, ``.close()``); NotFound for no such file."""
         return self.sandbox._t.send("GET", self.sandbox._path("files"), query=self._q(path), stream=True)
 
-    def read(self, path: str, max_size: int = DEFAULT_MAX_READ) -> bytes:
+    def read(self, path: Path, max_size: int = DEFAULT_MAX_READ) -> bytes:
         """read returns the whole file; TooLarge past ``max_size`` bytes (read_to streams any size)."""
         with self.open(path) as r:
             b = r.read(max_size + 1)
             if len(b) > max_size:
-                raise TooLarge("read %s in %s: the file is larger than %d bytes (use read_to)" % (path, self.sandbox.id, max_size))
+                raise TooLarge("read %s in %s: the file is larger than %d bytes (use read_to)" % (_show(path), self.sandbox.id, max_size))
             return b
 
-    def read_to(self, path: str, fileobj: IO[bytes]) -> int:
+    def read_to(self, path: Path, fileobj: IO[bytes]) -> int:
         """read_to copies the file into ``fileobj`` a chunk at a time and returns the bytes copied."""
         n = 0
         with self.open(path) as r:
@@ -873,13 +985,13 @@ class Files:
                 fileobj.write(b)
                 n += len(b)
 
-    def write(self, path: str, data: Union[bytes, str], mode: Optional[int] = None, parents: bool = True) -> None:
+    def write(self, path: Path, data: Union[bytes, str], mode: Optional[int] = None, parents: bool = True) -> None:
         """write writes ``data`` (str as UTF-8) to the file, making its parent folders unless ``parents`` is False."""
         if isinstance(data, str):
             data = data.encode("utf-8")
         self.write_from(path, io.BytesIO(data), size=len(data), mode=mode, parents=parents)
 
-    def write_from(self, path: str, fileobj: IO[bytes], size: Optional[int] = None, mode: Optional[int] = None, parents: bool = True) -> int:
+    def write_from(self, path: Path, fileobj: IO[bytes], size: Optional[int] = None, mode: Optional[int] = None, parents: bool = True) -> int:
         """write_from streams ``size`` bytes of ``fileobj`` into the file (a chunk at a time) and returns the size.
 
         ``size`` defaults to what is left of a file or seekable stream; a
@@ -888,23 +1000,24 @@ class Files:
         if size is None:
             size = _remaining(fileobj)
             if size is None:
-                raise Invalid("write %s in %s: give size= for a stream that cannot tell its length" % (path, self.sandbox.id))
+                raise Invalid("write %s in %s: give size= for a stream that cannot tell its length" % (_show(path), self.sandbox.id))
         if size < 0:
-            raise Invalid("write %s in %s: negative size %d" % (path, self.sandbox.id, size))
+            raise Invalid("write %s in %s: negative size %d" % (_show(path), self.sandbox.id, size))
+        p = str(self._q(path)[0][1])
         if parents:
-            parent = posixpath.dirname(path.rstrip("/"))
+            parent = posixpath.dirname(p.rstrip("/"))
             if parent and parent not in ("/", "~", "."):
                 self.mkdir(parent)
-        q = self._q(path, mode=("%04o" % mode) if mode is not None else None)
+        q = self._q(p, mode=("%04o" % mode) if mode is not None else None)
         with self.sandbox._t.send("PUT", self.sandbox._path("files"), query=q, body=_Limited(fileobj, size), length=size, content_type="application/octet-stream") as r:
             r.read(_http.MAX_ERROR_BODY)
         return size
 
-    def stat(self, path: str) -> FileInfo:
+    def stat(self, path: Path) -> FileInfo:
         """stat describes the file (the link itself for a symlink); NotFound for none."""
         return FileInfo.from_json(self.sandbox._t.call("GET", self.sandbox._path("fs", "stat"), query=self._q(path)))
 
-    def exists(self, path: str) -> bool:
+    def exists(self, path: Path) -> bool:
         """exists says whether there is a file at path."""
         try:
             self.stat(path)
@@ -912,26 +1025,27 @@ class Files:
         except NotFound:
             return False
 
-    def list(self, path: str) -> List[FileInfo]:
-        """list lists a directory, every page of it."""
+    def list(self, path: Path) -> List[FileInfo]:
+        """list lists a directory, every page of it (a name that is not UTF-8 has its bytes in FileInfo.raw)."""
         out: List[FileInfo] = []
-        after = ""
+        after = b""
         while True:
             q = self._q(path, limit=str(_LIST_PAGE), after=after or None)
-            page = self.sandbox._t.call("GET", self.sandbox._path("fs", "ls"), query=q) or []
-            out += [FileInfo.from_json(d) for d in page]
+            page = [FileInfo.from_json(d) for d in self.sandbox._t.call("GET", self.sandbox._path("fs", "ls"), query=q) or []]
+            out += page
             if len(page) < _LIST_PAGE:
                 return out
-            nxt = page[-1].get("name", "")
+            # the next page starts after the last name as it is, not as JSON could carry it (as the Go client)
+            nxt = page[-1].name_bytes
             if nxt <= after or len(out) > (1 << 20):
-                raise SbxError("list %s in %s: the sandbox's listing does not end (%d entries so far)" % (path, self.sandbox.id, len(out)))
+                raise SbxError("list %s in %s: the sandbox's listing does not end (%d entries so far)" % (_show(path), self.sandbox.id, len(out)))
             after = nxt
 
-    def remove(self, path: str, recursive: bool = False) -> None:
+    def remove(self, path: Path, recursive: bool = False) -> None:
         """remove removes a file or empty folder (a whole tree with ``recursive``); NotFound for none."""
         self.sandbox._t.call("DELETE", self.sandbox._path("files"), query=self._q(path, recursive="1" if recursive else None))
 
-    def mkdir(self, path: str, mode: Optional[int] = None) -> None:
+    def mkdir(self, path: Path, mode: Optional[int] = None) -> None:
         """mkdir makes the folder and its parents (no error if it is there)."""
         self.sandbox._t.call("POST", self.sandbox._path("fs", "mkdir"), query=self._q(path, mode=("%04o" % mode) if mode is not None else None))
 
@@ -939,16 +1053,16 @@ class Files:
         """rename renames src to dst inside the sandbox (replacing a file at dst)."""
         self.sandbox._t.call("POST", self.sandbox._path("fs", "rename"), json_body={"from": src, "to": dst})
 
-    def read_tar(self, path: str) -> _http.Response:
+    def read_tar(self, path: Path) -> _http.Response:
         """read_tar returns a stream of a tar of the folder or file at path."""
         return self.sandbox._t.send("GET", self.sandbox._path("files"), query=self._q(path, tar="1"), stream=True)
 
-    def write_tar(self, path: str, fileobj: IO[bytes], size: Optional[int] = None) -> None:
+    def write_tar(self, path: Path, fileobj: IO[bytes], size: Optional[int] = None) -> None:
         """write_tar extracts a tar (``size`` bytes of ``fileobj``) under the folder at path."""
         if size is None:
             size = _remaining(fileobj)
             if size is None:
-                raise Invalid("write tar %s in %s: give size= for a stream that cannot tell its length" % (path, self.sandbox.id))
+                raise Invalid("write tar %s in %s: give size= for a stream that cannot tell its length" % (_show(path), self.sandbox.id))
         with self.sandbox._t.send("PUT", self.sandbox._path("files"), query=self._q(path, tar="1"), body=_Limited(fileobj, size), length=size, content_type="application/x-tar") as r:
             r.read(_http.MAX_ERROR_BODY)
 
@@ -970,6 +1084,11 @@ class Files:
             tmp.seek(0)
             self.mkdir(path)
             self.write_tar(path, tmp, size)
+
+
+def _show(path: Path) -> str:
+    """_show is a path as a message shows it (a bytes path with its bad bytes escaped)."""
+    return path.decode("utf-8", "backslashreplace") if isinstance(path, bytes) else path
 
 
 def _remaining(f: IO[bytes]) -> Optional[int]:
@@ -1003,7 +1122,13 @@ class Snapshot:
         return self.client.create(from_snapshot=self.name, **kw)
 
     def fork(self, count: int = 1, ttl: Optional[Duration] = None, meta: Optional[Mapping[str, str]] = None, parallel: int = 4) -> List[Sandbox]:
-        """fork makes ``count`` sandboxes from the snapshot (with its memory, if it has it), ``parallel`` at a time; all or nothing."""
+        """fork makes ``count`` sandboxes from the snapshot (with its memory, if it has it), ``parallel`` at a time; all or nothing.
+
+        On any error, KeyboardInterrupt included, no more creates start, the
+        ones under way are waited for, and every sandbox made is deleted
+        before the exception is raised (as the Go client's Fork).
+        """
+        import threading
         from concurrent.futures import ThreadPoolExecutor
 
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
@@ -1013,9 +1138,10 @@ class Snapshot:
         duration_wire(ttl, "ttl")
         made: List[Sandbox] = []
         errors: List[BaseException] = []
+        stop = threading.Event()
 
         def one(_: int) -> None:
-            if errors:
+            if errors or stop.is_set():
                 return
             try:
                 sb = self.client.create(from_snapshot=self.name, ttl=ttl, meta=meta)
@@ -1023,14 +1149,22 @@ class Snapshot:
             except BaseException as e:
                 errors.append(e)
 
-        with ThreadPoolExecutor(max_workers=min(parallel, count)) as pool:
-            list(pool.map(one, range(count)))
-        if errors:
+        pool = ThreadPoolExecutor(max_workers=min(parallel, count))
+        try:
+            try:
+                for f in [pool.submit(one, i) for i in range(count)]:
+                    f.result()
+            finally:
+                stop.set()
+                pool.shutdown(wait=True, cancel_futures=True)  # the creates under way end, and are in made
+            if errors:
+                raise errors[0]
+        except BaseException:
             try:
                 self.client.delete_all(made)
             except SbxError:
                 pass
-            raise errors[0]
+            raise
         return made
 
     def delete(self) -> None:

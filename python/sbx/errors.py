@@ -73,9 +73,13 @@ class Forbidden(SbxError):
 
 
 class Unavailable(SbxError):
-    """Unavailable: sbxd cannot be reached, is shutting down, or the connection broke (503)."""
+    """Unavailable: sbxd cannot be reached, is shutting down, or the connection broke (503).
+
+    ``sent`` says the request had gone out when the connection broke, so sbxd may have acted on it.
+    """
 
     code = "unavailable"
+    sent = False
 
 
 class TooLarge(SbxError):

@@ -276,7 +276,8 @@ def flake_rate(
     time from that machine and runs start as soon as their forks exist, at
     most ``parallel`` at once. Every fork is deleted as its run ends, except
     failing ones with ``keep_failures`` (kept with the idle ttl
-    ``keep_ttl``). On an error no fork is left.
+    ``keep_ttl``). On an error (KeyboardInterrupt included) no more runs
+    start, the forks of the runs under way are deleted, and no fork is left.
     """
     _check(n, parallel, "flake rate", timeout)
     duration_wire(keep_ttl, "flake rate: keep_ttl")
@@ -333,7 +334,15 @@ def flake_rate(
         first = first or e
         failed.set()
     finally:
-        pool.shutdown(wait=True)
+        if first is not None:
+            # no run starts, and the runs under way end with their forks, rather than each to its own end
+            with lock:
+                left = list(alive)
+            try:
+                client.delete_all(left)
+            except SbxError:
+                pass
+        pool.shutdown(wait=True, cancel_futures=True)
         if first is not None:
             with lock:
                 left = list(alive) + kept
@@ -384,27 +393,55 @@ def replay(
     """replay runs the test ``n`` times with one seed, each time in a fresh sandbox made from ``snapshot`` and deleted after its run.
 
     NotFound for an unknown snapshot; on an error no sandbox of it is left.
+    On an exception in the caller's thread (KeyboardInterrupt), no more runs
+    start and the sandboxes of the runs under way are deleted (which ends
+    their commands) before it is raised.
     """
     _check(n, parallel, "replay", timeout)
     if not snapshot:
         raise Invalid("replay: no snapshot given")
     client.snapshot(snapshot)  # NotFound before anything is made
     lock = threading.Lock()
+    stop = threading.Event()
+    live: Set[str] = set()
 
     def one(i: int) -> Run:
+        if stop.is_set():
+            raise _Cancelled()
         sb = client.create(from_snapshot=snapshot, meta={"sbx.replay": "1"})
+        with lock:
+            live.add(sb.id)
         try:
+            if stop.is_set():
+                raise _Cancelled()
             run = _run_once(sb, cmd, i, int(seed), seed_env, timeout, cwd, env)
         finally:
             client.delete_all([sb])
+            with lock:
+                live.discard(sb.id)
         if progress:
             with lock:
                 progress(run)
         return run
 
-    with ThreadPoolExecutor(max_workers=parallel) as pool:
-        futs = [pool.submit(one, i) for i in range(n)]
+    pool = ThreadPoolExecutor(max_workers=parallel)
+    futs: List["Future[Run]"] = []
+    try:
+        futs += [pool.submit(one, i) for i in range(n)]
         errs = [f.exception() for f in futs]
+    except BaseException:
+        stop.set()
+        for f in futs:
+            f.cancel()
+        with lock:
+            running = list(live)
+        try:
+            client.delete_all(running)  # their execs end with their sandboxes
+        except SbxError:
+            pass
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     for e in errs:
         if e is not None:
             raise e

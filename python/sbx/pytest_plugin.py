@@ -33,8 +33,9 @@ import tarfile
 import tempfile
 import threading
 import time
+import uuid
 import xml.etree.ElementTree as ET
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
@@ -121,6 +122,8 @@ class Runner:
             raise self.failed
         o = self.config.option
         sb = self.client.create(template=o.sbx_template, from_snapshot=o.sbx_from, meta={"sbx.pytest": "prepared"})
+        # named before it is taken, so that a snapshot whose answer an interrupt cut off is found and deleted
+        snap = "sbx-pytest-%s-%s" % (sb.id[3:], uuid.uuid4().hex[:8])
         try:
             wd = o.sbx_workdir
             sb.files.upload_dir(str(self.config.rootpath), wd)
@@ -131,8 +134,12 @@ class Runner:
                 if r.exit_code != 0:
                     raise SbxError("--sbx-setup exited %d in the prepared machine:\n%s%s" % (r.exit_code, r.stdout, r.stderr))
             # the prepared disk, once: every test's fresh machine boots on it
-            self.snapshot = sb.snapshot().name
+            self.snapshot = sb.snapshot(snap).name
         except BaseException as e:
+            try:
+                self.client.snapshot(snap).delete()
+            except SbxError:
+                pass
             try:
                 self.client.delete_all([sb])
             except SbxError:
@@ -265,18 +272,49 @@ class Runner:
         wasxfail = None
         if outcome == "xfailed":
             outcome, wasxfail, longrepr = "skipped", str(longrepr), None
+        elif outcome == "passed" and when == "call":
+            # as pytest's skipping plugin: a pass of a test marked xfail is an XPASS (a failure if strict)
+            from _pytest.skipping import evaluate_xfail_marks
+
+            xfailed = evaluate_xfail_marks(item)
+            if xfailed is not None and xfailed.run:
+                if xfailed.strict:
+                    outcome, longrepr = "failed", "[XPASS(strict)] " + xfailed.reason
+                else:
+                    wasxfail = xfailed.reason
         rep = TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, outcome, longrepr, phase, sections,
                          res.get("duration", 0.0) if when == "call" else 0.0)
         if wasxfail is not None:
             setattr(rep, "wasxfail", wasxfail)  # what pytest itself sets on an expected failure
         return rep
 
+    def _run_all(self, kids: List[Sandbox], item: Any, seeds: List[int], workers: int) -> List[Dict[str, Any]]:
+        """_run_all runs the item once in each kid, ``workers`` at a time.
+
+        On an exception (KeyboardInterrupt included) no more runs start and
+        the kids are deleted, which ends the runs under way, before it is raised.
+        """
+        pool = ThreadPoolExecutor(max_workers=workers)
+        futs: List["Future[Dict[str, Any]]"] = []
+        try:
+            futs += [pool.submit(self._run_in, k, item, s) for k, s in zip(kids, seeds)]
+            return [f.result() for f in futs]
+        except BaseException:
+            for f in futs:
+                f.cancel()
+            try:
+                self.client.delete_all(kids)
+            except SbxError:
+                pass
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
     def _rate(self, prepared: Sandbox, item: Any, n: int) -> Dict[str, Any]:
         seeds = self._seeds(n)
         kids = prepared.fork(count=n, memory=True, meta={"sbx.pytest": "rate"})
         try:
-            with ThreadPoolExecutor(max_workers=self.config.option.sbx_parallel) as pool:
-                results = list(pool.map(lambda a: self._run_in(a[0], item, a[1]), zip(kids, seeds)))
+            results = self._run_all(kids, item, seeds, self.config.option.sbx_parallel)
         finally:
             self.client.delete_all(kids)
         runs = [Run(i, r["seed"], r["sandbox"], r["exit_code"], r["outcome"] != "failed", int(r["duration"] * 1000)) for i, r in enumerate(results)]
@@ -300,8 +338,7 @@ class Runner:
             kids = prepared.fork(count=batch, memory=True, meta={"sbx.pytest": "hunt"})
             keep: Optional[Sandbox] = None
             try:
-                with ThreadPoolExecutor(max_workers=batch) as pool:
-                    results = list(pool.map(lambda a: self._run_in(a[0], item, a[1]), zip(kids, seeds)))
+                results = self._run_all(kids, item, seeds, batch)
                 for i, r in enumerate(results):
                     if r["outcome"] == "failed":
                         keep = kids[i]

@@ -33,7 +33,8 @@ def duration_wire(d: Optional[Duration], what: str) -> Optional[str]:
             raise Invalid("%s: %r is not a duration of zero or more seconds" % (what, d))
         if float(d).is_integer():
             return "%ds" % int(d)
-        return "%dms" % round(d * 1000)
+        # a positive duration never rounds to 0, which means none
+        return "%dms" % max(1, round(d * 1000))
     if isinstance(d, str):
         s = d.strip()
         try:
@@ -46,6 +47,17 @@ def duration_wire(d: Optional[Duration], what: str) -> Optional[str]:
             ) from None
         return duration_wire(v, what)
     raise Invalid("%s: %r is not a duration (give seconds, a timedelta, or a string like 90s or 2h)" % (what, d))
+
+
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration_seconds(d: Optional[Duration], what: str) -> Optional[float]:
+    """duration_seconds is the duration in seconds, as duration_wire reads it (None stays None)."""
+    w = duration_wire(d, what)
+    if w is None:
+        return None
+    return sum(float(n) * _UNIT_SECONDS[u] for n, _, u in re.findall(r"([0-9]+(\.[0-9]*)?)(ns|us|µs|ms|s|m|h)", w))
 
 
 def parse_time(s: Any) -> Optional[_dt.datetime]:
@@ -114,7 +126,7 @@ class SandboxInfo:
             name=d.get("name", ""),
             reason=d.get("reason", ""),
             ttl=d.get("ttl", ""),
-            meta=dict(d.get("meta") or {}),
+            meta={k: v for k, v in (d.get("meta") or {}).items() if k != "sbx.create"},  # the client's own, see Client.create
             cpus=float(d.get("cpus") or 0),
             memory_bytes=int(d.get("memoryBytes") or 0),
             address=d.get("address", ""),
@@ -233,7 +245,13 @@ class SnapshotInfo:
 
 @dataclass
 class FileInfo:
-    """FileInfo describes one file inside a sandbox (the link itself for a symlink)."""
+    """FileInfo describes one file inside a sandbox (the link itself for a symlink).
+
+    A name that is not UTF-8 comes with U+FFFD in ``name`` and ``path``, and
+    its bytes in ``raw`` (b"" for a UTF-8 name), so two such names are told
+    apart; ``name_bytes`` is the name as it is. sbxd's file API takes only
+    UTF-8 paths, so such a file can be listed but not addressed.
+    """
 
     name: str
     path: str
@@ -242,6 +260,12 @@ class FileInfo:
     is_dir: bool
     link: str = ""
     mod_time: Optional[_dt.datetime] = None
+    raw: bytes = b""
+
+    @property
+    def name_bytes(self) -> bytes:
+        """name_bytes is the file's name as it is."""
+        return self.raw or self.name.encode("utf-8")
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "FileInfo":
@@ -254,6 +278,7 @@ class FileInfo:
             is_dir=bool(d.get("isDir")),
             link=d.get("link", ""),
             mod_time=parse_time(d.get("modTime")),
+            raw=b64(d.get("raw")),
         )
 
 

@@ -79,8 +79,6 @@ def test_stalled_sbxd_plain_call_times_out(own_daemon):
         c.delete_all([sb])
 
 
-@pytest.mark.xfail(strict=True, reason="exec() of a stalled sbxd hangs for ever: streams have no read timeout at all, "
-                   "not even for the response headers, whatever Client(timeout=) and exec(timeout=) say")
 def test_stalled_sbxd_exec_times_out(own_daemon):
     d = own_daemon
     c = d.client(timeout=3)
@@ -93,8 +91,6 @@ def test_stalled_sbxd_exec_times_out(own_daemon):
         c.delete_all([sb])
 
 
-@pytest.mark.xfail(strict=True, reason="files.read() of a stalled sbxd hangs for ever: Files.open is a stream, "
-                   "so a read of a 2-byte file has no timeout though Client(timeout=3)")
 def test_stalled_sbxd_file_read_times_out(own_daemon):
     d = own_daemon
     c = d.client(timeout=3)
@@ -156,8 +152,6 @@ def _script(daemon, body, tmp_path):
     return subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-@pytest.mark.xfail(strict=True, reason="Ctrl-C during Snapshot.fork leaves the sandboxes it was making: the pool "
-                   "finishes the creates in flight and nothing deletes them (2 of fork(6, parallel=2) left)")
 def test_keyboard_interrupt_during_snapshot_fork_leaves_nothing(daemon, client, sb, tmp_path):
     snap = sb.snapshot()
     tag = "kbint-" + tmp_path.name[-6:]
@@ -285,8 +279,6 @@ def test_huge_durations_are_the_servers_invalid(sb):
         assert e.value.status in (0, 400)
 
 
-@pytest.mark.xfail(strict=True, reason="a positive duration under 0.5 ms is sent as 0ms, which means none: "
-                   "exec(timeout=0.0004) runs without any timeout, set_ttl(0.0004) switches the reaper off")
 def test_tiny_positive_timeout_is_not_no_timeout(sb):
     r = sb.exec("sleep 3; echo finished", timeout=0.0004)
     assert r.timed_out and "finished" not in r.stdout, r
@@ -330,8 +322,6 @@ def test_names_with_slashes_and_dots(client):
             client.sandbox(ref)
 
 
-@pytest.mark.xfail(strict=True, reason="client.sandbox('..') / snapshot('.') are not NotFound: the path "
-                   "/v1/sandboxes/.. is cleaned and redirected by sbxd's mux, and the client calls the 3xx an error of another kind")
 def test_dot_names_are_not_found(client):
     for ref in ("..", "."):
         with pytest.raises(sbx.NotFound):
@@ -364,6 +354,32 @@ def test_context_manager_deletes_when_the_body_raises_and_keeps_with_keep(client
     # the body deleted it itself: no error on exit
     with client.create(template="tiny") as s:
         s.delete()
+
+
+def test_context_manager_exit_when_sbxd_is_stalled(own_daemon):
+    # the delete on exit cannot be done: a body that raised keeps its exception; one that did not gets an error naming the sandbox
+    d = own_daemon
+    c = d.client(timeout=2)
+
+    class Boom(Exception):
+        pass
+
+    left = []
+    try:
+        with pytest.raises(Boom):
+            with c.create(template="tiny") as s:
+                left.append(s.id)
+                os.kill(d.proc.pid, signal.SIGSTOP)
+                raise Boom()
+        os.kill(d.proc.pid, signal.SIGCONT)
+        with pytest.raises(sbx.Unavailable) as e:
+            with c.create(template="tiny") as s:
+                left.append(s.id)
+                os.kill(d.proc.pid, signal.SIGSTOP)
+        assert s.id in str(e.value) and "left behind" in str(e.value), str(e.value)
+    finally:
+        os.kill(d.proc.pid, signal.SIGCONT)
+        c.delete_all(left)
 
 
 def test_sandbox_that_kills_its_own_init(client):
@@ -418,8 +434,6 @@ MAKE_RAW = ("python3 -c \"import os; os.makedirs(b'/tmp/r'); "
             "[open(b'/tmp/r/f\\xff%%05d' %% i, 'wb').close() for i in range(%d)]\"")
 
 
-@pytest.mark.xfail(strict=True, reason="Files.list pages with the U+FFFD-replaced name as its cursor, not the name's raw "
-                   "bytes (the API's `raw`): a folder of 5001 non-UTF-8 names cannot be listed (page 2 starts over)")
 def test_listing_of_5001_non_utf8_names(bsb):
     r = bsb.exec(MAKE_RAW % 5001, timeout=120)
     assert r.exit_code == 0, r
@@ -427,15 +441,19 @@ def test_listing_of_5001_non_utf8_names(bsb):
     assert len(ls) == 5001
 
 
-@pytest.mark.xfail(strict=True, reason="FileInfo drops the API's `raw` field: two non-UTF-8 names that differ only in "
-                   "their bad bytes come back as the same name, and the caller cannot tell them apart or address them")
 def test_non_utf8_names_are_told_apart(bsb):
     r = bsb.exec("python3 -c \"import os; os.makedirs(b'/tmp/r'); open(b'/tmp/r/a\\xff', 'w').close(); "
                  "open(b'/tmp/r/a\\xfe', 'w').close()\"", timeout=60)
     assert r.exit_code == 0, r
     ls = bsb.files.list("/tmp/r")
     assert len(ls) == 2
-    assert len({getattr(e, "raw", None) or e.name for e in ls}) == 2, [e.name for e in ls]
+    assert sorted(e.raw for e in ls) == [b"a\xfe", b"a\xff"], [e.name for e in ls]
+    # sbxd's file API takes UTF-8 paths only (it would act on a/U+FFFD): a bytes path that is not is Invalid, not another file
+    for call in (lambda: bsb.files.stat(b"/tmp/r/a\xff"), lambda: bsb.files.write(b"/tmp/r/a\xfe", b"x")):
+        with pytest.raises(sbx.Invalid):
+            call()
+    assert bsb.files.stat("/tmp/r".encode()).is_dir
+    assert sorted(e.raw for e in bsb.files.list("/tmp/r")) == [b"a\xfe", b"a\xff"]
 
 
 # --- the pytest plugin -------------------------------------------------------------------------
@@ -545,14 +563,13 @@ def test_plugin_keyboard_interrupt_leaves_nothing(daemon, client, base, tmp_path
 # --- more: timeouts that leave work behind, memory of a big read, lying sizes, wrong state -------
 
 
-@pytest.mark.xfail(strict=True, reason="a create whose answer is late (Client timeout) raises Unavailable, but sbxd "
-                   "finishes the sandbox: it is left running, and the caller never learnt its id")
 def test_create_that_times_out_leaves_no_sandbox(daemon, client, tmp_path):
     tag = "late-" + tmp_path.name[-6:]
     impatient = sbx.Client(daemon.host, timeout=0.05)
     try:
-        with pytest.raises(sbx.Unavailable):
+        with pytest.raises(sbx.Unavailable) as e:
             impatient.create(template="tiny", meta={"attack": tag})
+        assert re.search(r"sb_\w+, was deleted", str(e.value)), str(e.value)
         time.sleep(8)
         left = [s.id for s in client.list(meta={"attack": tag})]
         assert left == [], "create timed out in the client, and left %s" % left
@@ -561,8 +578,6 @@ def test_create_that_times_out_leaves_no_sandbox(daemon, client, tmp_path):
         cleanup_meta(client, "attack", tag)
 
 
-@pytest.mark.xfail(strict=True, reason="Ctrl-C during replay does not stop it: the pool's shutdown runs every "
-                   "queued replay (create, run, delete) to its end before the KeyboardInterrupt gets out")
 def test_keyboard_interrupt_stops_replay(daemon, client, sb, tmp_path):
     snap = sb.snapshot()
     p = _script(daemon, """
@@ -588,6 +603,39 @@ def test_keyboard_interrupt_stops_replay(daemon, client, sb, tmp_path):
             p.wait()
         cleanup_meta(client, "sbx.replay", "1")
         snap.delete()
+
+
+def test_keyboard_interrupt_stops_flake_rate(daemon, client, sb, tmp_path):
+    # Ctrl-C in flake_rate: no more runs start, the runs under way end with their forks, and no fork is left
+    p = _script(daemon, """
+        print("measuring", flush=True)
+        c.flake_rate("sleep 30", sandbox=c.sandbox(%r), n=6, parallel=2)
+        print("measured", flush=True)
+    """ % sb.id, tmp_path)
+    try:
+        assert p.stdout.readline().strip() == "measuring"
+        deadline = time.monotonic() + 60
+        running = []
+        while not running and time.monotonic() < deadline:  # until a run is under way
+            for k in client.list(meta={"sbx.flake-rate": "1"}, state="ready"):
+                try:
+                    running += [x for x in k.execs() if x.state == "running"]
+                except sbx.NotFound:
+                    pass
+            time.sleep(0.1)
+        assert running, "no run of flake_rate started"
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=180)
+        took = time.monotonic() - t0
+        assert "measured" not in out and "KeyboardInterrupt" in out, out
+        assert took < 10, "flake_rate(n=6) went on for %.0f s after Ctrl-C" % took
+        assert client.list(meta={"sbx.flake-rate": "1"}) == []
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        cleanup_meta(client, "sbx.flake-rate", "1")
 
 
 def test_read_past_max_size_is_too_large_with_memory_bounded(sb):
@@ -671,8 +719,6 @@ def test_plugin_id_with_double_colon(daemon, client, base, tmp_path):
     assert "PASSED test_params.py::test_colons[a::b]" in out, out
 
 
-@pytest.mark.xfail(strict=True, reason="a non-strict xfail test that passes is XPASS under pytest, but the plugin "
-                   "reports it PASSED (junit says passed and the xfail is lost)")
 def test_plugin_xpass(daemon, client, base, tmp_path):
     proj = tmp_path / "proj"
     write_project(proj, PARAMS)
@@ -681,8 +727,6 @@ def test_plugin_xpass(daemon, client, base, tmp_path):
 
 
 
-@pytest.mark.xfail(strict=True, reason="Ctrl-C while the plugin creates a test's fresh machine leaves that machine "
-                   "behind (meta sbx.pytest=test): the create's answer never comes, so nothing deletes it")
 def test_plugin_keyboard_interrupt_during_a_create(daemon, client, base, tmp_path):
     proj = tmp_path / "proj"
     write_project(proj, {"pytest.ini": "[pytest]\n",

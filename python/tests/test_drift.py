@@ -34,6 +34,7 @@ COVERED = {
     "POST /v1/sandboxes/{id}/persist": "Sandbox.set_persistent",
     "GET /v1/sandboxes/{id}/logs": "Sandbox.logs",
     "GET /v1/sandboxes/{id}/metrics": "Sandbox.metrics",
+    "GET /v1/sandboxes/{id}/trace": "Sandbox.trace",
     "GET /v1/sandboxes/{id}/ports": "Sandbox.ports",
     "POST /v1/sandboxes/{id}/preview": "Sandbox.preview_url",
     "GET /v1/sandboxes/{id}/preview": "Sandbox.previews",

@@ -230,3 +230,19 @@ def test_tcp_with_a_token():
     finally:
         finish(d)
         os.unlink(tf.name)
+
+
+def test_trace_of_a_monitored_sandbox(client):
+    with client.create(template="tiny", monitor=True) as s:
+        assert s.exec("cat /etc/hostname > /dev/null; echo hi > /tmp/traced", timeout=30).exit_code == 0
+        deadline = time.monotonic() + 20
+        while True:
+            tr = s.trace()
+            if any(e.get("path") == "/tmp/traced" for e in tr["events"]) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert tr["connected"] and tr["sandboxId"] == s.id, tr
+        assert any(e.get("path") == "/tmp/traced" for e in tr["events"]), tr["events"][-20:]
+    with client.create(template="tiny") as s:
+        with pytest.raises(sbx.Conflict):
+            s.trace()
