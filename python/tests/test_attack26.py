@@ -760,8 +760,8 @@ def test_plugin_keyboard_interrupt_during_a_create(daemon, client, base, tmp_pat
         clean_plugin(client, before)
 
 
-@pytest.mark.xfail(strict=True, reason="a file whose name is not UTF-8 cannot be addressed: a bytes path is Invalid, and "
-                   "os.fsdecode's str raises UnicodeEncodeError (not an SbxError) while the query is built")
+@pytest.mark.xfail(strict=True, reason="open: a file whose name is not UTF-8 cannot be addressed: sbxd's file API takes "
+                   "its path as a UTF-8 query value (a bytes path sbxd would mangle is Invalid in the client)")
 def test_non_utf8_path_can_be_read(sb):
     assert sb.exec("printf x > \"$(printf '/tmp/a\\377')\"", timeout=10).exit_code == 0
     errs = []
@@ -804,8 +804,6 @@ def test_unreachable_hosts_are_unavailable():
             sbx.Client(host)
 
 
-@pytest.mark.xfail(strict=True, reason="the context manager's delete on exit, when sbxd is gone, raises Unavailable "
-                   "in place of the body's own exception (which survives only as __context__)")
 def test_context_manager_keeps_the_bodys_exception_when_sbxd_is_gone(own_daemon):
     d = own_daemon
     c = d.client(timeout=5)
