@@ -33,6 +33,7 @@ from .errors import (
     Unauthorized,
     Unavailable,
 )
+from .explain import Explained, Finding
 from .flaky import HuntResult, RateResult, RateSummary, ReplayResult, ReplaySummary, Run, wilson
 from .types import (
     Event,
@@ -57,4 +58,5 @@ __all__ = [
     "Result", "ExecInfo", "SandboxInfo", "ResumeResult", "SnapshotInfo", "FileInfo", "LogEvent",
     "Event", "Port", "Metrics", "TemplateInfo",
     "Run", "HuntResult", "RateResult", "RateSummary", "ReplayResult", "ReplaySummary", "wilson",
+    "Explained", "Finding",
 ]

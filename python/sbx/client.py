@@ -326,6 +326,13 @@ class Client:
 
         return replay(self, snapshot, seed, cmd, **kw)
 
+    def explain(self, ref: str, cmd: Command, **kw: Any) -> "Any":
+        """explain says why a flaky test fails: its rate, what its failing runs do that its passing runs
+        don't, what makes it worse and when it became certain; see :func:`sbx.explain.explain`."""
+        from .explain import explain
+
+        return explain(self, ref, cmd, **kw)
+
     def delete_all(self, sandboxes: Iterable[Union["Sandbox", str]]) -> List[str]:
         """delete_all deletes the sandboxes (ids or handles), newest first; one already gone is no error.
 
