@@ -68,7 +68,6 @@ NAME's, from the sandbox's /etc/passwd.
   sbx-agent now
   sbx-agent sigdfl -- PROG [ARGS...]
   sbx-agent freeze [--reason TEXT] [--failed-at TIME] [--no-hold] [--json] | freeze --status
-  sbx-agent freeze-why --slot SLOT   (the reason on stdin)
   sbx-agent pystack --pid PID        (a Python process's stacks and locals)
   sbx-agent hunt --config FILE [--evidence]   (sbx hunt's loop; see HuntConfig)
 
@@ -127,8 +126,6 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = runRm(args)
 	case "mv":
 		err = runMv(args)
-	case "freeze-why":
-		err = runFreezeWhy(args, stdin)
 	case "pystack":
 		err = runPyStack(args, stdout)
 	case "now":

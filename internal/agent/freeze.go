@@ -43,14 +43,17 @@ const ExitFreezeCopy = 3
 // The states of a freeze record.
 const (
 	FreezeFreezing    = "freezing"    // asked, no outcome yet
-	FreezeFrozen      = "frozen"      // the original, after a complete freeze
-	FreezeFailed      = "failed"      // gVisor could not write it; the sandbox ran on
+	FreezeFrozen      = "frozen"      // the original, once sbxd recorded the freeze
+	FreezeFailed      = "failed"      // not kept (gVisor or sbxd says why); the sandbox ran on
 	FreezeCopy        = "copy"        // a copy restored from the freeze
 	FreezeUsed        = "used"        // this boot's freeze was used already
 	FreezeUnsupported = "unsupported" // the sandbox was started without freezes
 	// FreezeInterrupted: this sandbox was restored from another capture
 	// (a stop, a snapshot, a fork) taken while the freeze was under way.
 	FreezeInterrupted = "interrupted"
+	// FreezeUnconfirmed: gVisor wrote the checkpoint, and sbxd did not
+	// confirm it in time (it may still: the record follows).
+	FreezeUnconfirmed = "unconfirmed"
 )
 
 // FreezeRecord is what init knows of a freeze, as the freeze command and
@@ -99,8 +102,15 @@ var (
 	openCheckpoint = func() (io.ReadWriteCloser, error) { return os.OpenFile(checkpointPath, os.O_RDWR, 0) }
 )
 
-// whyWait is how long a failed freeze waits for sbxd to say why.
-const whyWait = 5 * time.Second
+// Where sbxd confirms freezes (a variable for tests), how long the freeze
+// command waits for it (sbxd moves and syncs the image first), and how
+// long init goes on watching for a late one.
+var (
+	confirmDir     = freezewire.ConfirmDir
+	confirmWait    = 30 * time.Second
+	confirmWatch   = 15 * time.Minute
+	confirmPollMax = 100 * time.Millisecond
+)
 
 // freezer is init's part that does freezes, one at a time.
 type freezer struct {
@@ -111,10 +121,6 @@ type freezer struct {
 	// outcome.
 	used   map[string]FreezeRecord
 	record FreezeRecord
-	// why is sbxd's reason for a failed freeze, by slot; whyc wakes those
-	// waiting for it.
-	why  map[string]string
-	whyc chan struct{}
 	// console gets the control lines (init's stdout).
 	console io.Writer
 	// settled is closed and replaced each time the record changes state.
@@ -122,7 +128,7 @@ type freezer struct {
 }
 
 func newFreezer(console io.Writer) *freezer {
-	return &freezer{used: map[string]FreezeRecord{}, why: map[string]string{}, whyc: make(chan struct{}), console: console, settled: make(chan struct{})}
+	return &freezer{used: map[string]FreezeRecord{}, console: console, settled: make(chan struct{})}
 }
 
 // bootEnv is the current boot's spec environment, from gVisor.
@@ -305,12 +311,16 @@ func (f *freezer) freeze(req initRequest, p peer) FreezeRecord {
 	f.mu.Unlock()
 	switch result {
 	case "resume":
-		rec.State = FreezeFrozen
+		// gVisor wrote it: frozen once sbxd says it recorded it
+		f.tell(rec, freezewire.Frozen)
+		rec = f.confirmed(rec, env)
 		f.mu.Lock()
 		f.used[env.slot] = rec
 		f.mu.Unlock()
 		f.setRecord(rec)
-		f.tell(rec, freezewire.Frozen)
+		if rec.State == FreezeUnconfirmed {
+			go f.lateConfirm(rec, env.slot)
+		}
 		return rec
 	case "restore":
 		now, err := readBootEnv()
@@ -332,8 +342,8 @@ func (f *freezer) freeze(req initRequest, p peer) FreezeRecord {
 		f.setRecord(rec)
 		f.tell(rec, freezewire.Failed)
 		rec.Error = "gVisor could not write the checkpoint; the sandbox ran on and nothing was lost"
-		if why := f.waitWhy(env.slot, whyWait); why != "" {
-			rec.Error = why + "; the sandbox ran on and nothing was lost"
+		if c, ok, _ := waitConfirm(env.slot, env.sandbox, whyWait); ok && c.Result == freezewire.Failed && c.Reason != "" {
+			rec.Error = c.Reason + "; the sandbox ran on and nothing was lost"
 		} else {
 			rec.Error += " (sbxd says why in the sandbox's events: sbx events " + env.sandbox + ")"
 		}
@@ -342,6 +352,91 @@ func (f *freezer) freeze(req initRequest, p peer) FreezeRecord {
 		f.mu.Unlock()
 		f.setRecord(rec)
 		return rec
+	}
+}
+
+// whyWait is how long a failed freeze waits for sbxd to say why.
+const whyWait = 5 * time.Second
+
+// confirmed is rec once sbxd has said what became of the freeze gVisor
+// wrote into env's slot: frozen as the snapshot sbxd names, failed (sbxd
+// could not keep it), or unconfirmed after confirmWait. In a copy restored
+// from a capture (a snapshot, a fork) taken as the original's freeze ended,
+// or while this waited, sbxd's word is the original's and not to be had
+// there: the copy says so.
+func (f *freezer) confirmed(rec FreezeRecord, env bootEnv) FreezeRecord {
+	c, ok, copyID := waitConfirm(env.slot, env.sandbox, confirmWait)
+	if copyID != "" {
+		rec.State, rec.Copy = FreezeInterrupted, copyID
+		rec.Error = "sbx captured sandbox " + env.sandbox + " (a snapshot or a fork) just as its freeze ended, and this is that capture, restored: the freeze is the original's (`sbx snapshot info " + env.name + "` says whether sbxd kept it)"
+		return rec
+	}
+	return applyConfirm(rec, c, ok)
+}
+
+func applyConfirm(rec FreezeRecord, c freezewire.Confirm, ok bool) FreezeRecord {
+	switch {
+	case ok && c.Result == freezewire.Frozen && c.Name != "":
+		rec.State, rec.Name, rec.Error = FreezeFrozen, c.Name, ""
+	case ok:
+		rec.State = FreezeFailed
+		rec.Error = orText(c.Reason, "sbxd did not keep the freeze") + "; the sandbox ran on and nothing was lost"
+	default:
+		rec.State = FreezeUnconfirmed
+		rec.Error = fmt.Sprintf("gVisor wrote the checkpoint, but sbxd did not confirm recording it within %s (is sbxd running?): whether it was kept says `sbx snapshot info %s`, and `%s --status` once it is", confirmWait, rec.Name, FreezeCommand)
+	}
+	return rec
+}
+
+func orText(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// lateConfirm goes on waiting for sbxd's word on an unconfirmed freeze
+// (sbxd was down, or slow), and records it when it comes, unless another
+// freeze has been recorded since.
+func (f *freezer) lateConfirm(rec FreezeRecord, slot string) {
+	c, ok, copyID := waitConfirm(slot, rec.Sandbox, confirmWatch)
+	if !ok || copyID != "" {
+		return
+	}
+	rec = applyConfirm(rec, c, true)
+	f.mu.Lock()
+	cur := f.record
+	if cur.Slot == slot && cur.State == FreezeUnconfirmed {
+		f.used[slot] = rec
+	}
+	f.mu.Unlock()
+	if cur.Slot == slot && cur.State == FreezeUnconfirmed {
+		f.setRecord(rec)
+	}
+}
+
+// waitConfirm waits up to d for sbxd's word on the freeze in slot of
+// sandbox, in the read-only dir only sbxd writes (freezewire.ConfirmDir).
+// copyID is set when this is now another sandbox (a copy restored from a
+// capture taken meanwhile), where that word never comes.
+func waitConfirm(slot, sandbox string, d time.Duration) (c freezewire.Confirm, ok bool, copyID string) {
+	path := filepath.Join(confirmDir, slot)
+	pause := 5 * time.Millisecond
+	for deadline := time.Now().Add(d); ; {
+		if b, err := readRegular(path, 8<<10); err == nil {
+			if json.Unmarshal(b, &c) == nil && (c.Result == freezewire.Frozen || c.Result == freezewire.Failed) {
+				c.Name, c.Reason = freezewire.Printable(c.Name), freezewire.Printable(c.Reason)
+				return c, true, ""
+			}
+		}
+		if now, err := readBootEnv(); err == nil && now.sandbox != "" && now.sandbox != sandbox {
+			return freezewire.Confirm{}, false, now.sandbox
+		}
+		if time.Now().After(deadline) {
+			return freezewire.Confirm{}, false, ""
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, confirmPollMax)
 	}
 }
 
@@ -418,32 +513,6 @@ func (f *freezer) tell(rec FreezeRecord, result string) {
 		FailedAt: rec.FailedAt, Triggered: rec.Triggered, Done: rec.Done, Crash: rec.Crash,
 	})
 	_, _ = f.console.Write(line)
-}
-
-// setWhy records sbxd's reason for the failed freeze of slot.
-func (f *freezer) setWhy(slot, why string) {
-	f.mu.Lock()
-	f.why[slot] = why
-	close(f.whyc)
-	f.whyc = make(chan struct{})
-	f.mu.Unlock()
-}
-
-func (f *freezer) waitWhy(slot string, d time.Duration) string {
-	deadline := time.After(d)
-	for {
-		f.mu.Lock()
-		why, ch := f.why[slot], f.whyc
-		f.mu.Unlock()
-		if why != "" {
-			return why
-		}
-		select {
-		case <-ch:
-		case <-deadline:
-			return ""
-		}
-	}
 }
 
 // cmdline is pid's command line, its arguments joined by spaces.
@@ -569,26 +638,4 @@ func callInitFreeze(req initRequest) (initReply, error) {
 		return initReply{}, err
 	}
 	return rep, nil
-}
-
-// runFreezeWhy hands init sbxd's reason for the failed freeze of a slot
-// (read from stdin), for the freeze command that waits for it.
-func runFreezeWhy(args []string, stdin io.Reader) error {
-	fset := flag.NewFlagSet("freeze-why", flag.ContinueOnError)
-	slot := fset.String("slot", "", "the slot of the failed freeze")
-	if _, err := parseFlags(fset, args, 0, "freeze-why --slot SLOT"); err != nil {
-		return err
-	}
-	b, err := io.ReadAll(io.LimitReader(stdin, 4096))
-	if err != nil {
-		return failf(ExitError, "freeze-why: %s", err)
-	}
-	rep, err := callInit(initRequest{Op: "freeze-why", Slot: *slot, Reason: strings.TrimSpace(string(b))})
-	if err != nil {
-		return failf(ExitError, "freeze-why: %s", err)
-	}
-	if rep.Error != "" {
-		return failf(ExitInvalid, "%s", rep.Error)
-	}
-	return nil
 }

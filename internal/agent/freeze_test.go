@@ -2,7 +2,7 @@ package agent
 
 import (
 	"bytes"
-	"errors"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -53,15 +53,20 @@ func (f *fakeCheckpoint) Close() error { return nil }
 
 // freezeEnv points the freezer at a spec environment, a record file and a
 // fake checkpoint file of the test's own.
+// It stands for sbxd too: each boot's freeze is confirmed as recorded
+// under the boot's name (writeEnviron writes the confirmation ahead).
 func fakeFreezeEnv(t *testing.T, cp *fakeCheckpoint, env map[string]string) (environ string) {
 	t.Helper()
 	dir := t.TempDir()
 	environ = filepath.Join(dir, "spec_environ")
-	writeEnviron(t, environ, env)
-	oldEnv, oldRec, oldOpen := specEnvironPath, freezeRecord, openCheckpoint
+	oldEnv, oldRec, oldOpen, oldConfirm, oldWait, oldWatch := specEnvironPath, freezeRecord, openCheckpoint, confirmDir, confirmWait, confirmWatch
 	specEnvironPath, freezeRecord = environ, filepath.Join(dir, "run", "record.json")
+	confirmDir, confirmWait, confirmWatch = filepath.Join(dir, "confirm"), 2*time.Second, 5*time.Second
 	openCheckpoint = func() (io.ReadWriteCloser, error) { return cp, nil }
-	t.Cleanup(func() { specEnvironPath, freezeRecord, openCheckpoint = oldEnv, oldRec, oldOpen })
+	t.Cleanup(func() {
+		specEnvironPath, freezeRecord, openCheckpoint, confirmDir, confirmWait, confirmWatch = oldEnv, oldRec, oldOpen, oldConfirm, oldWait, oldWatch
+	})
+	writeEnviron(t, environ, env)
 	return environ
 }
 
@@ -73,6 +78,26 @@ func writeEnviron(t *testing.T, path string, env map[string]string) {
 		b.WriteString(k + "=" + v + "\x00")
 	}
 	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if slot, name := env[freezewire.SlotEnv], env[freezewire.NameEnv]; slot != "" && name != "" {
+		confirm(t, slot, &freezewire.Confirm{Result: freezewire.Frozen, Name: name})
+	}
+}
+
+// confirm writes sbxd's word on the freeze in slot (nil: none).
+func confirm(t *testing.T, slot string, c *freezewire.Confirm) {
+	t.Helper()
+	path := filepath.Join(confirmDir, slot)
+	if c == nil {
+		os.Remove(path)
+		return
+	}
+	if err := os.MkdirAll(confirmDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(c)
+	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -186,15 +211,10 @@ func TestFreezeInterrupted(t *testing.T) {
 func TestFreezeFailedSaysWhy(t *testing.T) {
 	cp := &fakeCheckpoint{result: "error"}
 	fakeFreezeEnv(t, cp, bootEnvA)
+	// sbxd, having seen gVisor's files, says why
+	confirm(t, "im_aaaaaaaaaa", &freezewire.Confirm{Result: freezewire.Failed, Reason: "gVisor could not write the checkpoint: write: no space left on device"})
 	var console syncBuffer
 	f := newFreezer(&console)
-	go func() {
-		// sbxd, having read the verdict, says why
-		for !strings.Contains(console.String(), freezewire.Prefix) {
-			time.Sleep(5 * time.Millisecond)
-		}
-		f.setWhy("im_aaaaaaaaaa", "no space left on device: the disk of sbxd's data dir has 0 B free")
-	}()
 	r := f.freeze(initRequest{}, peer{pid: os.Getpid()})
 	if r.State != FreezeFailed || !strings.Contains(r.Error, "no space left on device") || !strings.Contains(r.Error, "nothing was lost") {
 		t.Fatalf("record %+v, want failed with sbxd's reason", r)
@@ -207,6 +227,75 @@ func TestFreezeFailedSaysWhy(t *testing.T) {
 	if again := f.freeze(initRequest{}, peer{pid: os.Getpid()}); again.State != FreezeUsed || !strings.Contains(again.Error, "failed") {
 		t.Errorf("a freeze after a failed one: %+v, want used, saying the first failed", again)
 	}
+}
+
+// TestFreezeConfirm: the freeze says it froze only once sbxd, in the dir
+// only sbxd writes, names the snapshot it recorded; gVisor's "resume" and
+// the sandbox's own line are not enough.
+func TestFreezeConfirm(t *testing.T) {
+	t.Run("none", func(t *testing.T) {
+		cp := &fakeCheckpoint{result: "resume"}
+		fakeFreezeEnv(t, cp, bootEnvA)
+		confirmWait = 50 * time.Millisecond
+		confirm(t, "im_aaaaaaaaaa", nil)
+		f := newFreezer(io.Discard)
+		r := f.freeze(initRequest{}, peer{pid: os.Getpid()})
+		if r.State != FreezeUnconfirmed || !strings.Contains(r.Error, "did not confirm") || !strings.Contains(r.Error, "sbx snapshot info freeze-web-aaaa") {
+			t.Fatalf("record %+v, want unconfirmed, saying how to find out", r)
+		}
+		// sbxd confirms late (it was down): the record follows
+		confirm(t, "im_aaaaaaaaaa", &freezewire.Confirm{Result: freezewire.Frozen, Name: "freeze-web-aaaa"})
+		deadline := time.Now().Add(5 * time.Second)
+		for f.status(0).State != FreezeFrozen && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := f.status(0); got.State != FreezeFrozen || got.Name != "freeze-web-aaaa" {
+			t.Errorf("after a late confirmation: %+v, want frozen", got)
+		}
+	})
+	t.Run("renamed", func(t *testing.T) {
+		cp := &fakeCheckpoint{result: "resume"}
+		fakeFreezeEnv(t, cp, bootEnvA)
+		confirm(t, "im_aaaaaaaaaa", &freezewire.Confirm{Result: freezewire.Frozen, Name: "freeze-aaaaaaaaaa"})
+		if r := newFreezer(io.Discard).freeze(initRequest{}, peer{pid: os.Getpid()}); r.State != FreezeFrozen || r.Name != "freeze-aaaaaaaaaa" {
+			t.Errorf("record %+v, want frozen under the name sbxd recorded", r)
+		}
+	})
+	t.Run("refused", func(t *testing.T) {
+		cp := &fakeCheckpoint{result: "resume"}
+		fakeFreezeEnv(t, cp, bootEnvA)
+		confirm(t, "im_aaaaaaaaaa", &freezewire.Confirm{Result: freezewire.Failed, Reason: "the sandbox's freeze quota (8) is used"})
+		r := newFreezer(io.Discard).freeze(initRequest{}, peer{pid: os.Getpid()})
+		if r.State != FreezeFailed || !strings.Contains(r.Error, "quota") {
+			t.Errorf("record %+v, want failed with sbxd's reason", r)
+		}
+	})
+	t.Run("copied while waiting", func(t *testing.T) {
+		// a snapshot taken while init waited for sbxd: in the copy, the
+		// original's word never comes
+		cp := &fakeCheckpoint{result: "resume"}
+		environ := fakeFreezeEnv(t, cp, bootEnvA)
+		confirm(t, "im_aaaaaaaaaa", nil)
+		time.AfterFunc(50*time.Millisecond, func() {
+			writeEnviron(t, environ, map[string]string{freezewire.SlotEnv: "im_bbbbbbbbbb", freezewire.SandboxEnv: "sb_bbbbbbbbbb", freezewire.RestoredFromEnv: "im_snapsnapsn"})
+		})
+		r := newFreezer(io.Discard).freeze(initRequest{}, peer{pid: os.Getpid()})
+		if r.State != FreezeInterrupted || r.Copy != "sb_bbbbbbbbbb" || !strings.Contains(r.Error, "the freeze is the original's") {
+			t.Errorf("record %+v, want interrupted, saying the freeze is the original's", r)
+		}
+	})
+	t.Run("not a file", func(t *testing.T) {
+		cp := &fakeCheckpoint{result: "resume"}
+		fakeFreezeEnv(t, cp, bootEnvA)
+		confirmWait = 50 * time.Millisecond
+		confirm(t, "im_aaaaaaaaaa", nil)
+		if err := syscall.Mkfifo(filepath.Join(confirmDir, "im_aaaaaaaaaa"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if r := newFreezer(io.Discard).freeze(initRequest{}, peer{pid: os.Getpid()}); r.State != FreezeUnconfirmed {
+			t.Errorf("record %+v with a FIFO for a confirmation, want unconfirmed (and no hang)", r)
+		}
+	})
 }
 
 func TestFreezeRefused(t *testing.T) {
@@ -282,27 +371,6 @@ func TestFreezeCommand(t *testing.T) {
 	// bad flags
 	if code := Main([]string{"freeze", "--nope"}, nil, &out, &errb); code != ExitInvalid {
 		t.Errorf("freeze --nope: exit %d, want %d", code, ExitInvalid)
-	}
-}
-
-// TestFreezeWhyOnlyRoot: only root may tell init why a freeze failed, and
-// only of a well-formed slot.
-func TestFreezeWhy(t *testing.T) {
-	s := startSupervisor(t)
-	var console syncBuffer
-	s.freezer = newFreezer(&console)
-	err := runFreezeWhy([]string{"--slot", "../x"}, strings.NewReader("why"))
-	var ee *exitError
-	if !errors.As(err, &ee) || ee.code != ExitInvalid {
-		t.Errorf("freeze-why of a bad slot: %v, want an invalid-argument error", err)
-	}
-	if os.Getuid() == 0 {
-		if err := runFreezeWhy([]string{"--slot", "im_aaaaaaaaaa"}, strings.NewReader("disk full\n")); err != nil {
-			t.Fatal(err)
-		}
-		if why := s.freezer.waitWhy("im_aaaaaaaaaa", time.Second); why != "disk full" {
-			t.Errorf("why %q, want %q", why, "disk full")
-		}
 	}
 }
 

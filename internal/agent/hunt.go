@@ -278,7 +278,7 @@ func (h *hunt) loop() int {
 				if r.State == FreezeCopy || r.State == FreezeInterrupted {
 					hold() // a copy of the frozen sandbox: the hunt is the original's
 				}
-				if (r.State == FreezeFrozen || r.State == FreezeFailed) && r.Triggered.After(started) {
+				if (r.State == FreezeFrozen || r.State == FreezeFailed || r.State == FreezeUnconfirmed) && r.Triggered.After(started) {
 					froze = &r // the run froze itself
 				}
 			}

@@ -56,12 +56,10 @@ type initRequest struct {
 	// ":group" (resolved from the sandbox's /etc/passwd and /etc/group).
 	User string `json:"user,omitempty"`
 	// A freeze's (see freeze.go): what failed, when, and whether the
-	// process asking is the one to keep (else its parent is); a failed
-	// freeze's slot and sbxd's reason ("freeze-why", in Reason).
+	// process asking is the one to keep (else its parent is).
 	Reason   string `json:"reason,omitempty"`
 	FailedAt string `json:"failedAt,omitempty"`
 	Self     bool   `json:"self,omitempty"`
-	Slot     string `json:"slot,omitempty"`
 	// Crash is set by init itself for a crash's freeze (crash.go); no
 	// request can carry it.
 	Crash *freezewire.Crash `json:"-"`
@@ -302,7 +300,7 @@ func (s *supervisor) handle(conn *os.File) {
 			// answered when the command ends, however long that is
 			_ = conn.SetDeadline(time.Time{})
 			rep = s.waitExec(req)
-		case "freeze", "freeze-status", "freeze-why":
+		case "freeze", "freeze-status":
 			rep = s.freezeOp(conn, req)
 		default:
 			rep = initReply{Code: ExitUsageExec, Error: fmt.Sprintf("unknown op %q", req.Op)}
@@ -326,19 +324,9 @@ func (s *supervisor) freezeOp(conn *os.File, req initRequest) initReply {
 		_ = conn.SetDeadline(time.Time{})
 		r := s.freezer.freeze(req, p)
 		return initReply{Freeze: &r}
-	case "freeze-status":
+	default: // freeze-status
 		r := s.freezer.status(2 * time.Second)
 		return initReply{Freeze: &r}
-	default: // freeze-why
-		if !freezewire.ValidSlot(req.Slot) {
-			return initReply{Code: ExitInvalid, Error: fmt.Sprintf("freeze-why: bad slot %q", req.Slot)}
-		}
-		p, err := peerOf(conn)
-		if err != nil || p.uid != 0 {
-			return initReply{Code: ExitError, Error: "freeze-why: only root tells why a freeze failed"}
-		}
-		s.freezer.setWhy(req.Slot, freezewire.Printable(req.Reason))
-		return initReply{}
 	}
 }
 

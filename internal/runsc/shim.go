@@ -303,12 +303,16 @@ func shimConsole(spec ShimSpec) int {
 // controlFilter passes the console through, but for init's control lines
 // (package freezewire): each starts with freezewire.ControlByte, which
 // nothing else on the console has, and ends at a newline. A freeze's is
-// turned into its slot's verdict file and a readable line.
+// written into its slot as the verdict (the latest line stands) and shown
+// as a readable line. It is a hint: sbxd looks at the slot itself, and
+// nothing here removes or changes what gVisor wrote (root inside can write
+// such a line too).
 type controlFilter struct {
 	out       io.Writer
 	freezeDir string
 	line      []byte // a control line being read
 	in        bool
+	last      map[string]string // the verdict last written, by slot
 }
 
 func (c *controlFilter) Write(p []byte) {
@@ -346,51 +350,37 @@ func (c *controlFilter) flush() {
 	}
 }
 
+// maxSlotsTold bounds the slots the filter remembers a verdict for.
+const maxSlotsTold = 64
+
 func (c *controlFilter) control(line []byte) {
 	v, err := freezewire.Parse(line)
 	if err != nil {
 		fmt.Fprintf(c.out, "sbx: a control line from init that is not understood (%s)\n", err)
 		return
 	}
-	what := "froze the sandbox"
+	what := "the sandbox says it froze"
 	if v.Result == freezewire.Failed {
-		what = "a freeze failed; the sandbox ran on"
+		what = "the sandbox says a freeze failed"
 	}
 	fmt.Fprintf(c.out, "sbx: %s (slot %s, %d ms)\n", what, v.Slot, v.Done.Sub(v.Triggered).Milliseconds())
 	if c.freezeDir == "" {
 		return
 	}
 	dir := filepath.Join(c.freezeDir, v.Slot)
-	if _, err := os.Stat(filepath.Join(dir, freezewire.VerdictFile)); err == nil {
-		return // told already: the first word stands
-	}
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
 		return // not a slot of this sandbox's (a copy telling of its original's)
 	}
-	if v.Result == freezewire.Failed {
-		freeFailedSlot(dir)
+	body := string(bytes.TrimSuffix(line[len(freezewire.Prefix):], []byte("\n")))
+	if c.last[v.Slot] == body {
+		return // told already: a flood of one line is one write
 	}
-	_ = writeFile0600(filepath.Join(dir, freezewire.VerdictFile), bytes.TrimSuffix(line[len(freezewire.Prefix):], []byte("\n")))
-}
-
-// freeFailedSlot empties what a failed checkpoint wrote into a slot: it is
-// of no use, and on a full disk it leaves no room for the verdict. A disk
-// (nearly) full as it failed is noted first (freezewire.NoSpaceFile), so
-// that sbxd can say why.
-func freeFailedSlot(dir string) {
-	var st syscall.Statfs_t
-	full := false
-	var free int64
-	if syscall.Statfs(dir, &st) == nil {
-		free = int64(st.Bavail) * st.Bsize
-		full = free < 64<<20 || st.Bavail*50 < st.Blocks
+	if c.last == nil || len(c.last) >= maxSlotsTold {
+		c.last = map[string]string{}
 	}
-	for _, f := range []string{freezewire.StateFile, freezewire.PagesMetaFile, freezewire.PagesFile} {
-		_ = os.Truncate(filepath.Join(dir, f), 0)
-	}
-	if full {
-		_ = writeFile0600(filepath.Join(dir, freezewire.NoSpaceFile), []byte(strconv.FormatInt(free, 10)))
-	}
+	c.last[v.Slot] = body
+	// a rename (writeFile0600), so that sbxd never reads half a verdict
+	_ = writeFile0600(filepath.Join(dir, freezewire.VerdictFile), []byte(body))
 }
 
 func shimExec(spec ShimSpec, say func(string, ...any)) int {

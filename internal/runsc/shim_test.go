@@ -245,8 +245,9 @@ func TestCappedFile(t *testing.T) {
 }
 
 // TestControlFilter: init's control lines are taken out of the console,
-// wherever a write splits them; a freeze's verdict lands in its slot, only
-// once, and only in a slot of the sandbox's; anything else is text.
+// wherever a write splits them; a freeze's verdict lands in its slot (the
+// latest stands: it is a hint, sbxd decides from the slot), and only in a
+// slot of the sandbox's; anything else is text.
 func TestControlFilter(t *testing.T) {
 	freezeDir := t.TempDir()
 	slot := filepath.Join(freezeDir, "im_abcdefghij")
@@ -267,7 +268,7 @@ func TestControlFilter(t *testing.T) {
 	}
 	c.flush()
 	got := out.String()
-	if strings.IndexByte(got, freezewire.ControlByte) >= 0 || !strings.HasPrefix(got, "before sbx: froze the sandbox") || !strings.HasSuffix(got, "after\n") {
+	if strings.IndexByte(got, freezewire.ControlByte) >= 0 || !strings.HasPrefix(got, "before sbx: the sandbox says it froze") || !strings.HasSuffix(got, "after\n") {
 		t.Errorf("console %q: want the control lines replaced by readable ones", got)
 	}
 	b, err := os.ReadFile(filepath.Join(slot, freezewire.VerdictFile))
@@ -275,8 +276,8 @@ func TestControlFilter(t *testing.T) {
 		t.Fatal(err)
 	}
 	v, err := freezewire.Parse(append([]byte(freezewire.Prefix), b...))
-	if err != nil || v.Result != freezewire.Frozen || v.Reason != "first" {
-		t.Errorf("verdict %+v %v, want the first word (frozen)", v, err)
+	if err != nil || v.Result != freezewire.Failed || v.Reason != "second" {
+		t.Errorf("verdict %+v %v, want the latest word", v, err)
 	}
 	if _, err := os.Stat(filepath.Join(freezeDir, "im_zzzzzzzzzz")); err == nil {
 		t.Error("a verdict for a slot the sandbox does not have made a directory")
@@ -290,10 +291,10 @@ func TestControlFilter(t *testing.T) {
 	}
 }
 
-// TestControlFilterFailed: a failed freeze's partial checkpoint is emptied
-// before its verdict is written (on a full disk, that makes the room), and
-// the full disk is noted for sbxd's reason.
-func TestControlFilterFailed(t *testing.T) {
+// TestControlFilterHarmless: a verdict, forged or not, changes nothing
+// gVisor wrote: a "failed" line used to empty the slot's files, so root
+// inside could destroy a freeze under way.
+func TestControlFilterHarmless(t *testing.T) {
 	freezeDir := t.TempDir()
 	slot := filepath.Join(freezeDir, "im_abcdefghij")
 	if err := os.Mkdir(slot, 0o700); err != nil {
@@ -308,14 +309,14 @@ func TestControlFilterFailed(t *testing.T) {
 	c := &controlFilter{out: &out, freezeDir: freezeDir}
 	c.Write(freezewire.Line(freezewire.Verdict{Slot: "im_abcdefghij", Result: freezewire.Failed}))
 	for _, f := range []string{freezewire.StateFile, freezewire.PagesFile} {
-		if fi, err := os.Stat(filepath.Join(slot, f)); err != nil || fi.Size() != 0 {
-			t.Errorf("%s after a failed freeze: %v, want it emptied", f, err)
+		if fi, err := os.Stat(filepath.Join(slot, f)); err != nil || fi.Size() != 8192 {
+			t.Errorf("%s after a failed verdict: %v, want it as gVisor left it", f, err)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(slot, freezewire.VerdictFile)); err != nil {
 		t.Errorf("no verdict: %v", err)
 	}
-	if !strings.Contains(out.String(), "a freeze failed") {
-		t.Errorf("console %q: want the failure said", out.String())
+	if !strings.Contains(out.String(), "the sandbox says a freeze failed") {
+		t.Errorf("console %q: want the failure said, as the sandbox's word", out.String())
 	}
 }

@@ -42,6 +42,7 @@ func (m *Manager) deleteLocked(ctx context.Context, id string, withSnapshots boo
 		return nil, err
 	}
 	defer c.end()
+	m.noteSlot(ctx, id) // a freeze done by now is kept
 	if err := m.destroyRuntime(ctx, id); err != nil {
 		// The sandbox may still be there: keep its record, say why.
 		c.abandon(ctx)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,15 +31,23 @@ import (
 // which gVisor writes the whole sandbox when asked, once per boot; SLOT is
 // the image id the freeze becomes. The sandbox's init does the freeze and
 // tells its outcome on the console; the console shim writes that verdict
-// into the slot; sbxd, watching the slot (inotify), records it at once as
-// a named snapshot with memory, freeze-NAME-XXXX, journaled as every
-// capture is. A freeze that failed is an event that says why (and the
-// sandbox, which ran on, is told too); its partial files go.
+// into the slot; sbxd, watching the slot (inotify), looks at the slot.
 //
-// A slot whose sandbox is gone (a stop, a delete, a new boot) and that
-// holds no verdict is settled for good: an unused one is removed, a used
-// one without a verdict (a checkpoint written without /.sbx/freeze, or a
-// sandbox that ended mid-freeze) is dropped with an event.
+// The verdict is the sandbox's word, and root inside can forge it: it only
+// wakes sbxd and gives the details (who asked, why, a crash). What sbxd
+// records it decides from gVisor's files (slotOutcome): the sandbox's
+// process holds them until the checkpoint is done, then (as sbx builds
+// runsc) closes them, and a failed one's state file holds only gVisor's
+// error. A whole freeze is recorded at once as a named snapshot with
+// memory, freeze-NAME-XXXX, journaled as every capture is. A failed one
+// is an event that says why; its files go. Either way sbxd then confirms
+// it to the sandbox in a file only sbxd writes (confirmFreeze), and only
+// that makes the freeze command say "froze as X".
+//
+// A slot whose sandbox is gone (a stop, a delete, a new boot) is settled
+// for good: an unused one is removed, a used one sbxd did not see finish,
+// or without a verdict (a checkpoint written without /.sbx/freeze), is
+// dropped with an event.
 
 func (m *Manager) freezeRoot() string             { return filepath.Join(m.cfg.DataDir, "freeze") }
 func (m *Manager) freezeDir(id string) string     { return filepath.Join(m.freezeRoot(), id) }
@@ -79,6 +88,7 @@ func freezeName(sb *store.Sandbox, slot string) string {
 // restores ("" for a boot from the template).
 func (m *Manager) armFreeze(ctx context.Context, sb *store.Sandbox, from string) (string, map[string]string, []string, error) {
 	m.settleFreezesLocked(ctx, sb, false)
+	m.pruneConfirms(sb.ID)
 	slot := newID("im_")
 	name := freezeName(sb, slot)
 	if taken, err := m.cfg.Store.SnapshotNameTaken(ctx, name); err == nil && taken {
@@ -154,68 +164,280 @@ func (m *Manager) settleFreezes(ctx context.Context, id string) {
 // its verdict: the console shim may still be reading init's last line.
 const verdictWait = time.Second
 
-// settleFreezesLocked records the freezes sb's slots hold a verdict for,
-// and, unless running (its runsc sandbox is gone, or about to boot anew),
-// clears the rest: a slot without a verdict can no longer get one. The
-// caller holds sb's lock.
+// settleFreezesLocked looks at sb's slots: a freeze gVisor finished and the
+// sandbox told of is recorded, or its failure is; unless running (its runsc
+// sandbox is gone, or about to boot anew), the rest are cleared, as they
+// can no longer be. The caller holds sb's lock.
 func (m *Manager) settleFreezesLocked(ctx context.Context, sb *store.Sandbox, running bool) {
 	ents, err := os.ReadDir(m.freezeDir(sb.ID))
 	if err != nil {
 		return
 	}
 	cur := m.currentSlot(sb.ID)
+	var proc runsc.Proc
+	if running && cur != "" {
+		proc = m.sandboxProc(ctx, sb.ID)
+	}
 	for _, e := range ents {
 		slot := e.Name()
 		if !e.IsDir() || !freezewire.ValidSlot(slot) {
 			continue
 		}
 		dir := m.slotDir(sb.ID, slot)
-		v, ok := readVerdict(dir)
-		if !ok && !running && slotUsed(dir) {
+		live := running && slot == cur
+		var seen runsc.Proc // the boot's process, for a slot of the running boot
+		if live {
+			seen = proc
+		}
+		out, gvisorWhy := slotOutcome(dir, seen)
+		v, told := readVerdict(dir)
+		if !told && !live && out != slotOpen && slotUsed(dir) {
 			// the console shim may be reading init's last line still
 			deadline := time.Now().Add(verdictWait)
-			for !ok && time.Now().Before(deadline) {
+			for !told && time.Now().Before(deadline) {
 				time.Sleep(50 * time.Millisecond)
-				v, ok = readVerdict(dir)
+				v, told = readVerdict(dir)
 			}
 		}
 		switch {
-		case ok && v.Slot != slot:
-			m.dropSlot(ctx, sb, slot, fmt.Sprintf("its verdict names another slot (%s)", v.Slot))
-		case ok && v.Result == freezewire.Frozen:
+		case out == slotWhole && told:
 			m.recordFreeze(ctx, sb, slot, v)
-		case ok:
-			m.failedFreeze(ctx, sb, slot, v)
-		case running && slot == cur:
-			// armed, or a freeze under way: its verdict will come
-		case slotUsed(dir):
-			m.dropSlot(ctx, sb, slot, "a checkpoint was written into it with no word from the sandbox's init (written to /proc/gvisor/checkpoint without /.sbx/freeze, or the sandbox ended mid-freeze), so whether it is whole is unknown")
-		default:
+		case out == slotFailed && told:
+			m.failedFreeze(ctx, sb, slot, v, gvisorWhy)
+		case live && out == slotOpen:
+			if told {
+				// a line before gVisor is done (or of a freeze never asked):
+				// look again once the slot's files are let go
+				m.awaitSlot(ctx, sb.ID, slot, proc)
+			}
+			// else armed: its verdict will come
+		case live && told:
+			// the process is gone while sbxd looks (reconcile sees to it)
+		case live:
+			// done without a word from init yet: a checkpoint written
+			// straight to /proc/gvisor/checkpoint is dropped when the boot
+			// ends, unless a verdict comes
+		case !slotUsed(dir):
 			m.freezes.unwatch(sb.ID, slot)
 			_ = os.RemoveAll(dir) // armed and never used
+		case out == slotFailed:
+			m.dropSlot(ctx, sb, slot, "a checkpoint failed with no word from the sandbox's init ("+orDefault(gvisorWhy, "gVisor gave no reason")+")")
+		case !told:
+			m.dropSlot(ctx, sb, slot, "a checkpoint was written into it with no word from the sandbox's init (written to /proc/gvisor/checkpoint without /.sbx/freeze, or the sandbox ended mid-freeze), so whether it is whole is unknown")
+		default:
+			m.dropSlot(ctx, sb, slot, "the sandbox ended before sbxd saw gVisor finish writing it (its init's word alone is no proof), so whether it is whole is unknown")
 		}
 	}
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// slotOutcome is what gVisor's files in a slot say of its checkpoint.
+type slotState int
+
+const (
+	// slotOpen: the boot's process holds the files: not asked yet, or
+	// still being written.
+	slotOpen slotState = iota
+	// slotWhole: gVisor let them go, and the state file is a statefile.
+	slotWhole
+	// slotFailed: gVisor let them go, and the state file holds its error
+	// (or nothing).
+	slotFailed
+	// slotUnseen: sbxd did not see the boot's process let them go (it is
+	// gone, or not known): whether the checkpoint is whole is unknown.
+	slotUnseen
+)
+
+// stateMagic starts every gVisor statefile; appSaveFailed starts the
+// state file of a failed checkpoint (third_party/gvisor, _boot/restore.go).
+const (
+	stateMagic    = "\x67\x56\x69\x73\x6f\x72\x53\x46"
+	appSaveFailed = "sbx: checkpoint failed: "
+)
+
+// slotOutcome looks at a slot. proc is the process of the boot the slot is
+// armed for, alive ({} for a boot that is gone): a slot it no longer holds
+// is done, and that is noted in the slot (freezewire.DoneFile), as
+// nothing can be seen of it once the process ends. For a failed one it
+// also returns gVisor's error.
+func slotOutcome(dir string, proc runsc.Proc) (slotState, string) {
+	if b, err := readRegularBounded(filepath.Join(dir, freezewire.DoneFile), 64); err == nil {
+		switch string(b) {
+		case freezewire.DoneWhole:
+			return slotWhole, ""
+		case freezewire.DoneFailed:
+			return slotFailed, failedWhy(dir)
+		}
+	}
+	if proc.Pid <= 0 {
+		return slotUnseen, ""
+	}
+	held, ok := holdsFiles(proc, dir)
+	if !ok {
+		return slotUnseen, ""
+	}
+	if held {
+		return slotOpen, ""
+	}
+	head, _ := readRegularBounded(filepath.Join(dir, freezewire.StateFile), int64(len(stateMagic)))
+	out, note := slotFailed, freezewire.DoneFailed
+	if string(head) == stateMagic {
+		out, note = slotWhole, freezewire.DoneWhole
+	}
+	if err := writeFileAtomic(filepath.Join(dir, freezewire.DoneFile), []byte(note)); err != nil {
+		return slotUnseen, ""
+	}
+	if out == slotFailed {
+		return out, failedWhy(dir)
+	}
+	return out, ""
+}
+
+// failedWhy is the error gVisor wrote into a failed checkpoint's state
+// file ("" if none).
+func failedWhy(dir string) string {
+	b, err := readRegularBounded(filepath.Join(dir, freezewire.StateFile), 1100)
+	if err != nil {
+		return ""
+	}
+	s, ok := strings.CutPrefix(string(b), appSaveFailed)
+	if !ok {
+		return ""
+	}
+	return freezewire.Printable(strings.TrimSpace(s))
+}
+
+// readRegularBounded reads up to n bytes of a regular file, not following
+// a symlink.
+func readRegularBounded(path string, n int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
+	return io.ReadAll(io.LimitReader(f, n))
+}
+
+// holdsFiles reports whether proc has one of the slot's gVisor files open.
+// ok is false when proc is not (or no longer) a live process: an exiting
+// one has closed everything, which says nothing of the checkpoint.
+func holdsFiles(proc runsc.Proc, dir string) (held, ok bool) {
+	var want []*syscall.Stat_t
+	for _, f := range []string{freezewire.StateFile, freezewire.PagesMetaFile, freezewire.PagesFile} {
+		var st syscall.Stat_t
+		if syscall.Stat(filepath.Join(dir, f), &st) == nil {
+			want = append(want, &st)
+		}
+	}
+	fdDir := "/proc/" + strconv.Itoa(proc.Pid) + "/fd"
+	ents, err := os.ReadDir(fdDir)
+	if err != nil || len(ents) < 3 {
+		return false, false
+	}
+	for _, e := range ents {
+		var st syscall.Stat_t
+		if syscall.Stat(filepath.Join(fdDir, e.Name()), &st) != nil {
+			continue
+		}
+		for _, w := range want {
+			if st.Dev == w.Dev && st.Ino == w.Ino {
+				return true, proc.Alive()
+			}
+		}
+	}
+	// it let them go: so it says only if it is still the same, live process
+	if !proc.Alive() || processZombie(proc.Pid) {
+		return false, false
+	}
+	return false, true
+}
+
+// processZombie reports whether pid has exited (a zombie, or dead).
+func processZombie(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+2 >= len(b) {
+		return true
+	}
+	return b[i+2] == 'Z' || b[i+2] == 'X'
+}
+
+// sandboxProc is sandbox id's runsc sandbox process ({} if none runs).
+func (m *Manager) sandboxProc(ctx context.Context, id string) runsc.Proc {
+	st, err := m.cfg.Runtime.State(ctx, id)
+	if err != nil || !st.Live() || st.Pid <= 0 {
+		return runsc.Proc{}
+	}
+	return runsc.Proc{Pid: st.Pid, Start: runsc.ProcessStart(st.Pid)}
+}
+
+// slotAwait bounds how long sbxd watches a slot whose verdict came before
+// gVisor let its files go (a big sandbox's checkpoint, or a line forged
+// before any).
+const slotAwait = 15 * time.Minute
+
+// awaitSlot watches, in the background, for the boot's process proc to
+// let the slot's files go, and then settles the sandbox's slots again.
+// One watch per slot.
+func (m *Manager) awaitSlot(ctx context.Context, id, slot string, proc runsc.Proc) {
+	key := id + "/" + slot
+	if !m.freezes.startAwait(key) {
+		return
+	}
+	dir := m.slotDir(id, slot)
+	go func() {
+		defer m.freezes.endAwait(key)
+		pause := 10 * time.Millisecond
+		for deadline := time.Now().Add(slotAwait); time.Now().Before(deadline); {
+			time.Sleep(pause)
+			pause = min(2*pause, 250*time.Millisecond)
+			if _, err := os.Stat(dir); err != nil {
+				return // settled meanwhile
+			}
+			if held, ok := holdsFiles(proc, dir); held && ok {
+				continue
+			}
+			m.freezes.endAwait(key)
+			m.settleFreezes(context.WithoutCancel(ctx), id)
+			return
+		}
+	}()
 }
 
 // tellWait bounds how long a stop waits for the verdict of a freeze its
 // capture came just after (letFreezeTell).
 const tellWait = 5 * time.Second
 
-// letFreezeTell lets stopped sandbox id, paused after its capture, tell of
-// a freeze gVisor has written and init has not told of yet, before the
-// stop destroys it. runsc (as sbx builds it) takes one checkpoint at a
-// time: a capture asked while a freeze is under way waits for it, and then
-// holds init between gVisor's answer and its verdict. Unpaused, the
-// original tells a moment later; without that the freeze would be dropped
-// as cut short. A freeze written without init (root writing to gVisor's
-// file) has no verdict to wait for: tellWait bounds it.
+// letFreezeTell notes what gVisor left in the slot of stopped sandbox id,
+// paused after its capture and still there (slotOutcome: it can be seen
+// only while the boot's process lives), and lets the sandbox tell of a
+// freeze gVisor has written and init has not told of yet, before the stop
+// destroys it. runsc (as sbx builds it) takes one checkpoint at a time: a
+// capture asked while a freeze is under way waits for it, and then holds
+// init between gVisor's answer and its verdict. Unpaused, the original
+// tells a moment later; without that the freeze would be dropped as cut
+// short. A freeze written without init (root writing to gVisor's file) has
+// no verdict to wait for: tellWait bounds it.
 func (m *Manager) letFreezeTell(ctx context.Context, id string) {
 	slot := m.currentSlot(id)
 	if slot == "" {
 		return
 	}
 	dir := m.slotDir(id, slot)
-	if _, told := readVerdict(dir); told || !slotUsed(dir) {
+	out, _ := slotOutcome(dir, m.sandboxProc(ctx, id))
+	if _, told := readVerdict(dir); told || out == slotOpen || out == slotUnseen {
 		return
 	}
 	if err := m.cfg.Runtime.Resume(ctx, id); err != nil {
@@ -229,6 +451,14 @@ func (m *Manager) letFreezeTell(ctx context.Context, id string) {
 	}
 }
 
+// noteSlot notes what gVisor left in running sandbox id's slot, before
+// its process goes (a delete): a freeze done by then can still be kept.
+func (m *Manager) noteSlot(ctx context.Context, id string) {
+	if slot := m.currentSlot(id); slot != "" {
+		_, _ = slotOutcome(m.slotDir(id, slot), m.sandboxProc(ctx, id))
+	}
+}
+
 // slotUsed reports whether gVisor wrote anything into a slot.
 func slotUsed(dir string) bool {
 	fi, err := os.Stat(filepath.Join(dir, freezewire.StateFile))
@@ -236,20 +466,15 @@ func slotUsed(dir string) bool {
 }
 
 // readVerdict reads a slot's verdict, bounded: it is the sandbox's word.
+// One that cannot be read is still a verdict, with nothing in it.
 func readVerdict(dir string) (freezewire.Verdict, bool) {
-	f, err := os.Open(filepath.Join(dir, freezewire.VerdictFile))
-	if err != nil {
-		return freezewire.Verdict{}, false
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, freezewire.MaxLine))
+	b, err := readRegularBounded(filepath.Join(dir, freezewire.VerdictFile), freezewire.MaxLine)
 	if err != nil {
 		return freezewire.Verdict{}, false
 	}
 	v, err := freezewire.Parse(append([]byte(freezewire.Prefix), b...))
-	if err != nil {
-		// a verdict that cannot be read is a failure with that reason
-		return freezewire.Verdict{Slot: filepath.Base(dir), Result: freezewire.Failed, Reason: "unreadable verdict: " + err.Error()}, true
+	if err != nil || v.Slot != filepath.Base(dir) {
+		return freezewire.Verdict{Slot: filepath.Base(dir), Reason: "the sandbox's word on it could not be read"}, true
 	}
 	return v, true
 }
@@ -262,59 +487,99 @@ func readSlotMeta(dir string) slotMeta {
 	return sm
 }
 
-// dropSlot removes a slot whose freeze cannot be kept, with an event.
+// dropSlot removes a slot whose freeze cannot be kept, with an event, and
+// tells the sandbox.
 func (m *Manager) dropSlot(ctx context.Context, sb *store.Sandbox, slot, why string) {
 	m.freezes.unwatch(sb.ID, slot)
 	dir := m.slotDir(sb.ID, slot)
 	name := readSlotMeta(dir).Name
 	_ = os.RemoveAll(dir)
 	m.captureEvent(ctx, sb.ID, "frozen", m.now(), 0, errors.New("freeze dropped: "+why), map[string]any{"name": name, "slot": slot})
+	m.confirmFreeze(sb.ID, slot, freezewire.Confirm{Result: freezewire.Failed, Reason: "sbxd dropped it: " + why})
 }
 
 // failedFreeze records a freeze gVisor could not write: an event saying
-// why, as far as the host can tell, which the sandbox is told too; its
-// partial files go.
-func (m *Manager) failedFreeze(ctx context.Context, sb *store.Sandbox, slot string, v freezewire.Verdict) {
+// why, which the sandbox is told too; its files go.
+func (m *Manager) failedFreeze(ctx context.Context, sb *store.Sandbox, slot string, v freezewire.Verdict, gvisorWhy string) {
 	m.freezes.unwatch(sb.ID, slot)
 	dir := m.slotDir(sb.ID, slot)
 	name := readSlotMeta(dir).Name
-	why := m.whyFreezeFailed(dir, v)
+	why := m.whyFreezeFailed(dir, gvisorWhy)
 	_ = os.RemoveAll(dir)
 	m.captureEvent(ctx, sb.ID, "frozen", orNow(v.Triggered, m.now()), 0, errors.New(why), freezeDetail(name, slot, v))
-	if sb.State == api.StateReady {
-		go m.tellWhy(context.WithoutCancel(ctx), sb.ID, slot, why)
-	}
+	m.confirmFreeze(sb.ID, slot, freezewire.Confirm{Result: freezewire.Failed, Reason: why})
 }
 
-// whyFreezeFailed is the cause of a failed freeze as seen from the host:
-// gVisor's own reason is in its debug log only.
-func (m *Manager) whyFreezeFailed(dir string, v freezewire.Verdict) string {
-	if strings.HasPrefix(v.Reason, "unreadable verdict") {
-		return "the sandbox's word on its freeze could not be read (" + v.Reason + ")"
+// whyFreezeFailed is the cause of a failed freeze: gVisor's own error, and
+// a disk that is (nearly) full.
+func (m *Manager) whyFreezeFailed(dir, gvisorWhy string) string {
+	why := "gVisor could not write the checkpoint"
+	if gvisorWhy != "" {
+		why += ": " + gvisorWhy
+	} else {
+		why += " (sbxd --runsc-debug-log DIR records gVisor's reason)"
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, freezewire.NoSpaceFile)); err == nil {
-		free, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-		return fmt.Sprintf("no space left on device: the disk of sbxd's data dir (%s) had %s free as the freeze failed", m.cfg.DataDir, fmtBytes(free))
+	if strings.Contains(gvisorWhy, "no space left") {
+		return why + fmt.Sprintf(" (no space left on device: the disk of sbxd's data dir, %s)", m.cfg.DataDir)
 	}
 	var fs syscall.Statfs_t
 	if err := syscall.Statfs(dir, &fs); err == nil {
 		free := int64(fs.Bavail) * fs.Bsize
 		if free < minFree || fs.Bavail*50 < fs.Blocks {
-			return fmt.Sprintf("no space left on device: the disk of sbxd's data dir (%s) has %s free", m.cfg.DataDir, fmtBytes(free))
+			return why + fmt.Sprintf(" (no space left on device: the disk of sbxd's data dir, %s, has %s free)", m.cfg.DataDir, fmtBytes(free))
 		}
 	}
-	return "gVisor could not write the checkpoint (sbxd --runsc-debug-log DIR records gVisor's reason)"
+	return why
 }
 
-// tellWhy hands the sandbox's init the reason its freeze failed, for the
-// freeze command waiting for it. Best effort, bounded.
-func (m *Manager) tellWhy(ctx context.Context, id, slot, why string) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	_, err := m.cfg.Runtime.Exec(ctx, id, runsc.ExecOptions{Args: []string{runsc.AgentPath, "freeze-why", "--slot", slot}},
-		strings.NewReader(why), io.Discard, io.Discard)
-	if err != nil {
-		m.log.Debug("tell a sandbox why its freeze failed", "sandbox", id, "err", err)
+// confirmDir is where sbxd confirms sandbox id's freezes: in its etc dir,
+// which the sandbox sees read-only (freezewire.ConfirmDir).
+func (m *Manager) confirmDir(id string) string {
+	return filepath.Join(m.sandboxDir(id), "etc", freezewire.ConfirmSubdir)
+}
+
+// keepConfirms is how many confirmations a sandbox keeps: those of its
+// latest boots (a boot restored from a stop taken as a freeze ended may
+// still wait for its own).
+const keepConfirms = 16
+
+// pruneConfirms removes all but the newest keepConfirms confirmations.
+func (m *Manager) pruneConfirms(id string) {
+	ents, err := os.ReadDir(m.confirmDir(id))
+	if err != nil || len(ents) <= keepConfirms {
+		return
+	}
+	type conf struct {
+		name string
+		mod  time.Time
+	}
+	var cs []conf
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil {
+			cs = append(cs, conf{e.Name(), fi.ModTime()})
+		}
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i].mod.After(cs[j].mod) })
+	for _, c := range cs[min(keepConfirms, len(cs)):] {
+		_ = os.Remove(filepath.Join(m.confirmDir(id), c.name))
+	}
+}
+
+// confirmFreeze tells the sandbox what became of its freeze in slot, in a
+// file only sbxd writes. Best effort: a sandbox that is gone has no use
+// for it.
+func (m *Manager) confirmFreeze(id, slot string, c freezewire.Confirm) {
+	if _, err := os.Stat(filepath.Join(m.sandboxDir(id), "etc")); err != nil {
+		return
+	}
+	dir := m.confirmDir(id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		m.log.Warn("confirm a freeze to its sandbox", "sandbox", id, "err", err)
+		return
+	}
+	b, _ := json.Marshal(c)
+	if err := writeFileAtomic(filepath.Join(dir, slot), b); err != nil {
+		m.log.Warn("confirm a freeze to its sandbox", "sandbox", id, "err", err)
 	}
 }
 
@@ -372,6 +637,7 @@ func (m *Manager) recordFreeze(ctx context.Context, sb *store.Sandbox, slot stri
 		_ = os.RemoveAll(dir)
 		_ = m.removeImage(slot)
 		m.captureEvent(ctx, sb.ID, "frozen", start, 0, err, detail)
+		m.confirmFreeze(sb.ID, slot, freezewire.Confirm{Result: freezewire.Failed, Reason: "gVisor wrote it, but sbxd could not keep it: " + err.Error()})
 	}
 	if err := verifyCheckpoint(dir); err != nil {
 		fail(fmt.Errorf("the freeze's image is not whole: %w", err))
@@ -400,7 +666,7 @@ func (m *Manager) recordFreeze(ctx context.Context, sb *store.Sandbox, slot stri
 		fail(err)
 		return
 	}
-	for _, f := range []string{freezewire.VerdictFile, slotMetaFile} {
+	for _, f := range []string{freezewire.VerdictFile, slotMetaFile, freezewire.DoneFile} {
 		_ = os.Rename(filepath.Join(dir, f), filepath.Join(img, f))
 	}
 	if err := moveDir(dir, m.imageMem(slot)); err != nil {
@@ -429,6 +695,7 @@ func (m *Manager) recordFreeze(ctx context.Context, sb *store.Sandbox, slot stri
 		return
 	}
 	m.captureEvent(ctx, sb.ID, "frozen", start, size, nil, detail)
+	m.confirmFreeze(sb.ID, slot, freezewire.Confirm{Result: freezewire.Frozen, Name: sn.Name})
 }
 
 // moveDir renames from to to; across file systems it copies, then removes.
@@ -470,7 +737,7 @@ func copyFile(from, to string) error {
 }
 
 // reconcileFreeze finishes recording a freeze whose image was moved into
-// place (the verdict said it was whole): it is completed and recorded. One
+// place (sbxd saw gVisor finish it, whole): it is completed and recorded. One
 // cut short before that is left to its slot (settled with its sandbox).
 func (m *Manager) reconcileFreeze(ctx context.Context, c *inFlight, in *store.Intent) (string, string) {
 	var sn store.Snapshot
@@ -508,6 +775,7 @@ func (m *Manager) reconcileFreeze(ctx context.Context, c *inFlight, in *store.In
 	if err != nil {
 		return "error", fmt.Sprintf("the freeze's image is complete but cannot be recorded: %v; it stays in %s", err, m.imageDir(in.ID))
 	}
+	m.confirmFreeze(in.SandboxID, in.ID, freezewire.Confirm{Result: freezewire.Frozen, Name: sn.Name})
 	return "snapshot kept", "the freeze's image was whole: the snapshot " + sn.Name + " is kept"
 }
 
@@ -518,6 +786,59 @@ type slotWatcher struct {
 	fd     *os.File
 	bySlot map[string]int32 // sandbox/slot -> watch
 	byWd   map[int32][2]string
+	// awaiting are the slots awaitSlot watches; settling the sandboxes a
+	// settle runs or is due for (true: due again once it ends), so that a
+	// flood of verdicts costs one settle at a time.
+	awaiting map[string]bool
+	settling map[string]bool
+}
+
+func (w *slotWatcher) startAwait(key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.awaiting[key] {
+		return false
+	}
+	if w.awaiting == nil {
+		w.awaiting = map[string]bool{}
+	}
+	w.awaiting[key] = true
+	return true
+}
+
+func (w *slotWatcher) endAwait(key string) {
+	w.mu.Lock()
+	delete(w.awaiting, key)
+	w.mu.Unlock()
+}
+
+// kick runs settle(id) in the background, once at a time per sandbox: a
+// kick while one runs makes it run once more after.
+func (w *slotWatcher) kick(id string, settle func(id string)) {
+	w.mu.Lock()
+	if w.settling == nil {
+		w.settling = map[string]bool{}
+	}
+	if _, running := w.settling[id]; running {
+		w.settling[id] = true
+		w.mu.Unlock()
+		return
+	}
+	w.settling[id] = false
+	w.mu.Unlock()
+	go func() {
+		for {
+			settle(id)
+			w.mu.Lock()
+			if !w.settling[id] {
+				delete(w.settling, id)
+				w.mu.Unlock()
+				return
+			}
+			w.settling[id] = false
+			w.mu.Unlock()
+		}
+	}()
 }
 
 // startFreezeWatch starts watching slots; fn is called with a sandbox's id

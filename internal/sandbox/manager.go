@@ -174,7 +174,9 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.installAgent(); err != nil {
 		return err
 	}
-	if err := m.freezes.start(func(id string) { go m.settleFreezes(context.WithoutCancel(ctx), id) }); err != nil {
+	if err := m.freezes.start(func(id string) {
+		m.freezes.kick(id, func(id string) { m.settleFreezes(context.WithoutCancel(ctx), id) })
+	}); err != nil {
 		return err
 	}
 	if err := m.reconcileJournal(ctx); err != nil {

@@ -232,6 +232,9 @@ func (m *Manager) reconcileStop(ctx context.Context, c *inFlight, in *store.Inte
 		return "dropped", "the sandbox was deleted"
 	}
 	if m.completeImageOf(in.ID, true) {
+		// as a stop does: a freeze the capture came just after is seen,
+		// and told of, before the source goes
+		m.letFreezeTell(ctx, sb.ID)
 		if err := m.destroyRuntimeKeepNetwork(ctx, sb.ID); err != nil {
 			m.log.Warn("reconcile a stop: remove what is left of the source", "sandbox", sb.ID, "err", err)
 		}

@@ -13,10 +13,21 @@
 // is the current boot's, also in a copy restored from a freeze). init,
 // which does every freeze, writes the outcome on its stdout as one control
 // line, Prefix + JSON + "\n". Its stdout is the sandbox's console: the
-// console shim on the host picks the line out, writes it into the slot as
-// VerdictFile, and sbxd, watching the slot, records the freeze. Nothing
-// else inside writes init's stdout, and init escapes ControlByte in what it
-// copies from /dev/console, so a control line is init's.
+// console shim on the host picks the line out and writes it into the slot
+// as VerdictFile, and sbxd, watching the slot, looks at the freeze.
+//
+// A control line is a hint, never proof: root inside can write one too
+// (to /proc/1/fd/1). sbxd decides from what gVisor left in the slot, which
+// nothing inside can write: gVisor (as sbx builds it) closes a slot's files
+// when its checkpoint is done, and empties the state file of one that
+// failed. So a slot whose files the sandbox's process holds no more is
+// done: whole if its state file has content, failed if not. The line gives
+// only what the sandbox says of it (who asked, why, when, a crash).
+//
+// sbxd answers in the sandbox's read-only bind of its etc dir, which only
+// sbxd writes: ConfirmDir/SLOT holds a Confirm once sbxd has recorded the
+// freeze (or knows it failed). The freeze command says "froze as X" only
+// when that file names X.
 package freezewire
 
 import (
@@ -57,10 +68,28 @@ const (
 	PagesMetaFile = "pages_meta.img"
 	PagesFile     = "pages.img"
 	VerdictFile   = "verdict"
-	// NoSpaceFile, beside a failed freeze's verdict, says the disk was
-	// (nearly) full when it failed: the free bytes then, in decimal.
-	NoSpaceFile = "nospace"
+	// DoneFile is sbxd's own note of what it saw of gVisor's checkpoint
+	// in the slot while the sandbox ran: DoneWhole or DoneFailed.
+	DoneFile   = "done"
+	DoneWhole  = "whole"
+	DoneFailed = "failed"
 )
+
+// ConfirmDir is where sbxd confirms a freeze to the sandbox: a read-only
+// bind of the host dir only sbxd writes (ConfirmSubdir of the sandbox's
+// etc dir); ConfirmDir/SLOT holds a Confirm as JSON.
+const (
+	ConfirmDir    = "/run/sbx/etc/" + ConfirmSubdir
+	ConfirmSubdir = "freezes"
+)
+
+// Confirm is sbxd's word on a freeze. Result is Frozen (Name is the
+// snapshot recorded) or Failed (Reason says why, and nothing was kept).
+type Confirm struct {
+	Result string `json:"result"`
+	Name   string `json:"name,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
 
 // ControlByte starts a control line on the console; init replaces it in
 // whatever it copies from /dev/console.

@@ -699,15 +699,58 @@ func (l *Loader) save(o *control.SaveOpts) (err error) {
 // too, and bumped the generation they wait for: a freeze that opened the
 // file just before one ended read "resume" at once, for a save that was
 // not its own, and told of an image still being written.
+//
+// sbx: an application's save ends with its files closed, and a failed one
+// with its state file emptied, before its waiters are told (endAppSave):
+// the host sees the outcome in the files themselves. The files outlived
+// the save (the payload's dups waited for the garbage collector), and a
+// failed save left what it had written, which looked like a start.
 func (l *Loader) saveHeld(o *control.SaveOpts, signal bool) (err error) {
+	if signal {
+		defer func() { l.k.OnCheckpointAttempt(err) }() // last: after endAppSave
+		defer endAppSave(o, &err)
+	}
 	saveOpts, err := control.ConvertToStateSaveOpts(o)
 	if err != nil {
 		return err
 	}
-	defer saveOpts.Close()
+	defer func() {
+		// sbx: the pages are written in the background; an error writing
+		// them (a full disk) comes with Close, and fails the save
+		if cerr := saveOpts.Close(); cerr != nil && err == nil && signal {
+			err = cerr
+		}
+	}()
 
-	return l.saveWithOptsSignal(saveOpts, &o.ExecOpts, signal)
+	return l.saveWithOptsSignal(saveOpts, &o.ExecOpts, false)
 }
+
+// sbx: endAppSave closes the files of an application's save once it is
+// done. A failed save's are emptied first, so the space it took is free
+// again, and its state file then holds only AppSaveFailed and the error:
+// a state file that does not start with the statefile's magic is a failed
+// save's.
+func endAppSave(o *control.SaveOpts, err *error) {
+	for i, f := range o.FilePayload.Files {
+		if f == nil {
+			continue
+		}
+		if *err != nil {
+			_ = f.Truncate(0)
+			if i == 0 {
+				msg := AppSaveFailed + (*err).Error()
+				if len(msg) > 1024 {
+					msg = msg[:1024]
+				}
+				_, _ = f.WriteAt([]byte(msg+"\n"), 0)
+			}
+		}
+		_ = f.Close()
+	}
+}
+
+// sbx: AppSaveFailed starts the state file of a failed application save.
+const AppSaveFailed = "sbx: checkpoint failed: "
 
 // saveWithOpts saves the kernel with the given options.
 func (l *Loader) saveWithOpts(saveOpts *state.SaveOpts, execOpts *control.SaveRestoreExecOpts) (err error) {
