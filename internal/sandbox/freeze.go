@@ -354,24 +354,12 @@ func holdsFiles(proc runsc.Proc, dir string) (held, ok bool) {
 			}
 		}
 	}
-	// it let them go: so it says only if it is still the same, live process
-	if !proc.Alive() || processZombie(proc.Pid) {
+	// it let them go: so it says only if it is still the same, live
+	// process (Alive: not a zombie)
+	if !proc.Alive() {
 		return false, false
 	}
 	return false, true
-}
-
-// processZombie reports whether pid has exited (a zombie, or dead).
-func processZombie(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 || i+2 >= len(b) {
-		return true
-	}
-	return b[i+2] == 'Z' || b[i+2] == 'X'
 }
 
 // sandboxProc is sandbox id's runsc sandbox process ({} if none runs).

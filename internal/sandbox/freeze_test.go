@@ -96,7 +96,7 @@ func TestSlotOutcome(t *testing.T) {
 		p := holder(t, dir, false)
 		proc, _ := os.FindProcess(p.Pid)
 		proc.Kill()
-		for deadline := time.Now().Add(5 * time.Second); !processZombie(p.Pid) && time.Now().Before(deadline); {
+		for deadline := time.Now().Add(5 * time.Second); !zombie(p.Pid) && time.Now().Before(deadline); {
 			time.Sleep(5 * time.Millisecond)
 		}
 		// a zombie has let go of everything: that says nothing
