@@ -48,8 +48,9 @@ func newDfCmd(e *env) *cobra.Command {
 			}
 			fmt.Fprintln(e.stdout)
 			tw = e.table()
-			for _, k := range []string{api.StorageSandbox, api.StorageSnapshot, api.StorageFreeze, api.StorageTemplate, api.StorageOrphan, api.StorageOther} {
-				fmt.Fprintf(tw, "%s\t%s\n", k+"s", size(st.Totals[k]))
+			for _, k := range [][2]string{{api.StorageSandbox, "sandboxes"}, {api.StorageSnapshot, "snapshots"}, {api.StorageFreeze, "freezes"},
+				{api.StorageTemplate, "templates"}, {api.StorageOrphan, "orphans"}, {api.StorageOther, "sbxd's own"}} {
+				fmt.Fprintf(tw, "%s\t%s\n", k[1], size(st.Totals[k[0]]))
 			}
 			budget := "no budget (sbxd --storage-max)"
 			if st.Max > 0 {

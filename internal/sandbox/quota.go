@@ -28,7 +28,7 @@ type FreezeQuota struct {
 
 // DefaultFreezeQuota is sbxd's unless its flags say otherwise: room for a
 // crash hunt's captures, not for a loop.
-var DefaultFreezeQuota = FreezeQuota{MaxCount: 8, MaxBytes: 8 << 30, MinInterval: 5 * time.Second}
+var DefaultFreezeQuota = FreezeQuota{MaxCount: 8, MaxBytes: 8 << 30, MinInterval: time.Second}
 
 // isFreeze reports whether snapshot sn is a freeze (or a crash capture):
 // recordFreeze moves its slot's note and verdict into its image, which no

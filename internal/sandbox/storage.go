@@ -118,8 +118,14 @@ func (u *du) of(p string) int64 {
 	return total
 }
 
-// dataDirBytes is what the data dir holds on the host.
-func (m *Manager) dataDirBytes() int64 { return newDU().of(m.cfg.DataDir) }
+// dataDirBytes is what the data dir holds on the host, its template store
+// too (which may be a link to a directory elsewhere).
+func (m *Manager) dataDirBytes() int64 {
+	u := newDU()
+	return u.of(m.templatesDir()+"/") + u.of(m.cfg.DataDir)
+}
+
+func (m *Manager) templatesDir() string { return filepath.Join(m.cfg.DataDir, "templates") }
 
 // freeBytes is what the data dir's file system has free (-1: unknown).
 func (m *Manager) freeBytes() int64 {
@@ -145,11 +151,12 @@ func (m *Manager) storageAllows(ctx context.Context, what string, need int64) er
 	if need == 0 {
 		return api.Errorf(api.ErrConflict, "%s: sbxd's storage budget is full: its data dir holds %s, more than sbxd --storage-max %s; it is not kept: %s", what, fmtBytes(used), fmtBytes(m.cfg.StorageMax), todo)
 	}
-	return api.Errorf(api.ErrConflict, "%s: sbxd's storage budget is full: its data dir holds %s of sbxd --storage-max %s, and this capture may write %s more; nothing was captured and the sandbox runs on: %s", what, fmtBytes(used), fmtBytes(m.cfg.StorageMax), fmtBytes(need), todo)
+	return api.Errorf(api.ErrConflict, "%s: sbxd's storage budget is full: its data dir holds %s of sbxd --storage-max %s, and this capture may write up to %s more; nothing was captured and the sandbox runs on: %s", what, fmtBytes(used), fmtBytes(m.cfg.StorageMax), fmtBytes(need), todo)
 }
 
 // expectedCapture is what a capture of running sandbox id may write: its
-// disk's changes, and with memory what its cgroup holds.
+// disk's changes (the blocks its overlay's file store holds), and with
+// memory what its memory cgroup holds.
 func (m *Manager) expectedCapture(id string, memory bool) int64 {
 	upper := filepath.Join(m.sandboxDir(id), "upper")
 	n := diskUsage(upper)
@@ -176,7 +183,7 @@ func (m *Manager) captureRoom(ctx context.Context, kind, id string, memory bool)
 	}
 	need := m.expectedCapture(id, memory)
 	if free := m.freeBytes(); free >= 0 && free-need < minFree {
-		return api.Errorf(api.ErrUnavailable, "%s of %s: sbxd's data dir %s has %s free, and this capture may write %s (sbxd keeps %s free); nothing was captured and the sandbox runs on: free some space there (`sbx df`, `sbx prune`)", kind, id, m.cfg.DataDir, fmtBytes(free), fmtBytes(need), fmtBytes(minFree))
+		return api.Errorf(api.ErrUnavailable, "%s of %s: sbxd's data dir %s has %s free, and this capture may write up to %s (sbxd keeps %s free); nothing was captured and the sandbox runs on: free some space there (`sbx df`, `sbx prune`)", kind, id, m.cfg.DataDir, fmtBytes(free), fmtBytes(need), fmtBytes(minFree))
 	}
 	return m.storageAllows(ctx, kind+" of "+id, need)
 }
@@ -236,7 +243,7 @@ func (m *Manager) Storage(ctx context.Context) (*api.Storage, error) {
 		o.Bytes = u.of(m.imageDir(o.ID))
 		out.Orphans = append(out.Orphans, o)
 	}
-	tdir := filepath.Join(m.cfg.DataDir, "templates")
+	tdir := m.templatesDir()
 	if ents, err := os.ReadDir(filepath.Join(tdir, "versions")); err == nil {
 		for _, e := range ents {
 			ver := strings.Replace(e.Name(), "-", ":", 1)
@@ -248,7 +255,7 @@ func (m *Manager) Storage(ctx context.Context) (*api.Storage, error) {
 		}
 	}
 	// the rest of the template store (layers, names, work in progress)
-	tmplRest := u.of(tdir)
+	tmplRest := u.of(tdir + "/")
 	for kind, items := range map[string][]api.StorageItem{
 		api.StorageSandbox: out.Sandboxes, api.StorageSnapshot: out.Snapshots, api.StorageFreeze: out.Freezes,
 		api.StorageTemplate: out.Templates, api.StorageOrphan: out.Orphans,
