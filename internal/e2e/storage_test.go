@@ -77,12 +77,14 @@ func TestStorageFreezeLoopQuota(t *testing.T) {
 		t.Errorf("%d freezes of %s after 4 boots of freeze loops, want the quota, %d: %+v", len(got), id, max, got)
 	}
 	// the freezes past the quota: an event each, saying why
-	var refused []string
+	var refused, slots []string
 	waitFor(t, "the refused freezes' events", 20*time.Second, func() bool {
-		refused = nil
+		refused, slots = nil, nil
 		_ = sdk(d.client).Events(context.Background(), id, false, func(ev api.Event) error {
 			if e, _ := ev.Detail["error"].(string); ev.Type == "frozen" && strings.Contains(e, "freeze quota") {
 				refused = append(refused, e)
+				slot, _ := ev.Detail["slot"].(string)
+				slots = append(slots, slot)
 			}
 			return nil
 		})
@@ -91,10 +93,13 @@ func TestStorageFreezeLoopQuota(t *testing.T) {
 	if len(refused) < 2 || !strings.Contains(refused[0], "sbxd --freeze-max-count 2") || !strings.Contains(refused[0], "sbx snapshot keep NAME") {
 		t.Errorf("the refused freezes' events: %q, want two or more naming --freeze-max-count and what to do", refused)
 	}
-	imgs, _ := os.ReadDir(filepath.Join(d.dir, "images"))
-	sns, _ := d.client.Snapshots(context.Background())
-	if len(imgs) > len(sns)+1 { // the running boot's none; a stop's image went with the resume
-		t.Errorf("%d images for %d snapshots: a refused freeze left its image", len(imgs), len(sns))
+	// a refused freeze leaves neither its slot nor an image
+	for _, slot := range slots {
+		for _, p := range []string{filepath.Join(d.dir, "images", slot), filepath.Join(d.dir, "freeze", id, slot)} {
+			if _, err := os.Stat(p); slot == "" || err == nil {
+				t.Errorf("a refused freeze (slot %q) left %s", slot, p)
+			}
+		}
 	}
 
 	// a fork has a quota of its own, and its loop stays within it too
@@ -211,9 +216,9 @@ func TestStoragePruneOrphans(t *testing.T) {
 			t.Errorf("df after the prune: %s hold %d bytes, want 0", k, after.Totals[k])
 		}
 	}
-	// sbxd's own: the database, its 32 MiB reserve, the agent
-	if after.Used > 64<<20 {
-		t.Errorf("the data dir holds %d bytes after the prune, want only sbxd's own (< 64 MiB): %v", after.Used, after.Totals)
+	// the templates, and sbxd's own: the database, its 32 MiB reserve, the agent
+	if own := after.Used - after.Totals[api.StorageTemplate]; own > 64<<20 || after.Totals[api.StorageOther] != own {
+		t.Errorf("the data dir holds %d bytes besides the templates after the prune, want only sbxd's own (< 64 MiB): %v", own, after.Totals)
 	}
 	ev := lastEvent(t, d, id)
 	if ev.Type != "pruned" {
