@@ -292,3 +292,35 @@ func TestStorageMaxRefusesCapture(t *testing.T) {
 	deleteEverything(t, d)
 	checkNoLeaks(t, d)
 }
+
+// TestStorageCrashCaptureGoesWithSandbox: a crash capture is a freeze: it
+// counts in its sandbox's freezes (sbx df), and goes with the sandbox.
+func TestStorageCrashCaptureGoesWithSandbox(t *testing.T) {
+	d := storageDaemon(t)
+	id := d.newSandbox(t, "--template", "base")
+	buildC(t, d, id, "int main(void) { return *(volatile int *)0; }\n", "/tmp/segv")
+	if _, _, code := execOut(t, d, id, "", "60s", `/tmp/segv`); code != 139 {
+		t.Fatalf("the segfault: exit %d, want 139", code)
+	}
+	cr := crashesOf(t, d, id, 1)[0]
+	if got := dfFreezes(t, d, id); len(got) != 1 || got[0].Name != cr.Snapshot {
+		t.Errorf("df freezes of %s: %+v, want its crash capture %s", id, got, cr.Snapshot)
+	}
+	var res api.DeleteResult
+	if err := func() error {
+		r, err := d.client.Sandbox(id).Delete(context.Background())
+		if err == nil {
+			res = *r
+		}
+		return err
+	}(); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Freezes) != 1 || res.Freezes[0] != cr.Snapshot {
+		t.Errorf("delete %s: %+v, want its crash capture %s removed", id, res, cr.Snapshot)
+	}
+	if _, err := d.client.GetSnapshot(context.Background(), cr.Snapshot); err == nil {
+		t.Errorf("the crash capture %s outlived its sandbox", cr.Snapshot)
+	}
+	checkNoLeaks(t, d)
+}
