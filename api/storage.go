@@ -35,6 +35,16 @@ const (
 	StorageOther    = "other"
 )
 
+// The events storage adds to a sandbox's stream (a deleted one's too).
+const (
+	// EventPruned: `sbx prune` removed an orphan image or a freeze of it.
+	EventPruned = "pruned"
+	// EventSwept: the sweep removed an orphan image of it before its grace
+	// ended, the orphans being past sbxd --orphan-max; or a freeze of it
+	// that outlived it unkept.
+	EventSwept = "swept"
+)
+
 // StorageItem is one thing that uses the data dir.
 type StorageItem struct {
 	Kind string `json:"kind"`

@@ -265,7 +265,7 @@ func TestStorageMaxRefusesCapture(t *testing.T) {
 	t.Logf("after s1:\n%s", d.must(t, "df"))
 	imgs := func() int { e, _ := os.ReadDir(filepath.Join(d.dir, "images")); return len(e) }
 	before := imgs()
-	for _, c := range [][]string{{"snapshot", id, "s2"}, {"stop", id, "--wait"}, {"fork", id, "--wait"}} {
+	for _, c := range [][]string{{"snapshot", id, "s2"}, {"stop", id, "--wait"}, {"fork", id}, {"fork", id, "--memory", "--wait"}} {
 		r := d.sbx(t, c...)
 		if r.code == 0 || !strings.Contains(r.stderr, "storage budget is full") || !strings.Contains(r.stderr, "sbxd --storage-max") || !strings.Contains(r.stderr, "sbx prune") {
 			t.Errorf("sbx %s at the budget: exit %d %q, want refused naming the budget and what to do", strings.Join(c, " "), r.code, r.stderr)

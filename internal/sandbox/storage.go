@@ -244,12 +244,21 @@ func (m *Manager) Storage(ctx context.Context) (*api.Storage, error) {
 		out.Orphans = append(out.Orphans, o)
 	}
 	tdir := m.templatesDir()
+	// a name is a link to the version it points at
+	names := map[string][]string{}
+	if ents, err := os.ReadDir(filepath.Join(tdir, "names")); err == nil {
+		for _, e := range ents {
+			if v, err := os.Readlink(filepath.Join(tdir, "names", e.Name())); err == nil {
+				names[v] = append(names[v], e.Name())
+			}
+		}
+	}
 	if ents, err := os.ReadDir(filepath.Join(tdir, "versions")); err == nil {
 		for _, e := range ents {
 			ver := strings.Replace(e.Name(), "-", ":", 1)
-			it := api.StorageItem{Kind: api.StorageTemplate, ID: ver, Bytes: u.of(filepath.Join(tdir, "versions", e.Name()))}
+			it := api.StorageItem{Kind: api.StorageTemplate, ID: ver, Name: strings.Join(names[ver], ","), Bytes: u.of(filepath.Join(tdir, "versions", e.Name()))}
 			if t, err := m.cfg.Templates.Version(ver); err == nil {
-				it.Name, it.CreatedAt = t.Name, t.CreatedAt
+				it.CreatedAt = t.CreatedAt
 			}
 			out.Templates = append(out.Templates, it)
 		}
@@ -417,12 +426,8 @@ func (m *Manager) Prune(ctx context.Context, req api.PruneRequest) (*api.PruneRe
 
 // The events storage adds to a sandbox's stream (deleted ones' included).
 const (
-	// EventPruned: `sbx prune` removed an orphan image or a freeze of it.
-	EventPruned = "pruned"
-	// EventSwept: the sweep removed an orphan image of it before its grace
-	// ended, the orphans being past sbxd --orphan-max; or a freeze of it
-	// that outlived it.
-	EventSwept = "swept"
+	EventPruned = api.EventPruned
+	EventSwept  = api.EventSwept
 )
 
 // sweepStorage is the sweep's part for storage: orphans past --orphan-max
