@@ -324,3 +324,19 @@ func TestStorageCrashCaptureGoesWithSandbox(t *testing.T) {
 	}
 	checkNoLeaks(t, d)
 }
+
+// TestStorageHuntKeepsItsFreeze: `sbx hunt --freeze` deletes the original
+// once its failing run is frozen; the freeze is the hunt's catch, so it is
+// kept (a freeze otherwise goes with its sandbox) and still restores.
+func TestStorageHuntKeepsItsFreeze(t *testing.T) {
+	d := shared
+	name := "hkf-" + randHex(4)
+	var frozen string
+	_, s := frozenHunt(t, d, t.TempDir(), name, &frozen, "--runs", "3", "--", "sh", "-c", "exit 1")
+	sn, err := d.client.GetSnapshot(context.Background(), s.Frozen)
+	if err != nil || !sn.Kept {
+		t.Fatalf("the hunt's freeze %s after the original's delete: %+v %v, want kept", s.Frozen, sn, err)
+	}
+	cp := d.newSandbox(t, "--from", s.Frozen)
+	d.must(t, "exec", cp, "--", "true")
+}
