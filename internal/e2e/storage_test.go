@@ -172,6 +172,18 @@ func TestStorageDeleteLeavesNoFreeze(t *testing.T) {
 	if sns, _ := d.client.Snapshots(context.Background()); len(sns) != 0 {
 		t.Errorf("snapshots after delete --all: %+v, want none", sns)
 	}
+	// bad input: a clear error, nothing changed
+	if r := d.sbx(t, "snapshot", "keep", "nosuch"); r.code != 1 || !strings.Contains(r.stderr, "snapshot nosuch not found") {
+		t.Errorf("snapshot keep nosuch: exit %d %q, want 1 saying it is not found", r.code, r.stderr)
+	}
+	if r := d.sbx(t, "snapshot", "keep"); r.code != 2 {
+		t.Errorf("snapshot keep with no name: exit %d %q, want a usage error", r.code, r.stderr)
+	}
+	for _, body := range []any{map[string]any{"olderThan": "soon"}, map[string]any{"orphans": "yes"}, map[string]any{"nosuch": true}} {
+		if code, b := d.rawAPI(t, "POST", "/v1/storage/prune", body); code != 400 {
+			t.Errorf("POST /v1/storage/prune %v: %d %s, want 400", body, code, b)
+		}
+	}
 	checkNoLeaks(t, d)
 }
 
