@@ -204,6 +204,9 @@ func snapshotLines(s *api.Snapshot) [][2]string {
 	add("memory", yesNo(s.Memory))
 	add("paused", s.Paused)
 	add("size", sizeIEC(s.Size))
+	if s.Kept {
+		add("kept", "yes (sbx snapshot keep: outlives its sandbox, in no freeze quota)")
+	}
 	if !s.CreatedAt.IsZero() {
 		add("created", s.CreatedAt.Local().Format(time.RFC3339))
 	}

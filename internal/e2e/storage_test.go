@@ -352,3 +352,27 @@ func TestStorageHuntKeepsItsFreeze(t *testing.T) {
 	cp := d.newSandbox(t, "--from", s.Frozen)
 	d.must(t, "exec", cp, "--", "true")
 }
+
+// TestStorageOrphanMax: orphans past --orphan-max are collected before
+// their grace ends, with a swept event in their sandbox's stream.
+func TestStorageOrphanMax(t *testing.T) {
+	d := storageDaemon(t, "--orphan-max", "1M")
+	id := d.newSandbox(t)
+	d.must(t, "exec", id, "--", "sh", "-c", "head -c 8000000 /dev/urandom > /tmp/blob")
+	d.must(t, "stop", id, "--wait")
+	d.must(t, "delete", id)
+	waitFor(t, "the orphan past --orphan-max to be swept", 30*time.Second, func() bool {
+		e, _ := os.ReadDir(filepath.Join(d.dir, "images"))
+		return len(e) == 0
+	})
+	ev := lastEvent(t, d, id)
+	if r, _ := ev.Detail["reason"].(string); ev.Type != "swept" || !strings.Contains(r, "sbxd --orphan-max 1.0 MiB") {
+		t.Errorf("the last event of %s: %s %v, want swept naming --orphan-max", id, ev.Type, ev.Detail)
+	}
+	var st api.Storage
+	d.jsonOut(t, &st, "df")
+	if len(st.Orphans) != 0 || st.OrphanMax != 1<<20 {
+		t.Errorf("df after the sweep: orphans %+v, orphanMax %d; want none, 1 MiB", st.Orphans, st.OrphanMax)
+	}
+	checkNoLeaks(t, d)
+}
