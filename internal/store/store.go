@@ -119,8 +119,11 @@ ALTER TABLE images ADD COLUMN retire_at INTEGER;
 // ports published on the preview proxy: the only ones it serves.
 // schemaV10 marks the snapshots a user promoted (sbx snapshot keep): a
 // freeze so marked no longer goes with its sandbox, nor counts in its quota.
+// Every snapshot taken before is kept: it was taken under the promise that
+// a snapshot outlives its sandbox (a hunt's freeze, above all).
 const schemaV10 = `
 ALTER TABLE snapshots ADD COLUMN kept INTEGER NOT NULL DEFAULT 0;
+UPDATE snapshots SET kept = 1;
 `
 
 const schemaV9 = `
