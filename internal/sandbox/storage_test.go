@@ -302,3 +302,38 @@ func TestStorageBudget(t *testing.T) {
 		t.Errorf("a snapshot once the orphan is pruned: %v", err)
 	}
 }
+
+// TestDeleteReconciledKeepsItsWord: a delete cut short by a crash of sbxd
+// is finished at the next start as it was asked: with keepFreezes its
+// freezes stay (kept), without it they go.
+func TestDeleteReconciledKeepsItsWord(t *testing.T) {
+	ctx := context.Background()
+	m, clk := newTestManager(t, 0)
+	for _, keep := range []bool{true, false} {
+		a, err := m.Create(ctx, api.CreateRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb, _ := m.cfg.Store.Sandbox(ctx, a.ID)
+		fz := addFreeze(t, m, sb, "freeze-"+strings.TrimPrefix(sb.ID, "sb_"), 1<<20, clk.now())
+		// journaled, then sbxd died
+		in := &store.Intent{ID: newID("op_"), Kind: kindDelete, SandboxID: sb.ID, Step: "journaled",
+			Detail: map[string]any{"withSnapshots": false, "keepFreezes": keep}, StartedAt: clk.now()}
+		if err := m.cfg.Store.AddIntent(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.reconcileJournal(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.cfg.Store.Sandbox(ctx, sb.ID); !errors.Is(err, api.ErrNotFound) {
+			t.Errorf("keepFreezes %v: the sandbox after the reconcile: %v, want deleted", keep, err)
+		}
+		got, err := m.cfg.Store.Snapshot(ctx, fz.Name)
+		switch {
+		case keep && (err != nil || !got.Kept):
+			t.Errorf("keepFreezes: its freeze after the reconcile: %+v %v, want kept", got, err)
+		case !keep && !errors.Is(err, api.ErrNotFound):
+			t.Errorf("without keepFreezes: its freeze after the reconcile: %+v %v, want gone", got, err)
+		}
+	}
+}
