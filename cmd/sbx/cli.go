@@ -55,7 +55,7 @@ func newRoot(e *env) *cobra.Command {
 		&cobra.Group{ID: groupSandboxes, Title: "Sandboxes:"},
 		&cobra.Group{ID: groupCaptures, Title: "Snapshots, forks, stop and resume:"},
 		&cobra.Group{ID: groupRun, Title: "Commands, logs and reach:"},
-		&cobra.Group{ID: groupFiles, Title: "Files and templates:"},
+		&cobra.Group{ID: groupFiles, Title: "Files, templates and disk use:"},
 		&cobra.Group{ID: groupFlaky, Title: "Flaky tests:"},
 	)
 	verbs := []struct {
