@@ -309,9 +309,15 @@ func (m *Manager) view(ctx context.Context) (*view, error) {
 }
 
 // orphans are the images no sandbox or snapshot owns, oldest first:
-// those recorded as orphaned, and dirs no record names (left by a crash)
-// once untrackedGrace has passed and no capture in flight names them.
+// those recorded as orphaned (a retired one of a sandbox that lives, only
+// once its retire time has passed: runsc may read it until then), and dirs
+// no record names (left by a crash) once untrackedGrace has passed and no
+// capture in flight names them.
 func (m *Manager) orphans(ctx context.Context, v *view) []api.StorageItem {
+	live := map[string]bool{}
+	for _, sb := range v.sandboxes {
+		live[sb.ID] = true
+	}
 	owned := map[string]bool{}
 	for _, sn := range v.snapshots {
 		owned[sn.ID] = true
@@ -327,7 +333,8 @@ func (m *Manager) orphans(ctx context.Context, v *view) []api.StorageItem {
 		if owned[im.ID] && im.OrphanedAt.IsZero() {
 			continue
 		}
-		if !im.OrphanedAt.IsZero() && !owned[im.ID] {
+		retiring := live[im.SandboxID] && (im.RetireAt.IsZero() || m.now().Before(im.RetireAt))
+		if !im.OrphanedAt.IsZero() && !owned[im.ID] && !retiring {
 			out = append(out, api.StorageItem{Kind: api.StorageOrphan, ID: im.ID, SandboxID: im.SandboxID, CreatedAt: im.CreatedAt})
 		}
 		owned[im.ID] = true

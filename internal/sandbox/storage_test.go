@@ -337,3 +337,27 @@ func TestDeleteReconciledKeepsItsWord(t *testing.T) {
 		}
 	}
 }
+
+// TestRetiringImageIsNoOrphan: the image a sandbox was just resumed from
+// is kept through its retire grace (runsc may still read it): prune and
+// the orphan budget leave it; once the grace has passed, it is an orphan.
+func TestRetiringImageIsNoOrphan(t *testing.T) {
+	ctx := context.Background()
+	m, clk := newTestManager(t, 0)
+	m.cfg.OrphanMax = 1
+	a, _ := m.Create(ctx, api.CreateRequest{})
+	img := newID("im_")
+	os.MkdirAll(m.imageDir(img), 0o700)
+	os.WriteFile(m.imageDisk(img), make([]byte, 1<<20), 0o600)
+	m.cfg.Store.AddImage(ctx, &store.Image{ID: img, SandboxID: a.ID, Kind: "stop", CreatedAt: clk.now()})
+	m.retireImage(ctx, img)
+	m.sweepStorage(ctx)
+	res, err := m.Prune(ctx, api.PruneRequest{Orphans: true})
+	if err != nil || len(res.Removed) != 0 || !fileExists(m.imageDir(img)) {
+		t.Fatalf("prune within the retire grace: %+v %v, image there %v; want nothing removed", res, err, fileExists(m.imageDir(img)))
+	}
+	clk.add(retireGrace + time.Second)
+	if res, err := m.Prune(ctx, api.PruneRequest{Orphans: true}); err != nil || len(res.Removed) != 1 || fileExists(m.imageDir(img)) {
+		t.Errorf("prune after the retire grace: %+v %v, want the image removed", res, err)
+	}
+}

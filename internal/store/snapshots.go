@@ -132,6 +132,9 @@ type Image struct {
 	Kind       string
 	CreatedAt  time.Time
 	OrphanedAt time.Time // zero while its sandbox exists
+	// RetireAt is when a retired image may go (zero: not retired): runsc
+	// may read a restored image until then.
+	RetireAt time.Time
 }
 
 // AddImage records an image.
@@ -212,7 +215,7 @@ func (s *Store) TemplateVersionsInUse(ctx context.Context) (map[string][]string,
 
 // Images returns every image record.
 func (s *Store) Images(ctx context.Context) ([]*Image, error) {
-	rows, err := s.q.QueryContext(ctx, `SELECT id, sandbox_id, kind, created_at, orphaned_at FROM images`)
+	rows, err := s.q.QueryContext(ctx, `SELECT id, sandbox_id, kind, created_at, orphaned_at, retire_at FROM images`)
 	if err != nil {
 		return nil, err
 	}
@@ -221,13 +224,16 @@ func (s *Store) Images(ctx context.Context) ([]*Image, error) {
 	for rows.Next() {
 		var im Image
 		var created int64
-		var orphaned sql.NullInt64
-		if err := rows.Scan(&im.ID, &im.SandboxID, &im.Kind, &created, &orphaned); err != nil {
+		var orphaned, retire sql.NullInt64
+		if err := rows.Scan(&im.ID, &im.SandboxID, &im.Kind, &created, &orphaned, &retire); err != nil {
 			return nil, err
 		}
 		im.CreatedAt = time.Unix(0, created)
 		if orphaned.Valid {
 			im.OrphanedAt = time.Unix(0, orphaned.Int64)
+		}
+		if retire.Valid {
+			im.RetireAt = time.Unix(0, retire.Int64)
 		}
 		out = append(out, &im)
 	}
