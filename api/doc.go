@@ -8,7 +8,7 @@
 //	GET    /v1/sandboxes?meta=K=V&parent=ID&state=S    []Sandbox (the filters are optional; meta and state repeat)
 //	POST   /v1/sandboxes                   CreateRequest -> 201 Sandbox
 //	GET    /v1/sandboxes/{id}                          Sandbox        ({id} is an id or a name, everywhere)
-//	DELETE /v1/sandboxes/{id}?withSnapshots=1          DeleteResult (withSnapshots also removes the snapshots taken from it)
+//	DELETE /v1/sandboxes/{id}?withSnapshots=1          DeleteResult (withSnapshots also removes the snapshots taken from it; its freezes go unless keepFreezes=1)
 //	POST   /v1/sandboxes/{id}/snapshots    SnapshotRequest -> 201 Snapshot
 //	POST   /v1/sandboxes/{id}/fork         ForkRequest -> stream of ForkEvent: "sandbox.forking" (ids) at once,
 //	                                                   "sandbox.captured" when the parent's state is taken,
@@ -41,6 +41,9 @@
 //	GET    /v1/snapshots                               []Snapshot
 //	GET    /v1/snapshots/{name}                        Snapshot
 //	DELETE /v1/snapshots/{name}                        204
+//	POST   /v1/snapshots/{name}/keep                   Snapshot (promoted: outlives its sandbox, in no freeze quota)
+//	GET    /v1/storage                                 Storage (what uses the data dir: sbx df)
+//	POST   /v1/storage/prune        PruneRequest  ->   PruneResult (sbx prune)
 //	POST   /v1/sandboxes/{id}/exec         ExecRequest -> 201 Exec when Detach,
 //	                                                   else a stream of ExecEvent: "started", "stdout"/"stderr"..., "exit"
 //	GET    /v1/sandboxes/{id}/execs                    []Exec

@@ -147,6 +147,9 @@ type DeleteResult struct {
 	ID string `json:"id"`
 	// Snapshots names the snapshots removed with the sandbox (withSnapshots).
 	Snapshots []string `json:"snapshots,omitempty"`
+	// Freezes names the freeze snapshots removed with the sandbox (all its
+	// freezes unless keepFreezes, save those promoted with snapshot keep).
+	Freezes []string `json:"freezes,omitempty"`
 }
 
 // MaxForks is the most children one fork call makes.
@@ -171,6 +174,9 @@ type Snapshot struct {
 	// Paused is how long the sandbox was paused while its memory was
 	// written (memory snapshots only).
 	Paused string `json:"paused,omitempty"`
+	// Kept: promoted with `sbx snapshot keep`; a freeze so marked outlives
+	// its sandbox and counts in no quota.
+	Kept bool `json:"kept,omitempty"`
 }
 
 // ForkRequest is the body of POST /v1/sandboxes/{id}/fork.

@@ -241,6 +241,15 @@ func (withSnapshots) applyDelete(q url.Values) { q.Set("withSnapshots", "1") }
 // WithSnapshots also deletes the snapshots taken from the sandbox.
 func WithSnapshots() DeleteOption { return withSnapshots{} }
 
+type keepFreezes struct{}
+
+func (keepFreezes) applyDelete(q url.Values) { q.Set("keepFreezes", "1") }
+
+// KeepFreezes keeps the sandbox's freezes (and crash captures): they are
+// marked kept, and outlive it. Without it they go with the sandbox, save
+// those promoted with Client.KeepSnapshot.
+func KeepFreezes() DeleteOption { return keepFreezes{} }
+
 // ExecOption configures Exec and Start.
 type ExecOption interface{ applyExec(*execConfig) }
 

@@ -76,7 +76,8 @@ func (s *Sandbox) Info(ctx context.Context) (*api.Sandbox, error) {
 	return &sb, nil
 }
 
-// Delete destroys the sandbox (named snapshots stay, unless WithSnapshots)
+// Delete destroys the sandbox (named snapshots stay, unless WithSnapshots;
+// its freezes go, unless KeepFreezes or promoted)
 // and returns what it removed; api.ErrNotFound if there is none.
 func (s *Sandbox) Delete(ctx context.Context, opts ...DeleteOption) (*api.DeleteResult, error) {
 	q := url.Values{}

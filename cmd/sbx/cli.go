@@ -55,7 +55,7 @@ func newRoot(e *env) *cobra.Command {
 		&cobra.Group{ID: groupSandboxes, Title: "Sandboxes:"},
 		&cobra.Group{ID: groupCaptures, Title: "Snapshots, forks, stop and resume:"},
 		&cobra.Group{ID: groupRun, Title: "Commands, logs and reach:"},
-		&cobra.Group{ID: groupFiles, Title: "Files and templates:"},
+		&cobra.Group{ID: groupFiles, Title: "Files, templates and disk use:"},
 		&cobra.Group{ID: groupFlaky, Title: "Flaky tests:"},
 	)
 	verbs := []struct {
@@ -65,7 +65,7 @@ func newRoot(e *env) *cobra.Command {
 		{groupSandboxes, []*cobra.Command{newNewCmd(e), newListCmd(e), newInfoCmd(e), newDeleteCmd(e), newTTLCmd(e), newPersistCmd(e)}},
 		{groupCaptures, []*cobra.Command{newSnapshotCmd(e), newForkCmd(e), newStopCmd(e), newResumeCmd(e), newEventsCmd(e)}},
 		{groupRun, []*cobra.Command{newExecCmd(e), newShellCmd(e), newAttachCmd(e), newKillCmd(e), newPsCmd(e), newLogsCmd(e), newMetricsCmd(e), newPortsCmd(e), newPreviewCmd(e), newCrashesCmd(e)}},
-		{groupFiles, []*cobra.Command{newScpCmd(e), newFsCmd(e), newTemplateCmd(e)}},
+		{groupFiles, []*cobra.Command{newScpCmd(e), newFsCmd(e), newTemplateCmd(e), newDfCmd(e), newPruneCmd(e)}},
 		{groupFlaky, []*cobra.Command{newHuntCmd(e), newFlakeRateCmd(e), newReplayCmd(e), newExplainCmd(e), newTraceCmd(e)}},
 	}
 	for _, v := range verbs {

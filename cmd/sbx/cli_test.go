@@ -106,7 +106,7 @@ func TestUsageErrors(t *testing.T) {
 		{"exec -t with --timeout", []string{"exec", "-t", "--timeout", "5", "sb_1", "sh"}, "no --timeout"},
 		{"bad env", []string{"exec", "-e", "=x", "sb_1", "ls"}, `--env "=x": want K=V`},
 		{"env not set here", []string{"exec", "-e", "SBX_TEST_SURELY_UNSET", "sb_1", "ls"}, "SBX_TEST_SURELY_UNSET is not set here"},
-		{"docker run", []string{"run", "-it", "base"}, `unknown command "run" (did you mean one of "exec", "hunt", "new"?)`},
+		{"docker run", []string{"run", "-it", "base"}, `unknown command "run" (did you mean one of "exec", "hunt", "new", "prune"?)`},
 		{"docker cp", []string{"cp", "a", "sb_1:/b"}, `"scp"?)`},
 		{"docker ps -a", []string{"ps", "-a"}, "`sbx list` lists every sandbox"},
 		{"ps without an id", []string{"ps"}, "`sbx list` lists the sandboxes"},

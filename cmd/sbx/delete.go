@@ -25,14 +25,18 @@ type deleteJSON struct {
 }
 
 func newDeleteCmd(e *env) *cobra.Command {
-	var yes, withSnapshots, all bool
+	var yes, withSnapshots, keepFreezes, all bool
 	cmd := &cobra.Command{
 		Use:     "delete [flags] ID... | --all",
 		Aliases: []string{"rm"},
 		Short:   "delete sandboxes, several at once",
 		Example: "  sbx delete web --yes\n" +
 			"  sbx delete --all --yes                # every sandbox of this sbxd\n" +
-			"  sbx delete web --with-snapshots       # and the snapshots taken from it, naming each",
+			"  sbx delete web --with-snapshots       # and the snapshots taken from it, naming each\n" +
+			"  sbx delete web --keep-freezes         # its freezes (and crash captures) outlive it",
+		Long: "delete removes sandboxes whatever their state. Named snapshots stay (unless\n" +
+			"--with-snapshots); a sandbox's freezes and crash captures go with it, unless\n" +
+			"--keep-freezes or one was promoted with `sbx snapshot keep NAME`.",
 		Args: func(cmd *cobra.Command, args []string) error {
 			switch {
 			case all && len(args) > 0:
@@ -48,6 +52,7 @@ func newDeleteCmd(e *env) *cobra.Command {
 	fs.BoolVarP(&yes, "yes", "y", false, "do not ask (asked only on a terminal)")
 	fs.BoolVarP(&yes, "force", "f", false, "the same as --yes")
 	fs.BoolVar(&withSnapshots, "with-snapshots", false, "also remove the snapshots taken from each sandbox")
+	fs.BoolVar(&keepFreezes, "keep-freezes", false, "keep each sandbox's freezes and crash captures (they are marked kept, and outlive it)")
 	fs.BoolVar(&all, "all", false, "delete every sandbox")
 	cmd.RunE = func(cmd *cobra.Command, ids []string) error {
 		c, err := e.client()
@@ -73,7 +78,7 @@ func newDeleteCmd(e *env) *cobra.Command {
 				return errors.New("not deleted")
 			}
 		}
-		deleted, failed := deleteAll(e, c, ids, withSnapshots)
+		deleted, failed := deleteAll(e, c, ids, withSnapshots, keepFreezes)
 		if e.json {
 			if err := e.printJSON(deleteJSON{deleted}); err != nil {
 				return err
@@ -90,7 +95,7 @@ func newDeleteCmd(e *env) *cobra.Command {
 // deleteAll deletes the sandboxes deleteParallel at a time, reporting each
 // as it goes, and returns those deleted (in the order given) and how many
 // failed.
-func deleteAll(e *env, c *client.Client, ids []string, withSnapshots bool) ([]api.DeleteResult, int) {
+func deleteAll(e *env, c *client.Client, ids []string, withSnapshots, keepFreezes bool) ([]api.DeleteResult, int) {
 	results := make([]*api.DeleteResult, len(ids))
 	var mu sync.Mutex // one report at a time
 	failed := 0
@@ -100,7 +105,7 @@ func deleteAll(e *env, c *client.Client, ids []string, withSnapshots bool) ([]ap
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			res, err := deleteOne(e.ctx, c, id, withSnapshots)
+			res, err := deleteOne(e.ctx, c, id, withSnapshots, keepFreezes)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -118,6 +123,9 @@ func deleteAll(e *env, c *client.Client, ids []string, withSnapshots bool) ([]ap
 				results[i] = res
 				fmt.Fprintln(e.stdout, id)
 			}
+			if err == nil && !e.json && len(res.Freezes) > 0 {
+				fmt.Fprintf(e.stderr, "removed the freezes of %s: %s (--keep-freezes keeps them)\n", res.ID, strings.Join(res.Freezes, ", "))
+			}
 		})
 	}
 	wg.Wait()
@@ -131,10 +139,13 @@ func deleteAll(e *env, c *client.Client, ids []string, withSnapshots bool) ([]ap
 }
 
 // deleteOne deletes one sandbox, with its snapshots if asked.
-func deleteOne(ctx context.Context, c *client.Client, id string, withSnapshots bool) (*api.DeleteResult, error) {
+func deleteOne(ctx context.Context, c *client.Client, id string, withSnapshots, keepFreezes bool) (*api.DeleteResult, error) {
 	var opts []client.DeleteOption
 	if withSnapshots {
 		opts = append(opts, client.WithSnapshots())
+	}
+	if keepFreezes {
+		opts = append(opts, client.KeepFreezes())
 	}
 	res, err := c.Sandbox(id).Delete(ctx, opts...)
 	if err != nil {

@@ -35,7 +35,8 @@ func newSnapshotCmd(e *env) *cobra.Command {
 		Long: "snapshot ID NAME captures the sandbox's disk (the sandbox keeps running); with\n" +
 			"--memory its processes and memory too (it is paused while they are written).\n" +
 			"A snapshot outlives its sandbox. `sbx snapshot ls` (or `sbx snapshots`) lists them,\n" +
-			"`sbx snapshot info NAME` describes one, `sbx snapshot rm NAME...` removes them.",
+			"`sbx snapshot info NAME` describes one, `sbx snapshot rm NAME...` removes them,\n" +
+			"`sbx snapshot keep NAME...` promotes a freeze so that it outlives its sandbox.",
 		Example: "  sbx snapshot web before-upgrade\n  sbx snapshot web live --memory\n  sbx new --from live",
 		Args: func(cmd *cobra.Command, args []string) error {
 			switch {
@@ -44,7 +45,7 @@ func newSnapshotCmd(e *env) *cobra.Command {
 			case cmd.CalledAs() == "snapshots":
 				return nil
 			case len(args) == 0:
-				return usagef("snapshot takes ID NAME, or ls, info NAME, rm NAME...")
+				return usagef("snapshot takes ID NAME, or ls, info NAME, rm NAME..., keep NAME...")
 			case len(args) != 2:
 				return usagef("snapshot takes a sandbox id and a snapshot name%s", didYouMean(cmd.SuggestionsFor(args[0])))
 			}
@@ -142,7 +143,7 @@ func newSnapshotCmd(e *env) *cobra.Command {
 			}
 			return nil
 		},
-	})
+	}, newSnapshotKeepCmd(e)) // keep.go
 	return cmd
 }
 
@@ -203,6 +204,9 @@ func snapshotLines(s *api.Snapshot) [][2]string {
 	add("memory", yesNo(s.Memory))
 	add("paused", s.Paused)
 	add("size", sizeIEC(s.Size))
+	if s.Kept {
+		add("kept", "yes (sbx snapshot keep: outlives its sandbox, in no freeze quota)")
+	}
 	if !s.CreatedAt.IsZero() {
 		add("created", s.CreatedAt.Local().Format(time.RFC3339))
 	}

@@ -65,6 +65,10 @@ type config struct {
 	stoppedRetention        time.Duration
 	egressAllow, egressDeny prefixes
 	maxConns                int
+
+	freezeQuota                         sandbox.FreezeQuota
+	freezeMaxBytes, storageMax, orphMax string
+	storageMaxN, orphanMaxN             int64
 }
 
 // prefixes is a repeatable flag of IPv4 prefixes (an address alone is a /32).
@@ -134,6 +138,12 @@ func main() {
 	fs.Var(&c.egressAllow, "egress-allow", "let sandboxes reach this IPv4 CIDR, though it is link-local or the host's own (repeatable; the most specific rule wins)")
 	fs.Var(&c.egressDeny, "egress-deny", "keep sandboxes from reaching this IPv4 CIDR (repeatable; the most specific rule wins)")
 	fs.IntVar(&c.maxConns, "max-conns", server.DefaultMaxConns, "most connections open at once on the TCP API and on the preview proxy, each (fewer if RLIMIT_NOFILE is low)")
+	fq := sandbox.DefaultFreezeQuota
+	fs.IntVar(&c.freezeQuota.MaxCount, "freeze-max-count", fq.MaxCount, "the most freezes (and crash captures) a sandbox keeps; past it a freeze is not kept, and says why (0: no bound; promoted ones do not count)")
+	fs.StringVar(&c.freezeMaxBytes, "freeze-max-bytes", "8G", "the most a sandbox's freezes may hold together (0: no bound)")
+	fs.DurationVar(&c.freezeQuota.MinInterval, "freeze-min-interval", fq.MinInterval, "the least time between two freezes a sandbox records (0: none)")
+	fs.StringVar(&c.storageMax, "storage-max", "0", "bound what the data dir holds (images, snapshots, templates, outputs); at it captures are refused (0: no bound)")
+	fs.StringVar(&c.orphMax, "orphan-max", "20G", "bound the orphan images kept for --orphan-grace: past it the oldest go first, with an event (0: no bound)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
@@ -198,6 +208,8 @@ func run(c config) error {
 		{"default-memory", c.memory, &c.limits.Memory}, {"max-memory", c.maxMemory, &c.limits.MaxMemory},
 		{"default-disk", c.disk, &c.limits.Disk}, {"max-disk", c.maxDisk, &c.limits.MaxDisk},
 		{"max-layer-size", c.maxLayer, &c.importLimits.Layer}, {"max-image-size", c.maxImage, &c.importLimits.Image},
+		{"freeze-max-bytes", c.freezeMaxBytes, &c.freezeQuota.MaxBytes}, {"storage-max", c.storageMax, &c.storageMaxN},
+		{"orphan-max", c.orphMax, &c.orphanMaxN},
 	} {
 		if *f.v, err = sandbox.ParseSize(f.flag, f.s); err != nil {
 			return fmt.Errorf("--%w", err)
@@ -302,6 +314,7 @@ func run(c config) error {
 		DataDir: c.dataDir, Tag: c.tag, Runtime: driver, Networks: nets, Templates: templates,
 		Store: st, AgentBinary: c.agent, DefaultTemplate: c.template, Logger: log, OrphanGrace: c.orphans, MaxLifetime: c.lifetime,
 		Metrics: metrics.Default, Limits: c.limits, StoppedRetention: c.stoppedRetention, OutputHead: head, OutputTail: tail,
+		FreezeQuota: &c.freezeQuota, StorageMax: c.storageMaxN, OrphanMax: c.orphanMaxN,
 	})
 	if err != nil {
 		return err

@@ -113,12 +113,24 @@ func captureFrozen(ctx context.Context, c HuntClient, s *HuntSummary, o *HuntOpt
 	}
 	s.Snapshot = o.Name
 	o.emit(HuntEvent{Event: "snapshot", Sandbox: id, Snapshot: s.Snapshot})
+	// a freeze goes with its sandbox unless kept: this one is the hunt's catch
+	if k, ok := c.(snapshotKeeper); ok {
+		if err := k.KeepSnapshot(ctx, name); err != nil {
+			return nil, fmt.Errorf("hunt %s: keep the freeze %s before the original goes (all else is kept): %w", o.Name, name, err)
+		}
+	}
 	if err := c.Delete(ctx, id); err != nil && !errors.Is(err, api.ErrNotFound) {
 		return nil, fmt.Errorf("hunt %s: delete the original %s (all else is kept): %w", o.Name, id, err)
 	}
 	o.emit(HuntEvent{Event: "deleted", Sandbox: id, Message: "the original: its failing run had ended; the freeze keeps the failing instant"})
 	s.Commands = frozenCommands(o, s)
 	return s, nil
+}
+
+// snapshotKeeper promotes a snapshot so that it outlives its sandbox (an
+// sbxd that takes a sandbox's freezes with it has it: SDK does).
+type snapshotKeeper interface {
+	KeepSnapshot(ctx context.Context, name string) error
 }
 
 func exitOf(x *api.Exec) string {

@@ -42,6 +42,13 @@ func (a SDK) Delete(ctx context.Context, id string) error {
 	return err
 }
 
+// KeepSnapshot promotes snapshot name: a freeze so marked outlives its
+// sandbox.
+func (a SDK) KeepSnapshot(ctx context.Context, name string) error {
+	_, err := a.C.KeepSnapshot(ctx, name)
+	return err
+}
+
 // SetTTL sets the idle ttl of sandbox id.
 func (a SDK) SetTTL(ctx context.Context, id string, ttl time.Duration) (*api.Sandbox, error) {
 	return a.C.Sandbox(id).SetTTL(ctx, ttl)

@@ -17,27 +17,33 @@ import (
 
 // Delete removes a sandbox whatever its state: its runsc sandbox, network,
 // files and record. Its events stay. Named snapshots stay unless
-// withSnapshots; its hibernation image becomes an orphan, swept later.
+// withSnapshots; its freezes go (DeleteWith keeps them); its hibernation
+// image becomes an orphan, swept later.
 // The delete is journaled: once it has begun, a crash of sbxd does not
 // leave half a sandbox, the restart finishes it.
 func (m *Manager) Delete(ctx context.Context, ref string, withSnapshots bool) (*api.DeleteResult, error) {
+	return m.DeleteWith(ctx, ref, DeleteOptions{WithSnapshots: withSnapshots})
+}
+
+// DeleteWith is Delete with its options (storage.go).
+func (m *Manager) DeleteWith(ctx context.Context, ref string, o DeleteOptions) (*api.DeleteResult, error) {
 	sb, err := m.cfg.Store.Sandbox(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
 	unlock := m.lock(sb.ID)
 	defer unlock()
-	return m.deleteLocked(context.WithoutCancel(ctx), sb.ID, withSnapshots, nil)
+	return m.deleteLocked(context.WithoutCancel(ctx), sb.ID, o, nil)
 }
 
 // deleteLocked deletes sandbox id, whose lock the caller holds, with an
 // extra event (the reaper's) recorded in the same transaction as the
 // record's removal.
-func (m *Manager) deleteLocked(ctx context.Context, id string, withSnapshots bool, extra *store.Event) (*api.DeleteResult, error) {
+func (m *Manager) deleteLocked(ctx context.Context, id string, o DeleteOptions, extra *store.Event) (*api.DeleteResult, error) {
 	if _, err := m.cfg.Store.Sandbox(ctx, id); err != nil {
 		return nil, err // deleted meanwhile
 	}
-	c, err := m.beginOp(ctx, kindDelete, id, map[string]any{"withSnapshots": withSnapshots})
+	c, err := m.beginOp(ctx, kindDelete, id, map[string]any{"withSnapshots": o.WithSnapshots, "keepFreezes": o.KeepFreezes})
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +56,7 @@ func (m *Manager) deleteLocked(ctx context.Context, id string, withSnapshots boo
 		_ = m.transition(ctx, id, store.Change{From: allStates, To: api.StateError, Reason: reason})
 		return nil, fmt.Errorf("delete %s: %w", id, err)
 	}
-	return m.finishDelete(ctx, c, id, withSnapshots, extra)
+	return m.finishDelete(ctx, c, id, o.WithSnapshots, extra)
 }
 
 // allStates is every state a sandbox can be in.
@@ -84,7 +90,12 @@ func (m *Manager) finishDelete(ctx context.Context, c *inFlight, id string, with
 			res.Snapshots = append(res.Snapshots, sn.Name)
 		}
 	}
-	err := m.cfg.Store.Update(ctx, func(tx *store.Store) error {
+	// storage.go: its freezes go with it, unless kept
+	fzs, err := m.freezesGoing(ctx, c, id, sns)
+	if err != nil {
+		return nil, fmt.Errorf("delete %s: %w", id, err)
+	}
+	err = m.cfg.Store.Update(ctx, func(tx *store.Store) error {
 		if extra != nil {
 			if err := tx.AddEvent(ctx, id, extra.Type, extra.Detail); err != nil {
 				return err
@@ -118,6 +129,10 @@ func (m *Manager) finishDelete(ctx context.Context, c *inFlight, id string, with
 		if err := m.deleteSnapshot(ctx, sn); err != nil {
 			return res, fmt.Errorf("delete %s: snapshot %s: %w", id, sn.Name, err)
 		}
+	}
+	// storage.go: removed after the record, as its named snapshots are
+	if err := m.removeFreezes(ctx, id, res, fzs); err != nil {
+		return res, err
 	}
 	return res, nil
 }

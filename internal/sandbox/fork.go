@@ -52,6 +52,10 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 	if err != nil {
 		return nil, err
 	}
+	// storage.go: refused past the storage budget before any child is told of
+	if err := m.captureRoom(ctx, kindFork, parent.ID, req.Memory); err != nil {
+		return nil, err
+	}
 	if req.TTL == "" { // not given: the parent's; "0" is none
 		ttl = parent.TTL
 	}

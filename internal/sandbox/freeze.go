@@ -640,6 +640,11 @@ func (m *Manager) recordFreeze(ctx context.Context, sb *store.Sandbox, slot stri
 		sn.Name = "freeze-" + strings.TrimPrefix(slot, "im_")
 		detail["name"] = sn.Name
 	}
+	// quota.go: a freeze past its sandbox's quota or sbxd's storage budget is not kept
+	if err := m.freezeAllowed(ctx, sb, diskUsage(dir)); err != nil {
+		fail(err)
+		return
+	}
 	jd := map[string]any{"name": sn.Name, "snapshot": sn, "memory": true}
 	c, err := m.journal(ctx, kindFreeze, slot, sb.ID, jd)
 	if err != nil {

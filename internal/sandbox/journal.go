@@ -71,7 +71,8 @@ type inFlight struct {
 // close the journal entry: finish or abandon, or close it in the
 // transaction that records the outcome (closeIn).
 func (m *Manager) beginCapture(ctx context.Context, kind, id string, memory bool, detail map[string]any) (*inFlight, error) {
-	if err := m.checkRoom(kind); err != nil {
+	// storage.go: room on the disk and in --storage-max for what it may write
+	if err := m.captureRoom(ctx, kind, id, memory); err != nil {
 		return nil, err
 	}
 	if err := m.captures.enter(); err != nil {

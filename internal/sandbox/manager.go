@@ -104,6 +104,16 @@ type Config struct {
 	// exec and of the console: the first OutputHead bytes are kept, then
 	// only the last OutputTail (0: runsc's defaults).
 	OutputHead, OutputTail int64
+	// FreezeQuota bounds each sandbox's freezes (quota.go); nil:
+	// DefaultFreezeQuota.
+	FreezeQuota *FreezeQuota
+	// StorageMax bounds what the data dir holds: images, snapshots,
+	// templates and outputs together; at it, captures are refused
+	// (storage.go). 0: no bound.
+	StorageMax int64
+	// OrphanMax bounds the orphan images kept for their grace: past it the
+	// oldest go first, with an event (storage.go). 0: no bound.
+	OrphanMax int64
 }
 
 // Manager owns the sandboxes of one daemon. Its parts each guard their own
@@ -150,6 +160,10 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.DefaultTemplate == "" {
 		cfg.DefaultTemplate = "base"
+	}
+	if cfg.FreezeQuota == nil {
+		q := DefaultFreezeQuota
+		cfg.FreezeQuota = &q
 	}
 	if cfg.Limits == (Limits{}) {
 		cfg.Limits = DefaultLimits

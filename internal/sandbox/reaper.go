@@ -148,7 +148,7 @@ func (m *Manager) reapLocked(ctx context.Context, id string) {
 	}
 	m.log.Info("reaping a sandbox", "sandbox", sb.ID, "reason", v.reason)
 	reaped := &store.Event{Type: "reaped", Detail: map[string]any{"reason": v.reason, "state": string(sb.State)}}
-	if _, err := m.deleteLocked(ctx, sb.ID, false, reaped); err != nil {
+	if _, err := m.deleteLocked(ctx, sb.ID, DeleteOptions{}, reaped); err != nil {
 		m.log.Error("reaper: delete", "sandbox", sb.ID, "err", err)
 		return
 	}

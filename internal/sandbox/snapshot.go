@@ -196,7 +196,7 @@ func (m *Manager) snapshotRecord(sb *store.Sandbox, name, img string, memory boo
 func snapshotAPI(sn *store.Snapshot) *api.Snapshot {
 	a := &api.Snapshot{
 		Name: sn.Name, ID: sn.ID, SandboxID: sn.SandboxID, Template: sn.Template,
-		Memory: sn.Memory, CreatedAt: sn.CreatedAt, Size: sn.Size,
+		Memory: sn.Memory, CreatedAt: sn.CreatedAt, Size: sn.Size, Kept: sn.Kept,
 	}
 	if sn.Memory {
 		a.Paused = sn.Paused.Round(time.Millisecond).String()

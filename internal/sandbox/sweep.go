@@ -44,6 +44,7 @@ func (m *Manager) sweepSoon(d time.Duration) {
 // orphaned for longer than the grace period.
 func (m *Manager) sweep(ctx context.Context) {
 	defer m.collectTemplates(ctx)
+	defer m.sweepStorage(ctx) // storage.go: orphans past --orphan-max, freezes left by their sandbox
 	if !m.cfg.Store.ReserveHeld() {
 		if err := m.cfg.Store.Replenish(); err == nil {
 			m.log.Info("the database's reserve of space is back")

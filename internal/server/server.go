@@ -29,6 +29,12 @@ type Manager interface {
 	Snapshots(ctx context.Context) ([]api.Snapshot, error)
 	GetSnapshot(ctx context.Context, name string) (*api.Snapshot, error)
 	DeleteSnapshot(ctx context.Context, name string) error
+	// Storage (storage.go in internal/sandbox): deletes that keep freezes,
+	// promoted snapshots, what uses the data dir, and pruning it.
+	DeleteWith(ctx context.Context, ref string, o api.DeleteOptions) (*api.DeleteResult, error)
+	Keep(ctx context.Context, name string) (*api.Snapshot, error)
+	Storage(ctx context.Context) (*api.Storage, error)
+	Prune(ctx context.Context, req api.PruneRequest) (*api.PruneResult, error)
 	Fork(ctx context.Context, ref string, req api.ForkRequest, emit func(api.ForkEvent) error) ([]api.Sandbox, error)
 	Stop(ctx context.Context, ref string, wait bool) (*api.Sandbox, error)
 	Resume(ctx context.Context, ref string, requireMemory bool) (*api.Sandbox, error)
@@ -176,6 +182,9 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("GET /v1/snapshots", s.snapshots)
 	mux.HandleFunc("GET /v1/snapshots/{name}", s.getSnapshot)
 	mux.HandleFunc("DELETE /v1/snapshots/{name}", s.deleteSnapshot)
+	mux.HandleFunc("POST /v1/snapshots/{name}/keep", s.keepSnapshot)
+	mux.HandleFunc("GET /v1/storage", s.storage)
+	mux.HandleFunc("POST /v1/storage/prune", s.prune)
 	mux.HandleFunc("GET /v1/templates", s.templates)
 	mux.HandleFunc("GET /v1/templates/{name}", s.getTemplate)
 	mux.HandleFunc("POST /v1/templates/{name}/build", s.buildTemplate)
@@ -364,7 +373,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
-	res, err := s.m.Delete(r.Context(), r.PathValue("id"), boolParam(r, "withSnapshots"))
+	res, err := s.m.DeleteWith(r.Context(), r.PathValue("id"), api.DeleteOptions{WithSnapshots: boolParam(r, "withSnapshots"), KeepFreezes: boolParam(r, "keepFreezes")})
 	if err != nil {
 		s.fail(w, r, err)
 		return

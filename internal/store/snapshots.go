@@ -34,6 +34,9 @@ type Snapshot struct {
 	// Network is the network mode of the sandbox it was taken of, which a
 	// sandbox made from it keeps.
 	Network string
+	// Kept marks a snapshot promoted with `sbx snapshot keep`: a freeze so
+	// marked is the user's, and outlives its sandbox.
+	Kept bool
 }
 
 // CreateSnapshot inserts a snapshot; a taken name is api.ErrConflict. Its
@@ -58,12 +61,12 @@ func (s *Store) SnapshotNameTaken(ctx context.Context, name string) (bool, error
 	return n > 0, err
 }
 
-const snapshotCols = `name, id, sandbox_id, template, memory, cpus, mem_limit, created_at, size, paused_ns, disk, template_version, pids, disk_limit, network`
+const snapshotCols = `name, id, sandbox_id, template, memory, cpus, mem_limit, created_at, size, paused_ns, disk, template_version, pids, disk_limit, network, kept`
 
 func scanSnapshot(row interface{ Scan(...any) error }) (*Snapshot, error) {
 	var sn Snapshot
 	var created, paused int64
-	if err := row.Scan(&sn.Name, &sn.ID, &sn.SandboxID, &sn.Template, &sn.Memory, &sn.CPUs, &sn.MemLimit, &created, &sn.Size, &paused, &sn.Disk, &sn.TemplateVersion, &sn.Pids, &sn.DiskLimit, &sn.Network); err != nil {
+	if err := row.Scan(&sn.Name, &sn.ID, &sn.SandboxID, &sn.Template, &sn.Memory, &sn.CPUs, &sn.MemLimit, &created, &sn.Size, &paused, &sn.Disk, &sn.TemplateVersion, &sn.Pids, &sn.DiskLimit, &sn.Network, &sn.Kept); err != nil {
 		return nil, err
 	}
 	sn.CreatedAt = time.Unix(0, created)
@@ -102,6 +105,18 @@ func (s *Store) Snapshots(ctx context.Context, sandboxID string) ([]*Snapshot, e
 	return out, rows.Err()
 }
 
+// KeepSnapshot marks snapshot name kept (api.ErrNotFound if none).
+func (s *Store) KeepSnapshot(ctx context.Context, name string) error {
+	res, err := s.q.ExecContext(ctx, `UPDATE snapshots SET kept = 1 WHERE name = ?`, name)
+	if err != nil {
+		return fmt.Errorf("keep snapshot %s: %w", name, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return api.Errorf(api.ErrNotFound, "snapshot %s not found", name)
+	}
+	return nil
+}
+
 // DeleteSnapshot removes a snapshot's record.
 func (s *Store) DeleteSnapshot(ctx context.Context, name string) error {
 	_, err := s.q.ExecContext(ctx, `DELETE FROM snapshots WHERE name = ?`, name)
@@ -117,6 +132,9 @@ type Image struct {
 	Kind       string
 	CreatedAt  time.Time
 	OrphanedAt time.Time // zero while its sandbox exists
+	// RetireAt is when a retired image may go (zero: not retired): runsc
+	// may read a restored image until then.
+	RetireAt time.Time
 }
 
 // AddImage records an image.
@@ -197,7 +215,7 @@ func (s *Store) TemplateVersionsInUse(ctx context.Context) (map[string][]string,
 
 // Images returns every image record.
 func (s *Store) Images(ctx context.Context) ([]*Image, error) {
-	rows, err := s.q.QueryContext(ctx, `SELECT id, sandbox_id, kind, created_at, orphaned_at FROM images`)
+	rows, err := s.q.QueryContext(ctx, `SELECT id, sandbox_id, kind, created_at, orphaned_at, retire_at FROM images`)
 	if err != nil {
 		return nil, err
 	}
@@ -206,13 +224,16 @@ func (s *Store) Images(ctx context.Context) ([]*Image, error) {
 	for rows.Next() {
 		var im Image
 		var created int64
-		var orphaned sql.NullInt64
-		if err := rows.Scan(&im.ID, &im.SandboxID, &im.Kind, &created, &orphaned); err != nil {
+		var orphaned, retire sql.NullInt64
+		if err := rows.Scan(&im.ID, &im.SandboxID, &im.Kind, &created, &orphaned, &retire); err != nil {
 			return nil, err
 		}
 		im.CreatedAt = time.Unix(0, created)
 		if orphaned.Valid {
 			im.OrphanedAt = time.Unix(0, orphaned.Int64)
+		}
+		if retire.Valid {
+			im.RetireAt = time.Unix(0, retire.Int64)
 		}
 		out = append(out, &im)
 	}

@@ -64,7 +64,7 @@ func (s *Store) update(ctx context.Context, fn func(tx *Store) error) error {
 
 // migrations bring a database from user_version i to i+1; a database is
 // never opened by an sbx that does not know its version.
-var migrations = []string{schemaV1, schemaV2, schemaV3, schemaV4, schemaV5, schemaV6, schemaV7, schemaV8, schemaV9}
+var migrations = []string{schemaV1, schemaV2, schemaV3, schemaV4, schemaV5, schemaV6, schemaV7, schemaV8, schemaV9, schemaV10}
 
 const schemaV1 = `
 CREATE TABLE IF NOT EXISTS sandboxes (
@@ -117,6 +117,15 @@ ALTER TABLE images ADD COLUMN retire_at INTEGER;
 
 // schemaV9 records each sandbox's (and snapshot's) network mode, and the
 // ports published on the preview proxy: the only ones it serves.
+// schemaV10 marks the snapshots a user promoted (sbx snapshot keep): a
+// freeze so marked no longer goes with its sandbox, nor counts in its quota.
+// Every snapshot taken before is kept: it was taken under the promise that
+// a snapshot outlives its sandbox (a hunt's freeze, above all).
+const schemaV10 = `
+ALTER TABLE snapshots ADD COLUMN kept INTEGER NOT NULL DEFAULT 0;
+UPDATE snapshots SET kept = 1;
+`
+
 const schemaV9 = `
 ALTER TABLE sandboxes ADD COLUMN network TEXT NOT NULL DEFAULT '';
 ALTER TABLE snapshots ADD COLUMN network TEXT NOT NULL DEFAULT '';

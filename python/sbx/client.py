@@ -104,6 +104,18 @@ class Client:
         with self._t.send("GET", "/metrics", accept="text/plain") as r:
             return r.read_limited(16 << 20).decode("utf-8", "replace")
 
+    def storage(self) -> Dict[str, Any]:
+        """storage says what uses sbxd's data dir, per sandbox, snapshot, freeze, template and orphan, as ``sbx --json df`` prints it."""
+        return dict(self._t.call("GET", "/v1/storage") or {})
+
+    def prune(self, orphans: bool = False, freezes: bool = False, older_than: Optional[Duration] = None, dry_run: bool = False) -> Dict[str, Any]:
+        """prune removes orphan images (the default) and, with ``freezes``, freezes not kept; it returns what went, as ``sbx --json prune`` prints it."""
+        req: Dict[str, Any] = {"orphans": orphans, "freezes": freezes, "dryRun": dry_run}
+        t = duration_wire(older_than, "older_than")
+        if t is not None:
+            req["olderThan"] = t
+        return dict(self._t.call("POST", "/v1/storage/prune", json_body=req) or {})
+
     # sandboxes
 
     def create(
@@ -451,9 +463,18 @@ class Sandbox:
         """state asks sbxd for the sandbox's state now."""
         return self.info().state
 
-    def delete(self, with_snapshots: bool = False) -> List[str]:
-        """delete deletes the sandbox; with ``with_snapshots`` also the snapshots taken from it, whose names it returns."""
-        d = self._t.call("DELETE", self._path(), query=[("withSnapshots", "1")] if with_snapshots else None)
+    def delete(self, with_snapshots: bool = False, keep_freezes: bool = False) -> List[str]:
+        """delete deletes the sandbox; with ``with_snapshots`` also the snapshots taken from it, whose names it returns.
+
+        Its freezes (and crash captures) go with it, unless ``keep_freezes`` or
+        promoted with Snapshot.keep.
+        """
+        q = []
+        if with_snapshots:
+            q.append(("withSnapshots", "1"))
+        if keep_freezes:
+            q.append(("keepFreezes", "1"))
+        d = self._t.call("DELETE", self._path(), query=q or None)
         return list((d or {}).get("snapshots") or [])
 
     # exec
@@ -1177,3 +1198,8 @@ class Snapshot:
     def delete(self) -> None:
         """delete removes the snapshot; NotFound if it is gone."""
         self.client._t.call("DELETE", "/v1/snapshots/" + quote(self.name))
+
+    def keep(self) -> "Snapshot":
+        """keep promotes the snapshot (a freeze, above all): it outlives its sandbox and counts in no freeze quota; NotFound if it is gone."""
+        self.info = SnapshotInfo.from_json(self.client._t.call("POST", "/v1/snapshots/" + quote(self.name) + "/keep") or {})
+        return self

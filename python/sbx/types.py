@@ -227,6 +227,7 @@ class SnapshotInfo:
     size_bytes: int = 0
     paused: str = ""
     created_at: Optional[_dt.datetime] = None
+    kept: bool = False
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "SnapshotInfo":
@@ -240,6 +241,7 @@ class SnapshotInfo:
             size_bytes=int(d.get("sizeBytes") or 0),
             paused=d.get("paused", ""),
             created_at=parse_time(d.get("createdAt")),
+            kept=bool(d.get("kept")),
         )
 
 

@@ -1,0 +1,483 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/store"
+)
+
+// What sbxd stores is bounded (issue 22): freezes by their sandbox's
+// quota (quota.go), everything together by --storage-max, orphans by
+// --orphan-max. `sbx df` shows what uses the data dir (Storage), `sbx
+// prune` reclaims it (Prune). Freezes belong to their sandbox: a delete
+// takes them, unless asked to keep them or they were promoted (Keep).
+
+// DeleteOptions say what a delete takes besides the sandbox.
+type DeleteOptions = api.DeleteOptions
+
+// untrackedGrace is how long an image dir no record names is left alone:
+// a capture makes its dir a moment before it journals it.
+const untrackedGrace = 10 * time.Minute
+
+// flag reads a boolean of the operation's journal entry.
+func (c *inFlight) flag(k string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, _ := c.detail[k].(bool)
+	return v
+}
+
+// freezesGoing returns the freezes of sandbox id that go with it: those not
+// promoted, and not in sns already. With keepFreezes in the delete's
+// journal entry none go, and every freeze of it is marked kept.
+func (m *Manager) freezesGoing(ctx context.Context, c *inFlight, id string, sns []*store.Snapshot) ([]*store.Snapshot, error) {
+	fzs, err := m.freezesOf(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if c.flag("keepFreezes") {
+		for _, sn := range fzs {
+			if err := m.cfg.Store.KeepSnapshot(ctx, sn.Name); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	}
+	going := map[string]bool{}
+	for _, sn := range sns {
+		going[sn.Name] = true
+	}
+	var out []*store.Snapshot
+	for _, sn := range fzs {
+		if !sn.Kept && !going[sn.Name] {
+			out = append(out, sn)
+		}
+	}
+	return out, nil
+}
+
+// removeFreezes removes the freezes of deleted sandbox id, naming them in
+// res, and has the sweep look at what the delete orphaned.
+func (m *Manager) removeFreezes(ctx context.Context, id string, res *api.DeleteResult, fzs []*store.Snapshot) error {
+	defer m.sweepSoon(0)
+	for _, sn := range fzs {
+		if err := m.deleteSnapshot(ctx, sn); err != nil {
+			return fmt.Errorf("delete %s: freeze %s: %w", id, sn.Name, err)
+		}
+		res.Freezes = append(res.Freezes, sn.Name)
+	}
+	return nil
+}
+
+// Keep promotes snapshot name (a freeze, above all): it outlives its
+// sandbox, counts in no freeze quota, and `sbx prune --freezes` leaves it.
+// An unknown name is api.ErrNotFound.
+func (m *Manager) Keep(ctx context.Context, name string) (*api.Snapshot, error) {
+	if err := m.cfg.Store.KeepSnapshot(ctx, name); err != nil {
+		return nil, err
+	}
+	return m.GetSnapshot(ctx, name)
+}
+
+// du counts the blocks of files on the host, each inode once.
+type du struct{ seen map[[2]uint64]bool }
+
+func newDU() *du { return &du{seen: map[[2]uint64]bool{}} }
+
+// of is the bytes under p not counted before.
+func (u *du) of(p string) int64 {
+	var total int64
+	_ = filepath.WalkDir(p, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			k := [2]uint64{uint64(st.Dev), st.Ino}
+			if u.seen[k] {
+				return nil
+			}
+			u.seen[k] = true
+		}
+		total += allocated(fi)
+		return nil
+	})
+	return total
+}
+
+// dataDirBytes is what the data dir holds on the host, its template store
+// too (which may be a link to a directory elsewhere).
+func (m *Manager) dataDirBytes() int64 {
+	u := newDU()
+	return u.of(m.templatesDir()+"/") + u.of(m.cfg.DataDir)
+}
+
+func (m *Manager) templatesDir() string { return filepath.Join(m.cfg.DataDir, "templates") }
+
+// freeBytes is what the data dir's file system has free (-1: unknown).
+func (m *Manager) freeBytes() int64 {
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(m.cfg.DataDir, &fs); err != nil {
+		return -1
+	}
+	return int64(fs.Bavail) * fs.Bsize
+}
+
+// storageAllows refuses, with an api.ErrConflict saying what to do, work
+// that would take the data dir past --storage-max: need is what it may
+// write (0 for what is written already, a freeze).
+func (m *Manager) storageAllows(ctx context.Context, what string, need int64) error {
+	if m.cfg.StorageMax <= 0 {
+		return nil
+	}
+	used := m.dataDirBytes()
+	if used+need <= m.cfg.StorageMax {
+		return nil
+	}
+	const todo = "`sbx df` shows what uses it; free some with `sbx prune --orphans --freezes`, `sbx snapshot rm` or `sbx delete`"
+	if need == 0 {
+		return api.Errorf(api.ErrConflict, "%s: sbxd's storage budget is full: its data dir holds %s, more than sbxd --storage-max %s; it is not kept: %s", what, fmtBytes(used), fmtBytes(m.cfg.StorageMax), todo)
+	}
+	return api.Errorf(api.ErrConflict, "%s: sbxd's storage budget is full: its data dir holds %s of sbxd --storage-max %s, and this capture may write up to %s more; nothing was captured and the sandbox runs on: %s", what, fmtBytes(used), fmtBytes(m.cfg.StorageMax), fmtBytes(need), todo)
+}
+
+// expectedCapture is what a capture of running sandbox id may write: its
+// disk's changes (the blocks its overlay's file store holds), and with
+// memory what its memory cgroup holds.
+func (m *Manager) expectedCapture(id string, memory bool) int64 {
+	upper := filepath.Join(m.sandboxDir(id), "upper")
+	n := diskUsage(upper)
+	if w, ok := m.watcher.get(id); ok {
+		n += openUnder(w.Pid, upper)
+	}
+	if memory {
+		cg := m.cgroupsPath(id)
+		if b, ok := readCgroupInt("/sys/fs/cgroup/memory", cg, "memory.usage_in_bytes"); ok {
+			n += b
+		} else if b, ok := readCgroupInt("/sys/fs/cgroup", cg, "memory.current"); ok {
+			n += b
+		}
+	}
+	return n
+}
+
+// captureRoom is the check a capture (snapshot, stop, fork) makes before it
+// starts: room on the data dir's disk for what it may write, as for any new
+// work (checkRoom), and within --storage-max.
+func (m *Manager) captureRoom(ctx context.Context, kind, id string, memory bool) error {
+	if err := m.checkRoom(kind); err != nil {
+		return err
+	}
+	need := m.expectedCapture(id, memory)
+	if free := m.freeBytes(); free >= 0 && free-need < minFree {
+		return api.Errorf(api.ErrUnavailable, "%s of %s: sbxd's data dir %s has %s free, and this capture may write up to %s (sbxd keeps %s free); nothing was captured and the sandbox runs on: free some space there (`sbx df`, `sbx prune`)", kind, id, m.cfg.DataDir, fmtBytes(free), fmtBytes(need), fmtBytes(minFree))
+	}
+	return m.storageAllows(ctx, kind+" of "+id, need)
+}
+
+// Storage says what uses the data dir, by owner: sandboxes (their files,
+// outputs, freeze slots, hibernation images and disks), snapshots,
+// freezes, template versions and orphan images.
+func (m *Manager) Storage(ctx context.Context) (*api.Storage, error) {
+	v, err := m.view(ctx)
+	if err != nil {
+		return nil, err
+	}
+	u := newDU()
+	out := &api.Storage{
+		DataDir: m.cfg.DataDir, Max: m.cfg.StorageMax, OrphanMax: m.cfg.OrphanMax, Free: max(m.freeBytes(), 0),
+		Totals:    map[string]int64{},
+		Sandboxes: []api.StorageItem{}, Snapshots: []api.StorageItem{}, Freezes: []api.StorageItem{},
+		Templates: []api.StorageItem{}, Orphans: []api.StorageItem{},
+	}
+	bySandbox := map[string]*api.StorageItem{}
+	for _, sb := range v.sandboxes {
+		it := &api.StorageItem{Kind: api.StorageSandbox, ID: sb.ID, Name: sb.Name, CreatedAt: sb.CreatedAt}
+		it.Bytes += u.of(m.sandboxDir(sb.ID)) + u.of(m.freezeDir(sb.ID))
+		if sb.Image != "" {
+			it.Bytes += u.of(m.imageDir(sb.Image))
+		}
+		bySandbox[sb.ID] = it
+	}
+	for _, sb := range v.sandboxes {
+		if sb.Disk != "" {
+			bySandbox[sb.ID].Bytes += u.of(sb.Disk)
+		}
+	}
+	// a snapshot's image, and the disk it names unless a sandbox has it
+	for _, sn := range v.snapshots {
+		it := api.StorageItem{Kind: api.StorageSnapshot, ID: sn.ID, Name: sn.Name, SandboxID: sn.SandboxID, CreatedAt: sn.CreatedAt, Kept: sn.Kept}
+		it.Bytes = u.of(m.imageDir(sn.ID))
+		if sn.Disk != "" {
+			it.Bytes += u.of(sn.Disk)
+		}
+		if m.isFreeze(sn) {
+			it.Kind = api.StorageFreeze
+			out.Freezes = append(out.Freezes, it)
+		} else {
+			out.Snapshots = append(out.Snapshots, it)
+		}
+	}
+	for _, sb := range v.sandboxes {
+		for _, im := range v.images {
+			if im.SandboxID == sb.ID && im.OrphanedAt.IsZero() {
+				bySandbox[sb.ID].Bytes += u.of(m.imageDir(im.ID))
+			}
+		}
+		out.Sandboxes = append(out.Sandboxes, *bySandbox[sb.ID])
+	}
+	for _, o := range m.orphans(ctx, v) {
+		o.Bytes = u.of(m.imageDir(o.ID))
+		out.Orphans = append(out.Orphans, o)
+	}
+	tdir := m.templatesDir()
+	// a name is a link to the version it points at
+	names := map[string][]string{}
+	if ents, err := os.ReadDir(filepath.Join(tdir, "names")); err == nil {
+		for _, e := range ents {
+			if v, err := os.Readlink(filepath.Join(tdir, "names", e.Name())); err == nil {
+				names[v] = append(names[v], e.Name())
+			}
+		}
+	}
+	if ents, err := os.ReadDir(filepath.Join(tdir, "versions")); err == nil {
+		for _, e := range ents {
+			ver := strings.Replace(e.Name(), "-", ":", 1)
+			it := api.StorageItem{Kind: api.StorageTemplate, ID: ver, Name: strings.Join(names[ver], ","), Bytes: u.of(filepath.Join(tdir, "versions", e.Name()))}
+			if t, err := m.cfg.Templates.Version(ver); err == nil {
+				it.CreatedAt = t.CreatedAt
+			}
+			out.Templates = append(out.Templates, it)
+		}
+	}
+	// the rest of the template store (layers, names, work in progress)
+	tmplRest := u.of(tdir + "/")
+	for kind, items := range map[string][]api.StorageItem{
+		api.StorageSandbox: out.Sandboxes, api.StorageSnapshot: out.Snapshots, api.StorageFreeze: out.Freezes,
+		api.StorageTemplate: out.Templates, api.StorageOrphan: out.Orphans,
+	} {
+		out.Totals[kind] = 0
+		for _, it := range items {
+			out.Totals[kind] += it.Bytes
+		}
+	}
+	out.Totals[api.StorageTemplate] += tmplRest
+	out.Totals[api.StorageOther] = u.of(m.cfg.DataDir) // the database, runsc's state, the agent, leftovers
+	for _, n := range out.Totals {
+		out.Used += n
+	}
+	return out, nil
+}
+
+// view is what the store records, read once for Storage and Prune.
+type view struct {
+	sandboxes []*store.Sandbox
+	snapshots []*store.Snapshot
+	images    []*store.Image
+	intents   []*store.Intent
+}
+
+func (m *Manager) view(ctx context.Context) (*view, error) {
+	var v view
+	var err error
+	if v.sandboxes, err = m.cfg.Store.Sandboxes(ctx); err != nil {
+		return nil, fmt.Errorf("storage: %w", err)
+	}
+	if v.snapshots, err = m.cfg.Store.Snapshots(ctx, ""); err != nil {
+		return nil, fmt.Errorf("storage: %w", err)
+	}
+	if v.images, err = m.cfg.Store.Images(ctx); err != nil {
+		return nil, fmt.Errorf("storage: %w", err)
+	}
+	if v.intents, err = m.cfg.Store.Intents(ctx); err != nil {
+		return nil, fmt.Errorf("storage: %w", err)
+	}
+	return &v, nil
+}
+
+// orphans are the images no sandbox or snapshot owns, oldest first:
+// those recorded as orphaned (a retired one of a sandbox that lives, only
+// once its retire time has passed: runsc may read it until then), and dirs
+// no record names (left by a crash) once untrackedGrace has passed and no
+// capture in flight names them.
+func (m *Manager) orphans(ctx context.Context, v *view) []api.StorageItem {
+	live := map[string]bool{}
+	for _, sb := range v.sandboxes {
+		live[sb.ID] = true
+	}
+	owned := map[string]bool{}
+	for _, sn := range v.snapshots {
+		owned[sn.ID] = true
+	}
+	for _, sb := range v.sandboxes {
+		owned[sb.Image] = true
+	}
+	for _, in := range v.intents {
+		owned[in.ID] = true
+	}
+	var out []api.StorageItem
+	for _, im := range v.images {
+		if owned[im.ID] && im.OrphanedAt.IsZero() {
+			continue
+		}
+		retiring := live[im.SandboxID] && (im.RetireAt.IsZero() || m.now().Before(im.RetireAt))
+		if !im.OrphanedAt.IsZero() && !owned[im.ID] && !retiring {
+			out = append(out, api.StorageItem{Kind: api.StorageOrphan, ID: im.ID, SandboxID: im.SandboxID, CreatedAt: im.CreatedAt})
+		}
+		owned[im.ID] = true
+	}
+	ents, _ := os.ReadDir(m.imagesDir())
+	for _, e := range ents {
+		if !e.IsDir() || owned[e.Name()] {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil || m.now().Sub(fi.ModTime()) < untrackedGrace {
+			continue
+		}
+		out = append(out, api.StorageItem{Kind: api.StorageOrphan, ID: e.Name(), CreatedAt: fi.ModTime()})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out
+}
+
+// removeOrphan removes an orphan image and its record, with an event in
+// the stream of the sandbox it came from.
+func (m *Manager) removeOrphan(ctx context.Context, o api.StorageItem, typ string, detail map[string]any) error {
+	if err := m.removeImage(o.ID); err != nil {
+		return fmt.Errorf("remove orphan image %s: %w", o.ID, err)
+	}
+	if err := m.cfg.Store.DeleteImage(ctx, o.ID); err != nil {
+		return fmt.Errorf("remove orphan image %s: %w", o.ID, err)
+	}
+	if o.SandboxID != "" {
+		d := map[string]any{"image": o.ID, "bytes": o.Bytes}
+		for k, v := range detail {
+			d[k] = v
+		}
+		m.event(ctx, o.SandboxID, typ, d)
+	}
+	m.log.Info("removed an orphan image", "image", o.ID, "sandbox", o.SandboxID, "bytes", o.Bytes, "why", typ)
+	return nil
+}
+
+// Prune removes what nobody asked to keep, and says what: orphan images
+// (before their grace ends), freezes not promoted (with req.Freezes), only
+// those older than req.OlderThan if given. With req.DryRun it only says.
+// A bad duration is api.ErrInvalid.
+func (m *Manager) Prune(ctx context.Context, req api.PruneRequest) (*api.PruneResult, error) {
+	var older time.Duration
+	if req.OlderThan != "" {
+		var err error
+		if older, err = ParseDuration("olderThan", req.OlderThan); err != nil {
+			return nil, err
+		}
+	}
+	if !req.Orphans && !req.Freezes {
+		req.Orphans = true
+	}
+	ctx = context.WithoutCancel(ctx)
+	v, err := m.view(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := m.now()
+	oldEnough := func(t time.Time) bool { return older == 0 || now.Sub(t) >= older }
+	res := &api.PruneResult{Removed: []api.StorageItem{}, DryRun: req.DryRun}
+	if req.Orphans {
+		for _, o := range m.orphans(ctx, v) {
+			if !oldEnough(o.CreatedAt) {
+				continue
+			}
+			o.Bytes = newDU().of(m.imageDir(o.ID))
+			if !req.DryRun {
+				if err := m.removeOrphan(ctx, o, EventPruned, map[string]any{"reason": "sbx prune --orphans"}); err != nil {
+					return res, err
+				}
+			}
+			res.Removed = append(res.Removed, o)
+			res.Reclaimed += o.Bytes
+		}
+	}
+	if req.Freezes {
+		for _, sn := range v.snapshots {
+			if sn.Kept || !m.isFreeze(sn) || !oldEnough(sn.CreatedAt) {
+				continue
+			}
+			it := api.StorageItem{Kind: api.StorageFreeze, ID: sn.ID, Name: sn.Name, SandboxID: sn.SandboxID, CreatedAt: sn.CreatedAt, Bytes: newDU().of(m.imageDir(sn.ID))}
+			if !req.DryRun {
+				if err := m.deleteSnapshot(ctx, sn); err != nil && !errors.Is(err, api.ErrNotFound) {
+					return res, fmt.Errorf("prune freeze %s: %w", sn.Name, err)
+				}
+				m.event(ctx, sn.SandboxID, EventPruned, map[string]any{"snapshot": sn.Name, "bytes": it.Bytes, "reason": "sbx prune --freezes"})
+			}
+			res.Removed = append(res.Removed, it)
+			res.Reclaimed += it.Bytes
+		}
+	}
+	return res, nil
+}
+
+// The events storage adds to a sandbox's stream (deleted ones' included).
+const (
+	EventPruned = api.EventPruned
+	EventSwept  = api.EventSwept
+)
+
+// sweepStorage is the sweep's part for storage: orphans past --orphan-max
+// go, oldest first, each with an event; a freeze that outlived its
+// sandbox without being kept (a crash between the delete and its
+// freezes) goes too.
+func (m *Manager) sweepStorage(ctx context.Context) {
+	v, err := m.view(ctx)
+	if err != nil {
+		m.log.Error("sweep storage", "err", err)
+		return
+	}
+	live := map[string]bool{}
+	for _, sb := range v.sandboxes {
+		live[sb.ID] = true
+	}
+	for _, sn := range v.snapshots {
+		if !sn.Kept && !live[sn.SandboxID] && m.isFreeze(sn) {
+			if err := m.deleteSnapshot(ctx, sn); err != nil {
+				m.log.Error("sweep a freeze whose sandbox is gone", "snapshot", sn.Name, "err", err)
+				continue
+			}
+			m.event(ctx, sn.SandboxID, EventSwept, map[string]any{"snapshot": sn.Name, "reason": "a freeze goes with its sandbox, which is deleted"})
+		}
+	}
+	if m.cfg.OrphanMax <= 0 {
+		return
+	}
+	orph := m.orphans(ctx, v)
+	var total int64
+	for i := range orph {
+		orph[i].Bytes = newDU().of(m.imageDir(orph[i].ID))
+		total += orph[i].Bytes
+	}
+	for _, o := range orph {
+		if total <= m.cfg.OrphanMax {
+			return
+		}
+		reason := fmt.Sprintf("orphan images held %s, more than sbxd --orphan-max %s: the oldest go first, before their grace ends", fmtBytes(total), fmtBytes(m.cfg.OrphanMax))
+		if err := m.removeOrphan(ctx, o, EventSwept, map[string]any{"reason": reason}); err != nil {
+			m.log.Error("sweep orphans past their budget", "err", err)
+			continue
+		}
+		total -= o.Bytes
+	}
+}
