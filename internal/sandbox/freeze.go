@@ -272,8 +272,15 @@ func slotOutcome(dir string, proc runsc.Proc) (slotState, string) {
 		case freezewire.DoneWhole:
 			return slotWhole, ""
 		case freezewire.DoneFailed:
-			return slotFailed, failedWhy(dir)
+			why, _ := failedWhy(dir)
+			return slotFailed, why
 		}
+	}
+	// gVisor's error in the state file is written once its save is over:
+	// failed, whatever holds the file (a failed save may leave its writer
+	// open)
+	if why, failed := failedWhy(dir); failed {
+		return slotFailed, why
 	}
 	if proc.Pid <= 0 {
 		return slotUnseen, ""
@@ -290,27 +297,24 @@ func slotOutcome(dir string, proc runsc.Proc) (slotState, string) {
 	if string(head) == stateMagic {
 		out, note = slotWhole, freezewire.DoneWhole
 	}
-	if err := writeFileAtomic(filepath.Join(dir, freezewire.DoneFile), []byte(note)); err != nil {
-		return slotUnseen, ""
-	}
-	if out == slotFailed {
-		return out, failedWhy(dir)
-	}
+	// noted for when the process is gone; on a full disk the note may not
+	// fit, and what was seen now still stands
+	_ = writeFileAtomic(filepath.Join(dir, freezewire.DoneFile), []byte(note))
 	return out, ""
 }
 
 // failedWhy is the error gVisor wrote into a failed checkpoint's state
-// file ("" if none).
-func failedWhy(dir string) string {
+// file; failed says whether there is one.
+func failedWhy(dir string) (why string, failed bool) {
 	b, err := readRegularBounded(filepath.Join(dir, freezewire.StateFile), 1100)
 	if err != nil {
-		return ""
+		return "", false
 	}
 	s, ok := strings.CutPrefix(string(b), appSaveFailed)
 	if !ok {
-		return ""
+		return "", false
 	}
-	return freezewire.Printable(strings.TrimSpace(s))
+	return freezewire.Printable(strings.TrimSpace(s)), true
 }
 
 // readRegularBounded reads up to n bytes of a regular file, not following

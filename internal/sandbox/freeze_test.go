@@ -82,6 +82,12 @@ func TestSlotOutcome(t *testing.T) {
 		if out != slotFailed || why != "write pages: no space left on device" {
 			t.Errorf("gVisor's error let go: %v %q, want failed with gVisor's error", out, why)
 		}
+		// gVisor writes its error once the save is over, and a failed save
+		// may leave its writer open: still held, still failed
+		dir = slotWith(t, appSaveFailed+"error serializing object\n")
+		if out, _ := slotOutcome(dir, holder(t, dir, true)); out != slotFailed {
+			t.Errorf("gVisor's error, the file still held: %v, want failed", out)
+		}
 	})
 	t.Run("half written", func(t *testing.T) {
 		// a process that is not the boot's (or one that ended): a state

@@ -163,6 +163,13 @@ func (c *ConnLimiter) Open() int {
 	return c.open
 }
 
+// Waiting is how many open connections have no request in flight.
+func (c *ConnLimiter) Waiting() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.waiting.Len()
+}
+
 // Listener wraps l so that at most Max connections accepted from it are
 // open at once.
 func (c *ConnLimiter) Listener(l net.Listener) net.Listener {

@@ -80,6 +80,17 @@ func waitOpen(t *testing.T, lim *ConnLimiter, want int) {
 	}
 }
 
+func waitWaiting(t *testing.T, lim *ConnLimiter, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for lim.Waiting() != want && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := lim.Waiting(); got != want {
+		t.Fatalf("%d connections waiting, want %d", got, want)
+	}
+}
+
 func getOn(c net.Conn, path string) (*http.Response, error) {
 	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path)
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -89,10 +100,15 @@ func getOn(c net.Conn, path string) (*http.Response, error) {
 func TestConnLimiterSheds(t *testing.T) {
 	addr, lim := limitedServer(t, 3, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	// three that never finish their request: the oldest goes first
+	// (each counted as waiting before the next dials: the server's hook
+	// that queues a connection runs in its own goroutine)
 	a := dialT(t, addr)
 	a.Write([]byte("GET / HTTP/1.1\r\nHo"))
-	waitOpen(t, lim, 1)
-	b, c := dialT(t, addr), dialT(t, addr)
+	waitWaiting(t, lim, 1)
+	b := dialT(t, addr)
+	waitWaiting(t, lim, 2)
+	c := dialT(t, addr)
+	waitWaiting(t, lim, 3)
 	waitOpen(t, lim, 3)
 	d := dialT(t, addr)
 	resp, err := getOn(d, "/")

@@ -727,9 +727,9 @@ func (l *Loader) saveHeld(o *control.SaveOpts, signal bool) (err error) {
 
 // sbx: endAppSave closes the files of an application's save once it is
 // done. A failed save's are emptied first, so the space it took is free
-// again, and its state file then holds only AppSaveFailed and the error:
-// a state file that does not start with the statefile's magic is a failed
-// save's.
+// again, and its state file then holds only AppSaveFailed and the error,
+// which says at once that the save is over and failed: a failed
+// Kernel.SaveTo may leave the state file's writer open for good.
 func endAppSave(o *control.SaveOpts, err *error) {
 	for i, f := range o.FilePayload.Files {
 		if f == nil {
@@ -738,11 +738,13 @@ func endAppSave(o *control.SaveOpts, err *error) {
 		if *err != nil {
 			_ = f.Truncate(0)
 			if i == 0 {
-				msg := AppSaveFailed + (*err).Error()
+				// the cause (ENOSPC) ends a message that may dump a
+				// whole object first
+				msg := (*err).Error()
 				if len(msg) > 1024 {
-					msg = msg[:1024]
+					msg = msg[:256] + " ... " + msg[len(msg)-640:]
 				}
-				_, _ = f.WriteAt([]byte(msg+"\n"), 0)
+				_, _ = f.WriteAt([]byte(AppSaveFailed+msg+"\n"), 0)
 			}
 		}
 		_ = f.Close()
