@@ -6,7 +6,7 @@ BIN := $(CURDIR)/bin
 DEBS := busybox-static mmdebstrap iproute2 iptables tmux gcc jq chromium
 export CGO_ENABLED := 0
 
-.PHONY: all build deps install demo test python-deps python-test unit integration bench soak vet fmt clean
+.PHONY: all build deps install demo test python-deps python-test unit integration bench soak soak-storage vet fmt clean
 
 all: build
 
@@ -101,6 +101,13 @@ test: deps build vet
 	@echo "==> running the tests (unit and integration, real runsc)"
 	$(GO) test -count=1 -timeout 80m ./...
 	@$(MAKE) --no-print-directory python-test
+
+## soak-storage: issue 22's soak for 10 minutes (make test plays it for
+## one): hostile sandboxes against the storage budget, sbxd's memory and
+## restores
+soak-storage: deps build
+	@echo "==> soak: hostile sandboxes for $${SBX_SOAK:-10m} (TestSoak22)"
+	SBX_SOAK=$${SBX_SOAK:-10m} $(GO) test -count=1 -timeout 60m -run '^TestSoak22$$' -v ./internal/e2e/
 
 ## python-deps: Debian's pytest for the system Python (once; skipped when present)
 PYTHON := /usr/bin/python3
