@@ -567,3 +567,158 @@ func TestAttack22bForgeEveryBoot(t *testing.T) {
 	deleteEverything(t, d)
 	checkNoLeaks(t, d)
 }
+
+// TestAttack22bCaptureRace: a 150 MB sandbox freezes, with root forging
+// "frozen" lines all along, while sbxd takes a memory snapshot or a memory
+// fork of it at instants swept across the freeze. Whatever the meeting:
+// the capture succeeds and restores, the freeze is recorded at most once
+// and restores, the original's command names only a recorded snapshot,
+// and the copies' freeze records claim nothing sbxd lacks.
+func TestAttack22bCaptureRace(t *testing.T) {
+	d := ownDaemon(t)
+	race := forge(freezewire.Frozen) + `dd if=/dev/urandom of=/dev/shm/big bs=1M count=150 2>/dev/null; touch /tmp/filled; sleep 0.3; (while :; do forge $$; done) & ` +
+		agent.FreezeCommand + ` --no-hold > /tmp/fr.out 2>&1; echo "exit $?" >> /tmp/fr.out; kill $!`
+	claimed := func(what, out string) {
+		if m := frozeAs.FindStringSubmatch(out); m != nil {
+			if _, err := sdk(d.client).GetSnapshot(context.Background(), m[1]); err != nil {
+				t.Errorf("%s: the freeze command said it froze as %s; sbxd has no such snapshot", what, m[1])
+			}
+		}
+	}
+	n := 0
+	for _, delay := range []time.Duration{0, 150 * time.Millisecond, 350 * time.Millisecond} {
+		for _, op := range []string{"snapshot", "fork"} {
+			n++
+			what := fmt.Sprintf("%s %s into a freeze", op, delay)
+			id := d.newSandbox(t, "--memory", "1G")
+			d.must(t, "exec", "-d", "-u", "root", id, "--", "sh", "-c", race)
+			waitFor(t, "the fill", 30*time.Second, func() bool { return d.sbx(t, "exec", id, "--", "test", "-f", "/tmp/filled").code == 0 })
+			time.Sleep(300*time.Millisecond + delay)
+			var copyID string
+			if op == "snapshot" {
+				name := fmt.Sprintf("a22b-race-%d", n)
+				if r := d.sbx(t, "snapshot", id, name, "--memory"); r.code != 0 {
+					t.Errorf("%s: the snapshot failed: %q %q", what, r.stdout, r.stderr)
+					continue
+				}
+				copyID = restores(t, d, name)
+			} else {
+				r := d.sbx(t, "fork", id, "--memory", "--wait")
+				if r.code != 0 {
+					t.Errorf("%s: the fork failed: %q %q", what, r.stdout, r.stderr)
+					continue
+				}
+				copyID = strings.Fields(r.stdout)[0]
+			}
+			var said string
+			waitFor(t, "the original's freeze command", 60*time.Second, func() bool {
+				said = d.sbx(t, "exec", id, "--", "cat", "/tmp/fr.out").stdout
+				return strings.Contains(said, "exit ")
+			})
+			time.Sleep(time.Second)
+			sns := memorySnapshots(t, d, id)
+			var freezes []string
+			for _, sn := range sns {
+				if strings.HasPrefix(sn.Name, "freeze-") {
+					freezes = append(freezes, sn.Name)
+				}
+			}
+			t.Logf("%s: the original said %q; freezes recorded %v", what, said, freezes)
+			claimed(what+" (original)", said)
+			if len(freezes) > 1 {
+				t.Errorf("%s: %d freezes recorded for one boot: %v", what, len(freezes), freezes)
+			}
+			for _, f := range freezes {
+				restores(t, d, f)
+			}
+			if copyID != "" {
+				var cs string
+				for i := 0; i < 40; i++ {
+					cs = d.sbx(t, "exec", copyID, "--", "sh", "-c", "cat /tmp/fr.out 2>/dev/null; "+agent.FreezeCommand+" --status").stdout
+					if !strings.Contains(cs, `"freezing"`) {
+						break
+					}
+					time.Sleep(500 * time.Millisecond)
+				}
+				t.Logf("%s: the copy says %q", what, cs)
+				claimed(what+" (copy)", cs)
+				_ = deleteSandbox(context.Background(), d.client, copyID)
+			}
+			_ = deleteSandbox(context.Background(), d.client, id)
+		}
+	}
+	checkConsistent(t, d)
+	deleteEverything(t, d)
+	checkNoLeaks(t, d)
+}
+
+// TestAttack22bRestartMidWrite: sbxd is SIGKILLed as soon as gVisor starts
+// writing a 500 MB freeze (the slot's pages file growing on the host), with
+// forged "frozen" lines racing it, and started again at once: the new sbxd
+// must record the freeze whole, once, and confirm it. (gVisor writes 500 MB
+// in ~0.3 s here, so the write ends while sbxd is down; holding gVisor
+// mid-write with SIGSTOP instead made the restarted sbxd never serve, as its
+// start waits on the stopped sandbox: a host-side act, not an attack from
+// inside, so it is not a test here.) Also a freeze in a
+// sandbox that was running across a plain sbxd restart. Each must be
+// recorded, confirmed to the freeze command, and restore.
+func TestAttack22bRestartMidWrite(t *testing.T) {
+	d := ownDaemon(t)
+	// across a restart
+	id := d.newSandbox(t)
+	d.kill(syscall.SIGKILL)
+	if err := d.start(nil); err != nil {
+		t.Fatal(err)
+	}
+	name := freezeIn(t, d, id, "")
+	restores(t, d, name)
+
+	id2 := d.newSandbox(t, "--memory", "1500M")
+	d.must(t, "exec", "-u", "root", id2, "--", "sh", "-c", "dd if=/dev/urandom of=/dev/shm/big bs=1M count=500 2>/dev/null")
+	slots := slotsLeft(d, id2)
+	if len(slots) != 1 {
+		t.Fatalf("slots %q", slots)
+	}
+	pages := filepath.Join(slots[0], freezewire.PagesFile)
+	d.must(t, "exec", "-d", "-u", "root", id2, "--", "sh", "-c", forge(freezewire.Frozen)+
+		`(while :; do forge $$; sleep 0.05; done) & `+agent.FreezeCommand+` --no-hold > /tmp/fr.out 2>&1; echo "exit $?" >> /tmp/fr.out; kill $!`)
+	waitFor(t, "gVisor to start writing", 20*time.Second, func() bool {
+		fi, err := os.Stat(pages)
+		return err == nil && fi.Size() > 0
+	})
+	var written int64
+	if fi, err := os.Stat(pages); err == nil {
+		written = fi.Size()
+	}
+	d.kill(syscall.SIGKILL)
+	s := time.Now()
+	if err := d.start(nil); err != nil {
+		t.Fatal(err)
+	}
+	fi2, _ := os.Stat(pages)
+	var sz2 int64
+	if fi2 != nil {
+		sz2 = fi2.Size()
+	}
+	t.Logf("killed with %d MB of pages written; back in %s with %d MB", written>>20, time.Since(s).Round(time.Millisecond), sz2>>20)
+	var said string
+	waitFor(t, "the freeze command", 60*time.Second, func() bool {
+		said = d.sbx(t, "exec", id2, "--", "cat", "/tmp/fr.out").stdout
+		return strings.Contains(said, "exit ")
+	})
+	t.Logf("the freeze command said %q", said)
+	m := frozeAs.FindStringSubmatch(said)
+	if m == nil {
+		t.Errorf("a freeze that sbxd restarted in the middle of: %q, want it confirmed", said)
+		time.Sleep(5 * time.Second)
+		t.Logf("5 s later: snapshots %v, events %v, slots %q, record %+v", memorySnapshots(t, d, id2), frozenEvents(t, d, id2), slotsLeft(d, id2), freezeRecord(t, d, id2))
+	} else {
+		restores(t, d, m[1])
+	}
+	for _, sn := range memorySnapshots(t, d, id2) {
+		restores(t, d, sn.Name)
+	}
+	checkConsistent(t, d)
+	deleteEverything(t, d)
+	checkNoLeaks(t, d)
+}
