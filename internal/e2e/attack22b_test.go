@@ -78,6 +78,11 @@ echo forged`
 			checkMemory(t, d, cp, h)
 		}
 	}
+	// the forged crash is the sandbox's word (README: "what the crash says
+	// of itself is the sandbox's word"): sbx crashes shows it as a crash
+	// caught, on a real (restorable) freeze, though no process crashed
+	cr := d.sbx(t, "--json", "crashes", id, "--no-backtrace")
+	t.Logf("sbx crashes after a forged crash: %q", cr.stdout)
 	// the freeze command in this boot: gVisor's freeze is used
 	r = d.sbx(t, "exec", id, "--", agent.FreezeCommand, "--no-hold")
 	t.Logf("the freeze command after it: exit %d %q", r.code, r.stderr)
@@ -718,6 +723,88 @@ func TestAttack22bRestartMidWrite(t *testing.T) {
 	for _, sn := range memorySnapshots(t, d, id2) {
 		restores(t, d, sn.Name)
 	}
+	checkConsistent(t, d)
+	deleteEverything(t, d)
+	checkNoLeaks(t, d)
+}
+
+// TestAttack22bForgeAfterCapture: sbxd captures a running sandbox (a memory
+// snapshot, a memory fork, a disk snapshot), which goes on in the same
+// boot with its slot still armed; then root forges "failed" and "frozen"
+// verdicts for that slot. The captures must not have made gVisor let the
+// slot's files go (else a forged line reads as a finished, failed freeze
+// and the slot is dropped): nothing recorded, the slot still armed, and
+// the real freeze after it is recorded and restores.
+func TestAttack22bForgeAfterCapture(t *testing.T) {
+	d := ownDaemon(t)
+	id := d.newSandbox(t)
+	h := startHolderTiny(t, d, id)
+	d.must(t, "snapshot", id, "a22b-cap-mem", "--memory")
+	d.must(t, "fork", id, "--memory", "--wait")
+	d.must(t, "snapshot", id, "a22b-cap-disk")
+	r := d.sbx(t, "exec", "-u", "root", id, "--", "sh", "-c", forge(freezewire.Failed)+`forge 7; sleep 1; `+forge(freezewire.Frozen)+`forge 8; echo forged`)
+	if !strings.Contains(r.stdout, "forged") {
+		t.Fatalf("forge: %q %q", r.stdout, r.stderr)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if left := slotsLeft(d, id); len(left) != 1 {
+		t.Errorf("forged verdicts after captures left slots %q, want the boot's armed one", left)
+	}
+	if evs := frozenEvents(t, d, id); len(evs) != 0 {
+		t.Errorf("forged verdicts after captures made events %v", evs)
+	}
+	r = d.sbx(t, "exec", id, "--", agent.FreezeCommand, "--no-hold")
+	if m := frozeAs.FindStringSubmatch(r.stderr); m == nil {
+		t.Errorf("the real freeze after captures and forged verdicts: exit %d %q", r.code, r.stderr)
+	} else if cp := restores(t, d, m[1]); cp != "" {
+		checkMemory(t, d, cp, h)
+	}
+	checkConsistent(t, d)
+	deleteEverything(t, d)
+	checkNoLeaks(t, d)
+}
+
+// TestAttack22bForgedTimes: root writes gVisor's checkpoint straight and
+// forges the verdict with extreme times (triggered in year 1, done in year
+// 9999, failedAt in year 0): sbxd records it (gVisor's image is whole),
+// and everything that shows it must still work: the snapshot's info and
+// list, the sandbox's events (with follow), the sandbox's info, a restore.
+func TestAttack22bForgedTimes(t *testing.T) {
+	d := ownDaemon(t)
+	id := d.newSandbox(t)
+	script := `exec 3<>/proc/gvisor/checkpoint || exit 9
+printf 1 >&3
+head -c 64 <&3 >/dev/null
+exec 3>&-
+slot=$(tr '\0' '\n' < /proc/gvisor/spec_environ | sed -n 's/^SBX_FREEZE_SLOT=//p')
+printf '\036sbx-freeze {"slot":"%s","result":"frozen","pid":-5,"uid":-1,"failedAt":"0000-01-01T00:00:00Z","triggered":"0001-01-01T00:00:00Z","done":"9999-12-31T23:59:59.999999999Z"}\n' "$slot" > /proc/1/fd/1
+echo forged`
+	if r := d.sbx(t, "exec", "-u", "root", id, "--", "sh", "-c", script); !strings.Contains(r.stdout, "forged") {
+		t.Fatalf("forge: %q %q", r.stdout, r.stderr)
+	}
+	time.Sleep(3 * time.Second)
+	sns := memorySnapshots(t, d, id)
+	t.Logf("recorded: %+v", sns)
+	for _, args := range [][]string{{"snapshot", "ls"}, {"--json", "snapshot", "ls"}, {"events", id}, {"--json", "events", id}, {"info", id}, {"ls"}, {"--json", "crashes", id, "--no-backtrace"}} {
+		r := d.sbx(t, args...)
+		if r.code != 0 {
+			t.Errorf("sbx %v after forged times: exit %d %q", args, r.code, r.stderr)
+		}
+	}
+	for _, sn := range sns {
+		t.Logf("snapshot %s paused %s created %s", sn.Name, sn.Paused, sn.CreatedAt)
+		if r := d.sbx(t, "snapshot", "info", sn.Name); r.code != 0 {
+			t.Errorf("sbx snapshot info %s: exit %d %q", sn.Name, r.code, r.stderr)
+		} else {
+			t.Logf("info: %s", r.stdout)
+		}
+		restores(t, d, sn.Name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if _, err := d.client.Health(ctx); err != nil {
+		t.Errorf("sbxd after forged times: %v", err)
+	}
+	cancel()
 	checkConsistent(t, d)
 	deleteEverything(t, d)
 	checkNoLeaks(t, d)
