@@ -378,7 +378,9 @@ func TestAttack22bBigRaceDelete(t *testing.T) {
 // not a large one: the small freeze's move into its image is a copy across
 // file systems (moveDir's EXDEV path); the snapshot must restore and the
 // tmpfs be left empty. A large freeze then runs out of room: it must fail,
-// record nothing, and leave nothing in the tmpfs.
+// record nothing, and leave nothing in the tmpfs. (About one run in four
+// the 200 MB freeze runs out of room in gVisor's state file rather than its
+// pages, and fails as TestAttack22bFreezeNoSpaceSweep does, always.)
 func TestAttack22bFreezeOtherFS(t *testing.T) {
 	d := ownDaemon(t)
 	root := filepath.Join(d.dir, "freeze")
@@ -424,8 +426,6 @@ func TestAttack22bFreezeOtherFS(t *testing.T) {
 		t.Errorf("the failed freeze's slot is left, %s: %s", sl, head)
 		fds, _ := exec.Command("sh", "-c", "for f in /proc/[0-9]*/fd/*; do l=$(readlink $f); case $l in *"+filepath.Base(sl)+"*) p=${f#/proc/}; p=${p%%/*}; echo \"$f -> $l ($(tr '\\0' ' ' < /proc/$p/cmdline | head -c 120))\";; esac; done 2>/dev/null").CombinedOutput()
 		t.Logf("processes holding it: %s", fds)
-		time.Sleep(20 * time.Second)
-		t.Logf("20 s later: events %v, slots %q", frozenEvents(t, d, id2), slotsLeft(d, id2))
 	}
 	t.Logf("the tmpfs after a failed freeze: %s", du())
 	if r := d.sbx(t, "exec", id2, "--", "ls", "/dev/shm/big"); r.code != 0 {
