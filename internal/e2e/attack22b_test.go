@@ -195,7 +195,8 @@ echo done`)
 	checkNoLeaks(t, d)
 }
 
-// procCPU is pid's user+system CPU time in clock ticks, and its RSS in kB.
+// procCPU is pid's user+system CPU time in clock ticks (its waited-for
+// children's included: the runsc it runs), and its RSS in kB.
 func procCPU(pid int) (int64, int64) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
@@ -205,23 +206,29 @@ func procCPU(pid int) (int64, int64) {
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
+	cut, _ := strconv.ParseInt(f[13], 10, 64)
+	cst, _ := strconv.ParseInt(f[14], 10, 64)
 	rss, _ := strconv.ParseInt(f[21], 10, 64)
-	return ut + st, rss * 4
+	return ut + st + cut + cst, rss * 4
 }
 
-// TestAttack22bDistinctFlood: root floods 20 s of distinct verdict lines
-// (each differs, so the shim writes every one into the slot and inotify
-// wakes sbxd each time). sbxd must keep answering quickly, not burn the
-// CPU of the host (2 cores), not grow, and record nothing; afterwards a
-// real freeze is recorded and restores.
+// TestAttack22bDistinctFlood: root in three sandboxes at once floods 20 s
+// of distinct verdict lines (each differs, so the shim writes every one
+// into the slot and inotify wakes sbxd each time, which looks at the slot:
+// runsc state, /proc). sbxd (with the runsc it runs) must keep answering
+// quickly, not burn the CPU of the host (2 cores), not grow, and record
+// nothing; afterwards a real freeze is recorded and restores.
 func TestAttack22bDistinctFlood(t *testing.T) {
 	d := ownDaemon(t)
-	id := d.newSandbox(t)
+	ids := []string{d.newSandbox(t), d.newSandbox(t), d.newSandbox(t)}
+	id := ids[0]
 	pid := d.cmd.Process.Pid
 	cpu0, rss0 := procCPU(pid)
 	t0 := time.Now()
-	d.must(t, "exec", "-d", "-u", "root", id, "--", "sh", "-c", forge(freezewire.Frozen)+
-		`end=$(( $(date +%s) + 20 )); i=0; while [ $(date +%s) -lt $end ]; do forge $i; forge $i$i; i=$((i+1)); done; echo $i > /tmp/flooded`)
+	for _, id := range ids {
+		d.must(t, "exec", "-d", "-u", "root", id, "--", "sh", "-c", forge(freezewire.Frozen)+
+			`end=$(( $(date +%s) + 20 )); i=0; while [ $(date +%s) -lt $end ]; do forge $i; forge $i$i; i=$((i+1)); done; echo $i > /tmp/flooded`)
+	}
 	var worst time.Duration
 	for time.Since(t0) < 21*time.Second {
 		s := time.Now()
@@ -246,8 +253,8 @@ func TestAttack22bDistinctFlood(t *testing.T) {
 	if worst > 2*time.Second {
 		t.Errorf("sbxd took %s to answer during a flood of verdicts", worst)
 	}
-	if share > 0.5 {
-		t.Errorf("a flood of forged verdicts made sbxd use %.0f%% of a core", 100*share)
+	if share > 1 {
+		t.Errorf("floods of forged verdicts in three sandboxes made sbxd (and its runsc) use %.0f%% of a core", 100*share)
 	}
 	if rss1-rss0 > 64<<10 {
 		t.Errorf("sbxd grew by %d kB in a flood", rss1-rss0)
@@ -494,12 +501,23 @@ func TestAttack22bFreezeNoSpaceSweep(t *testing.T) {
 		if left := slotsLeft(d, id); len(left) != 0 {
 			held, _ := exec.Command("sh", "-c", "ls -l /proc/[0-9]*/fd/ 2>/dev/null | grep "+filepath.Base(left[0])+" | sort -u | head -3; ls -l "+left[0]+"; head -c 120 "+left[0]+"/checkpoint.img").CombinedOutput()
 			t.Errorf("%d kB free: the failed freeze's slot is still there, held by the sandbox's process: %s", freeKB, held)
+			if freeKB == 512 {
+				// sbxd's own capture of the boot whose failed slot is held
+				if r := d.sbx(t, "snapshot", id, "a22b-held", "--memory"); r.code != 0 {
+					t.Errorf("a memory snapshot of a sandbox with a held failed slot: %q %q", r.stdout, r.stderr)
+				} else {
+					restores(t, d, "a22b-held")
+				}
+			}
 			// what the stop makes of it
 			d.must(t, "stop", id)
 			time.Sleep(2 * time.Second)
 			t.Logf("%d kB free: after a stop, the events say %v; slots %q", freeKB, frozenEvents(t, d, id), slotsLeft(d, id))
 			d.must(t, "resume", id)
 			t.Logf("%d kB free: after a resume, the events say %v; slots %q", freeKB, frozenEvents(t, d, id), slotsLeft(d, id))
+			if freeKB == 512 {
+				restores(t, d, freezeIn(t, d, id, "")) // room again: the new boot freezes
+			}
 		}
 		if len(slotsLeft(d, id)) == 0 && len(evs) > 0 {
 			if r := d.sbx(t, "exec", id, "--", "echo", "alive"); !strings.Contains(r.stdout, "alive") {
