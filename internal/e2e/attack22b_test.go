@@ -486,6 +486,9 @@ func TestAttack22bFreezeNoSpaceSweep(t *testing.T) {
 			restores(t, d, m[1])
 			continue
 		}
+		if len(r.stderr) > 600 {
+			t.Errorf("%d kB free: the freeze's error is %d bytes (%.80q...): want the cause, not gVisor's dump", freeKB, len(r.stderr), r.stderr)
+		}
 		if !strings.Contains(r.stderr, "no space left") {
 			t.Errorf("%d kB free: the failed freeze's command does not say why (sbxd did not confirm it): %q", freeKB, r.stderr)
 		}

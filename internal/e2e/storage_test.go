@@ -76,6 +76,11 @@ func TestStorageFreezeLoopQuota(t *testing.T) {
 	if got := dfFreezes(t, d, id); len(got) != max {
 		t.Errorf("%d freezes of %s after 4 boots of freeze loops, want the quota, %d: %+v", len(got), id, max, got)
 	}
+	// the freeze command, past the quota, says so, and claims nothing
+	if r := d.sbx(t, "exec", "-u", "1000", id, "--", agent.FreezeCommand, "--no-hold"); r.code != 1 ||
+		!strings.Contains(r.stderr, "freeze quota") || strings.Contains(r.stderr, "froze sandbox") {
+		t.Errorf("a freeze past the quota: exit %d %q, want 1 saying the quota is used", r.code, r.stderr)
+	}
 	// the freezes past the quota: an event each, saying why
 	var refused, slots []string
 	waitFor(t, "the refused freezes' events", 20*time.Second, func() bool {

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -228,6 +229,17 @@ func (m *Manager) settleFreezesLocked(ctx context.Context, sb *store.Sandbox, ru
 			m.dropSlot(ctx, sb, slot, "the sandbox ended before sbxd saw gVisor finish writing it (its init's word alone is no proof), so whether it is whole is unknown")
 		}
 	}
+}
+
+// clipText cuts s to n bytes, at a rune's start, marking the cut.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
 }
 
 func orDefault(s, def string) string {
@@ -506,13 +518,17 @@ func (m *Manager) failedFreeze(ctx context.Context, sb *store.Sandbox, slot stri
 // a disk that is (nearly) full.
 func (m *Manager) whyFreezeFailed(dir, gvisorWhy string) string {
 	why := "gVisor could not write the checkpoint"
-	if gvisorWhy != "" {
+	switch {
+	case strings.Contains(gvisorWhy, "no space left on device"):
+		// the cause is all that matters of an error that may dump an
+		// object and a stack first
+		return why + fmt.Sprintf(": no space left on device (the disk of sbxd's data dir, %s)", m.cfg.DataDir)
+	case len(gvisorWhy) > 300:
+		why += ": " + clipText(gvisorWhy, 300) + " (sbxd --runsc-debug-log DIR records gVisor's whole error)"
+	case gvisorWhy != "":
 		why += ": " + gvisorWhy
-	} else {
+	default:
 		why += " (sbxd --runsc-debug-log DIR records gVisor's reason)"
-	}
-	if strings.Contains(gvisorWhy, "no space left") {
-		return why + fmt.Sprintf(" (no space left on device: the disk of sbxd's data dir, %s)", m.cfg.DataDir)
 	}
 	var fs syscall.Statfs_t
 	if err := syscall.Statfs(dir, &fs); err == nil {
