@@ -71,11 +71,15 @@ type inFlight struct {
 // close the journal entry: finish or abandon, or close it in the
 // transaction that records the outcome (closeIn).
 func (m *Manager) beginCapture(ctx context.Context, kind, id string, memory bool, detail map[string]any) (*inFlight, error) {
-	// storage.go: room on the disk and in --storage-max for what it may write
-	if err := m.captureRoom(ctx, kind, id, memory); err != nil {
+	// in the gate first: a clean shutdown waits for a capture asked before
+	// it (a stop accepted just before SIGTERM was refused while its room
+	// was measured, and stayed ready: TestCleanShutdown)
+	if err := m.captures.enter(); err != nil {
 		return nil, err
 	}
-	if err := m.captures.enter(); err != nil {
+	// storage.go: room on the disk and in --storage-max for what it may write
+	if err := m.captureRoom(ctx, kind, id, memory); err != nil {
+		m.captures.inflight.Done()
 		return nil, err
 	}
 	img, err := m.newImage(memory)
