@@ -18,7 +18,7 @@ type TraceEvent struct {
 	// process as the sentry saw it.
 	Kind string `json:"kind"`
 	// Path is the file of an open, or the binary of an execve; Addr the
-	// socket address of a connect, bind or accept ("127.0.0.1:8099",
+	// socket address of a connect, bind or accept ("127.0.0.1:8765",
 	// "[::1]:80", "unix:/run/x.sock").
 	Path string `json:"path,omitempty"`
 	Addr string `json:"addr,omitempty"`

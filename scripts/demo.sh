@@ -62,13 +62,13 @@ say "The evidence, taken inside the sandbox the moment the run failed (seed $see
 out=$(find "$work/evidence" -name test-output.txt | head -1)
 run grep -m1 -i "refused" "$out"
 listen=$(find "$work/evidence" -name listening.txt | head -1)
-printf '%s$ grep 8099 %s%s\n' "$dim" "$(basename "$listen")" "$off"
-grep -m2 8099 "$listen" || true
+printf '%s$ grep 8765 %s%s\n' "$dim" "$(basename "$listen")" "$off"
+grep -m2 8765 "$listen" || true
 
 say "The machine was stopped with its memory: resume it, and the leaked service is still there, counting"
 run sbx resume "$name"
-run sbx exec "$name" -- curl -s http://127.0.0.1:8099/
-run sbx exec "$name" -- curl -s http://127.0.0.1:8099/
+run sbx exec "$name" -- curl -s http://127.0.0.1:8765/
+run sbx exec "$name" -- curl -s http://127.0.0.1:8765/
 
 say "The true flake rate: 20 memory forks of the captured state, one run each, each with its own seed"
 run sbx flake-rate --from "$name" -n 20 --parallel 4 -- 'cd /work && ./test.sh'

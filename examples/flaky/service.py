@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A small service with a seeded startup delay: it sleeps (SEED % 5) * 0.1 s,
-then listens on 127.0.0.1:8099 and answers GET / with its token and a request
+then listens on 127.0.0.1:8765 and answers GET / with its token and a request
 counter kept in memory."""
 import http.server
 import os
@@ -29,4 +29,4 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-http.server.HTTPServer(("127.0.0.1", 8099), Handler).serve_forever()
+http.server.HTTPServer(("127.0.0.1", 8765), Handler).serve_forever()

@@ -6,5 +6,5 @@
 cd "$(dirname "$0")"
 python3 service.py &
 sleep 0.25
-# -v: curl then names the cause, "connect to 127.0.0.1 port 8099 failed: Connection refused"
-curl -sS -v --max-time 5 http://127.0.0.1:8099/ || exit 1
+# -v: curl then names the cause, "connect to 127.0.0.1 port 8765 failed: Connection refused"
+curl -sS -v --max-time 5 http://127.0.0.1:8765/ || exit 1

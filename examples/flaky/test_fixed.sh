@@ -5,7 +5,7 @@ python3 service.py &
 pid=$!
 trap 'kill $pid 2>/dev/null' EXIT
 for i in $(seq 50); do
-	if out=$(curl -sS --max-time 5 http://127.0.0.1:8099/ 2>/dev/null); then
+	if out=$(curl -sS --max-time 5 http://127.0.0.1:8765/ 2>/dev/null); then
 		echo "$out"
 		exit 0
 	fi

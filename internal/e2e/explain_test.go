@@ -71,7 +71,7 @@ func explainTop(t *testing.T, d *daemon, id string, flags []string, test ...stri
 }
 
 // TestExplainExample: on the bundled example the top finding is its port,
-// 8099 (examples/flaky/service.py): the test's connect came before the
+// 8765 (examples/flaky/service.py): the test's connect came before the
 // server's bind.
 func TestExplainExample(t *testing.T) {
 	d := shared
@@ -87,8 +87,8 @@ func TestExplainExample(t *testing.T) {
 		t.Fatal("no divergence found")
 	}
 	top := res.Divergence[0]
-	if top.Resource != "port 8099" || !strings.Contains(top.Summary, ":8099") {
-		t.Errorf("top finding %q on %q, want port 8099", top.Summary, top.Resource)
+	if top.Resource != "port 8765" || !strings.Contains(top.Summary, ":8765") {
+		t.Errorf("top finding %q on %q, want port 8765", top.Summary, top.Resource)
 	}
 	if len(top.Example.Events) == 0 {
 		t.Errorf("top finding has no example events")
@@ -96,7 +96,7 @@ func TestExplainExample(t *testing.T) {
 	if res.Report != report || len(res.Knobs) != 2 {
 		t.Errorf("report %q, knobs %+v: want %s and 2 values", res.Report, res.Knobs, report)
 	}
-	checkReport(t, report, `<svg id="timelines"`, `class="marked"`, `<svg id="knobs"`, `class="bar"`, `class="interval"`, `id="divergence"`, "8099")
+	checkReport(t, report, `<svg id="timelines"`, `class="marked"`, `<svg id="knobs"`, `class="bar"`, `class="interval"`, `id="divergence"`, "8765")
 	// the bundled fix holds, and enough runs say so at 99%
 	if f := res.Fix; f == nil || !f.Fixed || f.Runs != f.Need99 || !strings.HasPrefix(f.Summary, "fixed with 99% confidence: 0 of") {
 		t.Errorf("fix verification %+v, want fixed with 99%% confidence", res.Fix)

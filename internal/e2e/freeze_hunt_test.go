@@ -314,11 +314,11 @@ func TestHuntFreezeAnyCommand(t *testing.T) {
 	if leaked := read("leaked.txt"); !strings.Contains(leaked, "service.py") {
 		t.Errorf("leaked.txt %q, want the service", leaked)
 	}
-	if l := read("listening.txt"); !regexp.MustCompile(`(?m)python3.*8099|8099.*python3`).MatchString(l) {
-		t.Errorf("no python3 listener on 8099 in listening.txt:\n%s", l)
+	if l := read("listening.txt"); !regexp.MustCompile(`(?m)python3.*8765|8765.*python3`).MatchString(l) {
+		t.Errorf("no python3 listener on 8765 in listening.txt:\n%s", l)
 	}
 	waitFor(t, "the leaked service to answer in the copy", 20*time.Second, func() bool {
-		r := d.sbx(t, "exec", s.Copy, "--", "curl", "-sS", "--max-time", "3", "http://127.0.0.1:8099/")
+		r := d.sbx(t, "exec", s.Copy, "--", "curl", "-sS", "--max-time", "3", "http://127.0.0.1:8765/")
 		return r.code == 0 && strings.Contains(r.stdout, "token=")
 	})
 }

@@ -159,8 +159,8 @@ func TestHuntFlakyExample(t *testing.T) {
 		t.Errorf("test output %q, want curl's connection refused", out)
 	}
 	listening := read("listening.txt")
-	if !regexp.MustCompile(`(?m)python3.*8099|8099.*python3`).MatchString(listening) {
-		t.Errorf("no python3 listener on 8099 in listening.txt:\n%s", listening)
+	if !regexp.MustCompile(`(?m)python3.*8765|8765.*python3`).MatchString(listening) {
+		t.Errorf("no python3 listener on 8765 in listening.txt:\n%s", listening)
 	}
 	if leaked := read("leaked.txt"); !strings.Contains(leaked, "service.py") {
 		t.Errorf("leaked.txt %q, want the service", leaked)
@@ -194,7 +194,7 @@ func TestHuntFlakyExample(t *testing.T) {
 	}
 	var body string
 	waitFor(t, "the leaked service to answer", 20*time.Second, func() bool {
-		r := d.sbx(t, "exec", name, "--", "curl", "-sS", "--max-time", "3", "http://127.0.0.1:8099/")
+		r := d.sbx(t, "exec", name, "--", "curl", "-sS", "--max-time", "3", "http://127.0.0.1:8765/")
 		body = r.stdout
 		return r.code == 0
 	})

@@ -58,13 +58,13 @@ func TestRunsToProve(t *testing.T) {
 func TestWriteReport(t *testing.T) {
 	r := &Explained{
 		Runs: 4, Failed: 2, Rate: Rate{Rate: 0.5, Low: 0.15, High: 0.85},
-		Divergence: []analyze.Finding{{Summary: "connect(127.0.0.1:8099) failed ECONNREFUSED", Resource: "port 8099", Failing: 2, Passing: 0, FailingRuns: 2, PassingRuns: 2, P: 0.33,
-			Example: analyze.Example{Run: 1, Failed: true, Events: []analyze.ExampleEvent{{AtMs: 250, Pid: 7, Process: "curl", Event: "connect(127.0.0.1:8099) failed ECONNREFUSED"}}}}},
+		Divergence: []analyze.Finding{{Summary: "connect(127.0.0.1:8765) failed ECONNREFUSED", Resource: "port 8765", Failing: 2, Passing: 0, FailingRuns: 2, PassingRuns: 2, P: 0.33,
+			Example: analyze.Example{Run: 1, Failed: true, Events: []analyze.ExampleEvent{{AtMs: 250, Pid: 7, Process: "curl", Event: "connect(127.0.0.1:8765) failed ECONNREFUSED"}}}}},
 		Knobs:           []Knob{{Knob: "cpus", Value: "0.25", Runs: 8, Failed: 8, Rate: 1, Low: 0.68, High: 1}},
 		PointOfNoReturn: &PointOfNoReturn{AtMs: 500, Certain: true, Curve: []CurvePoint{{AtMs: 0, Runs: 8, Failed: 4, Rate: 0.5}, {AtMs: 500, Runs: 8, Failed: 8, Rate: 1}}},
 		Timelines: []TimelineRun{
-			{Run: 1, Failed: true, Events: []analyze.ExampleEvent{{AtMs: 250, Process: "curl", Event: "connect(127.0.0.1:8099) failed ECONNREFUSED"}, {AtMs: 300, Process: "<script>alert(1)</script>", Event: "open(/x) ok"}}},
-			{Run: 0, Events: []analyze.ExampleEvent{{AtMs: 100, Process: "python3", Event: "bind(127.0.0.1:8099) ok"}}},
+			{Run: 1, Failed: true, Events: []analyze.ExampleEvent{{AtMs: 250, Process: "curl", Event: "connect(127.0.0.1:8765) failed ECONNREFUSED"}, {AtMs: 300, Process: "<script>alert(1)</script>", Event: "open(/x) ok"}}},
+			{Run: 0, Events: []analyze.ExampleEvent{{AtMs: 100, Process: "python3", Event: "bind(127.0.0.1:8765) ok"}}},
 		},
 	}
 	var b strings.Builder
@@ -72,7 +72,7 @@ func TestWriteReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	page := b.String()
-	for _, want := range []string{`<svg id="curve"`, `class="point"`, `<svg id="knobs"`, `<svg id="timelines"`, `class="marked"`, `class="interval"`, "connect(127.0.0.1:8099) failed ECONNREFUSED", "&lt;script&gt;"} {
+	for _, want := range []string{`<svg id="curve"`, `class="point"`, `<svg id="knobs"`, `<svg id="timelines"`, `class="marked"`, `class="interval"`, "connect(127.0.0.1:8765) failed ECONNREFUSED", "&lt;script&gt;"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("report lacks %q", want)
 		}

@@ -385,7 +385,7 @@ func cut(s string) string {
 	return s
 }
 
-// Sockaddr renders a raw struct sockaddr: "127.0.0.1:8099", "[::1]:80",
+// Sockaddr renders a raw struct sockaddr: "127.0.0.1:8765", "[::1]:80",
 // "unix:/path" ("unix:@name" for an abstract one); "" if it is none of
 // these.
 func Sockaddr(b []byte) string {

@@ -85,7 +85,7 @@ func TestReceive(t *testing.T) {
 	}
 	c := sink(t, m.socket)
 	ctx := &pb.ContextData{TimeNs: 1000, ThreadGroupId: 7, ThreadId: 8, ParentThreadGroupId: 1, ProcessName: "curl"}
-	c.Write(message(pb.MessageType_MESSAGE_SYSCALL_CONNECT, 0, &pb.Connect{ContextData: ctx, Exit: &pb.Exit{Result: -111, Errorno: 111}, Address: inet([4]byte{127, 0, 0, 1}, 8099)}))
+	c.Write(message(pb.MessageType_MESSAGE_SYSCALL_CONNECT, 0, &pb.Connect{ContextData: ctx, Exit: &pb.Exit{Result: -111, Errorno: 111}, Address: inet([4]byte{127, 0, 0, 1}, 8765)}))
 	c.Write(message(pb.MessageType_MESSAGE_SYSCALL_OPEN, 0, &pb.Open{ContextData: ctx, Exit: &pb.Exit{Errorno: 2}, FdPath: "/work", Pathname: "data.txt"}))
 	c.Write(message(pb.MessageType_MESSAGE_SENTRY_EXEC, 3, &pb.ExecveInfo{ContextData: ctx, BinaryPath: "/bin/sh", Argv: []string{"sh", "-c", "true"}}))
 	c.Write([]byte{1, 2, 3}) // malformed
@@ -94,7 +94,7 @@ func TestReceive(t *testing.T) {
 	if !tr.Connected || len(tr.Events) != 3 || tr.Dropped != 1 || tr.SentryDropped != 3 {
 		t.Fatalf("trace %+v", tr)
 	}
-	if e := tr.Events[0]; e.Kind != "connect" || e.Addr != "127.0.0.1:8099" || e.Errno != 111 || e.Pid != 7 || e.PPid != 1 || e.Process != "curl" || e.TimeNs != 1000 {
+	if e := tr.Events[0]; e.Kind != "connect" || e.Addr != "127.0.0.1:8765" || e.Errno != 111 || e.Pid != 7 || e.PPid != 1 || e.Process != "curl" || e.TimeNs != 1000 {
 		t.Errorf("connect: got %+v", e)
 	}
 	if e := tr.Events[1]; e.Kind != "open" || e.Path != "/work/data.txt" || e.Errno != 2 {

@@ -51,9 +51,9 @@ const (
 
 // Finding is one feature that separates failing from passing runs.
 type Finding struct {
-	// Summary says it for people: "connect(127.0.0.1:8099) failed
-	// ECONNREFUSED", "connect(127.0.0.1:8099) came before
-	// bind(127.0.0.1:8099)".
+	// Summary says it for people: "connect(127.0.0.1:8765) failed
+	// ECONNREFUSED", "connect(127.0.0.1:8765) came before
+	// bind(127.0.0.1:8765)".
 	Summary string `json:"summary"`
 	// Resource is the path or address it is about ("" for none).
 	Resource string `json:"resource"`
@@ -79,7 +79,7 @@ type Example struct {
 	Seed   uint32         `json:"seed"`
 	Failed bool           `json:"failed"`
 	Events []ExampleEvent `json:"events"`
-	// Note says what the example lacks ("no bind(:8099) in this run").
+	// Note says what the example lacks ("no bind(:8765) in this run").
 	Note string `json:"note,omitempty"`
 }
 
@@ -431,7 +431,7 @@ func addOrders(all []*runFeatures) {
 	}
 }
 
-// verb is the syscall of a key ("connect" of "connect(127.0.0.1:8099) ok").
+// verb is the syscall of a key ("connect" of "connect(127.0.0.1:8765) ok").
 func verb(key string) string {
 	if i := strings.IndexByte(key, '('); i > 0 {
 		return key[:i]

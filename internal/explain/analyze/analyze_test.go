@@ -11,7 +11,7 @@ import (
 const ms = int64(1e6)
 
 // serviceRun is a synthetic run of the bundled example: the test starts a
-// server that binds port 8099 after delay ms, and connects at 250 ms;
+// server that binds port 8765 after delay ms, and connects at 250 ms;
 // connecting first is refused and fails the run. Pids, the start time and
 // a temporary file's name differ from run to run, as they do.
 func serviceRun(i int, delay int64) Run {
@@ -28,8 +28,8 @@ func serviceRun(i int, delay int64) Run {
 		// the agent, outside the test's tree: not the test's doing
 		{TimeNs: start + 100*ms, Pid: 5, PPid: 1, Process: "sbx-agent", Kind: "open", Path: fmt.Sprintf("/proc/%d/stat", 40+i)},
 	}
-	bind := api.TraceEvent{TimeNs: start + (delay+30)*ms, Pid: py, PPid: sh, Process: "python3", Kind: "bind", Addr: "127.0.0.1:8099"}
-	conn := api.TraceEvent{TimeNs: start + 250*ms, Pid: curl, PPid: sh, Process: "curl", Kind: "connect", Addr: "127.0.0.1:8099", Result: -115, Errno: 115}
+	bind := api.TraceEvent{TimeNs: start + (delay+30)*ms, Pid: py, PPid: sh, Process: "python3", Kind: "bind", Addr: "127.0.0.1:8765"}
+	conn := api.TraceEvent{TimeNs: start + 250*ms, Pid: curl, PPid: sh, Process: "curl", Kind: "connect", Addr: "127.0.0.1:8765", Result: -115, Errno: 115}
 	evs = append(evs, conn)
 	if delay < 350 { // the slowest servers bind after the trace was read
 		bind.Fd = 3
@@ -59,10 +59,10 @@ func TestAnalyzeService(t *testing.T) {
 	}
 	top := res.Findings[0]
 	t.Logf("findings:\n%s", dump(res))
-	if top.Resource != "port 8099" || !strings.Contains(top.Summary, "8099") || !strings.Contains(top.Summary, "connect") {
-		t.Errorf("top finding %q (resource %q), want the order of connect and the server's bind or listen on port 8099", top.Summary, top.Resource)
+	if top.Resource != "port 8765" || !strings.Contains(top.Summary, "8765") || !strings.Contains(top.Summary, "connect") {
+		t.Errorf("top finding %q (resource %q), want the order of connect and the server's bind or listen on port 8765", top.Summary, top.Resource)
 	}
-	if !strings.Contains(dump(res), "listen(127.0.0.1:8099) ok") {
+	if !strings.Contains(dump(res), "listen(127.0.0.1:8765) ok") {
 		t.Errorf("no finding names the listen on the bound address")
 	}
 	if top.Failing != 4 || top.Passing != 0 || !top.InFailing {
