@@ -54,7 +54,8 @@ RUNSC_PATCHES := \
 # RUNSC_ADDED: files sbx adds to gVisor (gVisor's path, sbx's file); the
 # build stops if the pin brings a file of that name.
 RUNSC_ADDED := \
-	pkg/sentry/kernel/sbx_crash.go:third_party/gvisor/_kernel/sbx_crash.go
+	pkg/sentry/kernel/sbx_crash.go:third_party/gvisor/_kernel/sbx_crash.go \
+	pkg/sentry/kernel/sbx_init.go:third_party/gvisor/_kernel/sbx_init.go
 RUNSC_PATCH_FILES := $(foreach p,$(RUNSC_PATCHES),$(word 2,$(subst :, ,$(p))) $(word 3,$(subst :, ,$(p)))) \
 	$(foreach p,$(RUNSC_ADDED),$(word 2,$(subst :, ,$(p))))
 $(BIN)/runsc: go.mod go.sum $(RUNSC_PATCH_FILES)

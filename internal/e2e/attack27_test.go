@@ -331,7 +331,6 @@ int main(void) {
 // and crashes a process; init must not be stoppable from inside, so the
 // crash ends, and the sandbox answers after.
 func TestAttack27CrashWhileInitStopped(t *testing.T) {
-	knownGap(t, "root inside can SIGSTOP init (gVisor delivers SIGSTOP to the namespace's init, which Linux does not): its crashes and execs wait for it")
 	d := shared
 	id := d.newSandbox(t, "--template", "base")
 	t.Cleanup(func() {
@@ -467,5 +466,42 @@ func TestAttack27CrashWhileSbxdKilled(t *testing.T) {
 	d.jsonOut(t, &snaps, "snapshot", "ls")
 	for _, sn := range snaps.Snapshots {
 		d.sbx(t, "snapshot", "rm", sn.Name)
+	}
+}
+
+// TestInitIgnoresTheSandbox: what root inside sends init (pid 1) without
+// a handler to take it is dropped, as Linux's init drops it (sbx_init.go
+// in third_party/gvisor): SIGSTOP, SIGTSTP and SIGKILL, to the process
+// and to each of its threads, and to every process at once. kill(2)
+// succeeds, as on Linux, init goes on, and so does the sandbox: an exec,
+// a memory stop and resume, and the delete (runsc's own signals still
+// reach init).
+func TestInitIgnoresTheSandbox(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny")
+	hits := `for s in STOP TSTP TTIN TTOU KILL; do kill -$s 1 || echo "kill -$s 1: rc=$?"; done
+for tid in $(ls /proc/1/task); do kill -STOP $tid; kill -KILL $tid; done
+kill -0 1 && echo init-alive`
+	r, hung := sbxWithin(t, d, 60*time.Second, "exec", "--user", "root", id, "--", "sh", "-c", hits)
+	if hung || r.code != 0 || !strings.Contains(r.stdout, "init-alive") || strings.Contains(r.stdout, "rc=") {
+		t.Fatalf("signals to init from root inside: hung=%v %+v; want each kill to succeed and init alive", hung, r)
+	}
+	state := func() string {
+		o, _, _ := execOut(t, d, id, "", "30s", "awk '/^State/ {print $2}' /proc/1/status")
+		return strings.TrimSpace(o)
+	}
+	if s := state(); s == "T" || s == "" {
+		t.Fatalf("init's state after the signals: %q, want it running", s)
+	}
+	if r, hung := sbxWithin(t, d, 60*time.Second, "exec", id, "--", "echo", "answered"); hung || r.code != 0 || r.stdout != "answered\n" {
+		t.Fatalf("an exec after the signals: hung=%v %+v", hung, r)
+	}
+	d.must(t, "stop", "--wait", id)
+	d.must(t, "resume", "--require-memory", id)
+	if r, hung := sbxWithin(t, d, 60*time.Second, "exec", "--user", "root", id, "--", "sh", "-c", "kill -KILL 1; kill -STOP 1; echo again"); hung || r.code != 0 || r.stdout != "again\n" {
+		t.Fatalf("signals to init after a resume: hung=%v %+v", hung, r)
+	}
+	if s := state(); s == "T" || s == "" {
+		t.Fatalf("init's state after a resume and the signals: %q, want it running", s)
 	}
 }

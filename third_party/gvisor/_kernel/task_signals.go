@@ -419,6 +419,14 @@ func (t *Task) sendSignalTimerLocked(info *linux.SignalInfo, group bool, timer *
 		return linuxerr.EINVAL
 	}
 
+	// sbx: the sandbox's init drops what another process of the sandbox
+	// sends it without a handler to take it, SIGKILL and SIGSTOP too, as
+	// Linux's init does; before the side effects, which would kill or stop
+	// it (sbx_init.go).
+	if t.sbxInitDrops(info, sig) {
+		return nil
+	}
+
 	// Signal side effects apply even if the signal is ultimately discarded.
 	t.tg.applySignalSideEffectsLocked(sig)
 
