@@ -19,6 +19,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/vishvananda/netlink"
 )
@@ -77,6 +78,9 @@ type Manager struct {
 	pool     netip.Prefix
 	lockPath string
 	egress   []egressRule
+
+	shapeMu  sync.Mutex
+	delayers map[string]*delayer // by sandbox id: the queue readers of Shape
 }
 
 // Network is the networking of one sandbox.
@@ -384,6 +388,7 @@ func (m *Manager) Delete(id string) error {
 	if err := checkID(id); err != nil {
 		return fmt.Errorf("delete network %s: %w", id, err)
 	}
+	m.unshape(id)
 	sPath, gPath := m.paths(id)
 	var errs []error
 	// delete up0 explicitly: namespace teardown is asynchronous, and the host
