@@ -55,12 +55,25 @@ type Sandbox struct {
 	// Network is "" (NAT egress under the daemon's policy) or "none"
 	// (loopback only); forks, snapshots and resumes keep it.
 	Network string `json:"network,omitempty"`
+	// Shape perturbs what leaves the sandbox (nil: nothing).
+	Shape *NetShape `json:"netShape,omitempty"`
 	// Idle is how long the sandbox has done nothing that counts as
 	// activity; ReapAt when the reaper will delete it and ReapReason why
 	// (idle ttl or lifetime cap), or why not (persistent, an exec running).
 	Idle       string     `json:"idle,omitempty"`
 	ReapAt     *time.Time `json:"reapAt,omitempty"`
 	ReapReason string     `json:"reapReason,omitempty"`
+}
+
+// NetShape perturbs the traffic that leaves a sandbox through its network
+// interface, packet by packet: a perturbation explain measures a test's
+// rate under ("what makes it worse"), not a network emulator. The zero
+// NetShape is none.
+type NetShape struct {
+	// Delay holds each packet that long ("100ms"; at most 10s).
+	Delay string `json:"delay,omitempty"`
+	// Loss drops each packet with this probability, from 0 up to 1.
+	Loss float64 `json:"loss,omitempty"`
 }
 
 // TTLRequest is the body of POST /v1/sandboxes/{id}/ttl.
@@ -140,6 +153,8 @@ type CreateRequest struct {
 	// the sandbox's syscalls on files and sockets, execs and exits (GET
 	// /v1/sandboxes/{id}/trace). Off by default.
 	Monitor bool `json:"monitor,omitempty"`
+	// Shape perturbs what leaves the sandbox (not with Network "none").
+	Shape *NetShape `json:"netShape,omitempty"`
 }
 
 // DeleteResult is the body answering DELETE /v1/sandboxes/{id}.
@@ -151,6 +166,10 @@ type DeleteResult struct {
 	// freezes unless keepFreezes, save those promoted with snapshot keep).
 	Freezes []string `json:"freezes,omitempty"`
 }
+
+// MaxNetDelay is the longest NetShape.Delay: a perturbation, not a
+// partition.
+const MaxNetDelay = 10 * time.Second
 
 // MaxForks is the most children one fork call makes.
 const MaxForks = 16
@@ -199,6 +218,9 @@ type ForkRequest struct {
 	// CPUs is the children's CPU quota (0: the parent's), memory forks
 	// too: a perturbation explain applies per fork.
 	CPUs float64 `json:"cpus,omitempty"`
+	// Shape perturbs what leaves each child (nil: as the parent's; an
+	// empty one: nothing), another of explain's perturbations.
+	Shape *NetShape `json:"netShape,omitempty"`
 }
 
 // ForkEvent is one server-sent event of a fork: "sandbox.forking" at once

@@ -21,6 +21,7 @@ func newExplainCmd(e *env) *cobra.Command {
 		n, parallel         int
 		envs, knobEnv       []string
 		cpus, fixedCmd      string
+		netDelays, netLoss  string
 		report, offsets     string
 		pnrParents, pnrWays int
 		knobRuns            int
@@ -47,6 +48,8 @@ func newExplainCmd(e *env) *cobra.Command {
 	fs.StringVar(&seedEnv, "seed-env", flaky.DefaultSeedEnv, "the environment variable each run's seed is passed in")
 	fs.StringArrayVar(&envs, "env", nil, "KEY=VALUE added to every run's environment (repeatable)")
 	fs.StringVar(&cpus, "cpus", "0.25,0.5,1,2", `knob: the CPU quotas per fork to measure the rate at, comma-separated ("none": no CPU knob)`)
+	fs.StringVar(&netDelays, "net-delay", "0,100ms", `knob: delays of each packet leaving a fork to measure the rate at, comma-separated ("none": no delay knob)`)
+	fs.StringVar(&netLoss, "net-loss", "0,10%", `knob: shares of the packets leaving a fork to drop, comma-separated, as 0.1 or 10% ("none": no loss knob)`)
 	fs.StringArrayVar(&knobEnv, "knob-env", nil, "knob: KEY=VALUE to measure the rate with, against the variable unchanged (repeatable, e.g. GOMAXPROCS=1)")
 	fs.IntVar(&knobRuns, "knob-runs", explain.DefaultKnobRuns, "runs per knob value (0: no knobs)")
 	fs.StringVar(&offsets, "offsets", "", "point of no return: the offsets from a run's start to capture at, in ms, comma-separated (default: 0 and each quarter of the failing runs' median time)")
@@ -110,7 +113,7 @@ func newExplainCmd(e *env) *cobra.Command {
 			return usagef("--knob-runs %d: want 0 (no knobs) or more", knobRuns)
 		}
 		if knobRuns > 0 {
-			knobs, err := parseKnobs(cpus, knobEnv)
+			knobs, err := parseKnobs(cpus, netDelays, netLoss, knobEnv)
 			if err != nil {
 				return err
 			}
@@ -160,9 +163,10 @@ func newExplainCmd(e *env) *cobra.Command {
 	return cmd
 }
 
-// parseKnobs reads the knob flags: CPU quotas, and KEY=VALUE variables
-// (each variable also measured unchanged, to compare with).
-func parseKnobs(cpus string, env []string) ([]explain.KnobValue, error) {
+// parseKnobs reads the knob flags: CPU quotas, delays and losses of the
+// packets leaving a fork, and KEY=VALUE variables (each variable also
+// measured unchanged, to compare with).
+func parseKnobs(cpus, delays, losses string, env []string) ([]explain.KnobValue, error) {
 	var out []explain.KnobValue
 	if cpus != "" && cpus != "none" {
 		for _, f := range strings.Split(cpus, ",") {
@@ -171,6 +175,28 @@ func parseKnobs(cpus string, env []string) ([]explain.KnobValue, error) {
 				return nil, usagef("--cpus %q: want CPU quotas above 0, comma-separated, e.g. 0.25,1,2", cpus)
 			}
 			out = append(out, explain.KnobValue{Knob: "cpus", Value: strconv.FormatFloat(v, 'g', -1, 64), CPUs: v})
+		}
+	}
+	if delays != "" && delays != "none" {
+		for _, f := range strings.Split(delays, ",") {
+			d, err := parseDuration(f)
+			if err != nil || d > api.MaxNetDelay {
+				return nil, usagef("--net-delay %q: want delays from 0 to %s, comma-separated, e.g. 0,100ms,1s", delays, api.MaxNetDelay)
+			}
+			sh := &api.NetShape{}
+			if d > 0 {
+				sh.Delay = d.String()
+			}
+			out = append(out, explain.KnobValue{Knob: "net-delay", Value: d.String(), Shape: sh})
+		}
+	}
+	if losses != "" && losses != "none" {
+		for _, f := range strings.Split(losses, ",") {
+			var l lossFlag
+			if err := l.Set(f); err != nil {
+				return nil, usagef("--net-loss %q: %v", losses, err)
+			}
+			out = append(out, explain.KnobValue{Knob: "net-loss", Value: strconv.FormatFloat(100*l.p, 'g', -1, 64) + "%", Shape: &api.NetShape{Loss: l.p}})
 		}
 	}
 	seen := map[string]bool{}

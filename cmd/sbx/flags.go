@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"sbx.dev/sbx/client"
 	"sbx.dev/sbx/internal/flaky"
 )
 
@@ -158,3 +159,57 @@ func parseSize(s string) (int64, error) {
 	}
 	return int64(v), nil
 }
+
+// shapeFlags are --net-delay and --net-loss: explain's network knob, by
+// hand, on new and fork.
+type shapeFlags struct {
+	delay *durationFlag
+	loss  lossFlag
+}
+
+func shapeVars(fs *pflag.FlagSet) *shapeFlags {
+	s := &shapeFlags{delay: durationVar(fs, "net-delay", "hold each packet the sandbox sends out this long, e.g. 100ms (at most 10s; 0: none)")}
+	fs.Var(&s.loss, "net-loss", "drop each packet the sandbox sends out with this probability: 0.05 or 5% (0: none)")
+	return s
+}
+
+// option is the client option the flags ask for, or nil when neither was
+// given.
+func (s *shapeFlags) option() client.SandboxOption {
+	if !s.delay.set && !s.loss.set {
+		return nil
+	}
+	return client.WithNetShape(s.delay.d, s.loss.p)
+}
+
+// lossFlag is a probability, as a fraction (0.05) or a percentage (5%).
+type lossFlag struct {
+	p   float64
+	set bool
+}
+
+func (f *lossFlag) Set(s string) error {
+	s = strings.TrimSpace(s)
+	pct := strings.HasSuffix(s, "%")
+	p, err := strconv.ParseFloat(strings.TrimSuffix(s, "%"), 64)
+	if err != nil || math.IsNaN(p) || math.IsInf(p, 0) {
+		return fmt.Errorf("%q is not a probability: want a fraction like 0.05 or a percentage like 5%%", s)
+	}
+	if pct {
+		p /= 100
+	}
+	if p < 0 || p >= 1 {
+		return fmt.Errorf("%q is out of range: want 0 up to (not including) 1, or 0%% to 100%%", s)
+	}
+	f.p, f.set = p, true
+	return nil
+}
+
+func (f *lossFlag) String() string {
+	if !f.set {
+		return ""
+	}
+	return strconv.FormatFloat(f.p, 'f', -1, 64)
+}
+
+func (f *lossFlag) Type() string { return "probability" }

@@ -40,6 +40,7 @@ func newForkCmd(e *env) *cobra.Command {
 	ttl := durationVar(fs, "ttl", "idle ttl of the children, e.g. 30m; 0: none (default: the parent's)")
 	fs.BoolVar(&wait, "wait", false, "wait until every child is ready")
 	fs.BoolVar(&monitor, "monitor", false, "runtime monitoring in each child: a trace of its syscalls on files and sockets, execs and exits (sbx trace)")
+	shape := shapeVars(fs) // the children's; not given: the parent's
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		// a fork is never silently split or cut
 		if count < 1 {
@@ -76,6 +77,9 @@ func newForkCmd(e *env) *cobra.Command {
 		}
 		if memory {
 			opts = append(opts, client.WithMemory())
+		}
+		if o := shape.option(); o != nil {
+			opts = append(opts, o)
 		}
 		if monitor {
 			opts = append(opts, client.WithMonitoring())

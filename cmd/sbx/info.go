@@ -83,6 +83,13 @@ func infoLines(sb *api.Sandbox) [][2]string {
 		add("pids", fmt.Sprint(sb.Pids))
 	}
 	add("network", sb.Network)
+	if sh := sb.Shape; sh != nil {
+		delay := sh.Delay
+		if delay == "" {
+			delay = "0s"
+		}
+		add("net shape", fmt.Sprintf("delay %s, loss %g", delay, sh.Loss))
+	}
 	add("template version", sb.TemplateVersion)
 	add("address", sb.Address)
 	add("from", sb.From)

@@ -44,6 +44,7 @@ func newNewCmd(e *env) *cobra.Command {
 	fs.IntVar(&pids, "pids", 0, "process limit, per user inside (default: sbxd's)")
 	fs.BoolVar(&monitor, "monitor", false, "runtime monitoring: a trace of the sandbox's syscalls on files and sockets, execs and exits (sbx trace)")
 	fs.StringVar(&network, "network", "", `"none": loopback only, no network (default: NAT egress under sbxd's policy)`)
+	shape := shapeVars(fs)
 	noCrash := fs.Bool("no-crash-capture", false, "let crashes end their process at once instead of holding each at its faulting instruction in a freeze (meta "+api.MetaCrashes+"=off)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if template != "" && from != "" {
@@ -57,6 +58,9 @@ func newNewCmd(e *env) *cobra.Command {
 		}
 		if monitor {
 			opts = append(opts, client.WithMonitoring())
+		}
+		if o := shape.option(); o != nil {
+			opts = append(opts, o)
 		}
 		if network != "" && network != "none" {
 			return usagef("--network %q: the one network mode to ask for is none", network)

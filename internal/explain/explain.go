@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -120,13 +121,26 @@ type KnobVerdict struct {
 	Summary string  `json:"summary"`
 }
 
-// KnobValue is one perturbation: a CPU quota per fork, or environment
-// variables added to the test's.
+// KnobValue is one perturbation: a CPU quota per fork, a delay or a loss
+// on what leaves each fork, or environment variables added to the test's.
 type KnobValue struct {
-	Knob  string // "cpus", "env"
+	Knob  string // "cpus", "net-delay", "net-loss", or the variable's name
 	Value string
 	CPUs  float64
+	Shape *api.NetShape // nil: the state's own (none)
 	Env   []string
+}
+
+// same reports whether k and o perturb the runs alike (the baseline of
+// net-delay, 0, is the baseline of net-loss): one is measured for both.
+func (k KnobValue) same(o KnobValue) bool {
+	if k.CPUs != o.CPUs || strings.Join(k.Env, "\x00") != strings.Join(o.Env, "\x00") {
+		return false
+	}
+	if k.Shape == nil || o.Shape == nil {
+		return k.Shape == o.Shape
+	}
+	return *k.Shape == *o.Shape
 }
 
 // DefaultKnobRuns is how many runs each knob value gets unless told.
@@ -134,6 +148,13 @@ const DefaultKnobRuns = 8
 
 // DefaultCPUs are the CPU quotas explain tries unless told.
 var DefaultCPUs = []float64{0.25, 0.5, 1, 2}
+
+// The network knob's values unless told: none against a delay of each
+// packet leaving a fork, and against a loss of some of them.
+var (
+	DefaultNetDelays = []time.Duration{0, 100 * time.Millisecond}
+	DefaultNetLosses = []float64{0, 0.1}
+)
 
 // PointOfNoReturn is when the failure became certain: the curve of the
 // rate among forks of failing runs taken at offsets from their start.
@@ -222,10 +243,21 @@ func Explain(ctx context.Context, c Client, o Options) (*Explained, error) {
 		Knobs: []Knob{}, KnobVerdicts: []KnobVerdict{}, RunList: res.Runs,
 		Timelines: pair(traces, a.Findings),
 	}
-	for _, kv := range o.Knobs {
-		k, err := measureKnob(ctx, c, o, kv)
-		if err != nil {
-			return nil, fmt.Errorf("explain: knob %s=%s: %w", kv.Knob, kv.Value, err)
+	for i, kv := range o.Knobs {
+		var k Knob
+		measured := false
+		for j, earlier := range o.Knobs[:i] {
+			if earlier.same(kv) {
+				k, measured = out.Knobs[j], true
+				k.Knob, k.Value = kv.Knob, kv.Value
+				break
+			}
+		}
+		if !measured {
+			var err error
+			if k, err = measureKnob(ctx, c, o, kv); err != nil {
+				return nil, fmt.Errorf("explain: knob %s=%s: %w", kv.Knob, kv.Value, err)
+			}
 		}
 		out.Knobs = append(out.Knobs, k)
 		if o.Progress != nil {
@@ -315,7 +347,7 @@ func measureKnob(ctx context.Context, c Client, o Options, kv KnobValue) (Knob, 
 	t := o.Test
 	t.Env = append(append([]string{}, t.Env...), kv.Env...)
 	res, err := flaky.FlakeRate(ctx, c, flaky.RateOptions{
-		Sandbox: o.Sandbox, From: o.From, N: n, Parallel: o.Parallel, Test: t, Seed: o.Seed, CPUs: kv.CPUs,
+		Sandbox: o.Sandbox, From: o.From, N: n, Parallel: o.Parallel, Test: t, Seed: o.Seed, CPUs: kv.CPUs, Shape: kv.Shape,
 	})
 	if err != nil {
 		return Knob{}, err
@@ -356,8 +388,11 @@ func Verdicts(knobs []Knob) []KnobVerdict {
 		}
 		if v.Changes {
 			word := "changes the rate"
-			if name == "cpus" {
+			switch name {
+			case "cpus":
 				word = "timing-dependent"
+			case "net-delay", "net-loss":
+				word = "network-dependent"
 			}
 			v.Summary = fmt.Sprintf("%s: %s: %s (Fisher p=%.2g)", name, word, span, p)
 		} else {

@@ -34,6 +34,8 @@ type RateOptions struct {
 	Monitor bool
 	// CPUs is each fork's CPU quota (0: the state's own).
 	CPUs float64
+	// Shape perturbs what leaves each fork (nil: as the state's own).
+	Shape *api.NetShape
 	// Inspect, if set, is called as each run ends, with its fork still
 	// there (r.Sandbox) and before Progress; explain reads the run's trace.
 	// Calls may come at once. An error ends the measurement.
@@ -274,7 +276,7 @@ func (p *ratePipeline) grow() {
 		// The runs' crashes are counted, not caught: a capture per failing
 		// run would be an image per run (the failure to look at is kept
 		// as it is, by keep).
-		kids, err := p.c.Fork(context.WithoutCancel(p.ctx), p.root, api.ForkRequest{Memory: true, Count: k, Monitor: p.o.Monitor, CPUs: p.o.CPUs, Meta: map[string]string{api.MetaCrashes: "off"}})
+		kids, err := p.c.Fork(context.WithoutCancel(p.ctx), p.root, api.ForkRequest{Memory: true, Count: k, Monitor: p.o.Monitor, CPUs: p.o.CPUs, Shape: p.o.Shape, Meta: map[string]string{api.MetaCrashes: "off"}})
 		if err == nil && len(kids) != k {
 			err = fmt.Errorf("fork %s: asked for %d children, got %d", p.root, k, len(kids))
 		}

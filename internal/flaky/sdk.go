@@ -82,6 +82,10 @@ func forkOptions(req api.ForkRequest, fn func(api.ForkEvent) error) []client.For
 	if req.CPUs > 0 {
 		opts = append(opts, client.WithForkCPUs(req.CPUs))
 	}
+	if sh := req.Shape; sh != nil {
+		delay, _ := parseWireDuration(sh.Delay)
+		opts = append(opts, client.WithNetShape(delay, sh.Loss))
+	}
 	if d, ok := parseWireDuration(req.TTL); ok {
 		opts = append(opts, client.WithTTL(d))
 	}

@@ -34,7 +34,8 @@ type Shape struct {
 	Loss  float64 // a fraction, [0, 1)
 }
 
-// MaxDelay bounds a Shape's Delay: a perturbation, not a partition.
+// MaxDelay bounds a Shape's Delay: a perturbation, not a partition (the
+// API's MaxNetDelay).
 const MaxDelay = 10 * time.Second
 
 // Zero reports whether s is no perturbation at all.

@@ -48,11 +48,15 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 	if err := checkNetwork(req.Network); err != nil {
 		return nil, err
 	}
+	netDelay, netLoss, err := parseShape(req.Shape, req.Network)
+	if err != nil {
+		return nil, err
+	}
 	now := m.now()
 	sb := &store.Sandbox{
 		ID: newID("sb_"), Name: req.Name, Template: req.Template, State: api.StateCreating,
 		CreatedAt: now, TTL: ttl, Meta: req.Meta, CPUs: req.CPUs, Memory: mem, LastActivity: now,
-		Pids: req.Pids, DiskLimit: disk, Network: req.Network,
+		Pids: req.Pids, DiskLimit: disk, Network: req.Network, NetDelay: netDelay, NetLoss: netLoss,
 	}
 	b := bootSpec{monitor: req.Monitor}
 	if req.From != "" {
@@ -72,6 +76,9 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 		}
 		if sn.Network != "" {
 			sb.Network = sn.Network
+		}
+		if sb.Network == NetworkNone && (netDelay != 0 || netLoss != 0) {
+			return nil, api.Errorf(api.ErrInvalid, "netShape: snapshot %s has network %q, which sends nothing out to shape", sn.Name, NetworkNone)
 		}
 		// A memory image carries its limits; a disk one takes the snapshot's unless asked.
 		sb.Template, sb.Source, sb.TemplateVersion = sn.Template, sn.Name, sn.TemplateVersion
@@ -204,6 +211,9 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, b bootSpec) error
 			}
 		} else if err := m.cfg.Networks.Rearm(sb.ID); err != nil {
 			// the last runsc took eth0's address; without it, no eth0 inside
+			return fmt.Errorf("network: %w", err)
+		}
+		if err := m.applyShape(sb); err != nil {
 			return fmt.Errorf("network: %w", err)
 		}
 		netns = nw.Path

@@ -52,6 +52,12 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 	if err != nil {
 		return nil, err
 	}
+	netDelay, netLoss := parent.NetDelay, parent.NetLoss
+	if req.Shape != nil {
+		if netDelay, netLoss, err = parseShape(req.Shape, parent.Network); err != nil {
+			return nil, err
+		}
+	}
 	// storage.go: refused past the storage budget before any child is told of
 	if err := m.captureRoom(ctx, kindFork, parent.ID, req.Memory); err != nil {
 		return nil, err
@@ -82,6 +88,7 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 			TTL: ttl, Meta: meta, CPUs: parent.CPUs, Memory: parent.Memory, LastActivity: now,
 			Parent: parent.ID, MemoryRestored: req.Memory, TemplateVersion: parent.TemplateVersion,
 			Pids: parent.Pids, DiskLimit: parent.DiskLimit, Network: parent.Network,
+			NetDelay: netDelay, NetLoss: netLoss,
 		}
 		if req.Memory {
 			c.Disk = parent.Disk // the restore names the disk the checkpoint had

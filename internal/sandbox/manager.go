@@ -51,6 +51,8 @@ type Networks interface {
 	Get(id string) (*netns.Network, error)
 	// Rearm readies an existing network for a new runsc sandbox (a resume).
 	Rearm(id string) error
+	// Shape perturbs what leaves the sandbox (the zero Shape: nothing).
+	Shape(id string, s netns.Shape) error
 	Delete(id string) error
 	List() ([]string, error)
 	Dial(ctx context.Context, id string, port int) (net.Conn, error)
@@ -342,6 +344,7 @@ func toAPI(sb *store.Sandbox) *api.Sandbox {
 		LastActivity: sb.LastActivity, Address: strings.TrimSuffix(netns.InsideAddr.String(), "/30"),
 		From: sb.Source, Parent: sb.Parent, MemoryRestored: sb.MemoryRestored, ResumeReason: sb.ResumeReason,
 		Persistent: sb.Persistent, TemplateVersion: sb.TemplateVersion, Pids: sb.Pids, DiskLimit: sb.DiskLimit, Network: sb.Network,
+		Shape: shapeOf(sb),
 	}
 	if sb.Network == NetworkNone {
 		a.Address = "" // loopback only

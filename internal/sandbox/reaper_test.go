@@ -128,6 +128,7 @@ func (fakeNets) Create(id string) (*netns.Network, error) {
 func (fakeNets) Get(id string) (*netns.Network, error) { return nil, os.ErrNotExist }
 func (fakeNets) Delete(id string) error                { return nil }
 func (fakeNets) Rearm(id string) error                 { return nil }
+func (fakeNets) Shape(id string, s netns.Shape) error  { return nil }
 func (fakeNets) Dial(ctx context.Context, id string, port int) (net.Conn, error) {
 	return nil, errors.New("no network in unit tests")
 }

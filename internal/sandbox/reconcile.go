@@ -398,6 +398,10 @@ func (m *Manager) reconcile(ctx context.Context, sb *store.Sandbox) {
 				m.log.Error("reconcile: record the state", "sandbox", sb.ID, "err", err)
 			}
 		}
+		// the rules outlived sbxd, the reader of the delay's queue did not
+		if err := m.applyShape(sb); err != nil {
+			m.log.Warn("reconcile: shape the sandbox's traffic again", "sandbox", sb.ID, "err", err)
+		}
 		m.watch(ctx, sb.ID)
 	case api.StateStopped:
 		// A stopped sandbox has no runsc sandbox: whatever is there is the

@@ -106,6 +106,7 @@ var wireTypes = map[string]any{
 	"Health":           api.Health{},
 	"Sandbox":          api.Sandbox{},
 	"CreateRequest":    api.CreateRequest{},
+	"NetShape":         api.NetShape{},
 	"DeleteResult":     api.DeleteResult{},
 	"SignalRequest":    api.SignalRequest{},
 	"RenameRequest":    api.RenameRequest{},

@@ -64,7 +64,7 @@ func (s *Store) update(ctx context.Context, fn func(tx *Store) error) error {
 
 // migrations bring a database from user_version i to i+1; a database is
 // never opened by an sbx that does not know its version.
-var migrations = []string{schemaV1, schemaV2, schemaV3, schemaV4, schemaV5, schemaV6, schemaV7, schemaV8, schemaV9, schemaV10}
+var migrations = []string{schemaV1, schemaV2, schemaV3, schemaV4, schemaV5, schemaV6, schemaV7, schemaV8, schemaV9, schemaV10, schemaV11}
 
 const schemaV1 = `
 CREATE TABLE IF NOT EXISTS sandboxes (
@@ -115,8 +115,13 @@ ALTER TABLE snapshots ADD COLUMN disk_limit INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE images ADD COLUMN retire_at INTEGER;
 `
 
-// schemaV9 records each sandbox's (and snapshot's) network mode, and the
-// ports published on the preview proxy: the only ones it serves.
+// schemaV11 records how a sandbox's traffic is shaped (explain's network
+// knob): the delay of each packet leaving it, and the share dropped.
+const schemaV11 = `
+ALTER TABLE sandboxes ADD COLUMN net_delay_ns INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sandboxes ADD COLUMN net_loss REAL NOT NULL DEFAULT 0;
+`
+
 // schemaV10 marks the snapshots a user promoted (sbx snapshot keep): a
 // freeze so marked no longer goes with its sandbox, nor counts in its quota.
 // Every snapshot taken before is kept: it was taken under the promise that
@@ -126,6 +131,8 @@ ALTER TABLE snapshots ADD COLUMN kept INTEGER NOT NULL DEFAULT 0;
 UPDATE snapshots SET kept = 1;
 `
 
+// schemaV9 records each sandbox's (and snapshot's) network mode, and the
+// ports published on the preview proxy: the only ones it serves.
 const schemaV9 = `
 ALTER TABLE sandboxes ADD COLUMN network TEXT NOT NULL DEFAULT '';
 ALTER TABLE snapshots ADD COLUMN network TEXT NOT NULL DEFAULT '';
@@ -297,6 +304,9 @@ type Sandbox struct {
 	DiskLimit int64
 	// Network is "" (NAT egress) or "none" (loopback only).
 	Network string
+	// NetDelay and NetLoss shape the traffic leaving it (netns.Shape).
+	NetDelay time.Duration
+	NetLoss  float64
 }
 
 func nullable(s string) any {
@@ -310,11 +320,11 @@ func nullable(s string) any {
 func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 	meta, _ := json.Marshal(sb.Meta)
 	_, err := s.q.ExecContext(ctx, `INSERT INTO sandboxes
-		(id, name, template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image, disk, template_version, pids, disk_limit, network)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		(id, name, template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image, disk, template_version, pids, disk_limit, network, net_delay_ns, net_loss)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, nullable(sb.Name), sb.Template, string(sb.State), sb.Reason, sb.CreatedAt.UnixNano(),
 		int64(sb.TTL), string(meta), sb.CPUs, sb.Memory, sb.LastActivity.UnixNano(),
-		sb.Source, sb.Parent, sb.MemoryRestored, sb.ResumeReason, sb.Image, sb.Disk, sb.TemplateVersion, sb.Pids, sb.DiskLimit, sb.Network)
+		sb.Source, sb.Parent, sb.MemoryRestored, sb.ResumeReason, sb.Image, sb.Disk, sb.TemplateVersion, sb.Pids, sb.DiskLimit, sb.Network, int64(sb.NetDelay), sb.NetLoss)
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: sandboxes.name") {
 		return api.Errorf(api.ErrConflict, "name %q is taken", sb.Name)
 	}
@@ -441,17 +451,18 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	})
 }
 
-const sandboxCols = `id, COALESCE(name, ''), template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image, persistent, disk, template_version, pids, disk_limit, network`
+const sandboxCols = `id, COALESCE(name, ''), template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image, persistent, disk, template_version, pids, disk_limit, network, net_delay_ns, net_loss`
 
 func scanSandbox(row interface{ Scan(...any) error }) (*Sandbox, error) {
 	var sb Sandbox
 	var state, meta string
-	var created, ttl, last int64
+	var created, ttl, last, delay int64
 	if err := row.Scan(&sb.ID, &sb.Name, &sb.Template, &state, &sb.Reason, &created, &ttl, &meta, &sb.CPUs, &sb.Memory, &last,
 		&sb.Source, &sb.Parent, &sb.MemoryRestored, &sb.ResumeReason, &sb.Image, &sb.Persistent, &sb.Disk,
-		&sb.TemplateVersion, &sb.Pids, &sb.DiskLimit, &sb.Network); err != nil {
+		&sb.TemplateVersion, &sb.Pids, &sb.DiskLimit, &sb.Network, &delay, &sb.NetLoss); err != nil {
 		return nil, err
 	}
+	sb.NetDelay = time.Duration(delay)
 	sb.State = api.State(state)
 	sb.CreatedAt = time.Unix(0, created)
 	sb.TTL = time.Duration(ttl)
