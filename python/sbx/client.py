@@ -29,6 +29,7 @@ from .types import (
     b64,
     duration_seconds,
     duration_wire,
+    shape_wire,
 )
 
 Command = Union[str, Sequence[str]]
@@ -132,6 +133,8 @@ class Client:
         disk: Optional[Union[int, str]] = None,
         keep: bool = False,
         monitor: bool = False,
+        net_delay: Optional[Duration] = None,
+        net_loss: Optional[float] = None,
     ) -> "Sandbox":
         """create makes a sandbox and returns it once it is ready.
 
@@ -140,7 +143,9 @@ class Client:
         processes). ``ttl`` is the idle ttl (seconds, timedelta or "30m"; 0:
         none); ``memory`` and ``disk`` are bytes or "512M"; ``network`` is
         None or "none"; ``monitor`` turns on runtime monitoring (see
-        Sandbox.trace). Used as a context manager the sandbox is deleted on
+        Sandbox.trace); ``net_delay`` and ``net_loss`` hold each packet the
+        sandbox sends out that long (at most 10 s) and drop it with that
+        probability (explain's network knob). Used as a context manager the sandbox is deleted on
         exit unless ``keep``. Invalid for a bad argument, NotFound for an
         unknown template or snapshot, Conflict for a name in use.
 
@@ -176,6 +181,9 @@ class Client:
             req["network"] = network
         if monitor:
             req["monitor"] = True
+        shape = shape_wire(net_delay, net_loss)
+        if shape is not None:
+            req["netShape"] = shape
         try:
             d = self._t.call("POST", "/v1/sandboxes", json_body=req)
         except Unavailable as e:
@@ -640,6 +648,8 @@ class Sandbox:
         ttl: Optional[Duration] = None,
         meta: Optional[Mapping[str, str]] = None,
         monitor: bool = False,
+        net_delay: Optional[Duration] = None,
+        net_loss: Optional[float] = None,
     ) -> List["Sandbox"]:
         """fork makes ``count`` new sandboxes from this one, now, and returns them ready.
 
@@ -649,6 +659,9 @@ class Sandbox:
         grows a tree, 16 per call, breadth-first. All or nothing: on any
         error every child made is deleted and the error raised. ``meta`` is
         merged into the parent's; ``name`` names a single child.
+        ``net_delay`` and ``net_loss`` shape what leaves each child (see
+        Client.create); given neither, the children keep the parent's, and
+        ``net_delay=0`` alone gives them none.
         """
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise Invalid("fork %s: want at least 1 child, got %r" % (self.id, count))
@@ -666,6 +679,9 @@ class Sandbox:
             req["ttl"] = t
         if meta:
             req["meta"] = {str(k): str(v) for k, v in meta.items()}
+        shape = shape_wire(net_delay, net_loss)
+        if shape is not None:
+            req["netShape"] = shape
         announced: List[str] = []
         made: List[Sandbox] = []
         parents = [self.id]

@@ -15,6 +15,22 @@ Duration = Union[int, float, str, _dt.timedelta]
 _DURATION = re.compile(r"^([0-9]+(\.[0-9]*)?(ns|us|µs|ms|s|m|h))+$")
 
 
+def shape_wire(delay: Optional[Duration], loss: Optional[float]) -> Optional[Dict[str, Any]]:
+    """shape_wire is the API's netShape for a delay and a loss (None: neither given)."""
+    if delay is None and loss is None:
+        return None
+    out: Dict[str, Any] = {}
+    d = duration_wire(delay, "net_delay")
+    if d is not None and d not in ("0", "0s", "0ms"):
+        out["delay"] = d
+    if loss is not None:
+        if isinstance(loss, bool) or not isinstance(loss, (int, float)) or loss != loss or not 0 <= loss < 1:
+            raise Invalid("net_loss: %r is not a probability from 0 up to (not including) 1" % (loss,))
+        if loss:
+            out["loss"] = float(loss)
+    return out
+
+
 def duration_wire(d: Optional[Duration], what: str) -> Optional[str]:
     """duration_wire turns seconds, a timedelta or a string ("90s", "2h", "3600") into the API's form.
 
@@ -109,6 +125,8 @@ class SandboxInfo:
     resume_reason: str = ""
     persistent: bool = False
     network: str = ""
+    net_delay: str = ""  # what leaves the sandbox is held this long ("100ms"), see Client.create
+    net_loss: float = 0.0  # and dropped with this probability
     template_version: str = ""
     created_at: Optional[_dt.datetime] = None
     last_activity: Optional[_dt.datetime] = None
@@ -136,6 +154,8 @@ class SandboxInfo:
             resume_reason=d.get("resumeReason", ""),
             persistent=bool(d.get("persistent")),
             network=d.get("network", ""),
+            net_delay=(d.get("netShape") or {}).get("delay", ""),
+            net_loss=float((d.get("netShape") or {}).get("loss") or 0),
             template_version=d.get("templateVersion", ""),
             created_at=parse_time(d.get("createdAt")),
             last_activity=parse_time(d.get("lastActivity")),

@@ -236,3 +236,20 @@ def test_persistent_is_forbidden_under_a_lifetime_cap():
             assert e.value.status == 403 and e.value.code == "forbidden"
     finally:
         finish(d)
+
+
+def test_net_shape_create_fork_and_bad_values(client):
+    with client.create(template="tiny", net_delay="150ms", net_loss=0.05) as s:
+        info = s.info()
+        assert (info.net_delay, info.net_loss) == ("150ms", 0.05), info
+        kid = s.fork(memory=True)[0]
+        none = s.fork(memory=True, net_delay=0)[0]
+        try:
+            assert kid.info().net_delay == "150ms"  # the parent's
+            assert (none.info().net_delay, none.info().net_loss) == ("", 0.0)
+        finally:
+            client.delete_all([kid, none])
+    for kw in ({"net_delay": "11s"}, {"net_delay": -1}, {"net_loss": 1}, {"net_loss": -0.1}, {"net_loss": "half"},
+               {"net_delay": "10ms", "network": "none"}):
+        with pytest.raises(sbx.Invalid):
+            client.create(template="tiny", **kw)
