@@ -93,8 +93,9 @@ func TestExplainExample(t *testing.T) {
 	if len(top.Example.Events) == 0 {
 		t.Errorf("top finding has no example events")
 	}
-	if res.Report != report || len(res.Knobs) != 2 {
-		t.Errorf("report %q, knobs %+v: want %s and 2 values", res.Report, res.Knobs, report)
+	// two CPU quotas, and the network knobs' defaults: 0 and 100ms, 0 and 10%
+	if res.Report != report || len(res.Knobs) != 6 || len(res.KnobVerdicts) != 3 {
+		t.Errorf("report %q, knobs %+v, verdicts %+v: want %s, 6 values of 3 knobs", res.Report, res.Knobs, res.KnobVerdicts, report)
 	}
 	checkReport(t, report, `<svg id="timelines"`, `class="marked"`, `<svg id="knobs"`, `class="bar"`, `class="interval"`, `id="divergence"`, "8765")
 	// the bundled fix holds, and enough runs say so at 99%
@@ -191,7 +192,7 @@ func TestExplainCPUKnob(t *testing.T) {
 	timer := fmt.Sprintf("%.2f", 3*took.Seconds())
 	t.Logf("the loop took %s at best; the timer is %s s", took, timer)
 	race := "(" + loop + ") & pid=$!; sleep " + timer + "; if kill -0 $pid 2>/dev/null; then exit 1; fi"
-	out := d.must(t, "--json", "explain", id, "-n", "2", "--parallel", "1", "--cpus", "0.1,2", "--knob-runs", "8", "--pnr-parents", "0", "--", "sh", "-c", race)
+	out := d.must(t, "--json", "explain", id, "-n", "2", "--parallel", "1", "--cpus", "0.1,2", "--net-delay", "none", "--net-loss", "none", "--knob-runs", "8", "--pnr-parents", "0", "--", "sh", "-c", race)
 	_, res := parseExplain(t, out)
 	for _, k := range res.Knobs {
 		t.Logf("knob %s=%s: %d/%d failed", k.Knob, k.Value, k.Failed, k.Runs)
