@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 GO ?= $(shell command -v go || echo /usr/local/go/bin/go)
 BIN := $(CURDIR)/bin
-DEBS := busybox-static mmdebstrap iproute2 iptables tmux gcc jq chromium
+DEBS := busybox-static mmdebstrap iproute2 iptables tmux gcc jq chromium patch
 export CGO_ENABLED := 0
 
 .PHONY: all build deps install demo test python-deps python-test unit integration bench soak soak-storage fleet-tools vet fmt clean
@@ -35,62 +35,43 @@ install: build
 	@install -d $(DESTDIR)$(PREFIX)/bin
 	@install -m 0755 $(BIN)/sbx $(BIN)/sbxd $(BIN)/sbx-agent $(BIN)/runsc $(DESTDIR)$(PREFIX)/bin/
 
-# runsc is built with files of the pinned gVisor replaced by the patched
-# copies in third_party/gvisor (third_party/gvisor/README.md says why: files
-# of 2 GiB and more in disk snapshots, disk forks and cold-boot resumes; a
-# memory capture that reads only the pages that hold data; one checkpoint
-# at a time, a freeze from inside and sbxd's capture). Nothing else of
-# gVisor is committed. Go refuses an -overlay of a file in the module cache,
-# so the pinned module is copied once per version beside the Go build cache
-# (~/.cache/sbx-gvisor/VERSION, 69 MB, outside the tree), a go.mod in bin/
-# replaces the module with that copy, and -overlay swaps in the patched
-# files. The build stops if a pinned file is not the one patched.
-# RUNSC_PATCHES: gVisor's file, the patched copy, the pinned original.
-RUNSC_PATCHES := \
-	pkg/sentry/fsimpl/tmpfs/tar.go:third_party/gvisor/_tmpfs/tar.go:third_party/gvisor/tar.go.orig \
-	pkg/sentry/pgalloc/save_restore.go:third_party/gvisor/_pgalloc/save_restore.go:third_party/gvisor/save_restore.go.orig \
-	runsc/boot/restore.go:third_party/gvisor/_boot/restore.go:third_party/gvisor/restore.go.orig \
-	pkg/sentry/kernel/task_signals.go:third_party/gvisor/_kernel/task_signals.go:third_party/gvisor/task_signals.go.orig
-# RUNSC_ADDED: files sbx adds to gVisor (gVisor's path, sbx's file); the
-# build stops if the pin brings a file of that name.
-RUNSC_ADDED := \
-	pkg/sentry/kernel/sbx_crash.go:third_party/gvisor/_kernel/sbx_crash.go \
-	pkg/sentry/kernel/sbx_init.go:third_party/gvisor/_kernel/sbx_init.go
-RUNSC_PATCH_FILES := $(foreach p,$(RUNSC_PATCHES),$(word 2,$(subst :, ,$(p))) $(word 3,$(subst :, ,$(p)))) \
-	$(foreach p,$(RUNSC_ADDED),$(word 2,$(subst :, ,$(p))))
-$(BIN)/runsc: go.mod go.sum $(RUNSC_PATCH_FILES)
+# runsc is built from the pinned gVisor with the patches in
+# third_party/gvisor/patches applied, in order (third_party/gvisor/README.md
+# says why each: files of 2 GiB and more in disk captures, a memory capture
+# that reads only the pages that hold data, one checkpoint at a time,
+# crashes held at their fault, an init nothing inside can stop). Go builds
+# nothing in the module cache it did not download, so the pinned module is
+# copied once per version and set of patches beside the Go build cache
+# (~/.cache/sbx-gvisor/VERSION-KEY, 69 MB, outside the tree), each patch is
+# checked with --dry-run and applied there with no fuzz, and a go.mod in
+# bin/ replaces the module with that copy. A patch that no longer applies
+# (the pin moved) stops the build, saying which.
+RUNSC_PATCHES := $(sort $(wildcard third_party/gvisor/patches/*.patch))
+$(BIN)/runsc: go.mod go.sum $(RUNSC_PATCHES)
 	@echo "==> building runsc from the go.mod pin (gvisor.dev/gvisor/runsc) with third_party/gvisor's patches; about two minutes the first time"
-	@set -e; $(GO) mod download gvisor.dev/gvisor; \
+	@set -e; command -v patch >/dev/null || { echo "runsc: the patches need patch(1): make deps installs it (apt-get install patch)"; exit 1; }; \
+	$(GO) mod download gvisor.dev/gvisor; \
 	dir=$$($(GO) list -m -f '{{.Dir}}' gvisor.dev/gvisor); \
 	ver=$$($(GO) list -m -f '{{.Version}}' gvisor.dev/gvisor); \
-	for p in $(RUNSC_PATCHES); do \
-		IFS=: read -r file patch orig <<<"$$p"; \
-		if ! cmp -s "$$dir/$$file" "$$orig"; then \
-			echo "runsc: $$dir/$$file is not the file third_party/gvisor patched: the gVisor pin moved; redo the patch as third_party/gvisor/README.md says"; exit 1; \
-		fi; \
-	done; \
-	for p in $(RUNSC_ADDED); do \
-		IFS=: read -r file added <<<"$$p"; \
-		if [ -e "$$dir/$$file" ]; then \
-			echo "runsc: the gVisor pin has $$file, which sbx adds: the pin moved; redo the patch as third_party/gvisor/README.md says"; exit 1; \
-		fi; \
-	done; \
-	copy=$$(dirname "$$($(GO) env GOCACHE)")/sbx-gvisor/$$ver; \
+	key=$$(cat $(RUNSC_PATCHES) | sha256sum | cut -c1-12); \
+	copy=$$(dirname "$$($(GO) env GOCACHE)")/sbx-gvisor/$$ver-$$key; \
 	if [ ! -e "$$copy/.sbx-complete" ]; then \
-		rm -rf "$$copy" "$$copy.tmp$$$$"; mkdir -p "$$(dirname "$$copy")"; \
-		cp -a "$$dir" "$$copy.tmp$$$$"; chmod -R u+w "$$copy.tmp$$$$"; touch "$$copy.tmp$$$$/.sbx-complete"; \
-		mv -T "$$copy.tmp$$$$" "$$copy" 2>/dev/null || rm -rf "$$copy.tmp$$$$"; \
+		tmp="$$copy.tmp$$$$"; rm -rf "$$tmp"; mkdir -p "$$(dirname "$$copy")"; \
+		cp -a "$$dir" "$$tmp"; chmod -R u+w "$$tmp"; \
+		for p in $(RUNSC_PATCHES); do \
+			if ! patch -d "$$tmp" -p1 -F0 --dry-run --quiet < "$$p" >/dev/null 2>&1; then \
+				echo "runsc: $$p does not apply to gvisor $$ver: the pin moved; redo the patch as third_party/gvisor/README.md says:"; \
+				patch -d "$$tmp" -p1 -F0 --dry-run < "$$p" | sed 's/^/    /' | head -20; rm -rf "$$tmp"; exit 1; \
+			fi; \
+			patch -d "$$tmp" -p1 -F0 --quiet --no-backup-if-mismatch < "$$p"; \
+		done; \
+		touch "$$tmp/.sbx-complete"; \
+		for old in "$$(dirname "$$copy")/$$ver"-*; do [ "$$old" = "$$tmp" ] || rm -rf "$$old"; done; \
+		mv -T "$$tmp" "$$copy" 2>/dev/null || rm -rf "$$tmp"; \
 	fi; \
 	mkdir -p $(BIN); cp go.mod $(BIN)/.runsc.mod; cp go.sum $(BIN)/.runsc.sum; \
 	echo "replace gvisor.dev/gvisor => $$copy" >> $(BIN)/.runsc.mod; \
-	sep=""; { printf '{"Replace":{'; for p in $(RUNSC_PATCHES); do \
-		IFS=: read -r file patch orig <<<"$$p"; \
-		printf '%s"%s":"%s"' "$$sep" "$$copy/$$file" "$(CURDIR)/$$patch"; sep=","; \
-	done; for p in $(RUNSC_ADDED); do \
-		IFS=: read -r file added <<<"$$p"; \
-		printf '%s"%s":"%s"' "$$sep" "$$copy/$$file" "$(CURDIR)/$$added"; sep=","; \
-	done; printf '}}\n'; } > $(BIN)/.runsc-overlay.json; \
-	$(GO) build -modfile $(BIN)/.runsc.mod -overlay $(BIN)/.runsc-overlay.json -o $(BIN)/runsc gvisor.dev/gvisor/runsc
+	$(GO) build -modfile $(BIN)/.runsc.mod -o $(BIN)/runsc gvisor.dev/gvisor/runsc
 
 vet:
 	$(GO) vet ./...

@@ -14,7 +14,7 @@ import (
 	"sbx.dev/sbx/api"
 )
 
-// Attacks on the crash hold (third_party/gvisor/_kernel/sbx_crash.go,
+// Attacks on the crash hold (third_party/gvisor/patches/04-kernel-crash-held-at-its-fault.patch,
 // internal/agent/crash.go) and the debug fixes around it (hostname
 // following on every request, SBX_AGENT_EXEC_ARGS).
 
