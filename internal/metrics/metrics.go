@@ -1,5 +1,7 @@
-// Package metrics is a tiny registry of counters, gauges and histograms that
-// writes the Prometheus text exposition format (version 0.0.4).
+// Package metrics is sbxd's registry of counters, gauges and histograms,
+// on Prometheus' client library, written in the text exposition format
+// (version 0.0.4). Its small surface (a family by name, label values as
+// strings) keeps the Prometheus types out of the rest of sbxd.
 package metrics
 
 import (
@@ -7,142 +9,108 @@ import (
 	"io"
 	"math"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/common/expfmt"
 )
 
 // ContentType is the Content-Type of what WriteText writes.
 const ContentType = "text/plain; version=0.0.4; charset=utf-8"
 
-// Default is the registry sbxd serves at /metrics unless it is given another.
-var Default = NewRegistry()
+// Default is the registry sbxd serves at /metrics unless it is given
+// another. It holds the Go runtime's metrics (go_*) and the process's
+// (process_*) too.
+var Default = func() *Registry {
+	r := NewRegistry()
+	r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return r
+}()
 
 // Registry holds metric families by name. Its methods are safe for
 // concurrent use.
 type Registry struct {
+	reg      *prometheus.Registry
 	mu       sync.Mutex
-	families map[string]*family
+	families map[string]family
 }
 
-// NewRegistry returns an empty registry.
-func NewRegistry() *Registry {
-	return &Registry{families: map[string]*family{}}
-}
-
-type kind string
-
-const (
-	counterKind   kind = "counter"
-	gaugeKind     kind = "gauge"
-	histogramKind kind = "histogram"
-)
-
+// family is what a name was registered as: asking for it again with
+// another kind or other labels is a programming error.
 type family struct {
-	name, help string
-	kind       kind
-	labels     []string
-	buckets    []float64 // histograms: upper bounds, ascending, without +Inf
-	series     map[string]*series
+	kind   string
+	labels string
+	vec    prometheus.Collector
 }
 
-type series struct {
-	values []string
-	value  float64 // counters and gauges
-	counts []uint64
-	sum    float64
-	count  uint64
+// NewRegistry returns an empty registry (without the Go and process
+// metrics of Default).
+func NewRegistry() *Registry {
+	return &Registry{reg: prometheus.NewPedanticRegistry(), families: map[string]family{}}
 }
 
-// family returns the family name, registering it on first use. Asking
-// again with the same name returns the same family; asking with another
-// kind or other labels panics, as that is a programming error.
-func (r *Registry) family(name, help string, k kind, buckets []float64, labels []string) *family {
+// family returns the collector registered as name, making and registering
+// it with mk on first use; it panics when name was registered otherwise.
+func (r *Registry) family(name, kind string, labels []string, mk func() prometheus.Collector) prometheus.Collector {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	key := strings.Join(labels, ",")
 	if f, ok := r.families[name]; ok {
-		if f.kind != k || strings.Join(f.labels, ",") != strings.Join(labels, ",") {
-			panic(fmt.Sprintf("metrics: %s registered as a %s with labels %v", name, f.kind, f.labels))
+		if f.kind != kind || f.labels != key {
+			panic(fmt.Sprintf("metrics: %s registered as a %s with labels [%s]", name, f.kind, f.labels))
 		}
-		return f
+		return f.vec
 	}
-	f := &family{name: name, help: help, kind: k, labels: labels, buckets: buckets, series: map[string]*series{}}
-	r.families[name] = f
-	return f
-}
-
-// get returns the series of f for values; r.mu must be held.
-func (f *family) get(values []string) *series {
-	if len(values) != len(f.labels) {
-		panic(fmt.Sprintf("metrics: %s takes %d label values, got %d", f.name, len(f.labels), len(values)))
-	}
-	key := strings.Join(values, "\xff")
-	s, ok := f.series[key]
-	if !ok {
-		s = &series{values: append([]string(nil), values...)}
-		if f.kind == histogramKind {
-			s.counts = make([]uint64, len(f.buckets))
-		}
-		f.series[key] = s
-	}
-	return s
+	vec := mk()
+	r.reg.MustRegister(vec)
+	r.families[name] = family{kind: kind, labels: key, vec: vec}
+	return vec
 }
 
 // Counter is a family of counters that only go up.
-type Counter struct {
-	r *Registry
-	f *family
-}
+type Counter struct{ vec *prometheus.CounterVec }
 
 // Counter returns the counter family name with the given label names.
 func (r *Registry) Counter(name, help string, labels ...string) *Counter {
-	return &Counter{r: r, f: r.family(name, help, counterKind, nil, labels)}
+	vec := r.family(name, "counter", labels, func() prometheus.Collector {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	})
+	return &Counter{vec: vec.(*prometheus.CounterVec)}
 }
 
 // Add adds v (negative values are ignored) to the series of labelValues.
 func (c *Counter) Add(v float64, labelValues ...string) {
-	if v < 0 {
+	if v < 0 || math.IsNaN(v) {
 		return
 	}
-	c.r.mu.Lock()
-	defer c.r.mu.Unlock()
-	c.f.get(labelValues).value += v
+	c.vec.WithLabelValues(labelValues...).Add(v)
 }
 
 // Inc adds one to the series of labelValues.
 func (c *Counter) Inc(labelValues ...string) { c.Add(1, labelValues...) }
 
 // Gauge is a family of values that go up and down.
-type Gauge struct {
-	r *Registry
-	f *family
-}
+type Gauge struct{ vec *prometheus.GaugeVec }
 
 // Gauge returns the gauge family name with the given label names.
 func (r *Registry) Gauge(name, help string, labels ...string) *Gauge {
-	return &Gauge{r: r, f: r.family(name, help, gaugeKind, nil, labels)}
+	vec := r.family(name, "gauge", labels, func() prometheus.Collector {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+	})
+	return &Gauge{vec: vec.(*prometheus.GaugeVec)}
 }
 
 // Set sets the series of labelValues to v.
-func (g *Gauge) Set(v float64, labelValues ...string) {
-	g.r.mu.Lock()
-	defer g.r.mu.Unlock()
-	g.f.get(labelValues).value = v
-}
+func (g *Gauge) Set(v float64, labelValues ...string) { g.vec.WithLabelValues(labelValues...).Set(v) }
 
 // Reset forgets every series of the gauge, for a gauge rebuilt whole from
 // a fresh reading (series that are gone must not linger).
-func (g *Gauge) Reset() {
-	g.r.mu.Lock()
-	defer g.r.mu.Unlock()
-	g.f.series = map[string]*series{}
-}
+func (g *Gauge) Reset() { g.vec.Reset() }
 
 // Histogram is a family of histograms with fixed buckets.
-type Histogram struct {
-	r *Registry
-	f *family
-}
+type Histogram struct{ vec *prometheus.HistogramVec }
 
 // DurationBuckets are upper bounds in seconds for request and capture times.
 var DurationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}
@@ -155,105 +123,30 @@ func (r *Registry) Histogram(name, help string, buckets []float64, labels ...str
 	if n := len(b); n > 0 && math.IsInf(b[n-1], 1) {
 		b = b[:n-1]
 	}
-	return &Histogram{r: r, f: r.family(name, help, histogramKind, b, labels)}
+	vec := r.family(name, "histogram", labels, func() prometheus.Collector {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: b}, labels)
+	})
+	return &Histogram{vec: vec.(*prometheus.HistogramVec)}
 }
 
 // Observe records v in the series of labelValues.
 func (h *Histogram) Observe(v float64, labelValues ...string) {
-	h.r.mu.Lock()
-	defer h.r.mu.Unlock()
-	s := h.f.get(labelValues)
-	for i, ub := range h.f.buckets {
-		if v <= ub {
-			s.counts[i]++
-		}
-	}
-	s.sum += v
-	s.count++
+	h.vec.WithLabelValues(labelValues...).Observe(v)
 }
 
-// WriteText writes every family in the text format: families sorted by
-// name, series by their label values, histogram buckets cumulative.
+// WriteText writes every family that has a series, in the text format:
+// families sorted by name, series by their label values, histogram
+// buckets cumulative.
 func (r *Registry) WriteText(w io.Writer) error {
-	r.mu.Lock()
-	var b strings.Builder
-	names := make([]string, 0, len(r.families))
-	for n := range r.families {
-		names = append(names, n)
+	mfs, err := r.reg.Gather()
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		r.families[n].write(&b)
-	}
-	r.mu.Unlock()
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
-func (f *family) write(b *strings.Builder) {
-	fmt.Fprintf(b, "# HELP %s %s\n", f.name, escapeHelp(f.help))
-	fmt.Fprintf(b, "# TYPE %s %s\n", f.name, f.kind)
-	keys := make([]string, 0, len(f.series))
-	for k := range f.series {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		s := f.series[k]
-		switch f.kind {
-		case histogramKind:
-			for i, ub := range f.buckets {
-				fmt.Fprintf(b, "%s_bucket%s %d\n", f.name, labelText(f.labels, s.values, "le", formatFloat(ub)), s.counts[i])
-			}
-			fmt.Fprintf(b, "%s_bucket%s %d\n", f.name, labelText(f.labels, s.values, "le", "+Inf"), s.count)
-			fmt.Fprintf(b, "%s_sum%s %s\n", f.name, labelText(f.labels, s.values, "", ""), formatFloat(s.sum))
-			fmt.Fprintf(b, "%s_count%s %d\n", f.name, labelText(f.labels, s.values, "", ""), s.count)
-		default:
-			fmt.Fprintf(b, "%s%s %s\n", f.name, labelText(f.labels, s.values, "", ""), formatFloat(s.value))
+	enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			return fmt.Errorf("metrics: %w", err)
 		}
 	}
-}
-
-// labelText is `{a="x",b="y"}` (with extra=extraValue last when extra is
-// set), or "" when there are no labels.
-func labelText(names, values []string, extra, extraValue string) string {
-	if len(names) == 0 && extra == "" {
-		return ""
-	}
-	var b strings.Builder
-	b.WriteByte('{')
-	for i, n := range names {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, "%s=\"%s\"", n, escapeLabel(values[i]))
-	}
-	if extra != "" {
-		if len(names) > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, "%s=\"%s\"", extra, escapeLabel(extraValue))
-	}
-	b.WriteByte('}')
-	return b.String()
-}
-
-var (
-	labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
-	helpEscaper  = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
-)
-
-func escapeLabel(s string) string { return labelEscaper.Replace(s) }
-func escapeHelp(s string) string  { return helpEscaper.Replace(s) }
-
-func formatFloat(v float64) string {
-	switch {
-	case math.IsInf(v, 1):
-		return "+Inf"
-	case math.IsInf(v, -1):
-		return "-Inf"
-	case math.IsNaN(v):
-		return "NaN"
-	}
-	return strconv.FormatFloat(v, 'g', -1, 64)
+	return nil
 }

@@ -107,3 +107,18 @@ func TestMismatchPanics(t *testing.T) {
 	}()
 	r.Gauge("c", "help", "a")
 }
+
+// TestDefaultRuntimeMetrics: what sbxd serves carries the Go runtime's
+// and the process's metrics beside its own.
+func TestDefaultRuntimeMetrics(t *testing.T) {
+	Default.Counter("sbx_test_total", "A test counter.").Inc()
+	var b strings.Builder
+	if err := Default.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"\ngo_goroutines ", "\nprocess_open_fds ", "\nsbx_test_total 1\n"} {
+		if !strings.Contains("\n"+b.String(), want) {
+			t.Errorf("Default's text lacks %q", strings.TrimSpace(want))
+		}
+	}
+}
