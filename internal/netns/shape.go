@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mdlayher/netlink"
@@ -61,6 +62,9 @@ const (
 	// shapeQueueLen bounds what one sandbox has held in the kernel; past
 	// it, packets go at once (the queue fails open).
 	shapeQueueLen = 4096
+	// shapeRate bounds the packets a second one sandbox hands sbxd to
+	// delay; a flood past it goes undelayed.
+	shapeRate = "10000/second" // the most xt_limit takes
 )
 
 // Shape applies s to the traffic leaving sandbox id (the zero Shape
@@ -150,7 +154,10 @@ func shapeRules(ns string, s Shape) error {
 		if s.Loss > 0 {
 			pos = "2"
 		}
-		if err := ipt("-I", shapeChain, pos, "-j", "NFQUEUE", "--queue-num", strconv.Itoa(shapeQueue), "--queue-bypass"); err != nil {
+		// past shapeRate packets a second (a flood), the rest go undelayed:
+		// sbxd reads the queue, and no sandbox may make it spin
+		if err := ipt("-I", shapeChain, pos, "-m", "limit", "--limit", shapeRate, "--limit-burst", strconv.Itoa(shapeQueueLen),
+			"-j", "NFQUEUE", "--queue-num", strconv.Itoa(shapeQueue), "--queue-bypass"); err != nil {
 			return err
 		}
 	}
@@ -216,9 +223,12 @@ type delayer struct {
 	delay time.Duration
 	last  uint32 // the newest packet's id, once seen
 	seen  bool
-	held  chan heldPacket
-	done  chan struct{}
-	wg    sync.WaitGroup
+	// received counts the packets the queue handed over (a test's window
+	// on the rate limit)
+	received atomic.Int64
+	held     chan heldPacket
+	done     chan struct{}
+	wg       sync.WaitGroup
 }
 
 type heldPacket struct {
@@ -320,6 +330,7 @@ func (d *delayer) read() {
 			if !ok {
 				continue
 			}
+			d.received.Add(1)
 			d.mu.Lock()
 			d.last, d.seen = id, true
 			d.mu.Unlock()

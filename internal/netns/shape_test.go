@@ -209,3 +209,68 @@ func shapeRulesOf(t *testing.T, gateway string) string {
 	}
 	return string(out)
 }
+
+// TestShapeFlood: a sandbox flooding what it sends out cannot make sbxd
+// hold more than its queue, nor read more than its rate: past them the
+// packets go undelayed (and none is lost by the shaping itself).
+func TestShapeFlood(t *testing.T) {
+	m := newManager(t)
+	nw := create(t, m)
+	out, addr := outside(t, m.tag)
+	var pc net.PacketConn
+	if err := inNS(out, func() error {
+		var err error
+		pc, err = net.ListenPacket("udp4", addr.String()+":0")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	pc.(*net.UDPConn).SetReadBuffer(8 << 20)
+	if err := m.Shape(nw.ID, Shape{Delay: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 50000
+	var c net.Conn
+	if err := inNS(nw.Path, func() error {
+		var err error
+		c, err = net.Dial("udp4", pc.LocalAddr().String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// count what arrives before the delay, as it arrives
+	start := time.Now()
+	early := make(chan int)
+	go func() {
+		k := 0
+		buf := make([]byte, 64)
+		pc.SetReadDeadline(start.Add(2 * time.Second))
+		for {
+			if _, _, err := pc.ReadFrom(buf); err != nil {
+				early <- k
+				return
+			}
+			k++
+		}
+	}()
+	for i := range n {
+		fmt.Fprintf(c, "%d", i)
+	}
+	// most of the flood arrives long before the delay: it bypassed sbxd
+	if k := <-early; k < n/4 {
+		t.Errorf("of a flood of %d datagrams under a 2 s delay, %d came before the delay: want most to bypass the queue", n, k)
+	}
+	took := time.Since(start)
+	m.shapeMu.Lock()
+	d := m.delayers[nw.ID]
+	m.shapeMu.Unlock()
+	if held := len(d.held); held > shapeQueueLen {
+		t.Errorf("sbxd holds %d packets, more than the queue's %d", held, shapeQueueLen)
+	}
+	// the limit's burst, its rate over the flood, and a second of slack
+	if got, most := d.received.Load(), int64(shapeQueueLen)+10000*int64(took.Seconds()+1); got > most {
+		t.Errorf("sbxd read %d packets of the flood in %s, past the limit (at most %d)", got, took, most)
+	}
+}
