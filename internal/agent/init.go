@@ -98,6 +98,7 @@ func runInit(stderr io.Writer) int {
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	ignoreOtherSignals()
 	// the boot's freeze environment is the first boot's in init's own;
 	// the current one is read from gVisor when needed
 	for _, k := range freezewire.Envs {
@@ -1061,4 +1062,30 @@ func serveConsole(path string, out io.Writer) error {
 		}
 	}()
 	return nil
+}
+
+// ignoreOtherSignals takes, and drops, every signal init does not act on,
+// so that none sent from inside ends it: Go's runtime dies of a SIGHUP,
+// SIGQUIT, SIGUSR1 or SIGPIPE it was not asked to take, and of a SIGSEGV,
+// SIGBUS or SIGABRT that kill(2) sent (a real fault of init's own still
+// crashes it). What init has no handler for at all the sandbox's kernel
+// drops, SIGKILL and SIGSTOP among them (third_party/gvisor, patch 05),
+// as Linux drops what a namespace sends its init. SIGTERM and SIGINT still
+// end init, and the sandbox with it; SIGCHLD is the supervisor's. A caught
+// signal goes back to its default in what init starts.
+func ignoreOtherSignals() {
+	var sigs []os.Signal
+	for s := syscall.Signal(1); s < 32; s++ {
+		switch s {
+		case syscall.SIGKILL, syscall.SIGSTOP, syscall.SIGTERM, syscall.SIGINT, syscall.SIGCHLD, syscall.SIGURG, syscall.SIGPROF:
+			continue
+		}
+		sigs = append(sigs, s)
+	}
+	c := make(chan os.Signal, 8)
+	signal.Notify(c, sigs...)
+	go func() {
+		for range c {
+		}
+	}()
 }
