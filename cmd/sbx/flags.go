@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
 	"sbx.dev/sbx/internal/flaky"
 )
@@ -66,28 +67,14 @@ func durationVar(fs *pflag.FlagSet, name, usage string) *durationFlag {
 	return f
 }
 
-// seconds is a bare number of seconds.
-var seconds = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
-
-// parseDuration reads a duration as sbx's users write it (see durationFlag);
-// a negative one is refused.
+// parseDuration reads a duration as sbx's users write it (see durationFlag),
+// as the server reads it (api.ParseDuration); an empty or negative one is
+// refused.
 func parseDuration(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		if !seconds.MatchString(s) {
-			return 0, fmt.Errorf("%q is not a duration: use seconds (90) or a number with a unit (90s, 30m, 2h)", s)
-		}
-		secs, _ := strconv.ParseFloat(s, 64)
-		if secs >= float64(math.MaxInt64/int64(time.Second)) {
-			return 0, fmt.Errorf("%q seconds is too long", s)
-		}
-		d = time.Duration(secs * float64(time.Second))
+	if strings.TrimSpace(s) == "" {
+		return 0, fmt.Errorf("an empty duration: use seconds (90) or a number with a unit (90s, 30m, 2h)")
 	}
-	if d < 0 {
-		return 0, fmt.Errorf("%q is negative", s)
-	}
-	return d, nil
+	return api.ParseDuration("", s)
 }
 
 // checkEnv checks the K=V pairs of --env; a bare K takes its value from

@@ -202,7 +202,7 @@ func TestRun(t *testing.T) {
 		{"new", []string{"new", "--template", "tiny"}, 0, "sb_1\n", ""},
 		{"new json before verb", []string{"--json", "new", "--meta", "a=1"}, 0, `"id": "sb_1"`, ""},
 		{"new json after verb", []string{"new", "--json"}, 0, `"id": "sb_1"`, ""},
-		{"new bad ttl", []string{"new", "--ttl", "soon"}, 2, "", `invalid argument "soon" for "--ttl" flag: "soon" is not a duration: use seconds (90) or a number with a unit`},
+		{"new bad ttl", []string{"new", "--ttl", "soon"}, 2, "", `invalid argument "soon" for "--ttl" flag: "soon" is not a duration (use seconds, like 90, or a number with a unit`},
 		{"new bad meta", []string{"new", "--meta", "novalue"}, 2, "", "key=value"},
 		{"new stray arg", []string{"new", "x"}, 2, "", "usage: sbx new"},
 		{"info", []string{"info", "sb_1"}, 0, "state: ready", ""},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"io/fs"
-	"strconv"
 	"time"
 
 	"sbx.dev/sbx/api"
@@ -211,10 +210,7 @@ func parseWireDuration(s string) (time.Duration, bool) {
 	if s == "" {
 		return 0, false
 	}
-	if n, err := strconv.ParseFloat(s, 64); err == nil {
-		return time.Duration(n * float64(time.Second)), true
-	}
-	d, err := time.ParseDuration(s)
+	d, err := api.ParseDuration("", s)
 	return d, err == nil
 }
 

@@ -24,7 +24,7 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 			return nil, err
 		}
 	}
-	ttl, err := ParseDuration("ttl", req.TTL)
+	ttl, err := api.ParseDuration("ttl", req.TTL)
 	if err != nil {
 		return nil, err
 	}

@@ -164,7 +164,7 @@ func checkExecRequest(req api.ExecRequest) (time.Duration, error) {
 	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
 		return 0, api.Errorf(api.ErrInvalid, "cmd: give a command to run")
 	}
-	timeout, err := ParseDuration("timeout", req.Timeout)
+	timeout, err := api.ParseDuration("timeout", req.Timeout)
 	if err != nil {
 		return 0, err
 	}

@@ -38,7 +38,7 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 			return nil, err
 		}
 	}
-	ttl, err := ParseDuration("ttl", req.TTL)
+	ttl, err := api.ParseDuration("ttl", req.TTL)
 	if err != nil {
 		return nil, err
 	}

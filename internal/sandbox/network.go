@@ -28,7 +28,7 @@ func parseShape(sh *api.NetShape, network string) (time.Duration, float64, error
 	if sh == nil {
 		return 0, 0, nil
 	}
-	delay, err := ParseDuration("netShape.delay", sh.Delay)
+	delay, err := api.ParseDuration("netShape.delay", sh.Delay)
 	if err != nil {
 		return 0, 0, err
 	}

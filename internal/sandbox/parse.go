@@ -2,12 +2,10 @@ package sandbox
 
 import (
 	"fmt"
-	"math"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
 
 	"sbx.dev/sbx/api"
 )
@@ -25,38 +23,6 @@ func ValidName(name string) error {
 	}
 	return nil
 }
-
-// ParseDuration parses a user's duration for the named field: a Go
-// duration ("90s", "2h30m") or a bare number of seconds ("3600", "1.5"),
-// as scripts written for sbx pass it; "" is zero. A bad or negative one is
-// api.ErrInvalid naming the field.
-func ParseDuration(field, s string) (time.Duration, error) {
-	if s == "" {
-		return 0, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		if !secondsRE.MatchString(s) {
-			return 0, api.Errorf(api.ErrInvalid, "%s: %q is not a duration (use seconds, like 90, or a number with a unit, like 90s, 30m or 2h)", field, s)
-		}
-		secs, _ := strconv.ParseFloat(s, 64)
-		if secs >= maxDurationSeconds {
-			return 0, api.Errorf(api.ErrInvalid, "%s: %q is too long (at most %d seconds)", field, s, int64(maxDurationSeconds))
-		}
-		d = time.Duration(secs * float64(time.Second))
-	}
-	if d < 0 {
-		return 0, api.Errorf(api.ErrInvalid, "%s: %q is negative", field, s)
-	}
-	return d, nil
-}
-
-// secondsRE is a bare number of seconds: digits, maybe with a fraction.
-var secondsRE = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
-
-// maxDurationSeconds is the longest bare number of seconds: about 292
-// years, what a time.Duration holds.
-const maxDurationSeconds = float64(math.MaxInt64 / int64(time.Second))
 
 var sizeRE = regexp.MustCompile(`^(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)$`)
 

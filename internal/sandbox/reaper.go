@@ -191,7 +191,7 @@ func (m *Manager) countReaped(reason string) {
 
 // SetTTL changes a sandbox's idle ttl ("0" or "" turns it off).
 func (m *Manager) SetTTL(ctx context.Context, ref, ttl string) (*api.Sandbox, error) {
-	d, err := ParseDuration("ttl", ttl)
+	d, err := api.ParseDuration("ttl", ttl)
 	if err != nil {
 		return nil, err
 	}

@@ -382,7 +382,7 @@ func (m *Manager) Prune(ctx context.Context, req api.PruneRequest) (*api.PruneRe
 	var older time.Duration
 	if req.OlderThan != "" {
 		var err error
-		if older, err = ParseDuration("olderThan", req.OlderThan); err != nil {
+		if older, err = api.ParseDuration("olderThan", req.OlderThan); err != nil {
 			return nil, err
 		}
 	}

@@ -54,7 +54,7 @@ func (s *Server) preview(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, api.Errorf(api.ErrInvalid, "ttl: only a private preview expires; add private"))
 			return
 		}
-		d, err := time.ParseDuration(req.TTL)
+		d, err := api.ParseDuration("ttl", req.TTL)
 		if err != nil || d <= 0 || d > maxPreviewTTL {
 			s.fail(w, r, api.Errorf(api.ErrInvalid, "ttl: %q is not a duration between 1s and %s", req.TTL, maxPreviewTTL))
 			return
