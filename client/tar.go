@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"sbx.dev/sbx/internal/atomicfile"
 )
 
 // The extraction of what comes out of a sandbox. A sandbox may be hostile:
@@ -204,22 +206,8 @@ func extractInto(r io.Reader, target string) error {
 // it into place once all of r is read: a failed read leaves no file
 // behind. The file gets perm within the umask.
 func writeFileAtomic(target string, r io.Reader, perm fs.FileMode) (int64, error) {
-	f, err := os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".sbx-*")
+	n, err := atomicfile.Write(target, r, perm.Perm()&^processUmask())
 	if err != nil {
-		return 0, err
-	}
-	n, err := io.Copy(f, r)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(f.Name(), perm.Perm()&^processUmask())
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), target)
-	}
-	if err != nil {
-		os.Remove(f.Name())
 		return 0, fmt.Errorf("copy to %s: %w", target, err)
 	}
 	return n, nil

@@ -21,6 +21,7 @@ import (
 
 	"sbx.dev/sbx/internal/agent/freezewire"
 	"sbx.dev/sbx/internal/agent/hooks"
+	"sbx.dev/sbx/internal/atomicfile"
 )
 
 // InitSocket is the abstract unix socket on which init takes requests to
@@ -759,19 +760,10 @@ func readExecPid(dir, id string) (int, error) {
 	return pid, nil
 }
 
-// writeFileAtomic replaces path with content through a renamed temporary
-// file, so a reader sees all of it or nothing.
+// writeFileAtomic replaces path with content, root's alone (0600), so a
+// reader sees all of it or nothing.
 func writeFileAtomic(path, content string) error {
-	tmp := tempName(path)
-	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
+	return atomicfile.WriteString(path, content, 0o600)
 }
 
 // errUnreachable is callInit's error when no request was sent.

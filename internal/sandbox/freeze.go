@@ -21,6 +21,7 @@ import (
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/agent/freezewire"
+	"sbx.dev/sbx/internal/atomicfile"
 	"sbx.dev/sbx/internal/runsc"
 	"sbx.dev/sbx/internal/store"
 )
@@ -103,7 +104,7 @@ func (m *Manager) armFreeze(ctx context.Context, sb *store.Sandbox, from string)
 	if err := os.WriteFile(filepath.Join(dir, slotMetaFile), meta, 0o600); err != nil {
 		return "", nil, nil, fmt.Errorf("freeze slot: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(m.freezeDir(sb.ID), currentFile), []byte(slot+"\n")); err != nil {
+	if err := atomicfile.WriteString(filepath.Join(m.freezeDir(sb.ID), currentFile), slot+"\n", 0o600); err != nil {
 		return "", nil, nil, fmt.Errorf("freeze slot: %w", err)
 	}
 	ann := map[string]string{
@@ -125,15 +126,6 @@ func (m *Manager) armFreeze(ctx context.Context, sb *store.Sandbox, from string)
 		env = append(env, freezewire.CrashesEnv+"=off")
 	}
 	return slot, ann, env, nil
-}
-
-func writeFileAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // currentSlot is the slot of sandbox id's running boot ("" if none).
@@ -311,7 +303,7 @@ func slotOutcome(dir string, proc runsc.Proc) (slotState, string) {
 	}
 	// noted for when the process is gone; on a full disk the note may not
 	// fit, and what was seen now still stands
-	_ = writeFileAtomic(filepath.Join(dir, freezewire.DoneFile), []byte(note))
+	_ = atomicfile.WriteBytes(filepath.Join(dir, freezewire.DoneFile), []byte(note), 0o600)
 	return out, ""
 }
 
@@ -586,7 +578,7 @@ func (m *Manager) confirmFreeze(id, slot string, c freezewire.Confirm) {
 		return
 	}
 	b, _ := json.Marshal(c)
-	if err := writeFileAtomic(filepath.Join(dir, slot), b); err != nil {
+	if err := atomicfile.WriteBytes(filepath.Join(dir, slot), b, 0o600); err != nil {
 		m.log.Warn("confirm a freeze to its sandbox", "sandbox", id, "err", err)
 	}
 }

@@ -1,0 +1,53 @@
+// Package atomicfile writes a file whole or not at all: into a temporary
+// file beside it, synced, then renamed over it. A reader sees the old
+// content or all of the new, and a failed write leaves nothing behind.
+package atomicfile
+
+import (
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Write copies r into path with the permission bits perm (exactly: the
+// caller applies a umask if it wants one) and returns how many bytes it
+// wrote. Nothing is at path until all of r is read and on disk.
+func Write(path string, r io.Reader, perm fs.FileMode) (int64, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".sbx-*")
+	if err != nil {
+		return 0, fmt.Errorf("write %s: %w", path, err)
+	}
+	n, err := io.Copy(f, r)
+	if err == nil && perm.Perm() != 0o600 { // CreateTemp's own
+		err = f.Chmod(perm.Perm())
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return 0, fmt.Errorf("write %s: %w", path, err)
+	}
+	return n, nil
+}
+
+// WriteBytes writes b to path as Write does.
+func WriteBytes(path string, b []byte, perm fs.FileMode) error {
+	_, err := Write(path, strings.NewReader(string(b)), perm)
+	return err
+}
+
+// WriteString writes s to path as Write does.
+func WriteString(path, s string, perm fs.FileMode) error {
+	_, err := Write(path, strings.NewReader(s), perm)
+	return err
+}
