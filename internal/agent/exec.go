@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"sbx.dev/sbx/internal/procfs"
 )
 
 const execSyntax = "exec [--timeout DURATION] [--cwd DIR] [--env K=V]... [--user USER] -- PROG [ARGS...]"
@@ -494,24 +496,11 @@ func descendants(root int) []int {
 
 // procStat reads the parent pid and state of pid from /proc/PID/stat.
 func procStat(pid int) (ppid int, state byte, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	st, err := procfs.ReadStat(pid)
 	if err != nil {
 		return 0, 0, false
 	}
-	// the command name, in parentheses, may itself hold spaces and ')'
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 || len(f[0]) != 1 {
-		return 0, 0, false
-	}
-	ppid, err = strconv.Atoi(f[1])
-	if err != nil {
-		return 0, 0, false
-	}
-	return ppid, f[0][0], true
+	return st.PPid, st.State, true
 }
 
 // envFlag collects repeated --env KEY=VALUE flags. They are applied by the

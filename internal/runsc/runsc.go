@@ -19,6 +19,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"sbx.dev/sbx/internal/procfs"
 )
 
 // DefaultTimeout bounds every runsc call that is not a long-running process.
@@ -104,21 +106,11 @@ func (p Proc) Alive() bool {
 // ProcessStart returns the start time of pid from /proc, or "" if it is
 // gone or a zombie.
 func ProcessStart(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
+	st, err := procfs.ReadStat(pid)
+	if err != nil || st.Gone() {
 		return ""
 	}
-	// The command name may hold spaces; the fields after it do not.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return ""
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
-		return ""
-	}
-	return f[19]
+	return st.Start
 }
 
 type startedKey struct{}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/procfs"
 	"sbx.dev/sbx/internal/store"
 )
 
@@ -230,11 +231,6 @@ func (m *Manager) cgroupPids(id string) []int {
 }
 
 func zombie(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true // gone
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || len(s) < i+3 || s[i+2] == 'Z' || s[i+2] == 'X'
+	st, err := procfs.ReadStat(pid)
+	return err != nil || st.Gone() // not there: gone
 }
