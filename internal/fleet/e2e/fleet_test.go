@@ -264,6 +264,20 @@ func (f *fleet) sandboxRow(t *testing.T, id string) map[string]string {
 	return nil
 }
 
+// pid reads a pid file of DIR.
+func (f *fleet) pid(t *testing.T, file string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(f.dir, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		t.Fatalf("%s: pid %q", file, b)
+	}
+	return pid
+}
+
 func fileSHA256(t *testing.T, path string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -378,6 +392,39 @@ func TestFleetNodeAgents(t *testing.T) {
 		})
 	})
 
+	// the apiserver away (stopped, so requests hang until they time out):
+	// sbxd keeps serving, its agent retries, and catches up once it is back
+	t.Run("apiserver away", func(t *testing.T) {
+		api := f.pid(t, "kube-apiserver.pid")
+		if err := syscall.Kill(api, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		resumed := false
+		resume := func() {
+			if !resumed {
+				resumed = true
+				syscall.Kill(api, syscall.SIGCONT)
+			}
+		}
+		t.Cleanup(resume)
+		id := strings.TrimSpace(f.sbx(t, "new", "--template", "tiny"))
+		t.Cleanup(func() { f.run(t, true, filepath.Join(f.root, "bin", "sbx"), "rm", id, "--yes") })
+		logPath := filepath.Join(f.dir, f.nodes[0].name, "sbxd.log")
+		waitFor(t, "node-1's agent to log a failure and retry", 90*time.Second, func() bool {
+			b, _ := os.ReadFile(logPath)
+			return bytes.Contains(b, []byte("failed; retrying"))
+		})
+		resume()
+		waitFor(t, id+" mirrored once the apiserver is back", 120*time.Second, func() bool {
+			row := f.sandboxRow(t, id)
+			return row != nil && row["STATE"] == "ready"
+		})
+		if err := syscall.Kill(f.pid(t, f.nodes[0].name+"/sbxd.pid"), 0); err != nil {
+			t.Errorf("node-1's sbxd is gone after the apiserver went away: %v", err)
+		}
+		f.sbx(t, "rm", id, "--yes")
+	})
+
 	// one sandbox is left running for fleet.sh down to delete
 	t.Run("left for down", func(t *testing.T) {
 		id := strings.TrimSpace(f.sbx(t, "new", "--template", "tiny"))
@@ -392,14 +439,7 @@ func TestFleetNodeAgents(t *testing.T) {
 
 	t.Run("killed agent's lease stops", func(t *testing.T) {
 		victim, other := f.nodes[1], f.nodes[0]
-		b, err := os.ReadFile(filepath.Join(f.dir, victim.name, "sbxd.pid"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil || pid <= 0 {
-			t.Fatalf("%s: pid %q", victim.name, b)
-		}
+		pid := f.pid(t, victim.name+"/sbxd.pid")
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatalf("kill %s's sbxd: %v", victim.name, err)
 		}
