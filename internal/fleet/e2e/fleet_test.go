@@ -51,7 +51,7 @@ func startFleet(t *testing.T, n int) *fleet {
 	}
 	fd, err := os.ReadFile(filepath.Join(root, "bin", ".fleet-dir"))
 	if err != nil {
-		t.Skip("fleet: the control plane is not built (bin/.fleet-dir missing): run `make fleet-tools` (about 25 minutes the first time)")
+		t.Skip("fleet: the control plane is not built (bin/.fleet-dir missing): run `make fleet-tools` (once per pin; the README says how long)")
 	}
 	for _, b := range []string{"sbx", "sbxd", "runsc", "sbx-agent"} {
 		if _, err := os.Stat(filepath.Join(root, "bin", b)); err != nil {
