@@ -6,7 +6,7 @@ BIN := $(CURDIR)/bin
 DEBS := busybox-static mmdebstrap iproute2 iptables tmux gcc jq chromium patch
 export CGO_ENABLED := 0
 
-.PHONY: all build deps install demo test python-deps python-test unit integration bench soak soak-storage fleet-tools vet fmt clean
+.PHONY: all build deps install demo test python-deps python-test unit integration bench soak soak-storage fleet-tools fleet-test vet fmt clean
 
 all: build
 
@@ -105,6 +105,12 @@ fleet-tools:
 		echo "==> fleet: building $$name ($$pkg) into $$dir; kube-apiserver takes minutes the first time"; \
 		(cd tools/fleet && $(GO) build -o $$dir/$$name.tmp $$pkg) && mv $$dir/$$name.tmp $$dir/$$name; \
 	done; echo $$dir > $(BIN)/.fleet-dir
+
+## fleet-test: the fleet's tests against a real control plane and two real
+## sbxd node agents (about a minute; `make test` runs them too, or skips
+## them when bin/.fleet-dir is missing)
+fleet-test: build fleet-tools
+	$(GO) test -count=1 -timeout 10m -v -run '^TestFleet' ./internal/fleet/...
 
 ## python-deps: Debian's pytest for the system Python (once; skipped when present)
 PYTHON := /usr/bin/python3

@@ -1,18 +1,31 @@
 #!/usr/bin/env bash
 # fleet.sh: a local sbx fleet on loopback (issue 24).
 #
-#   scripts/fleet.sh up DIR     start etcd, kube-apiserver and the OCI registry,
-#                               each with its state in DIR; write DIR/env
-#   scripts/fleet.sh down DIR   stop all of it; DIR keeps only its logs
+#   scripts/fleet.sh up DIR [NODES]  start etcd, kube-apiserver and the OCI
+#                               registry, apply deploy/crds, and start NODES
+#                               sbxd node agents (default 2), each with its
+#                               state in DIR; write DIR/env
+#   scripts/fleet.sh down DIR   delete the nodes' sandboxes, stop all of it and
+#                               remove what sbxd made on the host (namespaces,
+#                               SBX-TAG-* chains, cgroups); DIR keeps only logs
 #
-# DIR/env holds KUBECONFIG=... and REGISTRY=...: `. DIR/env; kubectl get ns`.
-# The binaries come from `make fleet-tools` (bin/.fleet-dir names them).
-# What is not here yet: the controller and the sbxd node agents (the
-# issue's NODES argument); this brings up the control plane they run on.
+# DIR/env holds KUBECONFIG, REGISTRY, SBX_HOST and SBX_TOKEN:
+# `. DIR/env; kubectl get sandboxnodes; sbx new --template tiny`.
+# SBX_HOST is node 1's API for now: the controller that serves one endpoint
+# for the whole fleet is a later slice. DIR/nodes lists the nodes, one a
+# line: NAME TAG SOCKET TCP-ADDRESS.
+# The control plane comes from `make fleet-tools` (bin/.fleet-dir names it);
+# sbxd, sbx, runsc and sbx-agent from `make build` (this checkout's bin/).
+# SBX_FLEET_TEMPLATES: a template cache the nodes share (default
+# DIR/templates, which down removes); SBX_FLEET_SBXD_FLAGS: more flags for
+# every sbxd.
 set -euo pipefail
 
 say() { echo "fleet: $*" >&2; }
-die() { say "$*"; exit 1; }
+die() {
+	say "$*"
+	exit 1
+}
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -30,6 +43,13 @@ tools() {
 # freeport prints a TCP port free on 127.0.0.1 now.
 freeport() {
 	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# randtag prints 4 random characters of [a-z0-9]: a node's sbxd tag.
+randtag() {
+	local t=""
+	while [ ${#t} -lt 4 ]; do t="$t$(head -c 64 /dev/urandom | tr -dc 'a-z0-9')"; done
+	echo "${t:0:4}"
 }
 
 # waitfor waits up to $2 seconds for command $1 (a string) to succeed.
@@ -51,10 +71,35 @@ start() {
 	echo $! >"$dir/$name.pid"
 }
 
+# stoppid ends the process group whose leader's pid is in file $1: TERM,
+# then KILL after 10 s.
+stoppid() {
+	local pidf=$1 pid
+	[ -r "$pidf" ] || return 0
+	pid=$(cat "$pidf")
+	if kill -0 "$pid" 2>/dev/null; then
+		kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+		for _ in $(seq 1 100); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -KILL -- "-$pid" 2>/dev/null || true
+	fi
+	rm -f "$pidf"
+}
+
 up() {
 	dir=$1
-	local bin
+	local nodes=$2
+	case "$nodes" in '' | *[!0-9]*) die "NODES: want a number, got '$nodes'" ;; esac
+	[ "$nodes" -le 15 ] || die "NODES: at most 15 (node N has the address pool 10.(240+N).0.0/16)"
+	local bin b
 	bin=$(tools)
+	if [ "$nodes" -gt 0 ]; then
+		for b in sbxd sbx runsc sbx-agent; do
+			[ -x "$here/bin/$b" ] || die "$here/bin/$b is missing: run make build"
+		done
+	fi
 	mkdir -p "$dir"
 	dir=$(cd "$dir" && pwd)
 	[ -e "$dir/env" ] && die "$dir holds a fleet already: scripts/fleet.sh down $dir first"
@@ -92,6 +137,7 @@ up() {
 		--service-account-issuer https://kubernetes.default.svc \
 		--service-cluster-ip-range 10.96.0.0/16 \
 		--endpoint-reconciler-type none --disable-admission-plugins ServiceAccount
+	# the context's namespace is the fleet's, so a bare `kubectl get sandboxes` shows them
 	cat >"$dir/kubeconfig" <<EOF
 apiVersion: v1
 kind: Config
@@ -109,9 +155,11 @@ contexts:
   context:
     cluster: fleet
     user: sbx-admin
+    namespace: sbx-system
 current-context: fleet
 EOF
 	chmod 600 "$dir/kubeconfig"
+	local kubectl=("$bin/kubectl" --kubeconfig "$dir/kubeconfig")
 	waitfor "'$bin/kubectl' --kubeconfig '$dir/kubeconfig' get --raw /readyz" 60 ||
 		die "kube-apiserver did not come up: $dir/kube-apiserver.log"
 
@@ -131,34 +179,119 @@ EOF
 	start registry "$bin/registry" serve "$dir/registry.yml"
 	waitfor "curl -sf http://127.0.0.1:$reg/v2/" 30 || die "the registry did not come up: $dir/registry.log"
 
+	say "the sbx.dev CRDs and the sbx-system namespace"
+	"${kubectl[@]}" apply -f "$here/deploy/crds/" >/dev/null || die "cannot apply deploy/crds"
+	"${kubectl[@]}" create namespace sbx-system >/dev/null || die "cannot create the namespace sbx-system"
+	"${kubectl[@]}" wait --for condition=established --timeout 60s crd/sandboxes.sbx.dev \
+		crd/sandboxsnapshots.sbx.dev crd/sandboxtemplates.sbx.dev crd/sandboxnodes.sbx.dev >/dev/null ||
+		die "the sbx.dev CRDs are not established"
+
+	# one TCP token for every node of the fleet
+	head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/pki/sbx-token"
+	chmod 600 "$dir/pki/sbx-token"
+	local templates=${SBX_FLEET_TEMPLATES:-$dir/templates}
+	mkdir -p "$templates"
+	: >"$dir/nodes"
+	local i name tag nd port first=""
+	for i in $(seq 1 "$nodes"); do
+		name=node-$i
+		tag=$(randtag)
+		nd=$dir/$name
+		mkdir -p "$nd/data"
+		ln -sfn "$templates" "$nd/data/templates"
+		port=$(freeport)
+		echo "$name $tag $nd/sbxd.sock 127.0.0.1:$port" >>"$dir/nodes"
+		say "sbxd $name (tag $tag) on 127.0.0.1:$port"
+		# shellcheck disable=SC2086 # SBX_FLEET_SBXD_FLAGS is words
+		start "$name/sbxd" "$here/bin/sbxd" --data-dir "$nd/data" --socket "$nd/sbxd.sock" \
+			--listen "127.0.0.1:$port" --token-file "$dir/pki/sbx-token" --tag "$tag" \
+			--pool "10.$((240 + i)).0.0/16" --preview-listen "127.0.0.1:$(freeport)" \
+			--runsc "$here/bin/runsc" --agent "$here/bin/sbx-agent" \
+			--fleet-kubeconfig "$dir/kubeconfig" --node-name "$name" ${SBX_FLEET_SBXD_FLAGS:-}
+		[ -n "$first" ] || first="tcp://127.0.0.1:$port"
+	done
+	for i in $(seq 1 "$nodes"); do
+		waitfor "curl -sf --unix-socket '$dir/node-$i/sbxd.sock' http://sbxd/v1/health" 60 ||
+			die "sbxd node-$i did not come up: $dir/node-$i/sbxd.log"
+	done
+
 	cat >"$dir/env" <<EOF
 KUBECONFIG=$dir/kubeconfig
 REGISTRY=127.0.0.1:$reg
-export KUBECONFIG REGISTRY
+SBX_HOST=$first
+SBX_TOKEN=$(cat "$dir/pki/sbx-token")
+export KUBECONFIG REGISTRY SBX_HOST SBX_TOKEN
 EOF
 	say "up: . $dir/env"
 }
 
-down() {
-	dir=$1
-	[ -d "$dir" ] || die "no fleet in $dir"
-	local name pid
-	for name in registry kube-apiserver etcd; do
-		[ -r "$dir/$name.pid" ] || continue
-		pid=$(cat "$dir/$name.pid")
-		if kill -0 "$pid" 2>/dev/null; then
-			kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-			for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-			kill -KILL -- "-$pid" 2>/dev/null || true
-		fi
-		rm -f "$dir/$name.pid"
+# stopnode deletes a node's sandboxes and stops its sbxd, then removes what
+# it made on the host: runsc sandboxes left over, its namespaces and
+# SBX-TAG-* chains (sbxd --cleanup), its cgroups, its data dir.
+stopnode() {
+	local name=$1 tag=$2 sock=$3
+	local nd="$dir/$name"
+	if [ -r "$nd/sbxd.pid" ] && kill -0 "$(cat "$nd/sbxd.pid")" 2>/dev/null; then
+		SBX_HOST="unix://$sock" "$here/bin/sbx" rm --all --yes >/dev/null 2>&1 ||
+			say "$name: could not delete every sandbox through sbxd; removing them by hand"
+	fi
+	stoppid "$nd/sbxd.pid"
+	local root="$nd/data/runsc" id
+	if [ -d "$root" ]; then
+		for id in $("$here/bin/runsc" --root "$root" list -quiet 2>/dev/null); do
+			"$here/bin/runsc" --root "$root" delete -force "$id" >/dev/null 2>&1 || true
+		done
+	fi
+	if [ -e "$nd/data/state.db" ]; then
+		"$here/bin/sbxd" --cleanup --data-dir "$nd/data" --tag "$tag" --socket "$nd/cleanup.sock" \
+			--runsc "$here/bin/runsc" >>"$nd/cleanup.log" 2>&1 ||
+			say "$name: sbxd --cleanup refused (see $nd/cleanup.log); removing its namespaces and chains by hand"
+	fi
+	local ns chain c
+	for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^sbx-$tag-" || true); do
+		ip netns delete "$ns" 2>/dev/null || true
 	done
-	rm -rf "$dir/etcd" "$dir/pki" "$dir/registry" "$dir/env" "$dir/kubeconfig" "$dir/registry.yml"
+	local up=${tag^^}
+	for chain in $(iptables -w -S 2>/dev/null | awk -v p="SBX-$up-" '$1 == "-N" && index($2, p) == 1 {print $2}'); do
+		iptables -w -S 2>/dev/null | grep -F -- "-j $chain" | sed 's/^-A/-D/' | while read -r rule; do
+			# shellcheck disable=SC2086 # a rule is words
+			iptables -w $rule 2>/dev/null || true
+		done
+		iptables -w -F "$chain" 2>/dev/null || true
+		iptables -w -X "$chain" 2>/dev/null || true
+	done
+	for c in /sys/fs/cgroup/*/sbx-"$tag"; do
+		[ -d "$c" ] || continue
+		find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+	done
+	rm -f "$nd/data/templates" # the link, never the shared cache
+	rm -rf "$nd/data" "$sock" "$nd/cleanup.sock"
+}
+
+down() {
+	dir=$(cd "$1" 2>/dev/null && pwd) || die "no fleet in $1"
+	local name tag sock addr
+	if [ -r "$dir/nodes" ]; then
+		while read -r name tag sock addr; do
+			[ -n "$name" ] && stopnode "$name" "$tag" "$sock"
+		done <"$dir/nodes"
+	fi
+	for name in registry kube-apiserver etcd; do
+		stoppid "$dir/$name.pid"
+	done
+	[ -n "${SBX_FLEET_TEMPLATES:-}" ] || rm -rf "$dir/templates"
+	rm -rf "$dir/etcd" "$dir/pki" "$dir/registry" "$dir/env" "$dir/kubeconfig" "$dir/registry.yml" "$dir/nodes"
 	say "down: $dir holds only its logs"
 }
 
 case "${1:-}" in
-up) [ $# -ge 2 ] || die "usage: scripts/fleet.sh up DIR"; up "$2" ;;
-down) [ $# -ge 2 ] || die "usage: scripts/fleet.sh down DIR"; down "$2" ;;
-*) die "usage: scripts/fleet.sh up DIR | down DIR" ;;
+up)
+	[ $# -ge 2 ] || die "usage: scripts/fleet.sh up DIR [NODES]"
+	up "$2" "${3:-2}"
+	;;
+down)
+	[ $# -ge 2 ] || die "usage: scripts/fleet.sh down DIR"
+	down "$2"
+	;;
+*) die "usage: scripts/fleet.sh up DIR [NODES] | down DIR" ;;
 esac

@@ -22,6 +22,10 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"sbx.dev/sbx/internal/fleet/agent"
+	"sbx.dev/sbx/internal/fleet/v1alpha1"
 	"sbx.dev/sbx/internal/metrics"
 	"sbx.dev/sbx/internal/netns"
 	"sbx.dev/sbx/internal/runsc"
@@ -69,6 +73,8 @@ type config struct {
 	freezeQuota                         sandbox.FreezeQuota
 	freezeMaxBytes, storageMax, orphMax string
 	storageMaxN, orphanMaxN             int64
+
+	fleetKubeconfig, nodeName, fleetNamespace, fleetAddress string
 }
 
 // prefixes is a repeatable flag of IPv4 prefixes (an address alone is a /32).
@@ -144,6 +150,10 @@ func main() {
 	fs.DurationVar(&c.freezeQuota.MinInterval, "freeze-min-interval", fq.MinInterval, "the least time between two freezes a sandbox records (0: none)")
 	fs.StringVar(&c.storageMax, "storage-max", "0", "bound what the data dir holds (images, snapshots, templates, outputs); at it captures are refused (0: no bound)")
 	fs.StringVar(&c.orphMax, "orphan-max", "20G", "bound the orphan images kept for --orphan-grace: past it the oldest go first, with an event (0: no bound)")
+	fs.StringVar(&c.fleetKubeconfig, "fleet-kubeconfig", "", "join a fleet on Kubernetes as a node agent: the kubeconfig of its apiserver (\"\": no fleet)")
+	fs.StringVar(&c.nodeName, "node-name", "", "this node's name in the fleet (its SandboxNode and Lease; default: the hostname)")
+	fs.StringVar(&c.fleetNamespace, "fleet-namespace", v1alpha1.DefaultNamespace, "namespace of this node's Lease and Sandbox objects")
+	fs.StringVar(&c.fleetAddress, "fleet-address", "", "the API address this node publishes (default: tcp://--listen, else unix://--socket)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
@@ -331,6 +341,13 @@ func run(c config) error {
 		return err
 	}
 	srv := server.New(server.Config{Manager: mgr, Templates: templates, Logger: log, Version: version})
+	if c.fleetKubeconfig != "" {
+		ag, err := fleetAgent(c, mgr, log)
+		if err != nil {
+			return err
+		}
+		go ag.Run(ctx)
+	}
 
 	var servers []*http.Server
 	errc := make(chan error, 3)
@@ -379,6 +396,37 @@ func run(c config) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// fleetAgent makes the node agent of --fleet-kubeconfig. Only what is
+// wrong here (a kubeconfig that cannot be read, no runsc to digest) stops
+// sbxd; the apiserver being away is logged and retried by the agent.
+func fleetAgent(c config, mgr *sandbox.Manager, log *slog.Logger) (*agent.Agent, error) {
+	node := c.nodeName
+	if node == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("--node-name: none given, and no hostname: %w", err)
+		}
+		node = strings.ToLower(h)
+	}
+	if errs := validation.IsDNS1123Subdomain(node); len(errs) > 0 {
+		return nil, fmt.Errorf("--node-name %q: %s", node, strings.Join(errs, "; "))
+	}
+	addr := c.fleetAddress
+	if addr == "" && c.listen != "" {
+		addr = "tcp://" + c.listen
+	} else if addr == "" {
+		addr = "unix://" + c.socket
+	}
+	facts, err := agent.ReadFacts(c.runsc, c.dataDir, addr, version)
+	if err != nil {
+		return nil, err
+	}
+	return agent.New(agent.Config{
+		Kubeconfig: c.fleetKubeconfig, Node: node, Namespace: c.fleetNamespace,
+		Facts: facts, Source: mgr, Logger: log,
+	})
 }
 
 // listeners are the addresses sbxd serves on, bound before it starts.

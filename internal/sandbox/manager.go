@@ -324,6 +324,12 @@ func (m *Manager) withVerdict(sb *store.Sandbox) *api.Sandbox {
 	return a
 }
 
+// Changed returns a channel that is closed once a sandbox is created,
+// changes state or is deleted after the call (changes coalesce): a
+// follower such as the fleet's node agent calls Changed, then List, and
+// lists again when the channel closes.
+func (m *Manager) Changed() <-chan struct{} { return m.cfg.Store.Changed() }
+
 // List returns every sandbox.
 func (m *Manager) List(ctx context.Context) ([]api.Sandbox, error) {
 	sbs, err := m.cfg.Store.Sandboxes(ctx)

@@ -24,6 +24,9 @@ type Store struct {
 	db  *sql.DB // nil inside a transaction
 	q   querier
 	res *reserve
+
+	feed  *feed // shared by the store and its transactions
+	wrote bool  // inside a transaction: it recorded an event
 }
 
 // querier is what *sql.DB and *sql.Tx share.
@@ -53,11 +56,15 @@ func (s *Store) update(ctx context.Context, fn func(tx *Store) error) error {
 		return fmt.Errorf("store: begin: %w", err)
 	}
 	defer tx.Rollback()
-	if err := fn(&Store{q: tx}); err != nil {
+	t := &Store{q: tx, feed: s.feed}
+	if err := fn(t); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("store: commit: %w", err)
+	}
+	if t.wrote { // only once it is committed can a reader see it
+		s.feed.notify()
 	}
 	return nil
 }
@@ -229,7 +236,7 @@ func Open(path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	st := &Store{db: db}
+	st := &Store{db: db, feed: &feed{}}
 	st.q = fullRetry{db: db, res: func() *reserve { return st.res }}
 	return st, nil
 }
@@ -331,6 +338,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("store sandbox %s: %w", sb.ID, err)
 	}
+	s.changed() // a sandbox in creating is one to tell
 	return nil
 }
 
@@ -618,7 +626,20 @@ func (s *Store) AddEvent(ctx context.Context, sandboxID, typ string, detail map[
 	d, _ := json.Marshal(detail)
 	_, err := s.q.ExecContext(ctx, `INSERT INTO events (sandbox_id, time, type, detail) VALUES (?, ?, ?, ?)`,
 		sandboxID, time.Now().UnixNano(), typ, string(d))
-	return err
+	if err != nil {
+		return err
+	}
+	s.changed()
+	return nil
+}
+
+// changed tells the feed now, or at the commit of the transaction s is.
+func (s *Store) changed() {
+	if s.db != nil {
+		s.feed.notify()
+	} else {
+		s.wrote = true
+	}
 }
 
 // Events returns a sandbox's events after seq.

@@ -1,0 +1,79 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"sbx.dev/sbx/internal/fleet/v1alpha1"
+)
+
+// nodeStatus is what the node publishes now; old is the status it
+// replaces, whose condition times are kept while they hold.
+func (a *Agent) nodeStatus(old []metav1.Condition) v1alpha1.SandboxNodeStatus {
+	f := a.cfg.Facts
+	return v1alpha1.SandboxNodeStatus{
+		Address: f.Address, Version: f.Version, Capacity: f.capacity(),
+		RunscSHA256: f.RunscSHA256, CPUFeatures: f.CPUFeatures, CacheLineBytes: f.CacheLineBytes,
+		Sandboxes: int(a.sandboxes.Load()),
+		Conditions: setCondition(old, metav1.Condition{
+			Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAgentPublishing,
+			Message: "the node agent publishes; its Lease says whether it still does",
+		}, a.now()),
+	}
+}
+
+// publishNode creates the SandboxNode if it is missing and writes its
+// status. The spec (a cordon) belongs to others and is left alone.
+func (a *Agent) publishNode(ctx context.Context) error {
+	nodes := a.dyn.Resource(v1alpha1.SandboxNodesResource)
+	u, err := nodes.Get(ctx, a.cfg.Node, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		n := v1alpha1.SandboxNode{
+			TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindSandboxNode},
+			ObjectMeta: metav1.ObjectMeta{Name: a.cfg.Node},
+		}
+		if u, err = v1alpha1.ToUnstructured(&n); err != nil {
+			return err
+		}
+		if u, err = nodes.Create(ctx, u, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create sandboxnode %s: %w", a.cfg.Node, err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("get sandboxnode %s: %w", a.cfg.Node, err)
+	}
+	var cur v1alpha1.SandboxNode
+	if err := v1alpha1.FromUnstructured(u, &cur); err != nil {
+		return err
+	}
+	status := a.nodeStatus(cur.Status.Conditions)
+	st, err := v1alpha1.ToUnstructured(&status)
+	if err != nil {
+		return err
+	}
+	u.Object["status"] = st.Object
+	if _, err := nodes.UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("update sandboxnode %s status: %w", a.cfg.Node, err)
+	}
+	return nil
+}
+
+// setCondition returns conds with c in place of its type's condition;
+// the transition time is kept when the status did not change.
+func setCondition(conds []metav1.Condition, c metav1.Condition, now time.Time) []metav1.Condition {
+	out := make([]metav1.Condition, 0, len(conds)+1)
+	c.LastTransitionTime = metav1.NewTime(now.Truncate(time.Second))
+	for _, o := range conds {
+		if o.Type != c.Type {
+			out = append(out, o)
+			continue
+		}
+		if o.Status == c.Status {
+			c.LastTransitionTime = o.LastTransitionTime
+		}
+	}
+	return append(out, c)
+}
