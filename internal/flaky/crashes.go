@@ -54,10 +54,33 @@ func withCopy(ctx context.Context, c CopyClient, cr client.Crash, fn func(id str
 
 // CrashBacktrace returns the stacks of cr's process, every thread's, read
 // by gdb in a copy resumed from the crash's snapshot (bounded to
-// maxBundleText).
+// maxBundleText). In a sandbox with no gdb they are read by this machine's
+// gdb from a core sbx-agent writes in the copy (see CrashBundle).
 func CrashBacktrace(ctx context.Context, c CopyClient, cr client.Crash) (string, error) {
 	var bt string
 	err := withCopy(ctx, c, cr, func(id string) error {
+		if !hasGDB(ctx, c, id) {
+			sig := unix.SignalNum(cr.Signal)
+			if sig == 0 {
+				return api.Errorf(api.ErrInvalid, "crash of pid %d: unknown signal %q", cr.Pid, cr.Signal)
+			}
+			tmp, err := os.MkdirTemp("", "sbx-backtrace-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(tmp)
+			tok := make([]byte, 6)
+			rand.Read(tok)
+			out := &Crash{Signal: int(sig), SignalName: cr.Signal, Dir: tmp}
+			if err := agentBundle(ctx, c, id, cr, int(sig), path.Join(CrashRoot, hex.EncodeToString(tok)), out); err != nil {
+				return err
+			}
+			bt = stackOf(out.Backtrace)
+			if bt == "" {
+				bt = out.Backtrace // why there is none
+			}
+			return nil
+		}
 		var out limitedBuffer
 		out.buf, out.max = &bytes.Buffer{}, maxBundleText
 		req := api.ExecRequest{User: "root", Timeout: "60s", Cmd: []string{"gdb", "-q", "-batch", "-nx",
