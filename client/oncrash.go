@@ -62,10 +62,13 @@ func (s *Sandbox) checkCrashes(ctx context.Context, op string) (int, error) {
 	return s.crashCount(ctx), nil
 }
 
-// crashCount is the sandbox's count of crashes since it started, -1 if it
-// does not say.
+// crashCount is the sandbox's count of crashes since it started (0 before
+// the first: init writes the file then), -1 if it does not say.
 func (s *Sandbox) crashCount(ctx context.Context) int {
 	b, err := s.Files().ReadFile(ctx, crashCountPath, 64)
+	if errors.Is(err, api.ErrNotFound) {
+		return 0
+	}
 	if err != nil {
 		return -1
 	}

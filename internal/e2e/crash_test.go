@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"sbx.dev/sbx/client"
 )
@@ -333,5 +334,37 @@ func TestHuntOnCrash(t *testing.T) {
 	}
 	if out, err := os.ReadFile(filepath.Join(art, "test-output.txt")); err != nil || !strings.Contains(string(out), "seed "+s.Seed) {
 		t.Errorf("test-output.txt %q (%v), want the crashing run's seed line", out, err)
+	}
+}
+
+// TestExecOnCrashChild: a foreground exec whose grandchild segfaults (the
+// command itself exits 0). Through the Go client, WithOnCrash returns the
+// grandchild's capture; through the CLI, the bundle is written and the exit
+// is 139.
+func TestExecOnCrashChild(t *testing.T) {
+	d := shared
+	ctx := context.Background()
+
+	id := d.newSandbox(t, "--template", onCrashTemplate)
+	dropCrashSnapshots(t, d, id)
+	buildC(t, d, id, heldCrashC, "/tmp/crash")
+	res, err := d.client.Sandbox(id).Exec(ctx, []string{"/tmp/crash", "tok"}, client.WithOnCrash(), client.WithTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 0 || res.Crash == nil || res.Crash.Pid == res.Pid || !res.Crash.Of(res.Pid) || res.Crash.Signal != "SIGSEGV" {
+		t.Fatalf("exit %d, crash %+v (missed %q): want the grandchild's SIGSEGV, of exec pid %d", res.ExitCode, res.Crash, res.CrashMissed, res.Pid)
+	}
+
+	id2 := d.newSandbox(t, "--template", onCrashTemplate)
+	dropCrashSnapshots(t, d, id2)
+	buildC(t, d, id2, heldCrashC, "/tmp/crash")
+	dir := filepath.Join(t.TempDir(), "bundle")
+	r := d.sbx(t, "exec", "--on-crash", "--crash-dir", dir, id2, "--", "/tmp/crash", "tok")
+	if r.code != 139 || !strings.Contains(r.stdout, "signaled=1 sig=11") {
+		t.Fatalf("exit %d, stdout %q; want 139 and the program's own output\n%s", r.code, r.stdout, r.stderr)
+	}
+	if bt, err := os.ReadFile(filepath.Join(dir, "backtrace.txt")); err != nil || !strings.Contains(string(bt), "fault (") {
+		t.Errorf("backtrace.txt (%v): %s; want fault", err, bt)
 	}
 }

@@ -563,6 +563,8 @@ class Sandbox:
     def _crash_count(self) -> int:
         try:
             return int(self.files.read(_CRASH_COUNT, 64).decode().strip())
+        except NotFound:
+            return 0  # init writes it at the first crash
         except (SbxError, ValueError, UnicodeDecodeError):
             return -1
 
