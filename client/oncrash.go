@@ -156,6 +156,10 @@ func (s *Sandbox) findCrash(ctx context.Context, res *Result, before int) error 
 		}
 		return nil
 	}
+	if rec.State == "failed" || rec.State == "unsupported" {
+		res.CrashMissed = fmt.Sprintf("the sandbox could not capture the crash of %d (%s): %s", rec.Pid, rec.Crash.Signal, rec.Error)
+		return nil
+	}
 	// the capture is the sandbox's; sbxd records it before the process
 	// is let go, or soon after
 	wctx, cancel := context.WithTimeout(ctx, crashWait)

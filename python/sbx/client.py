@@ -593,6 +593,9 @@ class Sandbox:
             if died:
                 res.crash_missed = self._missed_why(rec, name, c)
             return
+        if rec.get("state") in ("failed", "unsupported"):
+            res.crash_missed = "the sandbox could not capture the crash of %s (%s): %s" % (rec.get("pid"), (c or {}).get("signal", ""), rec.get("error", ""))
+            return
         deadline = time.monotonic() + _CRASH_WAIT
         try:
             for ev in self.events(follow=True, idle_timeout=_CRASH_WAIT):
