@@ -182,7 +182,11 @@ func printHunt(e *env, s *flaky.HuntSummary) error {
 		return err
 	}
 	if cr := s.Crash; cr != nil {
-		fmt.Fprintf(e.stdout, "crash: %s, as the sandbox reports it; the bundle is %s\n%s", safe(cr.SignalName), safe(cr.Tar), safeText(cr.Backtrace))
+		fmt.Fprintf(e.stdout, "crash: %s, as the sandbox reports it; the bundle is %s\n", safe(cr.SignalName), safe(cr.Tar))
+		if cr.Snapshot != "" {
+			fmt.Fprintf(e.stdout, "held at its fault in %s: sbx new --from %s, then gdb -p %d\n", safe(cr.Snapshot), safe(cr.Snapshot), cr.Pid)
+		}
+		fmt.Fprint(e.stdout, safeText(cr.Backtrace))
 		if !strings.HasSuffix(cr.Backtrace, "\n") {
 			fmt.Fprintln(e.stdout)
 		}

@@ -316,6 +316,10 @@ func TestHuntOnCrash(t *testing.T) {
 	if s.Crash.SignalName != "SIGSEGV" {
 		t.Errorf("crash signal %q, want SIGSEGV", s.Crash.SignalName)
 	}
+	// the evidence is the sandbox's capture of the crash
+	if crs, err := d.client.Sandbox(s.Sandbox).Crashes(context.Background()); err != nil || len(crs) != 1 || crs[0].Snapshot != s.Crash.Snapshot {
+		t.Errorf("crashes %+v (%v); want the one the summary names, %q", crs, err, s.Crash.Snapshot)
+	}
 	art := filepath.Join(dir, "sbx-hunt-"+name)
 	bt, err := os.ReadFile(filepath.Join(art, "crash", "backtrace.txt"))
 	if err != nil {

@@ -50,6 +50,11 @@ type Crash struct {
 	Files []CrashFile `json:"files"`
 	// Truncated says what was left out of a bundle past its limits.
 	Truncated string `json:"truncated,omitempty"`
+	// Snapshot is the sandbox's capture of the crash: in a copy resumed
+	// from it (sbx new --from) the process is held at its fault.
+	Snapshot string `json:"snapshot,omitempty"`
+	// Pid is the crashed process.
+	Pid int `json:"pid,omitempty"`
 }
 
 // CrashFile is one executable or library copied into a bundle.

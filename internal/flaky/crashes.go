@@ -131,7 +131,7 @@ func CrashBundle(ctx context.Context, c CopyClient, cr client.Crash, dir string)
 	if sig == 0 {
 		return nil, api.Errorf(api.ErrInvalid, "crash of pid %d: unknown signal %q", cr.Pid, cr.Signal)
 	}
-	out := &Crash{Signal: int(sig), SignalName: cr.Signal, Dir: dir}
+	out := &Crash{Signal: int(sig), SignalName: cr.Signal, Dir: dir, Snapshot: cr.Snapshot, Pid: cr.Pid}
 	err := withCopy(ctx, c, cr, func(id string) error {
 		tok := make([]byte, 6)
 		rand.Read(tok)
