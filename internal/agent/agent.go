@@ -49,7 +49,7 @@ const (
 
 const usage = `usage:
   sbx-agent init
-  sbx-agent gcore --pid PID [--signal N] --out DIR
+  sbx-agent gcore --pid PID [--tid TID] [--signal N] --out DIR
   sbx-agent exec [--timeout DURATION] [--cwd DIR] [--env K=V]... -- PROG [ARGS...]
   sbx-agent spawn --id ID [--timeout DURATION] [--cwd DIR] [--env K=V]... [--pid-fd N] -- PROG [ARGS...]
   sbx-agent attach --id ID [--stdout-offset N] [--stderr-offset N]

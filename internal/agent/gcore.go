@@ -28,7 +28,7 @@ import (
 // the process's memory, so a file changed on disk since is seen). The
 // backtrace is then read by a gdb outside, on the core.
 //
-//	sbx-agent gcore --pid PID [--signal N] --out DIR
+//	sbx-agent gcore --pid PID [--tid TID] [--signal N] --out DIR
 
 // Bounds of a core: the memory dumped in all, and the mappings listed.
 const (
@@ -42,12 +42,13 @@ func runGcore(args []string, stdout io.Writer) error {
 	fs.SetOutput(io.Discard)
 	pid := fs.Int("pid", 0, "")
 	sig := fs.Int("signal", 0, "")
+	tid := fs.Int("tid", 0, "")
 	out := fs.String("out", "", "")
 	if err := fs.Parse(args); err != nil {
 		return invalidf("gcore: %v", err)
 	}
 	if *pid <= 0 || *out == "" || *sig < 0 || *sig > 64 {
-		return invalidf("gcore: want --pid PID [--signal N] --out DIR")
+		return invalidf("gcore: want --pid PID [--tid TID] [--signal N] --out DIR")
 	}
 	if err := os.MkdirAll(*out, 0o700); err != nil {
 		return err
@@ -64,7 +65,7 @@ func runGcore(args []string, stdout io.Writer) error {
 		return err
 	}
 	log := &bytes.Buffer{}
-	if err := writeCore(*pid, *sig, maps, filepath.Join(*out, "core"), log); err != nil {
+	if err := writeCore(*pid, *tid, *sig, maps, filepath.Join(*out, "core"), log); err != nil {
 		fmt.Fprintf(log, "core: %v\n", err)
 	}
 	ids := copyMapped(*pid, maps, filepath.Join(*out, "files"), log)
@@ -151,14 +152,17 @@ func (r *memReader) ReadAt(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
-// dumped is how much of m goes in the core, as Linux's default
-// coredump_filter has it: anonymous and written memory whole, a mapped
-// file's pages only its ELF header page (the file itself is in the bundle).
+// dumped is how much of m goes in the core, close to what Linux's default
+// coredump_filter keeps: memory whole, but of a mapped file's code only its
+// ELF header page (the file itself is in the bundle). A file's other
+// private mappings go whole: its relocated data (RELRO: .dynamic, which
+// leads gdb to the shared libraries) is read-only by now, and Linux keeps
+// such a mapping because it was written, which maps does not tell.
 func dumped(m mapping) uint64 {
 	switch {
 	case !m.readable() || m.path == "[vvar]":
 		return 0
-	case m.file() && !m.writable():
+	case m.file() && len(m.perms) > 2 && m.perms[2] == 'x':
 		if m.off == 0 {
 			return min(m.end-m.start, 4096)
 		}
@@ -170,11 +174,11 @@ func dumped(m mapping) uint64 {
 // writeCore writes an ELF core of pid to path: a note per thread
 // (registers, the faulting thread first), the process's, its auxv and its
 // mapped files, and a PT_LOAD per mapping.
-func writeCore(pid, sig int, maps []mapping, path string, log io.Writer) error {
+func writeCore(pid, faulting, sig int, maps []mapping, path string, log io.Writer) error {
 	if runtime.GOARCH != "amd64" {
 		return fmt.Errorf("writing a core is done on amd64 only, not %s", runtime.GOARCH)
 	}
-	tids, err := threads(pid)
+	tids, err := threads(pid, faulting)
 	if err != nil {
 		return err
 	}
@@ -243,10 +247,10 @@ func writeCore(pid, sig int, maps []mapping, path string, log io.Writer) error {
 	return writeELFCore(path, notes.Bytes(), maps, mem, log)
 }
 
-// threads lists pid's threads, the faulting one (the first to have taken
-// the signal is the one gVisor held first: the process's own tid when it
-// is the faulting one) first; the order otherwise is the kernel's.
-func threads(pid int) ([]int, error) {
+// threads lists pid's threads, the faulting one first (gdb takes the first
+// thread of a core for the current one); the order otherwise is the
+// kernel's.
+func threads(pid, faulting int) ([]int, error) {
 	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
 		return nil, err
@@ -254,7 +258,11 @@ func threads(pid int) ([]int, error) {
 	var out []int
 	for _, e := range ents {
 		if t, err := strconv.Atoi(e.Name()); err == nil {
-			out = append(out, t)
+			if t == faulting {
+				out = append([]int{t}, out...)
+			} else {
+				out = append(out, t)
+			}
 		}
 	}
 	if len(out) == 0 {

@@ -13,10 +13,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -194,7 +196,7 @@ func agentBundle(ctx context.Context, c CopyClient, id string, cr client.Crash, 
 	var log limitedBuffer
 	log.buf, log.max = &bytes.Buffer{}, 64<<10
 	req := api.ExecRequest{User: "root", Timeout: "5m", Cmd: []string{agent.AgentPath, "gcore",
-		"--pid", strconv.Itoa(cr.Pid), "--signal", strconv.Itoa(sig), "--out", remote + "/bundle"}}
+		"--pid", strconv.Itoa(cr.Pid), "--tid", strconv.Itoa(cr.Tid), "--signal", strconv.Itoa(sig), "--out", remote + "/bundle"}}
 	x, err := c.ExecEvents(ctx, id, req, func(ev api.ExecEvent) error {
 		if ev.Event == "stdout" || ev.Event == "stderr" {
 			log.Write(ev.Data)
@@ -239,11 +241,27 @@ func hostBacktrace(ctx context.Context, tarPath, exe string) string {
 	}
 	files := filepath.Join(tmp, "files")
 	prog := filepath.Join(files, filepath.FromSlash(path.Clean("/"+exe)))
+	// the link map names libraries as the loader opened them
+	// (/lib/x86_64-linux-gnu/libc.so.6), the bundle by where they are
+	// mapped (/usr/lib/...): gdb looks them up by name in their folders too
+	libDirs := map[string]bool{}
+	_ = filepath.WalkDir(files, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() && strings.Contains(d.Name(), ".so") && len(libDirs) < 256 {
+			libDirs[filepath.Dir(p)] = true
+		}
+		return nil
+	})
+	var search []string
+	for d := range libDirs {
+		search = append(search, d)
+	}
+	sort.Strings(search)
 	ctx, cancel := context.WithTimeout(ctx, hostGDBTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, gdb, "-nx", "-batch", "-q",
 		"-iex", "set auto-load off", "-iex", "set debuginfod enabled off", "-iex", "set pagination off", "-iex", "set confirm off",
-		"-ex", "set sysroot "+files, "-ex", "set debug-file-directory "+filepath.Join(files, "usr", "lib", "debug"),
+		"-ex", "set sysroot "+files, "-ex", "set solib-search-path "+strings.Join(search, ":"),
+		"-ex", "set debug-file-directory "+filepath.Join(files, "usr", "lib", "debug"),
 		"-ex", "file "+prog, "-ex", "core-file "+filepath.Join(tmp, "core"), "-ex", "thread apply all bt full")
 	cmd.Dir = tmp
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + tmp, "LANG=C"}
