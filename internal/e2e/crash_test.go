@@ -372,3 +372,42 @@ func TestExecOnCrashChild(t *testing.T) {
 		t.Errorf("backtrace.txt (%v): %s; want fault", err, bt)
 	}
 }
+
+// TestExecOnCrashDynamicNoGdb: a dynamically linked program in base with
+// its gdb removed: the bundle comes from sbx-agent gcore, with libc in it,
+// and this machine's gdb names the faulting function and line.
+func TestExecOnCrashDynamicNoGdb(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("no gcc on the host")
+	}
+	d := shared
+	id := d.newSandbox(t, "--template", "base")
+	dropCrashSnapshots(t, d, id)
+	d.must(t, "exec", "-u", "root", id, "--", "rm", "-f", "/usr/bin/gdb")
+	tmp := t.TempDir()
+	if err := os.WriteFile(filepath.Join(tmp, "crash.c"), []byte(crashC), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gcc", "-g", "-O0", "-o", filepath.Join(tmp, "crash"), filepath.Join(tmp, "crash.c")).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	upload(t, d, id, filepath.Join(tmp, "crash"), "/tmp/crash")
+	d.must(t, "exec", "-u", "root", id, "--", "chmod", "755", "/tmp/crash")
+	dir := filepath.Join(t.TempDir(), "bundle")
+	r := d.sbx(t, "exec", "--on-crash", "--crash-dir", dir, id, "--", "/tmp/crash")
+	if r.code != 139 {
+		t.Fatalf("exit %d, want 139\n%s", r.code, r.stderr)
+	}
+	bt, err := os.ReadFile(filepath.Join(dir, "backtrace.txt"))
+	if err != nil || !strings.Contains(string(bt), "crash_here") || !strings.Contains(string(bt), "crash.c:"+strconv.Itoa(crashLine(crashC))) {
+		t.Errorf("backtrace.txt (%v):\n%s\nwant crash_here at crash.c:%d", err, bt, crashLine(crashC))
+	}
+	names := tarNames(t, filepath.Join(dir, "crash.tar"))
+	libc := false
+	for n, size := range names {
+		libc = libc || strings.HasSuffix(n, "/libc.so.6") && size > 0
+	}
+	if names["core"] == 0 || names["files/tmp/crash"] == 0 || !libc {
+		t.Errorf("crash.tar %v: want a core, the program and libc", names)
+	}
+}
