@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/client"
 	"sbx.dev/sbx/internal/flaky"
 )
 
@@ -179,6 +180,30 @@ func TestHostileCrash(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "crash.tar")); err != nil {
 		t.Errorf("no bundle: %v", err)
+	}
+
+	// --json: one line of the crash, with its capture and its bundle
+	dir = t.TempDir()
+	code, out, errOut = sbx(host, "--json", "exec", "--on-crash", "--crash-dir", dir, "sb_1", "--", "./prog")
+	if code != 139 {
+		t.Fatalf("--json: exit %d, want 139: %.2000s", code, errOut)
+	}
+	var crashLine struct {
+		Event  string       `json:"event"`
+		Crash  client.Crash `json:"crash"`
+		Bundle struct {
+			Tar string `json:"tar"`
+		} `json:"bundle"`
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, `"event":"crash"`) {
+			if err := json.Unmarshal([]byte(l), &crashLine); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if crashLine.Crash.Snapshot != "crash-1" || crashLine.Bundle.Tar != filepath.Join(dir, "crash.tar") {
+		t.Errorf("--json crash line %+v; want crash-1 and its bundle in %s\n%s", crashLine, dir, out)
 	}
 }
 
