@@ -31,8 +31,8 @@ func newHuntCmd(e *env) *cobra.Command {
 			"The test command owns everything from its first word on.\n\n" +
 			"Every sandbox catches its first crash of a boot at the faulting instruction\n" +
 			"(sbx crashes); --on-crash ends the hunt at the run it happened in and writes\n" +
-			"that capture's bundle into the artifacts. The bundle is read by gdb in a copy\n" +
-			"of the capture, so the template needs gdb for it (base has it).",
+			"that capture's bundle into the artifacts, read in a copy of the capture (by\n" +
+			"its gdb, or with none there by sbx-agent gcore and this machine's gdb).",
 		Example: "  sbx hunt --template base --setup ./setup.sh --runs 200 --name login -- ./test.sh\n" +
 			"  sbx hunt --attach login",
 		Args: cobra.ArbitraryArgs,

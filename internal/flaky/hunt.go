@@ -99,7 +99,7 @@ type HuntOptions struct {
 	// instruction (every sandbox does, one per boot; see `sbx crashes`):
 	// its bundle, read in a copy of that capture, lands in OutDir/crash
 	// (crash.tar and backtrace.txt) and in the summary. Nothing runs under
-	// gdb; the copy needs gdb, as CrashBundle says.
+	// gdb (CrashBundle says how the bundle is made with or without one).
 	OnCrash bool
 	// Event, if set, hears of each step as it happens.
 	Event func(HuntEvent)
