@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"sbx.dev/sbx/api"
@@ -28,6 +29,21 @@ type Crash struct {
 	Count int `json:"count,omitempty"`
 	// Backtrace is the faulting thread's stack, read by gdb in a copy.
 	Backtrace string `json:"backtrace,omitempty"`
+	// Pgid is the process's group and Ancestors its parent, the parent's
+	// parent and so on (the sandbox's word, as all of it): they tell which
+	// exec it came from (Of).
+	Pgid      int   `json:"pgid,omitempty"`
+	Ancestors []int `json:"ancestors,omitempty"`
+}
+
+// Of reports whether the crash was of the process pid or of one it started
+// (a child, a grandchild, or a process of its group that outlived its
+// parent). An exec's pid leads its own process group.
+func (c Crash) Of(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	return c.Pid == pid || c.Pgid == pid || slices.Contains(c.Ancestors, pid)
 }
 
 // Crashes lists the crashes caught in the sandbox, oldest first: each one a
@@ -63,6 +79,8 @@ func crashOf(ev api.Event) (Crash, bool) {
 			IP        string `json:"ip"`
 			Exe       string `json:"exe"`
 			Count     int    `json:"count"`
+			Pgid      int    `json:"pgid"`
+			Ancestors []int  `json:"ancestors"`
 		} `json:"crash"`
 	}
 	b, err := json.Marshal(ev.Detail)
@@ -74,5 +92,6 @@ func crashOf(ev api.Event) (Crash, bool) {
 		at = ev.Time
 	}
 	return Crash{Pid: d.Pid, Tid: d.Crash.Tid, Exe: d.Crash.Exe, Cmd: d.Cmd, Signal: d.Crash.Signal,
-		FaultAddr: d.Crash.FaultAddr, IP: d.Crash.IP, At: at, Snapshot: d.Name, Count: d.Crash.Count}, true
+		FaultAddr: d.Crash.FaultAddr, IP: d.Crash.IP, At: at, Snapshot: d.Name, Count: d.Crash.Count,
+		Pgid: d.Crash.Pgid, Ancestors: d.Crash.Ancestors}, true
 }

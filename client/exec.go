@@ -34,6 +34,13 @@ type Result struct {
 	StartedAt time.Time
 	// EndedAt is zero while it runs.
 	EndedAt time.Time
+	// Crash, with WithOnCrash, is the crash of the command or of a process
+	// it started, as the sandbox caught it (nil if none was caught).
+	Crash *Crash
+	// CrashMissed, with WithOnCrash, says why the command's death by a
+	// signal that dumps core was not caught: the boot's one capture was
+	// spent already (on the crash or freeze it names), or none was made.
+	CrashMissed string
 }
 
 // Exited reports whether the exec has ended with an exit code.
@@ -93,6 +100,14 @@ func (s *Sandbox) Exec(ctx context.Context, cmd []string, opts ...ExecOption) (*
 		o.applyExec(&cfg)
 	}
 	cfg.req.Cmd, cfg.req.Detach = cmd, false
+	before := -1
+	if cfg.onCrash {
+		n, err := s.checkCrashes(ctx, "exec")
+		if err != nil {
+			return nil, err
+		}
+		before = n
+	}
 	b, err := json.Marshal(&cfg.req)
 	if err != nil {
 		return nil, api.Errorf(api.ErrInvalid, "exec in %s: %v", s.id, err)
@@ -115,7 +130,13 @@ func (s *Sandbox) Exec(ctx context.Context, cmd []string, opts ...ExecOption) (*
 		}
 	})
 	if err == nil {
-		return resultOf(x), nil
+		res := resultOf(x)
+		if cfg.onCrash && res.Exited() {
+			if err := s.findCrash(ctx, res, before); err != nil {
+				return res, err
+			}
+		}
+		return res, nil
 	}
 	var res *Result
 	if started != nil {
@@ -277,6 +298,11 @@ func (s *Sandbox) Start(ctx context.Context, cmd []string, opts ...ExecOption) (
 		o.applyExec(&cfg)
 	}
 	cfg.req.Cmd, cfg.req.Detach = cmd, true
+	if cfg.onCrash {
+		if _, err := s.checkCrashes(ctx, "start"); err != nil {
+			return nil, err
+		}
+	}
 	var x api.Exec
 	if err := s.c.call(ctx, http.MethodPost, s.path("exec"), nil, &cfg.req, &x); err != nil {
 		return nil, err

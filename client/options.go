@@ -268,8 +268,9 @@ type CommandOption interface {
 
 // execConfig is what Exec and Start are asked.
 type execConfig struct {
-	req api.ExecRequest
-	out outputConfig
+	req     api.ExecRequest
+	out     outputConfig
+	onCrash bool
 }
 
 // outputConfig is where output goes.

@@ -35,10 +35,11 @@ the crash's snapshot (sbx new --from SNAPSHOT) the process is still stopped
 there, its signal pending: gdb -p PID shows the faulting frame.
 
 The backtrace of each crash is read by gdb in such a copy, made and deleted
-for it (--no-backtrace skips that). --bundle DIR writes the last crash's
-bundle: a core written by gcore in a copy, the exact program and its
-libraries matched by build-id, /usr/lib/debug files if the sandbox has them,
-the mappings and backtrace.txt.`,
+for it (--no-backtrace skips that); in a template with no gdb (tiny), by the
+gdb of this machine from a core sbx-agent writes in the copy. --bundle DIR
+writes the last crash's bundle: a core of the held process, the exact
+program and its libraries matched by build-id, /usr/lib/debug files if the
+sandbox has them, the mappings and backtrace.txt.`,
 		Example: `  sbx crashes web
   sbx crashes web --bundle ./crash
   sbx new --from $(sbx --json crashes web --no-backtrace | jq -r '.crashes[-1].snapshot')`,

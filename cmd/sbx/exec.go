@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
@@ -37,26 +39,28 @@ func newExecCmd(e *env) *cobra.Command {
 			"needed. A single argument with shell syntax runs under /bin/sh -c.\n\n" +
 			"In the foreground a command gets " + defaultExecTimeout.String() + " unless --timeout says otherwise\n" +
 			"(--timeout 0: no limit); --detach has none.\n\n" +
-			"--on-crash runs CMD under gdb inside the sandbox (the template needs gdb and\n" +
-			"python3, as base has). When CMD dies of SIGSEGV, SIGABRT, SIGBUS, SIGFPE or\n" +
-			"SIGILL, sbx prints the backtrace of every thread on stderr and saves\n" +
-			"./sbx-crash-EXECID/ (or --crash-dir DIR) with backtrace.txt and crash.tar:\n" +
-			"backtrace.txt, a core written by gdb (gVisor writes no kernel cores),\n" +
-			"the binary and the shared libraries it had loaded under files/ (build-ids\n" +
-			"in buildids.txt, checked against the copies), sharedlibs.txt,\n" +
-			"mappings.txt and maps. The exit code is CMD's, or 128+signal (139 for\n" +
-			"SIGSEGV); without a crash no bundle is made. Only the top process is\n" +
-			"traced: crashes of its children are not captured here.\n\n" +
-			"Without --on-crash, every sandbox catches every crash (of any process, detached\n" +
-			"or a grandchild) at its faulting instruction, in a freeze: `sbx crashes ID`\n" +
-			"lists them and --bundle writes the same bundle, from a copy. -d --on-crash\n" +
-			"starts the command as -d does and says so.",
+			"--on-crash: every sandbox holds a process that gets a signal whose default action\n" +
+			"dumps core (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGQUIT)\n" +
+			"with no handler at its faulting instruction and freezes itself (sbx crashes ID).\n" +
+			"CMD runs as a plain exec: no gdb, no wrapper, any template. When CMD or any\n" +
+			"process it started crashed, sbx waits for that capture, prints the backtrace on\n" +
+			"stderr and writes the bundle into ./sbx-crash-EXECID/ (or --crash-dir DIR) as\n" +
+			"`sbx crashes ID --bundle DIR` does: crash.tar (a core written by gcore in a\n" +
+			"copy of the capture, the exact program and its libraries matched by build-id,\n" +
+			"/usr/lib/debug files, the mappings) and backtrace.txt. It exits with 128+signal\n" +
+			"(139 for SIGSEGV), also when the crash was a child's and CMD itself exited.\n" +
+			"A sandbox catches one crash per boot: when that capture was spent already (on\n" +
+			"an earlier crash or a freeze), sbx says which and exits with CMD's code. A\n" +
+			"sandbox made with --no-crash-capture is refused before CMD runs.\n\n" +
+			"-d --on-crash starts CMD as -d does (it prints EXEC_ID PID); its crash, or its\n" +
+			"children's, is read later: sbx crashes ID [--bundle DIR].",
 		Example: "  sbx exec web ls -la /srv\n" +
 			"  sbx exec web -- python3 -c 'print(6*7)'\n" +
 			"  sbx exec web 'cd /srv && ls | wc -l'          # one string runs under /bin/sh -c\n" +
 			"  sbx exec --timeout 10m -e SEED=7 -w /srv web ./flaky-test\n" +
 			"  sbx exec -it web bash                         # a terminal, as sbx shell\n" +
-			"  sbx exec -d web ./server                      # prints EXEC_ID PID at once",
+			"  sbx exec -d web ./server                      # prints EXEC_ID PID at once\n" +
+			"  sbx exec --on-crash web ./segfaulter          # the backtrace, ./sbx-crash-EXECID/",
 		Args:              cobra.ArbitraryArgs,
 		ValidArgsFunction: completeSandboxes(e),
 	}
@@ -69,7 +73,7 @@ func newExecCmd(e *env) *cobra.Command {
 	fs.BoolVarP(&o.detach, "detach", "d", false, "start the command and print EXEC_ID PID; it outlives sbx")
 	fs.BoolVarP(&o.tty, "tty", "t", false, "run the command in a terminal, as sbx shell does")
 	fs.BoolVarP(&o.stdin, "interactive", "i", false, "with -t: keep the terminal's input (an exec without -t has no stdin)")
-	fs.BoolVar(&o.onCrash, "on-crash", false, "run under gdb; on a fatal signal print the backtrace and save a crash bundle")
+	fs.BoolVar(&o.onCrash, "on-crash", false, "if CMD or a process it started crashes, print the backtrace of the sandbox's capture and save its bundle (with -d: read it later with sbx crashes)")
 	fs.StringVar(&o.crashDir, "crash-dir", "", "with --on-crash: the folder for the bundle (default ./sbx-crash-EXECID)")
 	cmd.RunE = remote(func(cmd *cobra.Command, args []string) error {
 		pos, command, err := remoteArgs(cmd, args, 1)
@@ -109,9 +113,6 @@ func newExecCmd(e *env) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		if o.onCrash {
-			return runExecOnCrash(e, c, id, req, o.crashDir)
-		}
 		opts := []client.ExecOption{client.WithEnv(o.envs...), client.WithCwd(o.cwd), client.WithUser(o.user)}
 		switch {
 		case defaulted:
@@ -119,8 +120,15 @@ func newExecCmd(e *env) *cobra.Command {
 		case o.timeout.set:
 			opts = append(opts, client.WithTimeout(o.timeout.d))
 		}
+		if o.onCrash && !o.detach {
+			return runExecOnCrash(e, c, id, req.Cmd, opts, o.crashDir)
+		}
 		sb := c.Sandbox(id)
 		if o.detach {
+			if o.onCrash {
+				// refuses, before it starts, a sandbox that catches no crash
+				opts = append(opts, client.WithOnCrash())
+			}
 			p, err := sb.Start(e.ctx, req.Cmd, opts...)
 			if err != nil {
 				return err
@@ -135,25 +143,11 @@ func newExecCmd(e *env) *cobra.Command {
 			_, err = fmt.Fprintf(e.stdout, "%s %d\n", p.ID, p.Pid)
 			if err == nil && o.onCrash {
 				// every sandbox catches its crashes; nothing runs under gdb
-				fmt.Fprintf(e.stderr, "sbx: a crash of %s or anything it starts is caught at its faulting instruction (with crash capture on, the default): sbx crashes %s [--bundle DIR]\n", p.ID, id)
+				fmt.Fprintf(e.stderr, "sbx: a crash of %s or anything it starts is caught at its faulting instruction (the sandbox's first of this boot): read it with sbx crashes %s [--bundle DIR]\n", p.ID, id)
 			}
 			return err
 		}
-		res, err := sb.Exec(e.ctx, req.Cmd, append(opts, client.WithExecEvents(func(ev api.ExecEvent) error {
-			if e.json {
-				return e.printJSONLine(ev)
-			}
-			var err error
-			switch ev.Event {
-			case api.ExecStdout:
-				_, err = e.stdout.Write(ev.Data)
-			case api.ExecStderr:
-				_, err = e.stderr.Write(ev.Data)
-			case api.ExecNotice:
-				_, err = fmt.Fprintf(e.stderr, "sbx: %s\n", safe(ev.Message))
-			}
-			return err
-		}))...)
+		res, err := sb.Exec(e.ctx, req.Cmd, append(opts, client.WithExecEvents(e.execEvent))...)
 		if err != nil {
 			if e.interrupted() && res != nil && !e.json {
 				fmt.Fprintf(e.stderr, "\nsbx: %s goes on in the sandbox: `sbx attach %s %s` follows it\n", res.ID, id, res.ID)
@@ -168,50 +162,94 @@ func newExecCmd(e *env) *cobra.Command {
 	return cmd
 }
 
-// runExecOnCrash is exec --on-crash: see flaky.ExecOnCrash.
-func runExecOnCrash(e *env, c *client.Client, id string, req api.ExecRequest, dir string) error {
-	fn := func(ev api.ExecEvent) error {
-		if e.json {
-			return e.printJSONLine(ev)
-		}
-		var err error
-		switch ev.Event {
-		case "stdout":
-			_, err = e.stdout.Write(ev.Data)
-		case "stderr":
-			_, err = e.stderr.Write(ev.Data)
+// runExecOnCrash is exec --on-crash in the foreground: a plain exec
+// (client.WithOnCrash); when the sandbox caught a crash of its process
+// tree, the crash's bundle is written as `sbx crashes --bundle` writes it.
+func runExecOnCrash(e *env, c *client.Client, id string, cmd []string, opts []client.ExecOption, dir string) error {
+	res, err := c.Sandbox(id).Exec(e.ctx, cmd, append(opts, client.WithOnCrash(), client.WithExecEvents(e.execEvent))...)
+	if err != nil {
+		if e.interrupted() && res != nil && !e.json {
+			fmt.Fprintf(e.stderr, "\nsbx: %s goes on in the sandbox: `sbx attach %s %s` follows it; its crash, if any, is read with sbx crashes %s\n", res.ID, id, res.ID, id)
 		}
 		return err
 	}
-	x, cr, err := flaky.ExecOnCrash(e.ctx, flaky.Adapt(c), id, req, dir, fn)
-	if cr != nil {
+	if res.CrashMissed != "" {
 		if e.json {
-			if perr := e.printJSONLine(map[string]any{"event": "crash", "crash": cr}); perr != nil && err == nil {
-				err = perr
+			if err := e.printJSONLine(map[string]any{"event": "crash", "missed": res.CrashMissed}); err != nil {
+				return err
 			}
 		} else {
-			// the verdict and the backtrace are the sandbox's word (its gdb)
-			fmt.Fprintf(e.stderr, "sbx: %s died of %s, as the sandbox reports it; backtrace:\n%s", x.ID, safe(cr.SignalName), safeText(cr.Backtrace))
-			if cr.Backtrace != "" && !strings.HasSuffix(cr.Backtrace, "\n") {
+			fmt.Fprintf(e.stderr, "sbx: %s died of a signal that dumps core (exit %d); %s\n", res.ID, res.ExitCode, safe(res.CrashMissed))
+		}
+		return exitStatus(res.API())
+	}
+	if res.Crash == nil {
+		return exitStatus(res.API())
+	}
+	cr := *res.Crash
+	b, berr := flaky.CrashBundle(e.ctx, flaky.Adapt(c), cr, flaky.CrashDir(dir, res.ID))
+	if berr != nil {
+		berr = fmt.Errorf("exec %s: the sandbox caught the crash of %d (%s) as %s, but its bundle was not written: %w (sbx crashes %s --bundle DIR tries again)", res.ID, cr.Pid, safe(cr.Signal), safe(cr.Snapshot), berr, id)
+	} else {
+		b.ExecID = res.ID
+	}
+	if e.json {
+		ev := map[string]any{"event": "crash", "crash": cr}
+		if b != nil {
+			ev["bundle"] = b
+		}
+		if err := e.printJSONLine(ev); err != nil && berr == nil {
+			berr = err
+		}
+	} else {
+		// the crash and its backtrace are the sandbox's word (its gdb)
+		fmt.Fprintf(e.stderr, "sbx: %d (%s) of %s died of %s, as the sandbox reports it; caught at its faulting instruction as %s\n", cr.Pid, safe(orDash(cr.Exe)), res.ID, safe(cr.Signal), safe(cr.Snapshot))
+		if b != nil {
+			fmt.Fprintf(e.stderr, "sbx: backtrace:\n%s", safeText(b.Backtrace))
+			if b.Backtrace != "" && !strings.HasSuffix(b.Backtrace, "\n") {
 				fmt.Fprintln(e.stderr)
 			}
-			for _, f := range cr.Files {
+			for _, f := range b.Files {
 				if f.Match == "mismatch" {
 					fmt.Fprintf(e.stderr, "sbx: warning: %s changed on disk since it was mapped (build-id differs); the copy is not the binary that ran\n", safe(f.Path))
 				}
 			}
-			if err == nil {
-				fmt.Fprintf(e.stderr, "sbx: crash bundle: %s (in the sandbox: %s)\n", safe(cr.Tar), safe(cr.Remote))
-			}
-			if cr.Truncated != "" {
-				fmt.Fprintf(e.stderr, "sbx: warning: the crash bundle is cut short: %s\n", cr.Truncated)
+			fmt.Fprintf(e.stderr, "sbx: crash bundle: %s and %s\n", safe(b.Tar), safe(filepath.Join(b.Dir, "backtrace.txt")))
+			if b.Truncated != "" {
+				fmt.Fprintf(e.stderr, "sbx: warning: the crash bundle is cut short: %s\n", b.Truncated)
 			}
 		}
 	}
-	if err != nil {
-		return err
+	if berr != nil {
+		return berr
 	}
-	return exitStatus(x)
+	code := res.ExitCode
+	if sig := int(unix.SignalNum(cr.Signal)); sig > 0 && !isSignalCode(code) {
+		// a process of its tree crashed, not the command itself: the exec
+		// still says it crashed
+		code = 128 + sig
+	}
+	return exitStatus(&api.Exec{ID: res.ID, State: res.State, ExitCode: &code})
+}
+
+// isSignalCode reports whether an exit code is a death by a signal.
+func isSignalCode(code int) bool { return code < 0 || code > 128 && code < 128+65 }
+
+// execEvent shows one event of a foreground exec.
+func (e *env) execEvent(ev api.ExecEvent) error {
+	if e.json {
+		return e.printJSONLine(ev)
+	}
+	var err error
+	switch ev.Event {
+	case api.ExecStdout:
+		_, err = e.stdout.Write(ev.Data)
+	case api.ExecStderr:
+		_, err = e.stderr.Write(ev.Data)
+	case api.ExecNotice:
+		_, err = fmt.Fprintf(e.stderr, "sbx: %s\n", safe(ev.Message))
+	}
+	return err
 }
 
 // exitStatus turns an ended exec into sbx's exit: nil for 0, else an

@@ -11,10 +11,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/client"
 	"sbx.dev/sbx/internal/flaky"
 )
 
@@ -89,56 +91,85 @@ func TestHostileNames(t *testing.T) {
 	}
 }
 
-// TestHostileCrash: a fake gdb in the sandbox reports a crash with escapes
-// in its signal name and backtrace, a build-id of a megabyte and a
-// backtrace of megabytes. The CLI prints it quoted, bounded, and as the
-// sandbox's word; the bundle is saved.
+// TestHostileCrash: the sandbox reports a crash with escapes in its signal
+// name, program and backtrace, a build-id of a megabyte and a backtrace of
+// megabytes. The CLI prints it quoted, bounded, and as the sandbox's word;
+// the bundle is saved.
 func TestHostileCrash(t *testing.T) {
 	mux := http.NewServeMux()
-	var remote string // the wrapper's directory, from the exec's argv
-	mux.HandleFunc("PUT /v1/sandboxes/sb_1/files", func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusNoContent)
-	})
+	var mu sync.Mutex
+	ran := false
+	now := time.Now().UTC()
 	mux.HandleFunc("POST /v1/sandboxes/sb_1/exec", func(w http.ResponseWriter, r *http.Request) {
-		var req api.ExecRequest
-		json.NewDecoder(r.Body).Decode(&req)
-		if len(req.Cmd) > 1 && strings.HasSuffix(req.Cmd[1], "/run.sh") {
-			remote = filepath.Dir(req.Cmd[1])
-		}
+		mu.Lock()
+		ran = true
+		mu.Unlock()
 		code := 139
 		for _, ev := range []api.ExecEvent{
-			{Event: "started", Exec: &api.Exec{ID: "ex_1", State: api.ExecRunning}},
-			{Event: "exit", Exec: &api.Exec{ID: "ex_1", State: api.ExecExited, ExitCode: &code}},
+			{Event: "started", Exec: &api.Exec{ID: "ex_1", State: api.ExecRunning, Pid: 7}},
+			{Event: "exit", Exec: &api.Exec{ID: "ex_1", State: api.ExecExited, ExitCode: &code, Pid: 7}},
 		} {
 			b, _ := json.Marshal(ev)
 			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", ev.Event, b)
 		}
 	})
+	crash := map[string]any{"signal": "SIGSEGV", "exe": "/work/prog" + pwn, "pgid": 7, "ancestors": []int{7, 1}}
 	mux.HandleFunc("GET /v1/sandboxes/sb_1/files", func(w http.ResponseWriter, r *http.Request) {
-		p := r.URL.Query().Get("path")
-		switch {
-		case p == remote+"/status":
-			fmt.Fprintf(w, "crashed 11 SIGSEGV%s\n%s", pwn, strings.Repeat("x", 1<<20))
-		case p == remote+"/bundle" && r.URL.Query().Get("tar") != "":
-			tw := tar.NewWriter(w)
-			add := func(name string, body []byte) {
-				tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body))})
-				tw.Write(body)
+		mu.Lock()
+		defer mu.Unlock()
+		switch r.URL.Query().Get("path") {
+		case "/run/sbx/crashes/count":
+			if ran {
+				fmt.Fprint(w, "1\n")
+			} else {
+				fmt.Fprint(w, "0\n")
 			}
-			tw.WriteHeader(&tar.Header{Name: "bundle/", Typeflag: tar.TypeDir, Mode: 0o755})
-			add("bundle/backtrace.txt", []byte("#0 main () at fix.c:1\n"+pwn+"\n"+strings.Repeat("#1 ?? ()\n", 300000)))
-			add("bundle/buildids.txt", []byte(strings.Repeat("ab", 1<<19)+" /work/prog\n"))
-			add("bundle/files/work/prog", []byte("\x7fELF not really"))
-			tw.Close()
+		case "/run/sbx/freeze/record.json":
+			json.NewEncoder(w).Encode(map[string]any{"state": "frozen", "name": "crash-1", "pid": 9, "failedAt": now, "crash": crash})
 		default:
 			http.Error(w, `{"error":{"code":"not_found","message":"no"}}`, http.StatusNotFound)
 		}
+	})
+	mux.HandleFunc("GET /v1/sandboxes/sb_1/events", func(w http.ResponseWriter, r *http.Request) {
+		ev := api.Event{Seq: 1, Type: "frozen", Time: now, Detail: map[string]any{"outcome": "ok", "name": "crash-1", "pid": 9, "failedAt": now, "crash": crash}}
+		b, _ := json.Marshal(ev)
+		fmt.Fprintf(w, "event: event\ndata: %s\n\n", b)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	})
+	// the copy the bundle is made in
+	mux.HandleFunc("POST /v1/sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(api.Sandbox{ID: "sb_2", State: api.StateReady})
+	})
+	mux.HandleFunc("DELETE /v1/sandboxes/sb_2", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("PUT /v1/sandboxes/sb_2/files", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("POST /v1/sandboxes/sb_2/exec", func(w http.ResponseWriter, r *http.Request) {
+		code := 0
+		ev := api.ExecEvent{Event: "exit", Exec: &api.Exec{ID: "ex_2", State: api.ExecExited, ExitCode: &code}}
+		b, _ := json.Marshal(ev)
+		fmt.Fprintf(w, "event: exit\ndata: %s\n\n", b)
+	})
+	mux.HandleFunc("GET /v1/sandboxes/sb_2/files", func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Query().Get("path"), "/bundle") || r.URL.Query().Get("tar") == "" {
+			http.Error(w, `{"error":{"code":"not_found","message":"no"}}`, http.StatusNotFound)
+			return
+		}
+		tw := tar.NewWriter(w)
+		add := func(name string, body []byte) {
+			tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body))})
+			tw.Write(body)
+		}
+		tw.WriteHeader(&tar.Header{Name: "bundle/", Typeflag: tar.TypeDir, Mode: 0o755})
+		add("bundle/backtrace.txt", []byte("#0 main () at fix.c:1\n"+pwn+"\n"+strings.Repeat("#1 ?? ()\n", 300000)))
+		add("bundle/buildids.txt", []byte(strings.Repeat("ab", 1<<19)+" /work/prog\n"))
+		add("bundle/files/work/prog", []byte("\x7fELF not really"))
+		tw.Close()
 	})
 	host := hostileDaemon(t, mux)
 	dir := t.TempDir()
 	code, out, errOut := sbx(host, "exec", "--on-crash", "--crash-dir", dir, "sb_1", "--", "./prog")
 	if code != 139 {
-		t.Fatalf("exit %d, want 139: %s", code, errOut)
+		t.Fatalf("exit %d, want 139: %.2000s", code, errOut)
 	}
 	inert(t, "exec --on-crash", out+errOut)
 	if !strings.Contains(errOut, "as the sandbox reports it") {
@@ -149,6 +180,30 @@ func TestHostileCrash(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "crash.tar")); err != nil {
 		t.Errorf("no bundle: %v", err)
+	}
+
+	// --json: one line of the crash, with its capture and its bundle
+	dir = t.TempDir()
+	code, out, errOut = sbx(host, "--json", "exec", "--on-crash", "--crash-dir", dir, "sb_1", "--", "./prog")
+	if code != 139 {
+		t.Fatalf("--json: exit %d, want 139: %.2000s", code, errOut)
+	}
+	var crashLine struct {
+		Event  string       `json:"event"`
+		Crash  client.Crash `json:"crash"`
+		Bundle struct {
+			Tar string `json:"tar"`
+		} `json:"bundle"`
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, `"event":"crash"`) {
+			if err := json.Unmarshal([]byte(l), &crashLine); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if crashLine.Crash.Snapshot != "crash-1" || crashLine.Bundle.Tar != filepath.Join(dir, "crash.tar") {
+		t.Errorf("--json crash line %+v; want crash-1 and its bundle in %s\n%s", crashLine, dir, out)
 	}
 }
 

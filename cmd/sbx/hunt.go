@@ -28,7 +28,11 @@ func newHuntCmd(e *env) *cobra.Command {
 			"loops the test inside the sandbox, each run with a fresh seed in $SEED, until a run\n" +
 			"fails. Then it keeps the evidence: the failing run's output and processes, a disk\n" +
 			"fork, the artifacts in ./sbx-hunt-NAME, a snapshot, and a stop that keeps memory.\n" +
-			"The test command owns everything from its first word on.",
+			"The test command owns everything from its first word on.\n\n" +
+			"Every sandbox catches its first crash of a boot at the faulting instruction\n" +
+			"(sbx crashes); --on-crash ends the hunt at the run it happened in and writes\n" +
+			"that capture's bundle into the artifacts, read in a copy of the capture (by\n" +
+			"its gdb, or with none there by sbx-agent gcore and this machine's gdb).",
 		Example: "  sbx hunt --template base --setup ./setup.sh --runs 200 --name login -- ./test.sh\n" +
 			"  sbx hunt --attach login",
 		Args: cobra.ArbitraryArgs,
@@ -46,7 +50,7 @@ func newHuntCmd(e *env) *cobra.Command {
 	fs.StringVar(&attach, "attach", "", "pick up the hunt in the sandbox NAME")
 	fs.StringVarP(&user, "user", "u", "", "run the setup and the test as this user: a name or uid[:gid] (default: the template's user)")
 	timeout := durationVar(fs, "timeout", "a run that lasts longer fails (exit 124) and is captured while it hangs, its processes alive, e.g. 2m or 120 (seconds)")
-	fs.BoolVar(&onCrash, "on-crash", false, "run each run under gdb; a run that dies of a fatal signal leaves a crash bundle (backtrace, core, binary, libraries) in the artifacts")
+	fs.BoolVar(&onCrash, "on-crash", false, "end the hunt at the first run in which a process crashed (a signal that dumps core), whatever its exit code; the sandbox's capture of that crash, held at its faulting instruction, is the evidence: its bundle (backtrace, core, binary, libraries) goes in the artifacts under crash/. No gdb per run")
 	fs.BoolVar(&freeze, "freeze", false, "freeze the sandbox at the failure: pytest (-p sbx_freeze, loaded for you), Go tests using sbx.dev/sbx/freeze and programs calling /.sbx/freeze freeze at their failing instant, anything else as it exits non-zero; the evidence is read from a copy of the frozen machine")
 	keepTTL := durationVar(fs, "keep-ttl", fmt.Sprintf("with --freeze: the idle ttl of the frozen machine's copy NAME-frozen (default %s; 0: none; the freeze stays to make another)", flaky.DefaultKeepTTL))
 	cmd.RunE = remote(func(cmd *cobra.Command, args []string) error {
@@ -75,7 +79,7 @@ func newHuntCmd(e *env) *cobra.Command {
 				return usagef("--keep-ttl goes with --freeze (it is the ttl of the frozen machine's copy)")
 			}
 			if freeze && onCrash {
-				return usagef("give --freeze or --on-crash, not both (a crash handler that calls /.sbx/freeze freezes at the crash)")
+				return usagef("give --freeze or --on-crash, not both: both use the sandbox's one freeze of a boot, and --freeze freezes a crashing run at its crash already")
 			}
 		}
 		c, err := e.client()
@@ -178,7 +182,11 @@ func printHunt(e *env, s *flaky.HuntSummary) error {
 		return err
 	}
 	if cr := s.Crash; cr != nil {
-		fmt.Fprintf(e.stdout, "crash: %s, as the sandbox reports it; the bundle is %s\n%s", safe(cr.SignalName), safe(cr.Tar), safeText(cr.Backtrace))
+		fmt.Fprintf(e.stdout, "crash: %s, as the sandbox reports it; the bundle is %s\n", safe(cr.SignalName), safe(cr.Tar))
+		if cr.Snapshot != "" {
+			fmt.Fprintf(e.stdout, "held at its fault in %s: sbx new --from %s, then gdb -p %d\n", safe(cr.Snapshot), safe(cr.Snapshot), cr.Pid)
+		}
+		fmt.Fprint(e.stdout, safeText(cr.Backtrace))
 		if !strings.HasSuffix(cr.Backtrace, "\n") {
 			fmt.Fprintln(e.stdout)
 		}

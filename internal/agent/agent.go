@@ -49,6 +49,7 @@ const (
 
 const usage = `usage:
   sbx-agent init
+  sbx-agent gcore --pid PID [--tid TID] [--signal N] --out DIR
   sbx-agent exec [--timeout DURATION] [--cwd DIR] [--env K=V]... -- PROG [ARGS...]
   sbx-agent spawn --id ID [--timeout DURATION] [--cwd DIR] [--env K=V]... [--pid-fd N] -- PROG [ARGS...]
   sbx-agent attach --id ID [--stdout-offset N] [--stderr-offset N]
@@ -128,6 +129,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = runMv(args)
 	case "pystack":
 		err = runPyStack(args, stdout)
+	case "gcore":
+		err = runGcore(args, stdout)
 	case "now":
 		// the clock in seconds with nanoseconds, for shells whose date has no %N
 		t := time.Now()

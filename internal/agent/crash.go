@@ -139,7 +139,7 @@ func (c *crashes) handle(name string) {
 	c.mu.Unlock()
 	sig := unix.SignalName(syscall.Signal(rep.Signal))
 	crash := &freezewire.Crash{Signal: sig, Tid: rep.Tid, Exe: exeOf(rep.Pid), Count: n,
-		IP: "0x" + strconv.FormatUint(rep.IP, 16)}
+		IP: "0x" + strconv.FormatUint(rep.IP, 16), Pgid: pgidOf(rep.Pid), Ancestors: ancestorsOf(rep.Pid)}
 	switch syscall.Signal(rep.Signal) {
 	case syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGILL, syscall.SIGFPE, syscall.SIGTRAP:
 		// a fault has an address; a signal sent with kill(2) (si_code 0 or
@@ -192,6 +192,30 @@ func readCrash(path string) (crashReport, error) {
 		return crashReport{}, fmt.Errorf("the file names another process than %d", r.Pid)
 	}
 	return r, nil
+}
+
+// ancestorsOf is pid's parent, its parent's parent and so on, up to init
+// (or freezewire.MaxAncestors of them).
+func ancestorsOf(pid int) []int {
+	var out []int
+	for len(out) < freezewire.MaxAncestors {
+		ppid, _, ok := procStat(pid)
+		if !ok || ppid <= 0 || ppid == pid {
+			break
+		}
+		out = append(out, ppid)
+		pid = ppid
+	}
+	return out
+}
+
+// pgidOf is pid's process group, 0 if unknown.
+func pgidOf(pid int) int {
+	g, err := syscall.Getpgid(pid)
+	if err != nil {
+		return 0
+	}
+	return g
 }
 
 // exeOf is pid's program, or its name when the link cannot be read.

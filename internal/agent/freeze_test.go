@@ -480,3 +480,18 @@ func TestFreezeCaughtOnItsWay(t *testing.T) {
 		t.Errorf("control lines %+v, want one verdict for the resumed boot's slot", vs)
 	}
 }
+
+// TestAncestorsOf: a crash names its process's parents up to init, so the
+// exec it came from can be told (its pid leads the chain somewhere).
+func TestAncestorsOf(t *testing.T) {
+	got := ancestorsOf(os.Getpid())
+	if len(got) == 0 || got[0] != os.Getppid() {
+		t.Fatalf("ancestorsOf(self) = %v, want it to start with the parent %d", got, os.Getppid())
+	}
+	if g := pgidOf(os.Getpid()); g != syscall.Getpgrp() {
+		t.Errorf("pgidOf(self) = %d, want %d", g, syscall.Getpgrp())
+	}
+	if got := ancestorsOf(1 << 30); got != nil {
+		t.Errorf("ancestorsOf(no such pid) = %v, want none", got)
+	}
+}

@@ -357,3 +357,30 @@ func TestHuntFreezeEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestHuntLoopOnCrash: under --on-crash a run that passes but during which
+// the sandbox's crash count went up (a child of it crashed) ends the hunt;
+// without --on-crash it does not.
+func TestHuntLoopOnCrash(t *testing.T) {
+	count := filepath.Join(t.TempDir(), CrashCountFile)
+	// the third run "crashes": it bumps the count as gVisor and init would
+	test := `n=$(cat ` + count + ` 2>/dev/null || echo 0); r=$(cat runs 2>/dev/null || echo 0); r=$((r+1)); echo $r >runs; [ $r -eq 3 ] && echo $((n+1)) >` + count + `; exit 0`
+	for _, tc := range []struct {
+		name     string
+		onCrash  bool
+		wantCode int
+		wantOut  string
+	}{
+		{"on-crash", true, HuntFailed, "sbx-hunt: failed 3 "},
+		{"without", false, HuntNoFailure, "no failure in 5 runs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			os.Remove(count)
+			dir := t.TempDir()
+			out, code := runHuntLoop(t, dir, HuntConfig{Runs: 5, OnCrash: tc.onCrash, CrashCount: count, Test: []string{"sh", "-c", test}})
+			if code != tc.wantCode || !strings.Contains(out, tc.wantOut) {
+				t.Errorf("loop exit %d, want %d with %q:\n%s", code, tc.wantCode, tc.wantOut, out)
+			}
+		})
+	}
+}

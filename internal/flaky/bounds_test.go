@@ -200,44 +200,6 @@ func TestEvidenceBounds(t *testing.T) {
 	}
 }
 
-// TestCrashStatusSparse: the attack. A crash/status of 2 GiB
-// (sparse on the host's disk, as the evidence copy wrote it) is read for
-// its first line only; the bundle it then fetches is bounded too.
-func TestCrashStatusSparse(t *testing.T) {
-	dir := t.TempDir()
-	status := filepath.Join(dir, "crash", "status")
-	if err := os.MkdirAll(filepath.Dir(status), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(status, []byte("crashed 11 SIGSEGV\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(status, 2<<30); err != nil {
-		t.Fatal(err)
-	}
-	var b hostileTar
-	b.dir("bundle/")
-	b.file("bundle/backtrace.txt", []byte("#0 main () at crash.c:3\n"), 24)
-	c := tarClient{tars: map[string]*hostileTar{crashDir + "/bundle": &b}}
-	var cr *Crash
-	var err error
-	alloc := allocated(func() {
-		cr, err = crashOf(context.Background(), c, "sb_x", dir, map[string]bool{"crash/status": true})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if alloc > 16<<20 {
-		t.Errorf("reading a 2 GiB crash/status allocated %d MiB", alloc>>20)
-	}
-	if cr == nil || cr.Signal != 11 || cr.SignalName != "SIGSEGV" {
-		t.Fatalf("crash %+v, want SIGSEGV (11)", cr)
-	}
-	if !strings.Contains(cr.Backtrace, "crash.c:3") {
-		t.Errorf("backtrace %q", cr.Backtrace)
-	}
-}
-
 // TestCrashBundleBounds: a fake gdb's bundle. Its backtrace is escapes and
 // then megabytes, its buildids.txt a build-id of a megabyte, one of its
 // "binaries" an ELF whose headers claim 65535 note segments of 64 KiB at

@@ -1,36 +1,13 @@
 package flaky
 
-// Crash capture (`sbx exec --on-crash`).
-//
-// gVisor's kernel writes no core files and has no core_pattern, but ptrace
-// works, so the command runs under gdb inside the sandbox from its start. A
-// small wrapper (an sh script and a gdb Python script, written to
-// /tmp/sbx-crash/TOKEN/ in the sandbox) runs it; when it stops on a fatal
-// signal that it has no handler for, gdb writes what it can see into
-// /tmp/sbx-crash/TOKEN/bundle/ and the client fetches that as a tar.
-//
-// What is captured: a backtrace of every thread (`thread apply all bt full`),
-// a core written by gdb (`generate-core-file`, not by a kernel), the
-// executable and every shared library gdb had loaded, copied from the
-// sandbox's disk under files/<absolute path> and checked against the build-id
-// gdb read when the process mapped them, `info sharedlibrary`, `info proc
-// mappings` and the raw /proc/PID/maps, and the signal.
-//
-// A script (a #! line) runs under gdb through its interpreter, as the kernel
-// runs it; a process it execs (`exec ./server`) stays traced.
-//
-// What is not: crashes of child processes (only the top process is traced; a
-// shell script whose child segfaults exits 139 without a bundle), signals the
-// program handles and survives, kernel-level state (there is no kernel core),
-// the program's own stdin (it gets the exec's stdin, which is empty), and
-// files it had open. Running under ptrace changes timing, and a program that
-// itself uses ptrace cannot run under it.
+// Crash bundles: what a core needs to be readable, brought out of a
+// sandbox (see crashes.go for where the core is written: in a copy resumed
+// from the crash's capture, where the process is still held at its fault).
 
 import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"debug/elf"
 	"encoding/binary"
 	"encoding/hex"
@@ -39,15 +16,12 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
-	"time"
 
 	"sbx.dev/sbx/api"
 )
 
-// CrashClient is the slice of *client.Client crash capture uses.
+// CrashClient is the slice of *client.Client a crash bundle uses.
 type CrashClient interface {
 	ExecEvents(ctx context.Context, id string, req api.ExecRequest, fn func(api.ExecEvent) error) (*api.Exec, error)
 	WriteTar(ctx context.Context, id, dir string, r io.Reader) error
@@ -59,27 +33,16 @@ type CrashClient interface {
 // gets its own TOKEN directory; a crash's bundle stays there after the fetch.
 const CrashRoot = "/tmp/sbx-crash"
 
-// fatalSignals are the signals --on-crash captures: the ones whose default
-// action dumps core because the program faulted or aborted.
-var fatalSignals = map[syscall.Signal]bool{
-	syscall.SIGSEGV: true, syscall.SIGABRT: true, syscall.SIGBUS: true,
-	syscall.SIGFPE: true, syscall.SIGILL: true,
-}
-
-// IsFatalSignal reports whether sig is one --on-crash captures
-// (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL).
-func IsFatalSignal(sig syscall.Signal) bool { return fatalSignals[sig] }
-
 // Crash describes a captured crash.
 type Crash struct {
 	ExecID string `json:"execId"`
 	Signal int    `json:"signal"`
-	// SignalName is gdb's name for it, "SIGSEGV".
+	// SignalName is its name, "SIGSEGV".
 	SignalName string `json:"signalName"`
 	// Dir is the local folder holding crash.tar and backtrace.txt.
 	Dir string `json:"dir"`
 	Tar string `json:"tar"`
-	// Remote is the bundle's directory inside the sandbox.
+	// Remote is the bundle's directory inside the copy it was made in.
 	Remote    string `json:"remote"`
 	Backtrace string `json:"-"`
 	// Files are the binary and libraries in the bundle, by absolute path in
@@ -87,6 +50,11 @@ type Crash struct {
 	Files []CrashFile `json:"files"`
 	// Truncated says what was left out of a bundle past its limits.
 	Truncated string `json:"truncated,omitempty"`
+	// Snapshot is the sandbox's capture of the crash: in a copy resumed
+	// from it (sbx new --from) the process is held at its fault.
+	Snapshot string `json:"snapshot,omitempty"`
+	// Pid is the crashed process.
+	Pid int `json:"pid,omitempty"`
 }
 
 // CrashFile is one executable or library copied into a bundle.
@@ -106,113 +74,6 @@ func CrashDir(dir, execID string) string {
 		return dir
 	}
 	return "sbx-crash-" + execID
-}
-
-// crashStatus is what the wrapper writes to TOKEN/status.
-type crashStatus struct {
-	kind string // "exited", "signaled" (a non-captured death), "crashed", "error"
-	code int    // exit code, or signal number
-	name string // signal name, or the error message
-}
-
-// parseCrashStatus parses the wrapper's status line: "exited N",
-// "signaled N NAME", "crashed N NAME" or "error MESSAGE". Only the first
-// line counts (a status file is one line; what follows is not read).
-func parseCrashStatus(s string) (crashStatus, error) {
-	s, _, _ = strings.Cut(s, "\n")
-	s = strings.TrimSpace(s)
-	kind, rest, _ := strings.Cut(s, " ")
-	if kind == "error" {
-		return crashStatus{kind: kind, name: rest}, nil
-	}
-	num, name, _ := strings.Cut(rest, " ")
-	n, err := strconv.Atoi(num)
-	if err != nil {
-		return crashStatus{}, fmt.Errorf("bad crash status %q", s)
-	}
-	switch kind {
-	case "exited":
-		if n < 0 || n > 255 {
-			return crashStatus{}, fmt.Errorf("bad crash status %q: exit code out of range", s)
-		}
-	case "signaled", "crashed":
-		if n <= 0 || n >= 128 {
-			return crashStatus{}, fmt.Errorf("bad crash status %q: signal out of range", s)
-		}
-		if kind == "crashed" && !IsFatalSignal(syscall.Signal(n)) {
-			return crashStatus{}, fmt.Errorf("bad crash status %q: %d is not a crash signal", s, n)
-		}
-	default:
-		return crashStatus{}, fmt.Errorf("bad crash status %q", s)
-	}
-	return crashStatus{kind: kind, code: n, name: name}, nil
-}
-
-// exitCode is the code a shell would report: N, or 128+signal.
-func (s crashStatus) exitCode() int {
-	if s.kind == "exited" {
-		return s.code
-	}
-	return 128 + s.code
-}
-
-// ExecOnCrash runs req in sandbox id under gdb and, when the command dies of
-// a fatal signal (see IsFatalSignal), fetches the crash bundle into
-// CrashDir(dir, execID) as crash.tar and backtrace.txt. Output events go to
-// fn as with client.ExecEvents; the program's stdout and stderr are its own,
-// gdb's output goes to a file in the bundle. The returned Exec carries the
-// exit code a shell would report: the command's own, or 128+signal. The
-// Crash is nil when it did not crash. The sandbox needs gdb and python3 (the
-// base template); without them the error says so. Errors from the client
-// keep their api kinds.
-func ExecOnCrash(ctx context.Context, c CrashClient, id string, req api.ExecRequest, dir string, fn func(api.ExecEvent) error) (*api.Exec, *Crash, error) {
-	if len(req.Cmd) == 0 {
-		return nil, nil, api.Errorf(api.ErrInvalid, "exec in %s: empty command", id)
-	}
-	tok := make([]byte, 6)
-	rand.Read(tok)
-	remote := path.Join(CrashRoot, hex.EncodeToString(tok))
-	if err := c.WriteTar(ctx, id, CrashRoot, wrapperTar(path.Base(remote))); err != nil {
-		return nil, nil, fmt.Errorf("exec in %s: install the crash wrapper: %w", id, err)
-	}
-	req.Cmd = append([]string{"/bin/sh", remote + "/run.sh"}, req.Cmd...)
-	x, err := c.ExecEvents(ctx, id, req, fn)
-	if err != nil {
-		return nil, nil, err
-	}
-	raw, err := readSmall(ctx, c, id, remote+"/status")
-	if err != nil {
-		return x, nil, fmt.Errorf("exec %s in %s: the crash wrapper left no status (see %s/gdb.log in the sandbox): %w", x.ID, id, remote, err)
-	}
-	st, err := parseCrashStatus(raw)
-	if err != nil {
-		return x, nil, fmt.Errorf("exec %s in %s: %w", x.ID, id, err)
-	}
-	if st.kind == "error" {
-		return x, nil, fmt.Errorf("exec %s in %s: --on-crash: %s", x.ID, id, st.name)
-	}
-	code := st.exitCode()
-	x.ExitCode = &code
-	if st.kind != "crashed" {
-		// nothing to keep: the wrapper's directory goes (best effort)
-		c.ExecEvents(context.WithoutCancel(ctx), id, api.ExecRequest{Cmd: []string{"rm", "-rf", remote}}, func(api.ExecEvent) error { return nil })
-		return x, nil, nil
-	}
-	cr := &Crash{ExecID: x.ID, Signal: st.code, SignalName: st.name, Dir: CrashDir(dir, x.ID), Remote: remote + "/bundle"}
-	if err := fetchBundle(ctx, c, id, cr); err != nil {
-		return x, cr, fmt.Errorf("exec %s in %s: fetch the crash bundle: %w", x.ID, id, err)
-	}
-	return x, cr, nil
-}
-
-func readSmall(ctx context.Context, c CrashClient, id, p string) (string, error) {
-	rc, err := c.ReadFile(ctx, id, p)
-	if err != nil {
-		return "", err
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, 4096))
-	return string(b), err
 }
 
 // tarReader is the one call fetchBundle needs.
@@ -537,65 +398,6 @@ func noteBuildID(d []byte, bo binary.ByteOrder) string {
 	return ""
 }
 
-// wrapperTar is a tar of TOKEN/run.sh and TOKEN/crash.py.
-func wrapperTar(tok string) io.Reader {
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	now := time.Now()
-	add := func(name string, mode int64, body string) {
-		tw.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: int64(len(body)), ModTime: now, Typeflag: tar.TypeReg})
-		tw.Write([]byte(body))
-	}
-	tw.WriteHeader(&tar.Header{Name: tok + "/", Mode: 0o700, ModTime: now, Typeflag: tar.TypeDir})
-	add(tok+"/run.sh", 0o755, wrapperSh)
-	add(tok+"/crash.py", 0o644, wrapperPy)
-	tw.Close()
-	return &b
-}
-
-// wrapperSh runs "$@" under gdb; its exit code is the command's, or
-// 128+signal, as a shell reports. The program's stdio is the exec's: gdb's
-// own goes to gdb.log, and fds 3 and 4 carry stdout and stderr past it.
-const wrapperSh = `#!/bin/sh
-D=$(dirname "$0")
-fail() { echo "error $*" >"$D/status"; echo "sbx: --on-crash: $*" >&2; exit 125; }
-command -v gdb >/dev/null 2>&1 || fail "no gdb in the sandbox; use a template with gdb and python3 (base)"
-command -v python3 >/dev/null 2>&1 || fail "no python3 in the sandbox; use a template with gdb and python3 (base)"
-prog=$(command -v "$1") || { echo "exited 127" >"$D/status"; echo "sbx: $1: command not found" >&2; exit 127; }
-shift
-case $prog in /*) ;; *) prog=$(pwd)/$prog ;; esac
-# a script runs under gdb as the kernel would run it, through the interpreter
-# its #! line names with the rest of the line as one argument; what it execs
-# (exec ./binary) is traced from then on
-if [ "$(head -c 2 "$prog" 2>/dev/null)" = '#!' ]; then
-	IFS= read -r line <"$prog"
-	line=${line#??}
-	line=${line#"${line%%[! 	]*}"}
-	interp=${line%%[ 	]*}
-	arg=${line#"$interp"}
-	arg=${arg#"${arg%%[! 	]*}"}
-	arg=${arg%"${arg##*[! 	]}"}
-	[ -n "$interp" ] || interp=/bin/sh
-	if [ -n "$arg" ]; then set -- "$arg" "$prog" "$@"; else set -- "$prog" "$@"; fi
-	prog=$interp
-fi
-: >"$D/args"; [ $# -eq 0 ] || printf '%s\0' "$@" >"$D/args"
-unset DEBUGINFOD_URLS
-SHELL=/bin/sh gdb -q -batch -nx -ex 'set pagination off' -ex 'set confirm off' -x "$D/crash.py" --args "$prog" 3>&1 4>&2 >"$D/gdb.log" 2>&1
-read -r kind n rest <"$D/status" 2>/dev/null || fail "gdb ended without a verdict; see $D/gdb.log"
-case $kind in
-exited) exit "$n" ;;
-signaled) exit $((128 + n)) ;;
-crashed) exit $((128 + n)) ;;
-*) exit 125 ;;
-esac
-`
-
-// wrapperPy is the gdb script. It stops only on the fatal signals, passes
-// them on when the program has a handler (SigCgt), and on one it would die
-// of writes the bundle.
-const wrapperPy = bundlePy + wrapperRunPy
-
 // bundlePy is the part of the gdb scripts that writes a bundle of the
 // process gdb is at: bundle(pid, name, signo), into the directory B beside
 // the script.
@@ -670,48 +472,4 @@ def bundle(pid, name, signo):
             except Exception:
                 pass
     write("buildids.txt", "\n".join(ids) + "\n")
-`
-
-// wrapperRunPy runs the program under gdb and stops it at a fatal signal.
-const wrapperRunPy = `
-for c in ("set disable-randomization off", "set debuginfod enabled off",
-          "set logging enabled off"):
-    try:
-        gdb.execute(c)
-    except gdb.error:
-        pass
-gdb.execute("handle all nostop noprint pass")
-gdb.execute("handle SIGPIPE nostop noprint pass")
-gdb.execute("handle " + " ".join(FATAL) + " stop print pass")
-# the program's argv comes NUL-separated from run.sh, quoted for the shell gdb
-# starts it with; the redirections hand it the exec's stdout and stderr
-with open(os.path.join(D, "args"), "rb") as f:
-    argv = [a.decode("utf-8", "surrogateescape") for a in f.read().split(b"\0")[:-1]]
-gdb.execute("set args " + " ".join(shlex.quote(a) for a in argv) + " >&3 2>&4 3>&- 4>&-")
-
-try:
-    gdb.execute("run")
-except gdb.error as e:
-    status("error gdb could not start the program: %s" % e)
-    raise SystemExit
-while True:
-    inf = gdb.selected_inferior()
-    if inf.pid == 0:
-        sig = gdb.convenience_variable("_exitsignal")
-        if sig is not None:
-            status("signaled %d" % int(sig))
-        else:
-            code = gdb.convenience_variable("_exitcode")
-            status("exited %d" % (int(code) & 255 if code is not None else 0))
-        break
-    name = last[0]
-    if name in FATAL:
-        signo = int(getattr(signal, name))
-        if not caught(inf.pid, signo):
-            bundle(inf.pid, name, signo)
-            status("crashed %d %s" % (signo, name))
-            gdb.execute("kill")
-            break
-    last[0] = None
-    gdb.execute("continue")
 `

@@ -2,63 +2,13 @@ package flaky
 
 import (
 	"encoding/binary"
-	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"sbx.dev/sbx/client"
 )
-
-func TestParseCrashStatus(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		in      string
-		want    crashStatus
-		code    int
-		wantErr bool
-	}{
-		{name: "exit 0", in: "exited 0\n", want: crashStatus{kind: "exited"}, code: 0},
-		{name: "exit 3", in: "exited 3", want: crashStatus{kind: "exited", code: 3}, code: 3},
-		{name: "segv", in: "crashed 11 SIGSEGV\n", want: crashStatus{kind: "crashed", code: 11, name: "SIGSEGV"}, code: 139},
-		{name: "abort", in: "crashed 6 SIGABRT", want: crashStatus{kind: "crashed", code: 6, name: "SIGABRT"}, code: 134},
-		{name: "killed", in: "signaled 9", want: crashStatus{kind: "signaled", code: 9}, code: 137},
-		{name: "error", in: "error no gdb in the sandbox", want: crashStatus{kind: "error", name: "no gdb in the sandbox"}},
-		{name: "term is no crash", in: "crashed 15 SIGTERM", wantErr: true},
-		{name: "exit out of range", in: "exited 300", wantErr: true},
-		{name: "signal zero", in: "signaled 0", wantErr: true},
-		{name: "garbage", in: "hello", wantErr: true},
-		{name: "empty", in: "", wantErr: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseCrashStatus(tc.in)
-			if tc.wantErr {
-				if err == nil {
-					t.Fatalf("got %+v, want an error", got)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != tc.want {
-				t.Errorf("got %+v, want %+v", got, tc.want)
-			}
-			if got.kind != "error" && got.exitCode() != tc.code {
-				t.Errorf("exit code %d, want %d", got.exitCode(), tc.code)
-			}
-		})
-	}
-}
-
-func TestIsFatalSignal(t *testing.T) {
-	for sig, want := range map[syscall.Signal]bool{
-		syscall.SIGSEGV: true, syscall.SIGABRT: true, syscall.SIGBUS: true, syscall.SIGFPE: true, syscall.SIGILL: true,
-		syscall.SIGTERM: false, syscall.SIGKILL: false, syscall.SIGPIPE: false, syscall.SIGINT: false, syscall.SIGTRAP: false,
-	} {
-		if got := IsFatalSignal(sig); got != want {
-			t.Errorf("IsFatalSignal(%v) = %v, want %v", sig, got, want)
-		}
-	}
-}
 
 func TestCrashDir(t *testing.T) {
 	if got, want := CrashDir("", "ex_abc"), "sbx-crash-ex_abc"; got != want {
@@ -140,5 +90,30 @@ func TestMatchBuildIDs(t *testing.T) {
 	}
 	if d := cmp.Diff(exp, got); d != "" {
 		t.Errorf("(-want +got)\n%s", d)
+	}
+}
+
+func TestHuntCrash(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 20, 0, 0, 0, time.UTC)
+	a := client.Crash{Pid: 10, Snapshot: "a", At: t0}
+	b := client.Crash{Pid: 20, Snapshot: "b", At: t0.Add(time.Minute)}
+	for _, tc := range []struct {
+		name     string
+		crs      []client.Crash
+		failedAt time.Time
+		want     string // snapshot, "" for none
+	}{
+		{"none", nil, t0, ""},
+		{"failure time unknown: the last", []client.Crash{a, b}, time.Time{}, "b"},
+		{"the last before the failure", []client.Crash{a, b}, t0.Add(30 * time.Second), "a"},
+		{"within the slack", []client.Crash{a, b}, t0.Add(time.Minute - time.Second), "b"},
+		{"all after the failure", []client.Crash{b}, t0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := huntCrash(tc.crs, tc.failedAt)
+			if ok != (tc.want != "") || got.Snapshot != tc.want {
+				t.Errorf("got %q %v, want %q", got.Snapshot, ok, tc.want)
+			}
+		})
 	}
 }

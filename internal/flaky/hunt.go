@@ -12,7 +12,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -94,10 +93,13 @@ type HuntOptions struct {
 	// (with Freeze; 0: DefaultKeepTTL): it is reaped once left alone that
 	// long, and the freeze it came from stays to make another.
 	KeepTTL time.Duration
-	// OnCrash runs each run under gdb, as `sbx exec --on-crash` does: when
-	// the test's process dies of a fatal signal, the crash bundle lands in
-	// OutDir/crash (crash.tar and backtrace.txt) and in the summary. The
-	// sandbox needs gdb and python3.
+	// OnCrash ends the hunt at the first run during which a process of the
+	// sandbox crashed (a signal that dumps core, with no handler), whatever
+	// its exit code. The sandbox caught that crash at its faulting
+	// instruction (every sandbox does, one per boot; see `sbx crashes`):
+	// its bundle, read in a copy of that capture, lands in OutDir/crash
+	// (crash.tar and backtrace.txt) and in the summary. Nothing runs under
+	// gdb (CrashBundle says how the bundle is made with or without one).
 	OnCrash bool
 	// Event, if set, hears of each step as it happens.
 	Event func(HuntEvent)
@@ -184,7 +186,7 @@ func (o *HuntOptions) defaults() error {
 	case o.KeepTTL < 0 && o.KeepTTL != KeepForever:
 		return api.Errorf(api.ErrInvalid, "hunt: the ttl of the frozen copy is negative (%s)", o.KeepTTL)
 	case o.Freeze && o.OnCrash:
-		return api.Errorf(api.ErrInvalid, "hunt: --freeze and --on-crash do not go together: a crash handler that calls /.sbx/freeze freezes at the crash (see the README)")
+		return api.Errorf(api.ErrInvalid, "hunt: --freeze and --on-crash do not go together: both use the sandbox's one freeze of a boot, and --freeze already freezes a crashing run at its crash")
 	case strings.ContainsAny(o.SeedEnv, "= '\"$"):
 		return api.Errorf(api.ErrInvalid, "hunt: --seed-env %q: want a variable name", o.SeedEnv)
 	}
@@ -294,13 +296,8 @@ func startLoop(ctx context.Context, c HuntClient, id string, o *HuntOptions) (*a
 			return nil, api.Errorf(api.ErrInvalid, "give /work of %s to user %s: %s", id, owner, strings.TrimSpace(out.String()))
 		}
 	}
-	if o.OnCrash {
-		if err := c.WriteTar(ctx, id, HuntDir, wrapperTar(path.Base(crashDir))); err != nil {
-			return nil, fmt.Errorf("install the crash wrapper in %s: %w", id, err)
-		}
-	}
 	cfg := agent.HuntConfig{Dir: HuntDir, Work: "/work", Setup: o.Setup, Runs: o.Runs, SeedEnv: o.SeedEnv, Test: o.Cmd,
-		Collect: collectPaths(o.Collect), OnCrash: o.OnCrash, CrashDir: crashDir, User: owner, Freeze: o.Freeze}
+		Collect: collectPaths(o.Collect), OnCrash: o.OnCrash, User: owner, Freeze: o.Freeze}
 	if o.Timeout > 0 {
 		cfg.Timeout = o.Timeout.String()
 	}
@@ -469,9 +466,6 @@ func follow(ctx context.Context, c HuntClient, id, execID string, o *HuntOptions
 		case loopSetupFailed:
 			err = fmt.Errorf("hunt %s: the setup failed in %s (its output is %s/setup.out there; the sandbox is kept): %s",
 				o.Name, id, HuntDir, strings.Join(tail, "; "))
-		case loopCrashWrapper:
-			err = fmt.Errorf("hunt %s: %s (the sandbox %s is kept)", o.Name,
-				strings.TrimPrefix(strings.Join(tail, "; "), "sbx-hunt: "), id)
 		}
 		return nil, err
 	}
@@ -511,7 +505,7 @@ func capture(ctx context.Context, c HuntClient, s *HuntSummary, o *HuntOptions) 
 	if err != nil {
 		return nil, fmt.Errorf("hunt %s: %w", o.Name, err)
 	}
-	copied, err := copyEvidence(ctx, c, id, dir)
+	_, err = copyEvidence(ctx, c, id, dir)
 	if err != nil {
 		return nil, fmt.Errorf("hunt %s: copy the evidence to %s: %w", o.Name, dir, err)
 	}
@@ -520,10 +514,10 @@ func capture(ctx context.Context, c HuntClient, s *HuntSummary, o *HuntOptions) 
 
 	// a bundle that cannot be fetched is said, not fatal: the rest of the
 	// capture matters more
-	cr, err := crashOf(ctx, c, id, dir, copied)
+	cr, err := crashOf(ctx, c, s, dir, o.OnCrash)
 	switch {
 	case err != nil:
-		o.emit(HuntEvent{Event: "crash", Sandbox: id, Message: fmt.Sprintf("the run crashed but its bundle was not fetched: %v (it stays in %s/bundle)", err, crashDir)})
+		o.emit(HuntEvent{Event: "crash", Sandbox: id, Message: fmt.Sprintf("the run crashed but its bundle was not written: %v (sbx crashes %s --bundle DIR tries again)", err, id)})
 	case cr != nil:
 		s.Crash = cr
 		o.emit(HuntEvent{Event: "crash", Sandbox: id, Path: cr.Dir, Message: cr.SignalName})
@@ -619,28 +613,50 @@ func forkCaptured(ctx context.Context, c HuntClient, id, name string) (wait func
 	return func() error { return <-done }, nil
 }
 
-// crashOf fetches the failing run's crash bundle into dir/crash when the
-// run crashed under --on-crash: the wrapper's status, copied out with the
-// evidence just now (copied names what was; dir may hold an older hunt's),
-// says "crashed". Nil when it did not.
-func crashOf(ctx context.Context, c HuntClient, id, dir string, copied map[string]bool) (*Crash, error) {
-	status := path.Base(crashDir) + "/status"
-	if !copied[status] {
-		return nil, nil // no --on-crash, or the run was not traced
+// crashLister is what finding a hunt's crash needs beyond HuntClient
+// (SDK has it).
+type crashLister interface {
+	Crashes(ctx context.Context, id string) ([]client.Crash, error)
+}
+
+// crashOf writes the bundle of the crash the sandbox caught during the
+// failing run into dir/crash, with onCrash: the last crash caught before
+// the failure (the loop ends at the first run in which a process crashed,
+// and one crash is caught per boot). Nil when none was.
+func crashOf(ctx context.Context, c HuntClient, s *HuntSummary, dir string, onCrash bool) (*Crash, error) {
+	if !onCrash {
+		return nil, nil
 	}
-	raw, err := readHead(filepath.Join(dir, filepath.FromSlash(status)), 4<<10)
+	cl, ok := c.(crashLister)
+	cc, ok2 := c.(CopyClient)
+	if !ok || !ok2 {
+		return nil, errors.New("this client cannot list crashes")
+	}
+	crs, err := cl.Crashes(ctx, s.Sandbox)
 	if err != nil {
 		return nil, err
 	}
-	st, err := parseCrashStatus(string(raw))
-	if err != nil || st.kind != "crashed" {
+	cr, ok := huntCrash(crs, s.FailedAt)
+	if !ok {
 		return nil, nil
 	}
-	cr := &Crash{Signal: st.code, SignalName: st.name, Dir: filepath.Join(dir, path.Base(crashDir)), Remote: crashDir + "/bundle"}
-	if err := fetchBundle(ctx, c, id, cr); err != nil {
-		return nil, fmt.Errorf("fetch the crash bundle %s of %s: %w", cr.Remote, id, err)
+	b, err := CrashBundle(ctx, cc, cr, filepath.Join(dir, "crash"))
+	if err != nil {
+		return nil, fmt.Errorf("the bundle of the crash of %d (%s): %w", cr.Pid, cr.Snapshot, err)
 	}
-	return cr, nil
+	return b, nil
+}
+
+// huntCrash picks the failing run's crash: the last one caught at or
+// before failedAt (with a little slack for two clocks), any if failedAt is
+// unknown.
+func huntCrash(crs []client.Crash, failedAt time.Time) (client.Crash, bool) {
+	for i := len(crs) - 1; i >= 0; i-- {
+		if failedAt.IsZero() || !crs[i].At.After(failedAt.Add(2*time.Second)) {
+			return crs[i], true
+		}
+	}
+	return client.Crash{}, false
 }
 
 // commands are what to type next: resume, fork, replay.
@@ -762,9 +778,6 @@ func copyEvidence(ctx context.Context, c HuntClient, id, dir string) (map[string
 		}
 		if name == "" || name == ".." || strings.HasPrefix(name, "../") {
 			continue
-		}
-		if name == path.Base(crashDir)+"/bundle" || strings.HasPrefix(name, path.Base(crashDir)+"/bundle/") {
-			continue // a crash bundle comes out as crash.tar, see crashOf
 		}
 		target := filepath.Join(dir, filepath.FromSlash(name))
 		switch h.Typeflag {

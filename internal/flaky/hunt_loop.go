@@ -26,9 +26,6 @@ const legacyLoop = HuntDir + "/loop.sh"
 const (
 	loopFailed      = agent.HuntFailed
 	loopSetupFailed = agent.HuntSetupFailed
-	// loopCrashWrapper: --on-crash could not run a test (no gdb or
-	// python3, or gdb gave no verdict); a line on stdout says why.
-	loopCrashWrapper = agent.HuntCrashWrapper
 	// loopFrozen: a run failed and the sandbox froze at the failure.
 	loopFrozen = agent.HuntFrozen
 )
@@ -40,10 +37,6 @@ const (
 	lineCaptured = agent.HuntLineCaptured // the evidence is in HuntDir
 	lineFrozen   = agent.HuntLineFrozen   // "sbx-hunt: frozen NAME"
 )
-
-// crashDir is where --on-crash's wrapper lives inside the sandbox; the
-// bundle of a crashed run is its bundle/ folder (see crash.go).
-const crashDir = HuntDir + "/crash"
 
 // shellQuote quotes s for a POSIX shell.
 func shellQuote(s string) string {

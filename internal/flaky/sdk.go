@@ -226,3 +226,8 @@ func wireExec(r *client.Result, err error) (*api.Exec, error) {
 func (a SDK) Trace(ctx context.Context, id string) (*api.Trace, error) {
 	return a.C.Sandbox(id).Trace(ctx)
 }
+
+// Crashes lists the crashes caught in sandbox id (client.Sandbox.Crashes).
+func (a SDK) Crashes(ctx context.Context, id string) ([]client.Crash, error) {
+	return a.C.Sandbox(id).Crashes(ctx)
+}

@@ -36,6 +36,7 @@ from .errors import (
 from .explain import Explained, Finding
 from .flaky import HuntResult, RateResult, RateSummary, ReplayResult, ReplaySummary, Run, wilson
 from .types import (
+    Crash,
     Event,
     ExecInfo,
     FileInfo,
@@ -56,7 +57,7 @@ __all__ = [
     "SbxError", "NotFound", "Conflict", "Invalid", "Forbidden", "Unavailable", "TooLarge",
     "Unauthorized", "Internal", "StreamError",
     "Result", "ExecInfo", "SandboxInfo", "ResumeResult", "SnapshotInfo", "FileInfo", "LogEvent",
-    "Event", "Port", "Metrics", "TemplateInfo",
+    "Event", "Port", "Metrics", "TemplateInfo", "Crash",
     "Run", "HuntResult", "RateResult", "RateSummary", "ReplayResult", "ReplaySummary", "wilson",
     "Explained", "Finding",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import posixpath
 import signal as _signal
@@ -14,6 +15,7 @@ from . import _http
 from ._http import CLIENT_TIMEOUT, SSE, Idle, Transport, broken_stream, quote
 from .errors import Conflict, Invalid, NotFound, SbxError, StreamError, TooLarge, Unavailable
 from .types import (
+    Crash,
     Duration,
     Event,
     ExecInfo,
@@ -29,6 +31,7 @@ from .types import (
     b64,
     duration_seconds,
     duration_wire,
+    parse_time,
     shape_wire,
 )
 
@@ -511,6 +514,7 @@ class Sandbox:
         cwd: Optional[str] = None,
         user: Optional[str] = None,
         max_output: int = DEFAULT_MAX_OUTPUT,
+        on_crash: bool = False,
     ) -> Result:
         """exec runs cmd and waits for it; a command that fails is a Result, not an exception.
 
@@ -521,7 +525,14 @@ class Sandbox:
         raises TooLarge naming the exec, which goes on (use exec_stream or
         start for big output). NotFound: no such sandbox; Conflict: it is
         not running; StreamError: the stream broke, naming the exec.
+
+        ``on_crash`` (as the Go client's WithOnCrash): when the command or a
+        process it started died of a signal that dumps core, wait for the
+        sandbox's capture of it and return it as ``Result.crash``; when the
+        boot's one capture was spent already, ``Result.crash_missed`` says on
+        what. A sandbox made with crash capture off is Invalid, before anything runs.
         """
+        before = self._check_crashes("exec") if on_crash else -1
         out: List[bytearray] = [bytearray(), bytearray()]
 
         def keep(i: int) -> Callable[[bytes], None]:
@@ -533,7 +544,90 @@ class Sandbox:
             return f
 
         x = self._exec_stream(self._exec_req(cmd, timeout, env, cwd, user, False), keep(0), keep(1), max_output, self._exec_idle(timeout))
-        return _result(x, bytes(out[0]), bytes(out[1]))
+        res = _result(x, bytes(out[0]), bytes(out[1]))
+        if on_crash and x.state == "exited":
+            self._find_crash(x, res, before)
+        return res
+
+    def crashes(self) -> List[Crash]:
+        """crashes lists the crashes the sandbox caught, oldest first, each held at its faulting instruction in a freeze (its snapshot)."""
+        return [c for c in (Crash.from_event(ev) for ev in self.events()) if c is not None]
+
+    def _check_crashes(self, op: str) -> int:
+        """_check_crashes refuses a sandbox that catches no crash and returns its count of crashes so far (-1 if unknown)."""
+        if self.info().meta.get("sbx.crashes") == "off":
+            raise Invalid("%s in %s: the sandbox was made with crash capture off (meta sbx.crashes=off, sbx new --no-crash-capture): "
+                          "it catches no crash; run it in a sandbox made without that" % (op, self.id))
+        return self._crash_count()
+
+    def _crash_count(self) -> int:
+        try:
+            return int(self.files.read(_CRASH_COUNT, 64).decode().strip())
+        except NotFound:
+            return 0  # init writes it at the first crash
+        except (SbxError, ValueError, UnicodeDecodeError):
+            return -1
+
+    def _find_crash(self, x: ExecInfo, res: Result, before: int) -> None:
+        """_find_crash fills res.crash or res.crash_missed, as the Go client's findCrash."""
+        code = x.exit_code if x.exit_code is not None else -1
+        died = _core_signal(code)
+        after = self._crash_count()
+        if not died and not (before >= 0 and after > before):
+            return
+        rec: Dict[str, Any] = {}
+        try:
+            d = json.loads(self.files.read(_FREEZE_RECORD, 64 << 10))
+            if isinstance(d, dict):
+                rec = d
+        except (SbxError, ValueError, UnicodeDecodeError):
+            pass
+        c = rec.get("crash") if isinstance(rec.get("crash"), dict) else None
+        name = str(rec.get("name") or "")
+        ours = False
+        if c is not None and name:
+            probe = Crash(pid=int(rec.get("pid") or 0), signal="", snapshot=name, pgid=int(c.get("pgid") or 0),
+                          ancestors=[int(a) for a in (c.get("ancestors") or []) if isinstance(a, int)])
+            ours = (x.pid <= 0 or probe.of(x.pid)) and _during(parse_time(rec.get("failedAt")), x)
+        if not ours:
+            if died:
+                res.crash_missed = self._missed_why(rec, name, c)
+            return
+        if rec.get("state") in ("failed", "unsupported"):
+            res.crash_missed = "the sandbox could not capture the crash of %s (%s): %s" % (rec.get("pid"), (c or {}).get("signal", ""), rec.get("error", ""))
+            return
+        deadline = time.monotonic() + _CRASH_WAIT
+        try:
+            for ev in self.events(follow=True, idle_timeout=_CRASH_WAIT):
+                if ev.type == "frozen" and ev.detail.get("name") == name:
+                    cr = Crash.from_event(ev)
+                    if cr is not None:
+                        res.crash = cr
+                    else:
+                        res.crash_missed = "the sandbox caught the crash of %s as %s, but sbxd could not keep it: %s" % (
+                            rec.get("pid"), name, ev.detail.get("error", ""))
+                    return
+                if time.monotonic() > deadline:
+                    break
+        except (SbxError, OSError):
+            pass  # the stream broke or stayed idle: said below
+        res.crash_missed = "the sandbox caught the crash of %s as %s, but sbxd had not recorded it after %ds (it may yet: sbx crashes %s)" % (
+            rec.get("pid"), name, _CRASH_WAIT, self.id)
+
+    def _missed_why(self, rec: Dict[str, Any], name: str, c: Optional[Dict[str, Any]]) -> str:
+        one = ("a sandbox catches one crash per boot (gVisor arms one capture per boot): after sbx stop and sbx resume, "
+               "in a copy, or in a new sandbox the next is caught")
+        if not name:
+            return "the sandbox made no capture of it (see sbx logs %s --stream console)" % self.id
+        if c is not None:
+            at = ""
+            for cr in self.crashes():
+                if cr.snapshot == name and cr.at is not None:
+                    at = " at " + cr.at.strftime("%Y-%m-%dT%H:%M:%SZ")
+            return "not caught: this boot's capture was spent on an earlier crash, of %s (%s, %s)%s, snapshot %s; %s" % (
+                rec.get("pid"), c.get("exe", ""), c.get("signal", ""), at, name, one)
+        return "not caught: this boot's capture was spent on the freeze %s (%s); %s" % (
+            name, ("%s %s" % (rec.get("reason", ""), rec.get("cmd", ""))).strip(), one)
 
     def exec_stream(
         self,
@@ -611,12 +705,18 @@ class Sandbox:
         cwd: Optional[str] = None,
         user: Optional[str] = None,
         timeout: Optional[Duration] = None,
+        on_crash: bool = False,
     ) -> "Process":
         """start starts cmd detached and returns at once; the command outlives the client and sbxd keeps its output.
 
         Detached commands are started by the sandbox's init: they live on
         through stop and resume and are carried into memory snapshots and forks.
+        ``on_crash`` only checks that the sandbox catches crashes (Invalid if it
+        was made with crash capture off): a detached command's crash is read
+        later with :meth:`crashes`.
         """
+        if on_crash:
+            self._check_crashes("start")
         d = self._t.call("POST", self._path("exec"), json_body=self._exec_req(cmd, timeout, env, cwd, user, True))
         return Process(self, d["id"], int(d.get("pid") or 0))
 
@@ -867,6 +967,34 @@ class Sandbox:
 
 class _OutputTooLarge(Exception):
     pass
+
+
+# where the sandbox's init keeps the record of the boot's freeze and the count of its crashes
+_FREEZE_RECORD = "/run/sbx/freeze/record.json"
+_CRASH_COUNT = "/run/sbx/crashes/count"
+# how long on_crash waits for sbxd to record a capture the sandbox made
+_CRASH_WAIT = 120
+# how far a crash's time may lie outside its exec's start and end
+_CRASH_SLACK = 2.0
+# signals whose default action dumps core
+_CORE_SIGNALS = {_signal.SIGSEGV, _signal.SIGBUS, _signal.SIGILL, _signal.SIGFPE, _signal.SIGABRT,
+                 _signal.SIGTRAP, _signal.SIGSYS, _signal.SIGQUIT, _signal.SIGXCPU, _signal.SIGXFSZ}
+
+
+def _core_signal(code: int) -> bool:
+    """_core_signal is True when an exit code (128+N, or -N) is a death by a signal that dumps core."""
+    if code < 0:
+        code = 128 - code
+    return 128 < code < 128 + 65 and (code - 128) in {int(s) for s in _CORE_SIGNALS}
+
+
+def _during(t: Any, x: ExecInfo) -> bool:
+    """_during is True when t falls within the exec's run (with _CRASH_SLACK)."""
+    if t is None or x.started_at is None:
+        return t is not None
+    if (t - x.started_at).total_seconds() < -_CRASH_SLACK:
+        return False
+    return x.ended_at is None or (t - x.ended_at).total_seconds() <= _CRASH_SLACK
 
 
 def _result(x: ExecInfo, out: bytes, err: bytes) -> Result:

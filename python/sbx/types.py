@@ -228,11 +228,71 @@ class Result:
     stdout_bytes: bytes = field(default=b"", repr=False)
     stderr_bytes: bytes = field(default=b"", repr=False)
     state: str = "exited"
+    #: with ``on_crash``: the crash of the command or of a process it started, as the sandbox caught it
+    crash: Optional["Crash"] = None
+    #: with ``on_crash``: why the command's death by a core-dumping signal was not caught (the boot's one capture spent, naming on what)
+    crash_missed: str = ""
 
     @property
     def ok(self) -> bool:
         """ok is True when the command exited 0."""
         return self.exit_code == 0
+
+
+@dataclass
+class Crash:
+    """Crash is a crash a sandbox caught: process ``pid`` held at its faulting instruction in the freeze ``snapshot``.
+
+    In a copy resumed from ``snapshot`` the process is still stopped there,
+    its signal pending, for ``gdb -p``. ``count`` is how many crashes that
+    boot had when it was caught (one is caught per boot). ``pgid`` and
+    ``ancestors`` tell which exec it came from (:meth:`of`). All of it is
+    the sandbox's word.
+    """
+
+    pid: int
+    signal: str
+    snapshot: str
+    at: Optional[_dt.datetime] = None
+    tid: int = 0
+    exe: str = ""
+    cmd: str = ""
+    fault_addr: str = ""
+    ip: str = ""
+    count: int = 0
+    pgid: int = 0
+    ancestors: List[int] = field(default_factory=list)
+
+    def of(self, pid: int) -> bool:
+        """of is True when the crash was of process ``pid`` or of one it started (a child, a grandchild, its group)."""
+        return pid > 0 and (self.pid == pid or self.pgid == pid or pid in self.ancestors)
+
+    @classmethod
+    def from_event(cls, ev: "Event") -> Optional["Crash"]:
+        """from_event reads a crash from a ``frozen`` event whose freeze caught one (None for any other event)."""
+        d = ev.detail
+        c = d.get("crash")
+        if ev.type != "frozen" or not isinstance(c, dict) or d.get("outcome") != "ok" or not d.get("name"):
+            return None
+        try:
+            pid = int(d.get("pid") or 0)
+        except (TypeError, ValueError):
+            return None
+        if pid <= 0:
+            return None
+
+        def num(v: Any) -> int:
+            try:
+                return int(v or 0)
+            except (TypeError, ValueError):
+                return 0
+
+        raw = c.get("ancestors")
+        anc: List[Any] = raw if isinstance(raw, list) else []
+        return cls(pid=pid, signal=str(c.get("signal") or ""), snapshot=str(d.get("name")),
+                   at=parse_time(d.get("failedAt")) or ev.time, tid=num(c.get("tid")), exe=str(c.get("exe") or ""),
+                   cmd=str(d.get("cmd") or ""), fault_addr=str(c.get("faultAddr") or ""), ip=str(c.get("ip") or ""),
+                   count=num(c.get("count")), pgid=num(c.get("pgid")), ancestors=[num(a) for a in anc])
 
 
 @dataclass

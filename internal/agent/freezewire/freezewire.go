@@ -145,7 +145,15 @@ type Crash struct {
 	Exe string `json:"exe,omitempty"`
 	// Count is how many crashes this boot had, this one included.
 	Count int `json:"count,omitempty"`
+	// Pgid is the process's group; Ancestors its parent, the parent's
+	// parent and so on up to init (at most MaxAncestors): what tells which
+	// exec a crash came from (an exec's process leads its own group).
+	Pgid      int   `json:"pgid,omitempty"`
+	Ancestors []int `json:"ancestors,omitempty"`
 }
+
+// MaxAncestors bounds Crash.Ancestors.
+const MaxAncestors = 32
 
 // Bounds on what a verdict may carry.
 const (
@@ -166,6 +174,7 @@ func Line(v Verdict) []byte {
 	if v.Crash != nil {
 		c := *v.Crash
 		c.Exe = clip(c.Exe, maxCmd)
+		c.Ancestors = c.Ancestors[:min(len(c.Ancestors), MaxAncestors)]
 		v.Crash = &c
 	}
 	b, _ := json.Marshal(v)
@@ -198,6 +207,7 @@ func Parse(line []byte) (Verdict, error) {
 	if c := v.Crash; c != nil {
 		c.Signal, c.FaultAddr, c.IP = Printable(clip(c.Signal, 16)), Printable(clip(c.FaultAddr, 20)), Printable(clip(c.IP, 20))
 		c.Exe = Printable(clip(c.Exe, maxCmd))
+		c.Ancestors = c.Ancestors[:min(len(c.Ancestors), MaxAncestors)]
 	}
 	return v, nil
 }
