@@ -1,9 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -98,7 +98,7 @@ func newExplainCmd(e *env) *cobra.Command {
 			if offsets != "" {
 				for _, f := range strings.Split(offsets, ",") {
 					ms, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-					if err != nil || ms < 0 || ms > 3600e3 {
+					if err != nil || !(ms >= 0 && ms <= 3600e3) { // NaN too
 						return usagef("--offsets %q: want milliseconds from 0, comma-separated, e.g. 0,100,250", offsets)
 					}
 					po.Offsets = append(po.Offsets, time.Duration(ms*float64(time.Millisecond)))
@@ -115,6 +115,11 @@ func newExplainCmd(e *env) *cobra.Command {
 				return err
 			}
 			o.Knobs, o.KnobRuns = knobs, knobRuns
+		}
+		if report != "" {
+			if err := explain.CheckReportPath(report); err != nil {
+				return err
+			}
 		}
 		c, err := e.client()
 		if err != nil {
@@ -146,16 +151,18 @@ func newExplainCmd(e *env) *cobra.Command {
 		if err != nil {
 			return err
 		}
+		// a report that cannot be written after all still leaves what
+		// was measured printed
+		var reportErr error
 		if report != "" {
-			if err := writeReport(report, res); err != nil {
-				return err
+			if reportErr = writeReport(report, res); reportErr == nil {
+				res.Report = report
 			}
-			res.Report = report
 		}
 		if e.json {
-			return e.printJSONLine(res)
+			return errors.Join(e.printJSONLine(res), reportErr)
 		}
-		return printExplained(e.stdout, res)
+		return errors.Join(printExplained(e.stdout, res), reportErr)
 	})
 	return cmd
 }
@@ -167,7 +174,7 @@ func parseKnobs(cpus string, env []string) ([]explain.KnobValue, error) {
 	if cpus != "" && cpus != "none" {
 		for _, f := range strings.Split(cpus, ",") {
 			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-			if err != nil || v <= 0 {
+			if err != nil || !(v > 0 && v <= 1024) { // NaN, Inf too
 				return nil, usagef("--cpus %q: want CPU quotas above 0, comma-separated, e.g. 0.25,1,2", cpus)
 			}
 			out = append(out, explain.KnobValue{Knob: "cpus", Value: strconv.FormatFloat(v, 'g', -1, 64), CPUs: v})
@@ -189,23 +196,7 @@ func parseKnobs(cpus string, env []string) ([]explain.KnobValue, error) {
 }
 
 // writeReport writes the HTML report to path, whole or not at all.
-func writeReport(path string, r *explain.Explained) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return fmt.Errorf("explain: report: %w", err)
-	}
-	if err := explain.WriteReport(f, r); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("explain: report %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("explain: report %s: %w", path, err)
-	}
-	return os.Rename(tmp, path)
-}
+func writeReport(path string, r *explain.Explained) error { return explain.WriteReportFile(path, r) }
 
 // explainClient is the SDK as explain's Client.
 type explainClient struct{ flaky.SDK }

@@ -1,10 +1,13 @@
 package explain
 
 import (
+	"errors"
 	"fmt"
 	"html"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"sbx.dev/sbx/internal/explain/analyze"
@@ -24,6 +27,42 @@ const maxTimeline = 300
 
 // esc escapes what a sandbox wrote (paths, process names) for HTML and SVG.
 func esc(s string) string { return html.EscapeString(s) }
+
+// CheckReportPath says, before anything is run, whether the report can be
+// written to path: not a directory, in a directory that exists and takes
+// a new file. Found out only after every run, it would lose them all.
+func CheckReportPath(path string) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("explain: --report %s is a directory: give a file's path", path)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("explain: --report %s: cannot write there: %w", path, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
+// WriteReportFile writes the report to path, whole or not at all: a
+// temporary file beside it, renamed into place (and removed if that
+// fails).
+func WriteReportFile(path string, r *Explained) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("explain: report %s: %w", path, err)
+	}
+	tmp := f.Name()
+	err = WriteReport(f, r)
+	err = errors.Join(err, f.Chmod(0o644), f.Close())
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("explain: report %s: %w", path, err)
+	}
+	return nil
+}
 
 // WriteReport writes the report: one self-contained HTML page, its plots
 // inline SVG, with no script and nothing fetched.
