@@ -44,9 +44,13 @@ const (
 	// exitFile is where a run started in the background leaves its exit
 	// code (in the sandbox's own /tmp; each fork has its own disk).
 	exitFile = "/tmp/.sbx-explain-exit"
-	// pnrWait bounds the wait for a background run to end, without a
-	// --timeout.
+	// pnrWait bounds a background run without a --timeout: the wrapper
+	// kills the test after it (a failure, as --timeout's kill is).
 	pnrWait = 2 * time.Minute
+	// pnrGrace is how much longer than its bound a run is waited for
+	// (its fork boots, the wrapper writes its exit) before it counts as
+	// one that did not say how it ended.
+	pnrGrace = 30 * time.Second
 )
 
 // CurvePoint is the rate, among forks taken at AtMs of runs that went on
@@ -122,9 +126,14 @@ func measurePNR(ctx context.Context, c PNRClient, o Options, po PNROptions) (*Po
 		}
 		res := make([]result, po.Parents)
 		var wg sync.WaitGroup
+		// at most --parallel parents at once, as the runs: each holds
+		// its fork and Ways children
+		sem := make(chan struct{}, parallelOf(o))
 		for i := range po.Parents {
 			s := seed()
 			wg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
 				r := &res[i]
 				r.failed, r.kids, r.fail, r.pause, r.before, r.err = pnrParent(ctx, c, o, root, off, po.Ways, s)
 			})
@@ -195,8 +204,12 @@ func pnrParent(ctx context.Context, c PNRClient, o Options, root string, off tim
 		}
 	}()
 	env := append(append([]string{}, o.Test.Env...), seedEnv(o.Test)+"="+strconv.FormatUint(uint64(seed), 10))
+	bound := runBound(o.Test)
 	start := time.Now()
-	x, err := c.ExecDetached(ctx, parent, api.ExecRequest{Cmd: wrapExit(o.Test.Cmd), Env: env, Timeout: o.Test.Timeout})
+	// the wrapper kills the test at its bound, in the children too (a
+	// child carries the watchdog on; no exec of sbxd's is there to time
+	// it out); sbxd's own timeout is the backstop for the parent
+	x, err := c.ExecDetached(ctx, parent, api.ExecRequest{Cmd: wrapExit(o.Test.Cmd, bound), Env: env, Timeout: (bound + pnrGrace).String()})
 	if err != nil {
 		return false, 0, 0, 0, nil, fmt.Errorf("start the test in %s: %w", parent, err)
 	}
@@ -218,7 +231,8 @@ func pnrParent(ctx context.Context, c PNRClient, o Options, root string, off tim
 	if err != nil {
 		return false, 0, 0, 0, nil, fmt.Errorf("fork %s at %s: %w", parent, off, err)
 	}
-	code, err := waitExit(ctx, c, parent)
+	deadline := start.Add(bound + pnrGrace)
+	code, err := waitExit(ctx, c, parent, deadline)
 	if err != nil {
 		return false, 0, 0, 0, nil, err
 	}
@@ -227,7 +241,7 @@ func pnrParent(ctx context.Context, c PNRClient, o Options, root string, off tim
 		return false, 0, 0, pause, nil, nil
 	}
 	for _, k := range children {
-		code, err := waitExit(ctx, c, k)
+		code, err := waitExit(ctx, c, k, deadline.Add(pnrGrace))
 		if err != nil {
 			return false, 0, 0, 0, nil, err
 		}
@@ -259,19 +273,39 @@ func seedEnv(t flaky.Test) string {
 	return t.SeedEnv
 }
 
-// wrapExit runs cmd and leaves its exit code in exitFile, so that a fork
-// that carries the run on can tell how it ended.
-func wrapExit(cmd []string) []string {
-	return append([]string{"/bin/sh", "-c", `"$@"; echo $? > ` + exitFile + `.tmp && mv ` + exitFile + `.tmp ` + exitFile, "sbx-explain"}, cmd...)
+// parallelOf is how many runs go at once.
+func parallelOf(o Options) int {
+	if o.Parallel < 1 {
+		return flaky.DefaultParallel
+	}
+	return o.Parallel
+}
+
+// runBound is how long a background run may go: the test's --timeout,
+// else pnrWait.
+func runBound(t flaky.Test) time.Duration {
+	if d, err := time.ParseDuration(t.Timeout); err == nil && d > 0 {
+		return d
+	}
+	return pnrWait
+}
+
+// wrapExit runs cmd, killed after bound (a failure, as --timeout's kill
+// is), and leaves its exit code in exitFile, so that a fork that carries
+// the run on can tell how it ended.
+func wrapExit(cmd []string, bound time.Duration) []string {
+	script := fmt.Sprintf(`"$@" & p=$!; (sleep %.3f; kill -9 $p) >/dev/null 2>&1 & w=$!; wait $p; c=$?; kill $w 2>/dev/null; `+
+		`echo $c > %s.tmp && mv %s.tmp %s`, bound.Seconds(), exitFile, exitFile, exitFile)
+	return append([]string{"/bin/sh", "-c", script, "sbx-explain"}, cmd...)
 }
 
 // unknownExit is the exit of a run whose exit file holds no exit code.
 const unknownExit = -1
 
-// waitExit waits, bounded, for the background run in sandbox id to leave
-// its exit code.
-func waitExit(ctx context.Context, c PNRClient, id string) (int, error) {
-	deadline := time.Now().Add(pnrWait)
+// waitExit waits, until deadline, for the background run in sandbox id
+// to leave its exit code; one that has not by then did not say how it
+// ended (unknownExit: its watchdog was killed, or the sandbox lies).
+func waitExit(ctx context.Context, c PNRClient, id string, deadline time.Time) (int, error) {
 	for {
 		var out bytes.Buffer
 		x, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"cat", exitFile}, Timeout: "10s"}, &limitWriter{w: &out, n: 64}, io.Discard)
@@ -287,7 +321,7 @@ func waitExit(ctx context.Context, c PNRClient, id string) (int, error) {
 			return code, nil
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("the run in %s did not end in %s", id, pnrWait)
+			return unknownExit, nil
 		}
 		select {
 		case <-ctx.Done():
