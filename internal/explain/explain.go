@@ -381,7 +381,7 @@ func readTrace(ctx context.Context, c Client, r flaky.Run) (*api.Trace, error) {
 		if err != nil {
 			return nil, fmt.Errorf("trace: %w", err)
 		}
-		if r.Pid == 0 || rootExited(tr, int32(r.Pid)) || time.Now().After(deadline) || len(tr.Events) >= tr.Limit {
+		if r.Pid == 0 || rootExited(tr, int32(r.Pid)) || time.Now().After(deadline) || len(tr.Events) >= tr.Limit || tr.Full {
 			return tr, nil
 		}
 		select {
