@@ -44,7 +44,13 @@ type Run struct {
 // already, these keep the pairs of the order features in hand.
 const (
 	maxKeysPerResource = 24
-	maxFindings        = 10
+	// maxOrderKeys bounds the keys, over all resources, whose orders are
+	// features: a run's order features are at most their pairs on one
+	// resource, so a trace of 20000 connects and binds spread over
+	// ports cannot make hundreds of thousands per run (it made 1.7 GB
+	// of garbage and 8 s for 24 runs). A real test has a few.
+	maxOrderKeys = 256
+	maxFindings  = 10
 	// TreeDepth bounds the walk from a process up to the test's root.
 	treeDepth = 64
 )
@@ -390,12 +396,26 @@ func keysOf(r Run, evs []api.TraceEvent) *runFeatures {
 // different syscalls on one resource (of any run), "b came after a" where
 // a happened and b had not happened before it: later, or never.
 func addOrders(all []*runFeatures) {
+	// only a resource with two syscalls on it has orders
+	verbs := map[string]map[string]bool{}
+	for _, rf := range all {
+		for _, k := range rf.keys {
+			if res := rf.first[k].resource; res != "" {
+				if verbs[res] == nil {
+					verbs[res] = map[string]bool{}
+				}
+				if len(verbs[res]) < 2 {
+					verbs[res][verb(k)] = true
+				}
+			}
+		}
+	}
 	byRes := map[string][]string{}
 	known := map[string]bool{}
 	for _, rf := range all {
 		for _, k := range rf.keys {
 			res := rf.first[k].resource
-			if res == "" || known[k] || len(byRes[res]) >= maxKeysPerResource {
+			if res == "" || len(verbs[res]) < 2 || known[k] || len(byRes[res]) >= maxKeysPerResource || len(known) >= maxOrderKeys {
 				continue
 			}
 			known[k] = true
