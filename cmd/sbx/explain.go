@@ -74,8 +74,8 @@ func newExplainCmd(e *env) *cobra.Command {
 		switch {
 		case len(command) == 0:
 			return usagef("explain takes a test command (after its flags, or after --)")
-		case n < 2:
-			return usagef("-n %d: want at least 2 runs (a failing and a passing one to compare)", n)
+		case n < 2 || n > explain.MaxRuns:
+			return usagef("-n %d: want 2 runs (a failing and a passing one to compare) to %d", n, explain.MaxRuns)
 		case parallel < 1:
 			return usagef("--parallel %d: want at least 1", parallel)
 		case seedEnv == "" || strings.ContainsAny(seedEnv, "= "):

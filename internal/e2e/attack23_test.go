@@ -79,3 +79,17 @@ func TestAttack23BadNumbers(t *testing.T) {
 		}
 	}
 }
+
+// TestAttack23RunCounts: -n as pytest -n and docker habits type it. -n 0
+// and 1 are refused; -n 100000 is refused up front too: explain keeps
+// every run's trace for the analysis (at least 2000 events each, so
+// 200 million events), where flake-rate keeps none.
+func TestAttack23RunCounts(t *testing.T) {
+	d := shared
+	for _, flags := range [][]string{{"-n", "0"}, {"-n", "1"}, {"-n", "100000"}, {"-n", "-3"}, {"--parallel", "0"}, {"-n", "x"}} {
+		r := d.sbx(t, append(append([]string{"explain", "sb_aaaaaaaaaa"}, flags...), "--", "true")...)
+		if r.code != 2 || !strings.Contains(r.stderr, flags[0]) {
+			t.Errorf("%v: exit %d, stderr %q: want a usage error (2) naming the flag", flags, r.code, r.stderr)
+		}
+	}
+}

@@ -151,11 +151,15 @@ type PointOfNoReturn struct {
 	Note    string  `json:"note"`
 }
 
-// eventBudget bounds the events explain holds over all runs (some 400 MB
-// at most), each run keeping at least minRunEvents of its own.
+// eventBudget bounds the events explain holds over all runs, each run
+// keeping at least minRunEvents of its own: the analysis costs up to
+// some 1.6 KB an event (distinct in each run), so about 1 GB at most.
+// MaxRuns keeps the floor inside the budget (with a floor of 2000 and no
+// bound on -n, -n 100000 was 200 million events).
 const (
-	eventBudget  = 2_000_000
-	minRunEvents = 2000
+	eventBudget  = 600_000
+	MaxRuns      = 1000
+	minRunEvents = eventBudget / MaxRuns
 )
 
 // traceSettle bounds the wait for a run's last events, which gVisor sends
@@ -169,6 +173,9 @@ func Explain(ctx context.Context, c Client, o Options) (*Explained, error) {
 	n := o.N
 	if n == 0 {
 		n = DefaultRuns
+	}
+	if n > MaxRuns {
+		return nil, api.Errorf(api.ErrInvalid, "explain: %d runs: at most %d (each run's trace is kept for the analysis)", n, MaxRuns)
 	}
 	var (
 		mu     sync.Mutex
