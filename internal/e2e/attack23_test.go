@@ -1,11 +1,16 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // Attacks on `sbx explain` (issue 23's "Bad input", and more).
@@ -92,4 +97,103 @@ func TestAttack23RunCounts(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q: want a usage error (2) naming the flag", flags, r.code, r.stderr)
 		}
 	}
+}
+
+// TestAttack23Interrupt: SIGINT (^C) to `sbx explain` at instants in each
+// of its phases (forking, the runs, the knobs, the point of no return, the
+// fix): it exits 130, and nothing it made is left: no fork, snapshot,
+// runsc process, monitor socket or sandbox directory.
+func TestAttack23Interrupt(t *testing.T) {
+	d := ownDaemon(t)
+	id := d.newSandbox(t, "--template", "tiny")
+	const test = `sleep 0.4; test $((SEED % 2)) = 0`
+	for _, after := range []time.Duration{200 * time.Millisecond, 1500 * time.Millisecond, 3 * time.Second, 4500 * time.Millisecond, 6 * time.Second, 8 * time.Second} {
+		cmd := exec.Command(filepath.Join(binDir, "sbx"), "--json", "explain", id, "-n", "4", "--parallel", "2",
+			"--knob-runs", "2", "--cpus", "1", "--offsets", "0,300", "--pnr-parents", "1", "--pnr-ways", "2", "--fixed", "true", "--", "sh", "-c", test)
+		cmd.Env = append(os.Environ(), "SBX_HOST=unix://"+d.socket)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(after)
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(3 * time.Minute):
+			_ = cmd.Process.Kill()
+			<-done
+			t.Errorf("SIGINT after %s: explain did not end in 3 minutes", after)
+		}
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		t.Logf("SIGINT after %s: exit %d, last line %s, stderr %q", after, cmd.ProcessState.ExitCode(), lines[len(lines)-1], errb.String())
+		if code := cmd.ProcessState.ExitCode(); code != 130 && !strings.Contains(out.String(), `"event":"explained"`) {
+			t.Errorf("SIGINT after %s: exit %d, want 130", after, code)
+		}
+		// the deletes are waited for: what is left is left
+		if got := sandboxIDs(t, d); !slices.Equal(got, []string{id}) {
+			t.Errorf("SIGINT after %s: sandboxes left %v, want only %s", after, got, id)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		sn, err := d.client.Snapshots(ctx)
+		cancel()
+		if err != nil || len(sn) != 0 {
+			t.Errorf("SIGINT after %s: snapshots %+v (%v), want none", after, sn, err)
+		}
+		socks, _ := filepath.Glob(filepath.Join(d.dir, "sandboxes", "*", "trace.sock"))
+		if len(socks) > 0 {
+			t.Errorf("SIGINT after %s: monitor sockets left: %v", after, socks)
+		}
+	}
+	deleteEverything(t, d)
+	checkNoLeaks(t, d)
+}
+
+// TestAttack23DaemonKilled: sbxd is killed (SIGKILL) while explain runs:
+// explain ends with an error that says so (it does not hang), and once
+// sbxd is back, what explain made does not stay for good: its forks took
+// the state's ttl, none here, and stayed ready for good; with --timeout
+// each has an idle ttl that outlasts its wait for its run. (Without
+// --timeout they still take the state's: not fixed.)
+func TestAttack23DaemonKilled(t *testing.T) {
+	d := ownDaemon(t)
+	id := d.newSandbox(t, "--template", "tiny")
+	cmd := exec.Command(filepath.Join(binDir, "sbx"), "--json", "explain", id, "-n", "8", "--parallel", "2",
+		"--timeout", "30", "--knob-runs", "0", "--offsets", "0", "--pnr-parents", "2", "--pnr-ways", "2", "--", "sh", "-c", `sleep 1; test $((SEED % 2)) = 0`)
+	cmd.Env = append(os.Environ(), "SBX_HOST=unix://"+d.socket)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	d.kill(syscall.SIGKILL)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Minute):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Errorf("explain did not end in 3 minutes after sbxd was killed")
+	}
+	t.Logf("explain: exit %d, stderr %q", cmd.ProcessState.ExitCode(), errb.String())
+	if cmd.ProcessState.ExitCode() == 0 {
+		t.Errorf("explain exit 0 with sbxd killed under it")
+	}
+	if err := d.start(nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range d.list(t) {
+		if sb.ID != id {
+			t.Logf("left after the restart: %s %s ttl %q", sb.ID, sb.State, sb.TTL)
+			if sb.TTL == "" {
+				t.Errorf("%s, made by explain, is left with no ttl: it stays for good", sb.ID)
+			}
+		}
+	}
+	deleteEverything(t, d)
+	checkNoLeaks(t, d)
 }

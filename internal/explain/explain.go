@@ -183,7 +183,7 @@ func Explain(ctx context.Context, c Client, o Options) (*Explained, error) {
 	)
 	ro := flaky.RateOptions{
 		Sandbox: o.Sandbox, From: o.From, N: n, Parallel: o.Parallel, Test: o.Test, Seed: o.Seed,
-		Monitor: true,
+		Monitor: true, ForkTTL: forkTTL(o),
 		Inspect: func(ctx context.Context, r flaky.Run) error {
 			tr, err := readTrace(ctx, c, r)
 			if err != nil {
@@ -322,7 +322,7 @@ func measureKnob(ctx context.Context, c Client, o Options, kv KnobValue) (Knob, 
 	t := o.Test
 	t.Env = append(append([]string{}, t.Env...), kv.Env...)
 	res, err := flaky.FlakeRate(ctx, c, flaky.RateOptions{
-		Sandbox: o.Sandbox, From: o.From, N: n, Parallel: o.Parallel, Test: t, Seed: o.Seed, CPUs: kv.CPUs,
+		Sandbox: o.Sandbox, From: o.From, N: n, Parallel: o.Parallel, Test: t, Seed: o.Seed, CPUs: kv.CPUs, ForkTTL: forkTTL(o),
 	})
 	if err != nil {
 		return Knob{}, err

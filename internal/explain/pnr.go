@@ -192,7 +192,10 @@ func measurePNR(ctx context.Context, c PNRClient, o Options, po PNROptions) (*Po
 // before off.
 func pnrParent(ctx context.Context, c PNRClient, o Options, root string, off time.Duration, ways int, seed uint32) (failed bool, kids, fails int, pause time.Duration, before []analyze.ExampleEvent, err error) {
 	wctx := context.WithoutCancel(ctx) // forks finish, and are deleted, whatever the caller does
-	made, err := c.Fork(wctx, root, api.ForkRequest{Memory: true, Count: 1, Monitor: true})
+	// an idle ttl that outlasts the run and the waits for its children:
+	// should explain lose sbxd, they go by themselves
+	ttl := (2*(runBound(o.Test)+pnrGrace) + 10*time.Minute).String()
+	made, err := c.Fork(wctx, root, api.ForkRequest{Memory: true, Count: 1, Monitor: true, TTL: ttl})
 	if err != nil {
 		return false, 0, 0, 0, nil, err
 	}
@@ -219,7 +222,7 @@ func pnrParent(ctx context.Context, c PNRClient, o Options, root string, off tim
 	case <-time.After(time.Until(start.Add(off))):
 	}
 	asked := time.Now()
-	err = c.ForkEvents(wctx, parent, api.ForkRequest{Memory: true, Count: ways}, func(ev api.ForkEvent) error {
+	err = c.ForkEvents(wctx, parent, api.ForkRequest{Memory: true, Count: ways, TTL: ttl}, func(ev api.ForkEvent) error {
 		switch ev.Event {
 		case api.ForkForking:
 			children = append(children, ev.IDs...)
@@ -279,6 +282,19 @@ func parallelOf(o Options) int {
 		return flaky.DefaultParallel
 	}
 	return o.Parallel
+}
+
+// forkTTL is the idle ttl of the forks of a measurement whose runs are
+// timed out (none without --timeout: a fork may wait for its run as long
+// as the runs ahead of it take): more than its wait for a run slot, the
+// runs of api.MaxForks+parallel forks ahead of it, one at a time.
+func forkTTL(o Options) string {
+	d, err := time.ParseDuration(o.Test.Timeout)
+	if err != nil || d <= 0 {
+		return ""
+	}
+	ahead := time.Duration(2 + api.MaxForks/parallelOf(o))
+	return (ahead*(d+time.Minute) + 10*time.Minute).String()
 }
 
 // runBound is how long a background run may go: the test's --timeout,

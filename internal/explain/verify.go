@@ -53,7 +53,7 @@ func VerifyFix(ctx context.Context, c Client, o Options, fixed flaky.Test, oldRa
 		return v, nil
 	}
 	n := min(v.Need99, maxVerifyRuns)
-	res, err := flaky.FlakeRate(ctx, c, flaky.RateOptions{Sandbox: o.Sandbox, From: o.From, N: n, Parallel: o.Parallel, Test: fixed, Seed: o.Seed})
+	res, err := flaky.FlakeRate(ctx, c, flaky.RateOptions{Sandbox: o.Sandbox, From: o.From, N: n, Parallel: o.Parallel, Test: fixed, Seed: o.Seed, ForkTTL: forkTTL(o)})
 	if err != nil {
 		return nil, fmt.Errorf("verify the fix: %w", err)
 	}

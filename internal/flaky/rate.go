@@ -34,6 +34,11 @@ type RateOptions struct {
 	Monitor bool
 	// CPUs is each fork's CPU quota (0: the state's own).
 	CPUs float64
+	// ForkTTL, if set, is each fork's idle ttl (else the state's own):
+	// should the client lose sbxd before it could delete them, forks
+	// of a state without one would stay for good. It must outlast a
+	// fork's wait for its run (its run's exec counts as activity).
+	ForkTTL string
 	// Inspect, if set, is called as each run ends, with its fork still
 	// there (r.Sandbox) and before Progress; explain reads the run's trace.
 	// Calls may come at once. An error ends the measurement.
@@ -274,7 +279,7 @@ func (p *ratePipeline) grow() {
 		// The runs' crashes are counted, not caught: a capture per failing
 		// run would be an image per run (the failure to look at is kept
 		// as it is, by keep).
-		kids, err := p.c.Fork(context.WithoutCancel(p.ctx), p.root, api.ForkRequest{Memory: true, Count: k, Monitor: p.o.Monitor, CPUs: p.o.CPUs, Meta: map[string]string{api.MetaCrashes: "off"}})
+		kids, err := p.c.Fork(context.WithoutCancel(p.ctx), p.root, api.ForkRequest{Memory: true, Count: k, Monitor: p.o.Monitor, CPUs: p.o.CPUs, TTL: p.o.ForkTTL, Meta: map[string]string{api.MetaCrashes: "off"}})
 		if err == nil && len(kids) != k {
 			err = fmt.Errorf("fork %s: asked for %d children, got %d", p.root, k, len(kids))
 		}
