@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode/utf8"
 
 	"sbx.dev/sbx/internal/explain/analyze"
 )
@@ -25,8 +26,17 @@ type TimelineRun struct {
 // maxTimeline bounds the events a timeline shows.
 const maxTimeline = 300
 
-// esc escapes what a sandbox wrote (paths, process names) for HTML and SVG.
-func esc(s string) string { return html.EscapeString(s) }
+// esc escapes what a sandbox wrote (paths, process names) for HTML and
+// SVG; its control characters and invalid UTF-8 become U+FFFD, so that
+// the file holds nothing a terminal acts on (cat report.html).
+func esc(s string) string {
+	return html.EscapeString(strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || r < 0x20 || r >= 0x7f && r < 0xa0 {
+			return utf8.RuneError
+		}
+		return r
+	}, strings.ToValidUTF8(s, "\uFFFD")))
+}
 
 // CheckReportPath says, before anything is run, whether the report can be
 // written to path: not a directory, in a directory that exists and takes

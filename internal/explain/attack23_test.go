@@ -1,0 +1,61 @@
+package explain
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"sbx.dev/sbx/internal/explain/analyze"
+)
+
+// hostile is what a sandbox may put in a path, an argv or a process name.
+const hostile = `"'><script>alert(1)</script><img src=x onerror=alert(2)><svg onload=alert(3)><a href="javascript:x">` +
+	"\x00\x1b[31m\xff\xfe" + `<link rel=stylesheet href=http://evil.example/x.css><style>@import url(http://evil.example/)</style>]]><!--<![CDATA[<iframe src=//evil.example>`
+
+// TestAttack23ReportHostile: whatever the sandbox printed, in every field
+// it can reach, the report has only its own tags, no script, no
+// attribute a sandbox chose, and nothing that fetches.
+func TestAttack23ReportHostile(t *testing.T) {
+	ev := analyze.ExampleEvent{AtMs: 1, Pid: 7, Process: hostile, Event: "open(" + hostile + ") ok"}
+	r := &Explained{
+		Runs: 2, Failed: 1, Rate: Rate{Rate: 0.5, Low: 0.1, High: 0.9}, Note: hostile, Dropped: 3,
+		Divergence: []analyze.Finding{{Summary: hostile, Resource: hostile, Failing: 1, FailingRuns: 1, PassingRuns: 1, P: 0.5,
+			Example: analyze.Example{Run: 0, Failed: true, Events: []analyze.ExampleEvent{ev}, Note: hostile}}},
+		Timelines: []TimelineRun{{Run: 0, Failed: true, Events: []analyze.ExampleEvent{ev, {AtMs: 2, Process: hostile, Event: hostile}}}},
+		Knobs:     []Knob{{Knob: hostile, Value: hostile, Runs: 1, Failed: 1, Rate: 1, Low: 0.2, High: 1}},
+		KnobVerdicts: []KnobVerdict{{Knob: hostile, Summary: hostile}},
+		PointOfNoReturn: &PointOfNoReturn{Note: hostile, Certain: true, Curve: []CurvePoint{{AtMs: 0, Runs: 1, Failed: 1, Rate: 1}},
+			Before: []analyze.ExampleEvent{ev}},
+		Fix: &Verdict{Summary: hostile},
+	}
+	var b strings.Builder
+	if err := WriteReport(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	allowed := map[string]bool{"html": true, "head": true, "meta": true, "title": true, "style": true, "body": true, "h1": true, "h2": true,
+		"p": true, "table": true, "tr": true, "th": true, "td": true, "code": true, "ul": true, "li": true,
+		"svg": true, "line": true, "text": true, "circle": true, "rect": true, "polyline": true}
+	for _, m := range regexp.MustCompile(`<([A-Za-z!\[][A-Za-z0-9\[]*)`).FindAllStringSubmatch(page, -1) {
+		if tag := strings.ToLower(m[1]); !allowed[tag] && tag != "!doctype" {
+			t.Errorf("the report has a <%s> it did not write itself", m[1])
+		}
+	}
+	// inside the report's own tags, nothing of the sandbox's
+	for _, tag := range regexp.MustCompile(`<[^>]*>`).FindAllString(page, -1) {
+		for _, bad := range []string{"evil", "alert", "javascript", "onerror", "onload"} {
+			if strings.Contains(tag, bad) {
+				t.Errorf("the report's tag %q carries %q", tag, bad)
+			}
+		}
+	}
+	// nor a control character a terminal would act on (cat report.html)
+	for _, bad := range []string{"\x00", "\x1b", "\xff"} {
+		if strings.Contains(page, bad) {
+			t.Errorf("the report carries %q", bad)
+		}
+	}
+	if n := strings.Count(page, "<style>"); n != 1 {
+		t.Errorf("%d <style> elements, want the report's own only", n)
+	}
+}
