@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"sbx.dev/sbx/api"
 )
 
 // Attacks on `sbx explain` (issue 23's "Bad input", and more).
@@ -196,4 +198,38 @@ func TestAttack23DaemonKilled(t *testing.T) {
 	}
 	deleteEverything(t, d)
 	checkNoLeaks(t, d)
+}
+
+// TestAttack23BadTargets: an unknown id, a stopped sandbox, a snapshot
+// that does not exist, and both a sandbox and --from: each a clear error
+// that names what is wrong, and nothing left behind.
+func TestAttack23BadTargets(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny")
+	stopped := d.newSandbox(t, "--template", "tiny")
+	d.must(t, "stop", stopped)
+	waitFor(t, stopped+" stopped", 2*time.Minute, func() bool { return d.info(t, stopped).State == api.StateStopped })
+	before := sandboxIDs(t, d)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sb_zzzzzzzzzz"}, "sb_zzzzzzzzzz"},
+		{[]string{"no-such-name"}, "no-such-name"},
+		{[]string{stopped}, "stopped"},
+		{[]string{"--from", "no-such-snapshot"}, "no-such-snapshot"},
+	} {
+		args := append(append([]string{"explain", "-n", "2", "--knob-runs", "0", "--pnr-parents", "0"}, tc.args...), "--", "true")
+		r := d.sbx(t, args...)
+		t.Logf("%v: exit %d, stderr %q", tc.args, r.code, r.stderr)
+		if r.code == 0 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q: want an error naming %q", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+	// --from and an id: the id is taken as the test command's first word
+	r := d.sbx(t, "explain", "-n", "2", "--knob-runs", "0", "--pnr-parents", "0", "--from", "no-such-snapshot", id, "--", "true")
+	t.Logf("--from and an id: exit %d, stderr %q", r.code, r.stderr)
+	if got := sandboxIDs(t, d); !slices.Equal(got, before) {
+		t.Errorf("sandboxes after: %v, want those before: %v", got, before)
+	}
 }
