@@ -233,3 +233,34 @@ func TestAttack23BadTargets(t *testing.T) {
 		t.Errorf("sandboxes after: %v, want those before: %v", got, before)
 	}
 }
+
+// TestAttack23HostileReport: a test whose process name and paths are
+// HTML (a script named `<svg onload=a>` opening `/tmp/<img src=x
+// onerror=...>N`): the report rendered in Chromium (no network) shows
+// them as text, with no element of the sandbox's making.
+func TestAttack23HostileReport(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny")
+	const test = `p='/tmp/<svg onload=a>'; f='/tmp/<img src=x onerror=alert(1)>'; ` +
+		`printf '#!/bin/sh\ncat "$1"\n' > "$p"; chmod +x "$p"; ` +
+		`if [ $((SEED % 2)) = 0 ]; then touch "${f}0"; fi; printf '\033[2J\033]0;owned\007<script>alert(2)</script>'; "$p" "${f}0"`
+	report := filepath.Join(t.TempDir(), "report.html")
+	res := explainTop(t, d, id, []string{"-n", "8", "--report", report}, "sh", "-c", test)
+	if res.Failed == 0 || res.Failed == res.Runs {
+		t.Skipf("%d of %d runs failed: nothing to compare", res.Failed, res.Runs)
+	}
+	checkReport(t, report, `<svg id="timelines"`, "&lt;img src=x onerror=alert(1)&gt;")
+	page, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"<img", "<svg onload", "<script", "\x1b"} {
+		if strings.Contains(string(page), bad) {
+			t.Errorf("the report holds %q", bad)
+		}
+	}
+	human := d.must(t, "explain", id, "-n", "4", "--knob-runs", "0", "--pnr-parents", "0", "--", "sh", "-c", test)
+	if strings.Contains(human, "\x1b") {
+		t.Errorf("the terminal summary carries an escape sequence: %q", human)
+	}
+}
