@@ -487,7 +487,7 @@ func Normalize(e api.TraceEvent) (key, resource string, ok bool) {
 	case "execve":
 		return fmt.Sprintf("execve(%s)", NormalizePath(e.Path)), "", true
 	case "exit":
-		return fmt.Sprintf("%s exited with status %d", proc, e.Status), "", true
+		return proc + " " + exitWords(e.Status), "", true
 	case "clone":
 		return "", "", false
 	case "":
@@ -495,6 +495,23 @@ func Normalize(e api.TraceEvent) (key, resource string, ok bool) {
 	}
 	// raw syscalls (rename, unlink): the syscall by its process, with its result
 	return fmt.Sprintf("%s() by %s %s", e.Kind, proc, outcome(e)), "", true
+}
+
+// exitWords says a task's exit status, a wait status (exit code 1 is
+// 256): "exited 1", "killed by SIGKILL".
+func exitWords(status int32) string {
+	ws := unix.WaitStatus(status)
+	switch {
+	case ws.Exited():
+		return fmt.Sprintf("exited %d", ws.ExitStatus())
+	case ws.Signaled():
+		name := unix.SignalName(ws.Signal())
+		if name == "" {
+			name = fmt.Sprintf("signal %d", int(ws.Signal()))
+		}
+		return "killed by " + name
+	}
+	return fmt.Sprintf("ended with wait status %d", status)
 }
 
 // outcome is a syscall's result: "ok", "failed ENOENT", "in progress".
