@@ -265,6 +265,9 @@ func printExplained(w io.Writer, r *explain.Explained) error {
 		fmt.Fprintln(w, "point of no return (forks of failing runs, captured at an offset from their start):")
 		for _, p := range pn.Curve {
 			fmt.Fprintf(w, "    at %6.0f ms: %d/%d forks of %d failing runs failed, %.0f%% [%.0f, %.0f]\n", p.AtMs, p.Failed, p.Runs, p.Parents, 100*p.Rate, 100*p.Low, 100*p.High)
+			if p.Ended > 0 {
+				fmt.Fprintf(w, "        (%d runs had ended before it: nothing to fork)\n", p.Ended)
+			}
 		}
 		fmt.Fprintf(w, "    %s; a capture paused a run %.0f ms at most\n", safe(pn.Note), pn.PauseMs)
 		for _, e := range pn.Before {

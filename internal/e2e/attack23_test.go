@@ -264,3 +264,36 @@ func TestAttack23HostileReport(t *testing.T) {
 		t.Errorf("the terminal summary carries an escape sequence: %q", human)
 	}
 }
+
+// TestAttack23Offsets: --offsets out of order and past the test's end.
+// The curve was read as given (its last point first), an offset past
+// the end was waited for in full and its forks only read the run's
+// exit, and a curve certain at its first offset, 300 ms, said "decided
+// before the test started", which no fork measured.
+func TestAttack23Offsets(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny")
+	out := d.must(t, "--json", "explain", id, "-n", "4", "--knob-runs", "0", "--offsets", "20000,300,300", "--pnr-parents", "2", "--pnr-ways", "2",
+		"--", "sh", "-c", `sleep 1; test $((SEED % 2)) = 0`)
+	_, res := parseExplain(t, out)
+	pn := res.PointOfNoReturn
+	if res.Failed == 0 {
+		t.Skipf("no run failed")
+	}
+	if pn == nil || len(pn.Curve) != 2 {
+		t.Fatalf("point of no return %+v, want 2 points (300, 20000)", pn)
+	}
+	for _, p := range pn.Curve {
+		t.Logf("at %.0f ms: %d/%d forks of %d failing runs, %d ended", p.AtMs, p.Failed, p.Runs, p.Parents, p.Ended)
+	}
+	t.Logf("note %q", pn.Note)
+	if pn.Curve[0].AtMs != 300 || pn.Curve[1].AtMs != 20000 {
+		t.Errorf("curve at %.0f, %.0f ms: want 300 then 20000", pn.Curve[0].AtMs, pn.Curve[1].AtMs)
+	}
+	if late := pn.Curve[1]; late.Runs != 0 || late.Ended != 2 {
+		t.Errorf("at 20000 ms: %d forks, %d runs ended: want none forked, both ended (the test takes 1 s)", late.Runs, late.Ended)
+	}
+	if strings.Contains(pn.Note, "before the test started") {
+		t.Errorf("note %q: no fork at 0 ms measured the start", pn.Note)
+	}
+}

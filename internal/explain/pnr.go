@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,6 +67,9 @@ type CurvePoint struct {
 	// PauseMs the longest pause a capture cost one of them.
 	Parents int     `json:"parents"`
 	PauseMs float64 `json:"pauseMs"`
+	// Ended is how many runs had ended before this offset (not forked:
+	// the offset is past the test's end).
+	Ended int `json:"ended,omitempty"`
 }
 
 // DefaultOffsets are the offsets tried for runs that last about d: the
@@ -93,10 +97,21 @@ func PointOfNoReturnOf(curve []CurvePoint) (at *float64, note string) {
 		return nil, "no offset tried made the failure certain (90% of forks failing): it was decided later, or by chance to the end"
 	}
 	v := curve[idx].AtMs
-	if idx == 0 || v == 0 {
-		return &v, "the outcome was decided before the test started: replay its seed"
+	prev := -1 // the last point before with forks
+	for i := idx - 1; i >= 0; i-- {
+		if curve[i].Runs > 0 {
+			prev = i
+			break
+		}
 	}
-	return &v, fmt.Sprintf("the failure became certain between %.0f ms and %.0f ms after the start", curve[idx-1].AtMs, v)
+	switch {
+	case v == 0:
+		return &v, "the outcome was decided before the test started: replay its seed"
+	case prev < 0:
+		// nothing earlier was measured: it may have been decided at the start
+		return &v, fmt.Sprintf("the failure was certain by %.0f ms, the earliest offset measured: try earlier offsets (0 tells a seed's doing)", v)
+	}
+	return &v, fmt.Sprintf("the failure became certain between %.0f ms and %.0f ms after the start", curve[prev].AtMs, v)
 }
 
 // measurePNR captures runs at each offset and forks them Ways ways.
@@ -116,7 +131,11 @@ func measurePNR(ctx context.Context, c PNRClient, o Options, po PNROptions) (*Po
 	}
 	out := &PointOfNoReturn{Curve: []CurvePoint{}, Before: []analyze.ExampleEvent{}}
 	var firstBefore [][]analyze.ExampleEvent // per offset, a failing parent's last events
-	for _, off := range po.Offsets {
+	// the curve is read from its start on: offsets in order, once each
+	offsets := slices.Clone(po.Offsets)
+	slices.Sort(offsets)
+	offsets = slices.Compact(offsets)
+	for _, off := range offsets {
 		type result struct {
 			failed     bool
 			kids, fail int
@@ -143,6 +162,10 @@ func measurePNR(ctx context.Context, c PNRClient, o Options, po PNROptions) (*Po
 		var before []analyze.ExampleEvent
 		var errs []error
 		for _, r := range res {
+			if errors.Is(r.err, errEnded) {
+				p.Ended++
+				continue
+			}
 			if r.err != nil {
 				errs = append(errs, r.err)
 				continue
@@ -216,10 +239,15 @@ func pnrParent(ctx context.Context, c PNRClient, o Options, root string, off tim
 	if err != nil {
 		return false, 0, 0, 0, nil, fmt.Errorf("start the test in %s: %w", parent, err)
 	}
-	select {
-	case <-ctx.Done():
-		return false, 0, 0, 0, nil, ctx.Err()
-	case <-time.After(time.Until(start.Add(off))):
+	// wait for the offset, or the run's end: a run that ended before it
+	// has nothing left to fork (its children would only read its exit),
+	// and an offset past every run's end is no hour to wait
+	ended, err := waitOffset(ctx, c, parent, start.Add(off))
+	if err != nil {
+		return false, 0, 0, 0, nil, err
+	}
+	if ended >= 0 || ended == unknownExit {
+		return false, 0, 0, 0, nil, errEnded
 	}
 	asked := time.Now()
 	err = c.ForkEvents(wctx, parent, api.ForkRequest{Memory: true, Count: ways, TTL: ttl}, func(ev api.ForkEvent) error {
@@ -315,6 +343,31 @@ func wrapExit(cmd []string, bound time.Duration) []string {
 	return append([]string{"/bin/sh", "-c", script, "sbx-explain"}, cmd...)
 }
 
+// errEnded says a run ended before its offset came.
+var errEnded = errors.New("the run ended before its offset")
+
+// waitOffset waits until at, looking for the run's end in sandbox id
+// every half second meanwhile: its exit code if it ended first, else -2.
+func waitOffset(ctx context.Context, c PNRClient, id string, at time.Time) (int, error) {
+	for {
+		wait := time.Until(at)
+		if wait <= 0 {
+			return -2, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(min(wait, 500*time.Millisecond)):
+		}
+		if time.Until(at) <= 0 {
+			return -2, nil
+		}
+		if code, ok, err := readExit(ctx, c, id); err != nil || ok {
+			return code, err
+		}
+	}
+}
+
 // unknownExit is the exit of a run whose exit file holds no exit code.
 const unknownExit = -1
 
@@ -323,18 +376,8 @@ const unknownExit = -1
 // ended (unknownExit: its watchdog was killed, or the sandbox lies).
 func waitExit(ctx context.Context, c PNRClient, id string, deadline time.Time) (int, error) {
 	for {
-		var out bytes.Buffer
-		x, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"cat", exitFile}, Timeout: "10s"}, &limitWriter{w: &out, n: 64}, io.Discard)
-		if err != nil {
-			return 0, fmt.Errorf("read the exit of the run in %s: %w", id, err)
-		}
-		if x.ExitCode != nil && *x.ExitCode == 0 {
-			code, err := strconv.Atoi(strings.TrimSpace(out.String()))
-			if err != nil || code < 0 || code > 255 {
-				// the test wrote the file itself: its outcome is unknown
-				return unknownExit, nil
-			}
-			return code, nil
+		if code, ok, err := readExit(ctx, c, id); err != nil || ok {
+			return code, err
 		}
 		if time.Now().After(deadline) {
 			return unknownExit, nil
@@ -345,6 +388,25 @@ func waitExit(ctx context.Context, c PNRClient, id string, deadline time.Time) (
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// readExit reads the exit the background run in sandbox id left, if it
+// has (ok).
+func readExit(ctx context.Context, c PNRClient, id string) (code int, ok bool, err error) {
+	var out bytes.Buffer
+	x, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"cat", exitFile}, Timeout: "10s"}, &limitWriter{w: &out, n: 64}, io.Discard)
+	if err != nil {
+		return 0, false, fmt.Errorf("read the exit of the run in %s: %w", id, err)
+	}
+	if x.ExitCode == nil || *x.ExitCode != 0 {
+		return 0, false, nil
+	}
+	code, err = strconv.Atoi(strings.TrimSpace(out.String()))
+	if err != nil || code < 0 || code > 255 {
+		// the test wrote the file itself: its outcome is unknown
+		return unknownExit, true, nil
+	}
+	return code, true, nil
 }
 
 // limitWriter keeps the first n bytes: what a sandbox prints is untrusted.
