@@ -1,11 +1,19 @@
 package explain
 
 import (
+	"context"
+	"fmt"
+	"io"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/client"
 	"sbx.dev/sbx/internal/explain/analyze"
+	"sbx.dev/sbx/internal/flaky"
 )
 
 // hostile is what a sandbox may put in a path, an argv or a process name.
@@ -57,5 +65,65 @@ func TestAttack23ReportHostile(t *testing.T) {
 	}
 	if n := strings.Count(page, "<style>"); n != 1 {
 		t.Errorf("%d <style> elements, want the report's own only", n)
+	}
+}
+
+// fakeClient forks and runs for VerifyFix: every exec exits with code.
+type fakeClient struct {
+	mu    sync.Mutex
+	n     int
+	execs int
+	code  int
+}
+
+func (f *fakeClient) Create(ctx context.Context, opts ...client.CreateOption) (*api.Sandbox, error) {
+	return &api.Sandbox{ID: "sb_root"}, nil
+}
+
+func (f *fakeClient) Fork(ctx context.Context, id string, req api.ForkRequest) ([]api.Sandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []api.Sandbox
+	for range req.Count {
+		f.n++
+		out = append(out, api.Sandbox{ID: fmt.Sprintf("sb_%010d", f.n)})
+	}
+	return out, nil
+}
+
+func (f *fakeClient) Exec(ctx context.Context, id string, req api.ExecRequest, stdout, stderr io.Writer) (*api.Exec, error) {
+	f.mu.Lock()
+	f.execs++
+	f.mu.Unlock()
+	code := f.code
+	return &api.Exec{ID: "ex_1", State: api.ExecExited, ExitCode: &code}, nil
+}
+
+func (f *fakeClient) Delete(ctx context.Context, id string) error { return nil }
+func (f *fakeClient) SetTTL(ctx context.Context, id string, ttl time.Duration) (*api.Sandbox, error) {
+	return &api.Sandbox{ID: id}, nil
+}
+func (f *fakeClient) Trace(ctx context.Context, id string) (*api.Trace, error) { return &api.Trace{}, nil }
+
+// TestAttack23VerifyNeverPasses: --fixed with a command that never passes,
+// against a rare failure (1%: 459 runs prove a fix at 99%), stops at its
+// first failing batch instead of running all 459.
+func TestAttack23VerifyNeverPasses(t *testing.T) {
+	f := &fakeClient{code: 1}
+	v, err := VerifyFix(context.Background(), f, Options{Sandbox: "sb_root"}, flaky.Test{Cmd: []string{"false"}}, 0.01)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s (%d execs)", v.Summary, f.execs)
+	if v.Fixed || v.Failed == 0 || !strings.HasPrefix(v.Summary, "not fixed") {
+		t.Errorf("verdict %+v, want not fixed", v)
+	}
+	if f.execs > 2*api.MaxForks {
+		t.Errorf("%d runs of a fix that failed from its first, want it to stop at its first batch", f.execs)
+	}
+	// one that holds runs them all
+	f = &fakeClient{code: 0}
+	if v, err = VerifyFix(context.Background(), f, Options{Sandbox: "sb_root"}, flaky.Test{Cmd: []string{"true"}}, 0.01); err != nil || !v.Fixed || v.Runs != v.Need99 || f.execs != v.Need99 {
+		t.Errorf("a fix that holds: %+v, %v, %d execs: want all %d runs", v, err, f.execs, v.Need99)
 	}
 }
