@@ -103,7 +103,9 @@ func (f *fakeClient) Delete(ctx context.Context, id string) error { return nil }
 func (f *fakeClient) SetTTL(ctx context.Context, id string, ttl time.Duration) (*api.Sandbox, error) {
 	return &api.Sandbox{ID: id}, nil
 }
-func (f *fakeClient) Trace(ctx context.Context, id string) (*api.Trace, error) { return &api.Trace{}, nil }
+func (f *fakeClient) Trace(ctx context.Context, id string) (*api.Trace, error) {
+	return &api.Trace{}, nil
+}
 
 // TestAttack23VerifyNeverPasses: --fixed with a command that never passes,
 // against a rare failure (1%: 459 runs prove a fix at 99%), stops at its
