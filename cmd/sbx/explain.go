@@ -90,8 +90,8 @@ func newExplainCmd(e *env) *cobra.Command {
 		if fixedCmd != "" {
 			o.Fixed = &flaky.Test{Cmd: shellWrap([]string{fixedCmd}), SeedEnv: seedEnv, Timeout: timeout.wire(), Env: envs}
 		}
-		if pnrParents < 0 || pnrWays < 1 || pnrWays > api.MaxForks {
-			return usagef("--pnr-parents %d, --pnr-ways %d: want 0 or more runs and 1 to %d forks", pnrParents, pnrWays, api.MaxForks)
+		if pnrParents < 0 || pnrParents > explain.MaxRuns || pnrWays < 1 || pnrWays > api.MaxForks {
+			return usagef("--pnr-parents %d, --pnr-ways %d: want 0 to %d runs and 1 to %d forks", pnrParents, pnrWays, explain.MaxRuns, api.MaxForks)
 		}
 		if pnrParents > 0 {
 			po := &explain.PNROptions{Parents: pnrParents, Ways: pnrWays}
@@ -106,8 +106,8 @@ func newExplainCmd(e *env) *cobra.Command {
 			}
 			o.PNR = po
 		}
-		if knobRuns < 0 {
-			return usagef("--knob-runs %d: want 0 (no knobs) or more", knobRuns)
+		if knobRuns < 0 || knobRuns > explain.MaxRuns {
+			return usagef("--knob-runs %d: want 0 (no knobs) to %d", knobRuns, explain.MaxRuns)
 		}
 		if knobRuns > 0 {
 			knobs, err := parseKnobs(cpus, knobEnv)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -93,7 +94,8 @@ func TestAttack23BadNumbers(t *testing.T) {
 // 200 million events), where flake-rate keeps none.
 func TestAttack23RunCounts(t *testing.T) {
 	d := shared
-	for _, flags := range [][]string{{"-n", "0"}, {"-n", "1"}, {"-n", "100000"}, {"-n", "-3"}, {"--parallel", "0"}, {"-n", "x"}} {
+	for _, flags := range [][]string{{"-n", "0"}, {"-n", "1"}, {"-n", "100000"}, {"-n", "-3"}, {"--parallel", "0"}, {"-n", "x"},
+		{"--pnr-parents", "100000"}, {"--knob-runs", "100000"}, {"--pnr-ways", "17"}, {"--knob-runs", "-1"}} {
 		r := d.sbx(t, append(append([]string{"explain", "sb_aaaaaaaaaa"}, flags...), "--", "true")...)
 		if r.code != 2 || !strings.Contains(r.stderr, flags[0]) {
 			t.Errorf("%v: exit %d, stderr %q: want a usage error (2) naming the flag", flags, r.code, r.stderr)
@@ -295,5 +297,36 @@ func TestAttack23Offsets(t *testing.T) {
 	}
 	if strings.Contains(pn.Note, "before the test started") {
 		t.Errorf("note %q: no fork at 0 ms measured the start", pn.Note)
+	}
+}
+
+// TestAttack23ExecFlood: a monitored sandbox that execs with the longest
+// argv sbxd keeps, 16 arguments of 512 bytes (9 KB an event): its trace
+// stopped only at 20000 events, 180 MB in sbxd and as much JSON per read.
+// It is bounded in bytes too, says it is full and counts the rest.
+func TestAttack23ExecFlood(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny", "--monitor")
+	const flood = `a=$(head -c 600 /dev/zero | tr '\0' A); i=0; while [ $i -lt 1500 ]; do ` +
+		`/bin/true $a $a $a $a $a $a $a $a $a $a $a $a $a $a $a $a $a; i=$((i+1)); done; echo done`
+	if out := d.must(t, "exec", "--timeout", "5m", id, "--", "sh", "-c", flood); !strings.Contains(out, "done") {
+		t.Fatalf("flood: %q", out)
+	}
+	time.Sleep(time.Second)
+	out := d.must(t, "--json", "trace", id)
+	var tr api.Trace
+	if err := json.Unmarshal([]byte(out), &tr); err != nil {
+		var wrap struct{ Trace api.Trace }
+		if err2 := json.Unmarshal([]byte(out), &wrap); err2 != nil {
+			t.Fatalf("sbx --json trace: %v / %v", err, err2)
+		}
+		tr = wrap.Trace
+	}
+	t.Logf("trace: %d events, %d dropped, full %v, %d bytes of JSON", len(tr.Events), tr.Dropped, tr.Full, len(out))
+	if len(out) > 16<<20 {
+		t.Errorf("the trace is %d MB of JSON, want it bounded (about 8 MB kept)", len(out)>>20)
+	}
+	if !tr.Full || tr.Dropped == 0 {
+		t.Errorf("full %v, dropped %d: want the trace to say it is full and count the rest", tr.Full, tr.Dropped)
 	}
 }

@@ -150,8 +150,8 @@ func measurePNR(ctx context.Context, c PNRClient, o Options, po PNROptions) (*Po
 		sem := make(chan struct{}, parallelOf(o))
 		for i := range po.Parents {
 			s := seed()
+			sem <- struct{}{} // before the goroutine: --pnr-parents 100000 made 100000 of them wait
 			wg.Go(func() {
-				sem <- struct{}{}
 				defer func() { <-sem }()
 				r := &res[i]
 				r.failed, r.kids, r.fail, r.pause, r.before, r.err = pnrParent(ctx, c, o, root, off, po.Ways, s)
