@@ -330,3 +330,26 @@ func TestAttack23ExecFlood(t *testing.T) {
 		t.Errorf("full %v, dropped %d: want the trace to say it is full and count the rest", tr.Full, tr.Dropped)
 	}
 }
+
+// TestAttack23ForgedExit: a test that writes the exit file the point of
+// no return reads (/tmp/.sbx-explain-exit) before it has decided: each
+// parent read as failed at once and each fork of it too, so a coin
+// tossed 1 s in (half the forks at 300 ms fail) was "certain". The file
+// is named per run now; a test that reads /proc for the name can still
+// forge it (the sandbox's word, as a freeze's details are).
+func TestAttack23ForgedExit(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny")
+	const test = `echo 1 > /tmp/.sbx-explain-exit; sleep 1; r=$(head -c1 /dev/urandom | od -An -tu1); sleep 4; test $((r % 2)) = 0`
+	out := d.must(t, "--json", "explain", id, "-n", "4", "--knob-runs", "0", "--offsets", "300", "--pnr-parents", "3", "--pnr-ways", "4", "--", "sh", "-c", test)
+	_, res := parseExplain(t, out)
+	pn := res.PointOfNoReturn
+	if pn == nil {
+		t.Skipf("no run failed (%d/%d)", res.Failed, res.Runs)
+	}
+	p := pn.Curve[0]
+	t.Logf("at 300 ms: %d/%d forks of %d failing runs failed; %s", p.Failed, p.Runs, p.Parents, pn.Note)
+	if p.Runs >= 4 && p.Failed == p.Runs {
+		t.Errorf("every fork of a coin tossed after the capture failed: the forged exit file was read")
+	}
+}

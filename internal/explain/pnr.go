@@ -42,7 +42,8 @@ const (
 	DefaultPNRWays    = 4
 	// certain is the rate from which a failure is certain.
 	certain = 0.9
-	// exitFile is where a run started in the background leaves its exit
+	// exitFile, with a random name of the run's after it, is where a
+	// run started in the background leaves its exit
 	// code (in the sandbox's own /tmp; each fork has its own disk).
 	exitFile = "/tmp/.sbx-explain-exit"
 	// pnrWait bounds a background run without a --timeout: the wrapper
@@ -231,18 +232,22 @@ func pnrParent(ctx context.Context, c PNRClient, o Options, root string, off tim
 	}()
 	env := append(append([]string{}, o.Test.Env...), seedEnv(o.Test)+"="+strconv.FormatUint(uint64(seed), 10))
 	bound := runBound(o.Test)
+	// a name the test cannot know from the start: a test that wrote a
+	// fixed /tmp/.sbx-explain-exit itself had its outcome read from it
+	// at once (a run that passed counted failed, with all its forks)
+	file := fmt.Sprintf("%s-%016x", exitFile, rand.Uint64())
 	start := time.Now()
 	// the wrapper kills the test at its bound, in the children too (a
 	// child carries the watchdog on; no exec of sbxd's is there to time
 	// it out); sbxd's own timeout is the backstop for the parent
-	x, err := c.ExecDetached(ctx, parent, api.ExecRequest{Cmd: wrapExit(o.Test.Cmd, bound), Env: env, Timeout: (bound + pnrGrace).String()})
+	x, err := c.ExecDetached(ctx, parent, api.ExecRequest{Cmd: wrapExit(o.Test.Cmd, bound, file), Env: env, Timeout: (bound + pnrGrace).String()})
 	if err != nil {
 		return false, 0, 0, 0, nil, fmt.Errorf("start the test in %s: %w", parent, err)
 	}
 	// wait for the offset, or the run's end: a run that ended before it
 	// has nothing left to fork (its children would only read its exit),
 	// and an offset past every run's end is no hour to wait
-	ended, err := waitOffset(ctx, c, parent, start.Add(off))
+	ended, err := waitOffset(ctx, c, parent, file, start.Add(off))
 	if err != nil {
 		return false, 0, 0, 0, nil, err
 	}
@@ -263,7 +268,7 @@ func pnrParent(ctx context.Context, c PNRClient, o Options, root string, off tim
 		return false, 0, 0, 0, nil, fmt.Errorf("fork %s at %s: %w", parent, off, err)
 	}
 	deadline := start.Add(bound + pnrGrace)
-	code, err := waitExit(ctx, c, parent, deadline)
+	code, err := waitExit(ctx, c, parent, file, deadline)
 	if err != nil {
 		return false, 0, 0, 0, nil, err
 	}
@@ -272,7 +277,7 @@ func pnrParent(ctx context.Context, c PNRClient, o Options, root string, off tim
 		return false, 0, 0, pause, nil, nil
 	}
 	for _, k := range children {
-		code, err := waitExit(ctx, c, k, deadline.Add(pnrGrace))
+		code, err := waitExit(ctx, c, k, file, deadline.Add(pnrGrace))
 		if err != nil {
 			return false, 0, 0, 0, nil, err
 		}
@@ -335,11 +340,11 @@ func runBound(t flaky.Test) time.Duration {
 }
 
 // wrapExit runs cmd, killed after bound (a failure, as --timeout's kill
-// is), and leaves its exit code in exitFile, so that a fork that carries
+// is), and leaves its exit code in file, so that a fork that carries
 // the run on can tell how it ended.
-func wrapExit(cmd []string, bound time.Duration) []string {
+func wrapExit(cmd []string, bound time.Duration, file string) []string {
 	script := fmt.Sprintf(`"$@" & p=$!; (sleep %.3f; kill -9 $p) >/dev/null 2>&1 & w=$!; wait $p; c=$?; kill $w 2>/dev/null; `+
-		`echo $c > %s.tmp && mv %s.tmp %s`, bound.Seconds(), exitFile, exitFile, exitFile)
+		`echo $c > %s.tmp && mv %s.tmp %s`, bound.Seconds(), file, file, file)
 	return append([]string{"/bin/sh", "-c", script, "sbx-explain"}, cmd...)
 }
 
@@ -348,7 +353,7 @@ var errEnded = errors.New("the run ended before its offset")
 
 // waitOffset waits until at, looking for the run's end in sandbox id
 // every half second meanwhile: its exit code if it ended first, else -2.
-func waitOffset(ctx context.Context, c PNRClient, id string, at time.Time) (int, error) {
+func waitOffset(ctx context.Context, c PNRClient, id, file string, at time.Time) (int, error) {
 	for {
 		wait := time.Until(at)
 		if wait <= 0 {
@@ -362,7 +367,7 @@ func waitOffset(ctx context.Context, c PNRClient, id string, at time.Time) (int,
 		if time.Until(at) <= 0 {
 			return -2, nil
 		}
-		if code, ok, err := readExit(ctx, c, id); err != nil || ok {
+		if code, ok, err := readExit(ctx, c, id, file); err != nil || ok {
 			return code, err
 		}
 	}
@@ -374,9 +379,9 @@ const unknownExit = -1
 // waitExit waits, until deadline, for the background run in sandbox id
 // to leave its exit code; one that has not by then did not say how it
 // ended (unknownExit: its watchdog was killed, or the sandbox lies).
-func waitExit(ctx context.Context, c PNRClient, id string, deadline time.Time) (int, error) {
+func waitExit(ctx context.Context, c PNRClient, id, file string, deadline time.Time) (int, error) {
 	for {
-		if code, ok, err := readExit(ctx, c, id); err != nil || ok {
+		if code, ok, err := readExit(ctx, c, id, file); err != nil || ok {
 			return code, err
 		}
 		if time.Now().After(deadline) {
@@ -392,9 +397,9 @@ func waitExit(ctx context.Context, c PNRClient, id string, deadline time.Time) (
 
 // readExit reads the exit the background run in sandbox id left, if it
 // has (ok).
-func readExit(ctx context.Context, c PNRClient, id string) (code int, ok bool, err error) {
+func readExit(ctx context.Context, c PNRClient, id, file string) (code int, ok bool, err error) {
 	var out bytes.Buffer
-	x, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"cat", exitFile}, Timeout: "10s"}, &limitWriter{w: &out, n: 64}, io.Discard)
+	x, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"cat", file}, Timeout: "10s"}, &limitWriter{w: &out, n: 64}, io.Discard)
 	if err != nil {
 		return 0, false, fmt.Errorf("read the exit of the run in %s: %w", id, err)
 	}
