@@ -353,3 +353,46 @@ func TestAttack23ForgedExit(t *testing.T) {
 		t.Errorf("every fork of a coin tossed after the capture failed: the forged exit file was read")
 	}
 }
+
+// TestAttack23InterruptFrom: SIGINT while explain --from SNAPSHOT makes
+// its sandbox from the snapshot (and later its point of no return's):
+// the sandbox made for it does not outlive it.
+func TestAttack23InterruptFrom(t *testing.T) {
+	d := ownDaemon(t)
+	id := d.newSandbox(t, "--template", "tiny")
+	d.must(t, "snapshot", "--memory", id, "a23-ready")
+	before := sandboxIDs(t, d)
+	for _, after := range []time.Duration{30 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, 900 * time.Millisecond, 2 * time.Second, 3500 * time.Millisecond} {
+		cmd := exec.Command(filepath.Join(binDir, "sbx"), "--json", "explain", "--from", "a23-ready", "-n", "2", "--parallel", "2",
+			"--knob-runs", "0", "--offsets", "0", "--pnr-parents", "1", "--pnr-ways", "1", "--", "sh", "-c", `sleep 0.3; test $((SEED % 2)) = 0`)
+		cmd.Env = append(os.Environ(), "SBX_HOST=unix://"+d.socket)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(after)
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(3 * time.Minute):
+			_ = cmd.Process.Kill()
+			<-done
+			t.Errorf("SIGINT after %s: explain did not end in 3 minutes", after)
+		}
+		t.Logf("SIGINT after %s: exit %d, stderr %q", after, cmd.ProcessState.ExitCode(), errb.String())
+		time.Sleep(2 * time.Second) // a create the client left would show by now
+		if got := sandboxIDs(t, d); !slices.Equal(got, before) {
+			t.Errorf("SIGINT after %s: sandboxes %v, want those before %v", after, got, before)
+			for _, x := range got {
+				if !slices.Contains(before, x) {
+					d.sbx(t, "delete", x)
+				}
+			}
+		}
+	}
+	d.sbx(t, "snapshot", "rm", "a23-ready")
+	deleteEverything(t, d)
+}

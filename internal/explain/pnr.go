@@ -119,12 +119,17 @@ func PointOfNoReturnOf(curve []CurvePoint) (at *float64, note string) {
 func measurePNR(ctx context.Context, c PNRClient, o Options, po PNROptions) (*PointOfNoReturn, error) {
 	root := o.Sandbox
 	if o.From != "" {
-		sb, err := c.Create(ctx, client.WithFrom(o.From))
+		// not cut off by ctx: a create the caller left is finished by
+		// sbxd, and the sandbox would outlive explain (^C left it)
+		sb, err := c.Create(context.WithoutCancel(ctx), client.WithFrom(o.From))
 		if err != nil {
 			return nil, fmt.Errorf("point of no return: create a sandbox from snapshot %s: %w", o.From, err)
 		}
 		root = sb.ID
 		defer func() { _ = c.Delete(context.WithoutCancel(ctx), root) }()
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 	}
 	seed := o.Seed
 	if seed == nil {

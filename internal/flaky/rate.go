@@ -137,11 +137,17 @@ func FlakeRate(ctx context.Context, c Client, o RateOptions) (*RateResult, error
 	}
 	root := o.Sandbox
 	if o.From != "" {
-		sb, err := c.Create(ctx, client.WithFrom(o.From))
+		// Not cut off by ctx: sbxd finishes a create whose caller left,
+		// and the sandbox, never named to us, would outlive the
+		// measurement (^C while it was made left it).
+		sb, err := c.Create(context.WithoutCancel(ctx), client.WithFrom(o.From))
 		if err != nil {
 			return nil, fmt.Errorf("flake-rate: create a sandbox from snapshot %s: %w", o.From, err)
 		}
 		root = sb.ID
+		if err := ctx.Err(); err != nil {
+			return nil, errors.Join(err, deleteAll(ctx, c, []string{root}))
+		}
 	}
 	res, err := flakeRate(ctx, c, root, o)
 	if o.From != "" {
