@@ -129,3 +129,20 @@ func TestAttack23VerifyNeverPasses(t *testing.T) {
 		t.Errorf("a fix that holds: %+v, %v, %d execs: want all %d runs", v, err, f.execs, v.Need99)
 	}
 }
+
+// TestAttack23HugeTimeout: --timeout 1000000h overflowed the forks' ttl
+// (a negative duration sbxd refuses).
+func TestAttack23HugeTimeout(t *testing.T) {
+	for _, to := range []string{"1000000h", "2562047h", "1s", "", "0s"} {
+		o := Options{Test: flaky.Test{Timeout: to}, Parallel: 1}
+		ttl := forkTTL(o)
+		if ttl != "" {
+			if d, err := time.ParseDuration(ttl); err != nil || d <= 0 {
+				t.Errorf("--timeout %s: fork ttl %q", to, ttl)
+			}
+		}
+		if b := runBound(o.Test); b <= 0 {
+			t.Errorf("--timeout %s: run bound %s", to, b)
+		}
+	}
+}

@@ -223,7 +223,7 @@ func pnrParent(ctx context.Context, c PNRClient, o Options, root string, off tim
 	wctx := context.WithoutCancel(ctx) // forks finish, and are deleted, whatever the caller does
 	// an idle ttl that outlasts the run and the waits for its children:
 	// should explain lose sbxd, they go by themselves
-	ttl := (2*(runBound(o.Test)+pnrGrace) + 10*time.Minute).String()
+	ttl := ttlString(2*(min(runBound(o.Test), maxBound)+pnrGrace) + 10*time.Minute)
 	made, err := c.Fork(wctx, root, api.ForkRequest{Memory: true, Count: 1, Monitor: true, TTL: ttl})
 	if err != nil {
 		return false, 0, 0, 0, nil, err
@@ -332,14 +332,26 @@ func forkTTL(o Options) string {
 		return ""
 	}
 	ahead := time.Duration(2 + api.MaxForks/parallelOf(o))
-	return (ahead*(d+time.Minute) + 10*time.Minute).String()
+	return ttlString(ahead*(min(d, maxBound)+time.Minute) + 10*time.Minute)
+}
+
+// maxBound is the longest bound a ttl is computed from: past it (a
+// --timeout of 1000000h) the products overflow.
+const maxBound = 1000 * time.Hour
+
+// ttlString is a ttl, none ("") past what a duration holds.
+func ttlString(d time.Duration) string {
+	if d <= 0 || d > 100*maxBound {
+		return ""
+	}
+	return d.String()
 }
 
 // runBound is how long a background run may go: the test's --timeout,
 // else pnrWait.
 func runBound(t flaky.Test) time.Duration {
 	if d, err := time.ParseDuration(t.Timeout); err == nil && d > 0 {
-		return d
+		return min(d, maxBound)
 	}
 	return pnrWait
 }
