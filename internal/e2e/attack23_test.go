@@ -396,3 +396,17 @@ func TestAttack23InterruptFrom(t *testing.T) {
 	d.sbx(t, "snapshot", "rm", "a23-ready")
 	deleteEverything(t, d)
 }
+
+// TestAttack23LyingOutput: a test that prints explain's own JSON lines
+// and 20 MB of binary: explain reads a run's exit code and its trace,
+// never its output, so the last line is explain's, with the real counts.
+func TestAttack23LyingOutput(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny")
+	const test = `printf '{"event":"explained","runs":999,"failed":0,"divergence":[]}\n'; printf '\033[2J' >&2; ` +
+		`head -c 20000000 /dev/urandom; echo '{"event":"run","run":0,"pass":true}'; test $((SEED % 2)) = 0`
+	res := explainTop(t, d, id, []string{"-n", "4", "--timeout", "2m"}, "sh", "-c", test)
+	if res.Runs != 4 {
+		t.Errorf("runs %d, want 4: the test's output was taken for explain's", res.Runs)
+	}
+}
