@@ -146,3 +146,17 @@ func TestAttack23HugeTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestAttack23PNRWeakEvidence: 2 of 2 forks failing is "at least 90%":
+// the note says how little that shows.
+func TestAttack23PNRWeakEvidence(t *testing.T) {
+	lo, hi := flaky.Wilson(2, 2)
+	_, note := PointOfNoReturnOf([]CurvePoint{{AtMs: 0, Runs: 2, Failed: 2, Rate: 1, Low: lo, High: hi}})
+	if !strings.Contains(note, "from 2 of 2 forks only") {
+		t.Errorf("note %q: want it to say 2 forks are little", note)
+	}
+	lo, hi = flaky.Wilson(40, 40)
+	if _, note = PointOfNoReturnOf([]CurvePoint{{AtMs: 0, Runs: 40, Failed: 40, Rate: 1, Low: lo, High: hi}}); strings.Contains(note, "only") {
+		t.Errorf("note %q for 40 of 40 forks", note)
+	}
+}

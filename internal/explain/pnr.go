@@ -98,6 +98,17 @@ func PointOfNoReturnOf(curve []CurvePoint) (at *float64, note string) {
 		return nil, "no offset tried made the failure certain (90% of forks failing): it was decided later, or by chance to the end"
 	}
 	v := curve[idx].AtMs
+	at, note = &v, pnrNote(curve, idx)
+	// 2 of 2 forks is "90%" too: say how little that is
+	if p := curve[idx]; p.Low < certain-0.3 {
+		note += fmt.Sprintf(" (from %d of %d forks only: the rate there is %.0f%%-%.0f%%, more --pnr-parents or --pnr-ways tell better)", p.Failed, p.Runs, 100*p.Low, 100*p.High)
+	}
+	return at, note
+}
+
+// pnrNote says when the failure became certain, at curve[idx].
+func pnrNote(curve []CurvePoint, idx int) string {
+	v := curve[idx].AtMs
 	prev := -1 // the last point before with forks
 	for i := idx - 1; i >= 0; i-- {
 		if curve[i].Runs > 0 {
@@ -107,12 +118,12 @@ func PointOfNoReturnOf(curve []CurvePoint) (at *float64, note string) {
 	}
 	switch {
 	case v == 0:
-		return &v, "the outcome was decided before the test started: replay its seed"
+		return "the outcome was decided before the test started: replay its seed"
 	case prev < 0:
 		// nothing earlier was measured: it may have been decided at the start
-		return &v, fmt.Sprintf("the failure was certain by %.0f ms, the earliest offset measured: try earlier offsets (0 tells a seed's doing)", v)
+		return fmt.Sprintf("the failure was certain by %.0f ms, the earliest offset measured: try earlier offsets (0 tells a seed's doing)", v)
 	}
-	return &v, fmt.Sprintf("the failure became certain between %.0f ms and %.0f ms after the start", curve[prev].AtMs, v)
+	return fmt.Sprintf("the failure became certain between %.0f ms and %.0f ms after the start", curve[prev].AtMs, v)
 }
 
 // measurePNR captures runs at each offset and forks them Ways ways.
