@@ -410,3 +410,34 @@ func TestAttack23LyingOutput(t *testing.T) {
 		t.Errorf("runs %d, want 4: the test's output was taken for explain's", res.Runs)
 	}
 }
+
+// TestAttack23KillsAgent: a test (root in tiny) that kills the sandbox's
+// agent in some runs: explain ends, with an answer or an error naming the
+// run, and leaves no fork.
+func TestAttack23KillsAgent(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny")
+	before := sandboxIDs(t, d)
+	const test = `if [ $((SEED % 2)) = 0 ]; then killall -9 sbx-agent; sleep 2; fi; true`
+	cmd := exec.Command(filepath.Join(binDir, "sbx"), "--json", "explain", id, "-n", "4", "--timeout", "30", "--knob-runs", "0", "--pnr-parents", "0", "--", "sh", "-c", test)
+	cmd.Env = append(os.Environ(), "SBX_HOST=unix://"+d.socket)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(4 * time.Minute):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Errorf("explain did not end in 4 minutes with a test that kills the agent")
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	t.Logf("exit %d, last line %.300s, stderr %.500s", cmd.ProcessState.ExitCode(), lines[len(lines)-1], errb.String())
+	if got := sandboxIDs(t, d); !slices.Equal(got, before) {
+		t.Errorf("sandboxes after: %v, want those before: %v", got, before)
+	}
+}
