@@ -227,7 +227,7 @@ func Explain(ctx context.Context, c Client, o Options) (*Explained, error) {
 		Rate:       Rate{Rate: s.Rate, Low: s.Wilson95[0], High: s.Wilson95[1]},
 		Divergence: a.Findings, Note: a.Note, Dropped: a.Dropped, Empty: a.Empty,
 		Knobs: []Knob{}, KnobVerdicts: []KnobVerdict{}, RunList: res.Runs,
-		Timelines: pair(traces, a.Findings),
+		Timelines: pair(traces, a.Findings, a.Ports),
 	}
 	for _, kv := range o.Knobs {
 		k, err := measureKnob(ctx, c, o, kv)
@@ -287,7 +287,7 @@ func medianFailing(runs []flaky.Run) time.Duration {
 
 // pair picks the runs the report shows side by side: the top finding's
 // example and the first run of the other outcome.
-func pair(traces []analyze.Run, findings []analyze.Finding) []TimelineRun {
+func pair(traces []analyze.Run, findings []analyze.Finding, ports map[string]bool) []TimelineRun {
 	first := -1
 	if len(findings) > 0 {
 		first = findings[0].Example.Run
@@ -307,7 +307,7 @@ func pair(traces []analyze.Run, findings []analyze.Finding) []TimelineRun {
 		if t == nil {
 			continue
 		}
-		evs, cut := analyze.Timeline(*t, maxTimeline)
+		evs, cut := analyze.TimelineWith(*t, maxTimeline, ports)
 		out = append(out, TimelineRun{Run: t.Run, Seed: t.Seed, Failed: t.Failed, Events: evs, Cut: cut})
 	}
 	return out

@@ -3,6 +3,7 @@ package analyze
 import (
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,5 +85,38 @@ func peakHeap(fn func()) (peak uint64) {
 				peak = ms.HeapAlloc - base
 			}
 		}
+	}
+}
+
+// TestAttack23HighFixedPort: the bundled example's race on a server's
+// chosen port above 32768 (gRPC's 50051): the port is the same in every
+// run, so it is no ephemeral one, and the top finding names it. It was
+// normalised to "*", on no resource: no port named, no order.
+func TestAttack23HighFixedPort(t *testing.T) {
+	var runs []Run
+	for i, d := range []int64{0, 100, 200, 300, 400, 0, 100, 200, 300, 400, 0, 100} {
+		r := serviceRun(i, d)
+		for j := range r.Events {
+			r.Events[j].Addr = strings.Replace(r.Events[j].Addr, ":8099", ":50051", 1)
+		}
+		runs = append(runs, r)
+	}
+	res := Analyze(runs)
+	t.Logf("findings:\n%s", dump(res))
+	if len(res.Findings) == 0 || res.Findings[0].Resource != "port 50051" {
+		t.Fatalf("top finding %+v, want it on port 50051", res.Findings)
+	}
+	// the accepted peers' ports (40000+i, one per run) stay ephemeral
+	if strings.Contains(dump(res), "127.0.0.1:4000") {
+		t.Errorf("an accept's ephemeral peer port was kept")
+	}
+	// and a timeline says it as the findings do
+	evs, _ := TimelineWith(runs[0], 100, res.Ports)
+	found := false
+	for _, e := range evs {
+		found = found || strings.Contains(e.Event, ":50051")
+	}
+	if !found {
+		t.Errorf("timeline %+v does not name port 50051", evs)
 	}
 }
