@@ -261,6 +261,9 @@ func printExplained(w io.Writer, r *explain.Explained) error {
 			fmt.Fprintf(w, "    %s\n", safe(v.Summary))
 		}
 	}
+	for _, k := range r.KnobSkipped {
+		fmt.Fprintf(w, "knob not measured: %s\n", safe(k))
+	}
 	if pn := r.PointOfNoReturn; pn != nil {
 		fmt.Fprintln(w, "point of no return (forks of failing runs, captured at an offset from their start):")
 		for _, p := range pn.Curve {

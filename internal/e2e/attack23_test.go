@@ -441,3 +441,24 @@ func TestAttack23KillsAgent(t *testing.T) {
 		t.Errorf("sandboxes after: %v, want those before: %v", got, before)
 	}
 }
+
+// TestAttack23CPUKnobAboveHost: a CPU quota above the host's CPUs (the
+// default 0.25,0.5,1,2 on a 1-CPU machine; 64 here) is refused by sbxd
+// when its knob's forks are made, after every run: explain failed as a
+// whole and the rate and divergence it had measured were lost. The value
+// is left out, and explain says why.
+func TestAttack23CPUKnobAboveHost(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny")
+	r := d.sbx(t, "--json", "explain", id, "-n", "2", "--knob-runs", "1", "--cpus", "0.5,64", "--pnr-parents", "0", "--", "sh", "-c", `test $((SEED % 2)) = 0`)
+	if r.code != 0 {
+		t.Fatalf("exit %d, stderr %q: the measured runs were lost to a knob value sbxd refused", r.code, r.stderr)
+	}
+	_, res := parseExplain(t, r.stdout)
+	if len(res.Knobs) != 1 || res.Knobs[0].Value != "0.5" {
+		t.Errorf("knobs %+v, want cpus=0.5 only", res.Knobs)
+	}
+	if !strings.Contains(strings.Join(res.KnobSkipped, " "), "64") {
+		t.Errorf("skipped %q: want cpus=64 said", res.KnobSkipped)
+	}
+}

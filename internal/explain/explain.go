@@ -6,6 +6,7 @@ package explain
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -97,6 +98,9 @@ type Explained struct {
 	RunList []flaky.Run `json:"runList"`
 	// Timelines are a failing and a passing run's events, for the report.
 	Timelines []TimelineRun `json:"-"`
+
+	// KnobSkipped are the knob values sbxd refused, with why.
+	KnobSkipped []string `json:"knobsSkipped,omitempty"`
 }
 
 // Knob is the rate under one perturbation.
@@ -231,6 +235,12 @@ func Explain(ctx context.Context, c Client, o Options) (*Explained, error) {
 	}
 	for _, kv := range o.Knobs {
 		k, err := measureKnob(ctx, c, o, kv)
+		if errors.Is(err, api.ErrInvalid) && ctx.Err() == nil {
+			// a value sbxd refuses (a CPU quota above its host's, as the
+			// default 2 on one CPU): the runs measured stand
+			out.KnobSkipped = append(out.KnobSkipped, fmt.Sprintf("%s=%s: %v", kv.Knob, kv.Value, err))
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("explain: knob %s=%s: %w", kv.Knob, kv.Value, err)
 		}

@@ -133,6 +133,10 @@ func WriteReport(w io.Writer, r *Explained) error {
 		b.WriteString("</ul>\n")
 	}
 
+	for _, k := range r.KnobSkipped {
+		fmt.Fprintf(&b, "<p>Knob not measured: %s</p>\n", esc(k))
+	}
+
 	b.WriteString("<h2>Point of no return</h2>\n")
 	if pn := r.PointOfNoReturn; pn == nil {
 		b.WriteString(`<p>Not measured (no run failed, or --pnr-parents 0).</p>` + "\n")
