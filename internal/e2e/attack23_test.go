@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -460,5 +462,39 @@ func TestAttack23CPUKnobAboveHost(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(res.KnobSkipped, " "), "64") {
 		t.Errorf("skipped %q: want cpus=64 said", res.KnobSkipped)
+	}
+}
+
+// rssMB is a process's resident memory in MB.
+func rssMB(pid int) int {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.Atoi(f[1])
+			return kb >> 10
+		}
+	}
+	return 0
+}
+
+// TestAttack23FloodMemory: explain over runs that flood their traces with
+// the fattest events (execve with 16 arguments of 512 bytes): sbxd's
+// memory stays within the traces' bounds (8 MB each, a few forks alive).
+func TestAttack23FloodMemory(t *testing.T) {
+	d := ownDaemon(t)
+	id := d.newSandbox(t, "--template", "tiny")
+	pid := d.cmd.Process.Pid
+	before := rssMB(pid)
+	const flood = `a=$(head -c 600 /dev/zero | tr '\0' A); i=0; while [ $i -lt 1200 ]; do ` +
+		`/bin/true $a $a $a $a $a $a $a $a $a $a $a $a $a $a $a $a $a; i=$((i+1)); done; test $((SEED % 2)) = 0`
+	out := d.must(t, "--json", "explain", id, "-n", "4", "--parallel", "2", "--timeout", "5m", "--knob-runs", "0", "--pnr-parents", "0", "--", "sh", "-c", flood)
+	_, res := parseExplain(t, out)
+	after := rssMB(pid)
+	t.Logf("sbxd %d MB before, %d MB after; %d/%d failed, %d events dropped", before, after, res.Failed, res.Runs, res.Dropped)
+	if res.Dropped == 0 {
+		t.Errorf("nothing dropped: the flood did not fill the traces")
+	}
+	if after-before > 400 {
+		t.Errorf("sbxd grew %d MB over an explain of 4 flooding runs", after-before)
 	}
 }
