@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -158,5 +161,51 @@ func TestAttack23PNRWeakEvidence(t *testing.T) {
 	lo, hi = flaky.Wilson(40, 40)
 	if _, note = PointOfNoReturnOf([]CurvePoint{{AtMs: 0, Runs: 40, Failed: 40, Rate: 1, Low: lo, High: hi}}); strings.Contains(note, "only") {
 		t.Errorf("note %q for 40 of 40 forks", note)
+	}
+}
+
+// TestAttack23ReportNotRegular: --report to a pipe (as /dev/stdout or
+// /dev/null are no regular files) is written to, not renamed over: as
+// root, `--report /dev/null` replaced the device with the report. A
+// symlink to a file keeps being the link.
+func TestAttack23ReportNotRegular(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "pipe")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := os.ReadFile(fifo)
+		got <- b
+	}()
+	r := &Explained{Runs: 2, Failed: 1}
+	if err := CheckReportPath(fifo); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteReportFile(fifo, r); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(fifo); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		t.Errorf("the pipe is now %v (%v): renamed over", fi.Mode(), err)
+	}
+	if b := <-got; !strings.Contains(string(b), "<!DOCTYPE html>") {
+		t.Errorf("the pipe's reader got %q", b)
+	}
+	real := filepath.Join(dir, "real.html")
+	link := filepath.Join(dir, "link.html")
+	os.WriteFile(real, []byte("old"), 0o644)
+	os.Symlink(real, link)
+	if err := WriteReportFile(link, r); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the link is now %v (%v)", fi.Mode(), err)
+	}
+	if b, _ := os.ReadFile(real); !strings.Contains(string(b), "<!DOCTYPE html>") {
+		t.Errorf("the link's file holds %q", b)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 3 {
+		t.Errorf("left in the directory: %v", ents)
 	}
 }

@@ -42,10 +42,14 @@ func esc(s string) string {
 // written to path: not a directory, in a directory that exists and takes
 // a new file. Found out only after every run, it would lose them all.
 func CheckReportPath(path string) error {
-	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+	fi, err := os.Stat(path)
+	switch {
+	case err == nil && fi.IsDir():
 		return fmt.Errorf("explain: --report %s is a directory: give a file's path", path)
+	case err == nil && !fi.Mode().IsRegular():
+		return nil // a device or a pipe (/dev/stdout): written to as it is
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	f, err := os.CreateTemp(filepath.Dir(reportTarget(path)), "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return fmt.Errorf("explain: --report %s: cannot write there: %w", path, err)
 	}
@@ -53,11 +57,35 @@ func CheckReportPath(path string) error {
 	return os.Remove(f.Name())
 }
 
+// reportTarget is the file a path names, through its symlinks: the file
+// is replaced, not the link.
+func reportTarget(path string) string {
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		return real
+	}
+	return path
+}
+
 // WriteReportFile writes the report to path, whole or not at all: a
 // temporary file beside it, renamed into place (and removed if that
-// fails).
+// fails). A path that is no regular file (/dev/stdout, /dev/null, a pipe)
+// is written to as it is: renamed over, as root, /dev/null was a report.
 func WriteReportFile(path string, r *Explained) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+		if fi.IsDir() {
+			return fmt.Errorf("explain: report %s is a directory", path)
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+		if err != nil {
+			return fmt.Errorf("explain: report %s: %w", path, err)
+		}
+		if err := errors.Join(WriteReport(f, r), f.Close()); err != nil {
+			return fmt.Errorf("explain: report %s: %w", path, err)
+		}
+		return nil
+	}
+	target := reportTarget(path)
+	f, err := os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".*.tmp")
 	if err != nil {
 		return fmt.Errorf("explain: report %s: %w", path, err)
 	}
@@ -65,7 +93,7 @@ func WriteReportFile(path string, r *Explained) error {
 	err = WriteReport(f, r)
 	err = errors.Join(err, f.Chmod(0o644), f.Close())
 	if err == nil {
-		err = os.Rename(tmp, path)
+		err = os.Rename(tmp, target)
 	}
 	if err != nil {
 		os.Remove(tmp)
