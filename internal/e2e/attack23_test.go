@@ -498,3 +498,21 @@ func TestAttack23FloodMemory(t *testing.T) {
 		t.Errorf("sbxd grew %d MB over an explain of 4 flooding runs", after-before)
 	}
 }
+
+// TestAttack23FreezingTest: a test that freezes itself (/.sbx/freeze, as
+// pytest's sbx_freeze or freeze.OnFailure do at a failure) in every
+// run: its freezes go with explain's forks; no snapshot or image stays.
+func TestAttack23FreezingTest(t *testing.T) {
+	d := ownDaemon(t)
+	id := d.newSandbox(t, "--template", "tiny")
+	res := explainTop(t, d, id, []string{"-n", "4", "--timeout", "2m"}, "sh", "-c", `/.sbx/freeze --reason a23 >/dev/null 2>&1; test $((SEED % 2)) = 0`)
+	t.Logf("%d/%d failed", res.Failed, res.Runs)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sn, err := d.client.Snapshots(ctx)
+	if err != nil || len(sn) != 0 {
+		t.Errorf("snapshots after explain: %+v (%v), want none", sn, err)
+	}
+	deleteEverything(t, d)
+	checkNoLeaks(t, d)
+}
