@@ -333,18 +333,23 @@ func parallelOf(o Options) int {
 	return o.Parallel
 }
 
-// forkTTL is the idle ttl of the forks of a measurement whose runs are
-// timed out (none without --timeout: a fork may wait for its run as long
-// as the runs ahead of it take): more than its wait for a run slot, the
-// runs of api.MaxForks+parallel forks ahead of it, one at a time.
+// forkTTL is the idle ttl of the forks of a measurement: more than a
+// fork's wait for a run slot, the runs of api.MaxForks+parallel forks
+// ahead of it, one at a time, when they are timed out; else a day (a
+// fork whose run waited longer, behind runs of hours each, is then lost,
+// and explain says so; without it, forks an sbxd that died under explain
+// left stayed for good).
 func forkTTL(o Options) string {
 	d, err := time.ParseDuration(o.Test.Timeout)
 	if err != nil || d <= 0 {
-		return ""
+		return noTimeoutTTL.String()
 	}
 	ahead := time.Duration(2 + api.MaxForks/parallelOf(o))
 	return ttlString(ahead*(min(d, maxBound)+time.Minute) + 10*time.Minute)
 }
+
+// noTimeoutTTL is the forks' idle ttl when the runs have no --timeout.
+const noTimeoutTTL = 24 * time.Hour
 
 // maxBound is the longest bound a ttl is computed from: past it (a
 // --timeout of 1000000h) the products overflow.
