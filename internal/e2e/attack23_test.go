@@ -516,3 +516,14 @@ func TestAttack23FreezingTest(t *testing.T) {
 	deleteEverything(t, d)
 	checkNoLeaks(t, d)
 }
+
+// TestAttack23ManyProcesses: a test that leaves 600 processes running
+// behind it: explain answers, its forks go with them, nothing is left.
+func TestAttack23ManyProcesses(t *testing.T) {
+	d := ownDaemon(t)
+	id := d.newSandbox(t, "--template", "tiny")
+	res := explainTop(t, d, id, []string{"-n", "2", "--timeout", "2m"}, "sh", "-c", `i=0; while [ $i -lt 600 ]; do sleep 300 & i=$((i+1)); done; test $((SEED % 2)) = 0`)
+	t.Logf("%d/%d failed, dropped %d", res.Failed, res.Runs, res.Dropped)
+	deleteEverything(t, d)
+	checkNoLeaks(t, d)
+}
