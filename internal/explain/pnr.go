@@ -306,7 +306,7 @@ func pnrParent(ctx context.Context, c PNRClient, o Options, root string, off tim
 		}
 	}
 	if tr, err := c.Trace(ctx, parent); err == nil {
-		run := analyze.Run{Root: int32(x.Pid), StartNs: start.UnixNano(), Events: tr.Events}
+		run := analyze.Run{Root: testPid(tr.Events, int32(x.Pid)), StartNs: start.UnixNano(), Events: tr.Events}
 		evs, _ := analyze.Timeline(run, 10000)
 		for _, e := range evs {
 			if e.AtMs <= float64(off)/1e6 {
@@ -316,6 +316,18 @@ func pnrParent(ctx context.Context, c PNRClient, o Options, root string, off tim
 		before = before[max(0, len(before)-10):]
 	}
 	return failed, kids, fails, pause, before, nil
+}
+
+// testPid is the test's pid under the wrapper wrapper: the wrapper's
+// first child (its second is the watchdog, whose sleep is not the
+// test's doing); the wrapper itself if no clone of it is in the trace.
+func testPid(evs []api.TraceEvent, wrapper int32) int32 {
+	for _, e := range evs {
+		if e.Kind == "clone" && e.Pid == wrapper && e.Child != 0 && e.Child != wrapper {
+			return e.Child
+		}
+	}
+	return wrapper
 }
 
 func seedEnv(t flaky.Test) string {
