@@ -211,18 +211,20 @@ func TestAttack23ReportNotRegular(t *testing.T) {
 }
 
 // TestAttack23TestPid: the point of no return's events are the test's,
-// under the wrapper: its first child, not its watchdog (the second).
+// under the wrapper: its first child, not its watchdog (the second), nor
+// what the exec's own process (the agent's) does first.
 func TestAttack23TestPid(t *testing.T) {
 	evs := []api.TraceEvent{
-		{Kind: "execve", Pid: 10, Path: "/bin/sh"},
+		{Kind: "clone", Pid: 9, Child: 8}, // the agent's helper
+		{Kind: "execve", Pid: 10, PPid: 9, Path: "/bin/sh", Argv: []string{"/bin/sh", "-c", "...", "sbx-explain", "/bin/sh", "-c", "test"}},
 		{Kind: "clone", Pid: 10, Child: 11},
 		{Kind: "clone", Pid: 10, Child: 12},
 		{Kind: "execve", Pid: 12, PPid: 10, Path: "/bin/sleep"},
 	}
-	if got := testPid(evs, 10); got != 11 {
+	if got := testPid(evs, 9); got != 11 {
 		t.Errorf("testPid = %d, want 11 (the wrapper's first child)", got)
 	}
-	if got := testPid(evs[:1], 10); got != 10 {
-		t.Errorf("testPid with no clone = %d, want the wrapper", got)
+	if got := testPid(evs[:1], 9); got != 9 {
+		t.Errorf("testPid with no wrapper = %d, want the exec's pid", got)
 	}
 }

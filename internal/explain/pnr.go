@@ -318,16 +318,27 @@ func pnrParent(ctx context.Context, c PNRClient, o Options, root string, off tim
 	return failed, kids, fails, pause, before, nil
 }
 
-// testPid is the test's pid under the wrapper wrapper: the wrapper's
-// first child (its second is the watchdog, whose sleep is not the
-// test's doing); the wrapper itself if no clone of it is in the trace.
-func testPid(evs []api.TraceEvent, wrapper int32) int32 {
+// testPid is the test's pid in a background run: the first child of the
+// wrapper (the process that exec'd it, argv[3] "sbx-explain"); its second
+// is the watchdog, whose sleep is not the test's doing. root (the exec's
+// pid) if the trace does not say.
+func testPid(evs []api.TraceEvent, root int32) int32 {
+	var w int32
 	for _, e := range evs {
-		if e.Kind == "clone" && e.Pid == wrapper && e.Child != 0 && e.Child != wrapper {
+		if e.Kind == "execve" && len(e.Argv) > 3 && e.Argv[3] == wrapperName {
+			w = e.Pid
+			break
+		}
+	}
+	if w == 0 {
+		return root
+	}
+	for _, e := range evs {
+		if e.Kind == "clone" && e.Pid == w && e.Child != 0 && e.Child != w {
 			return e.Child
 		}
 	}
-	return wrapper
+	return root
 }
 
 func seedEnv(t flaky.Test) string {
@@ -390,7 +401,7 @@ func runBound(t flaky.Test) time.Duration {
 func wrapExit(cmd []string, bound time.Duration, file string) []string {
 	script := fmt.Sprintf(`"$@" & p=$!; (sleep %.3f; kill -9 $p) >/dev/null 2>&1 & w=$!; wait $p; c=$?; kill $w 2>/dev/null; `+
 		`echo $c > %s.tmp && mv %s.tmp %s`, bound.Seconds(), file, file, file)
-	return append([]string{"/bin/sh", "-c", script, "sbx-explain"}, cmd...)
+	return append([]string{"/bin/sh", "-c", script, wrapperName}, cmd...)
 }
 
 // errEnded says a run ended before its offset came.
@@ -417,6 +428,9 @@ func waitOffset(ctx context.Context, c PNRClient, id, file string, at time.Time)
 		}
 	}
 }
+
+// wrapperName is the wrapper's $0.
+const wrapperName = "sbx-explain"
 
 // unknownExit is the exit of a run whose exit file holds no exit code.
 const unknownExit = -1
