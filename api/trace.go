@@ -50,6 +50,9 @@ type Trace struct {
 	SentryDropped int64 `json:"sentryDropped"`
 	// Limit is the most events sbxd keeps of one sandbox.
 	Limit int `json:"limit"`
+	// Full says the trace has kept all it can (Limit events, or its
+	// bound in bytes): what comes next is only counted.
+	Full bool `json:"full,omitempty"`
 	// Connected says gVisor's sink reached sbxd: with false, the trace
 	// is empty because nothing was reported, not because nothing ran.
 	Connected bool `json:"connected"`

@@ -1,9 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -77,8 +77,8 @@ func newExplainCmd(e *env) *cobra.Command {
 		switch {
 		case len(command) == 0:
 			return usagef("explain takes a test command (after its flags, or after --)")
-		case n < 2:
-			return usagef("-n %d: want at least 2 runs (a failing and a passing one to compare)", n)
+		case n < 2 || n > explain.MaxRuns:
+			return usagef("-n %d: want 2 runs (a failing and a passing one to compare) to %d", n, explain.MaxRuns)
 		case parallel < 1:
 			return usagef("--parallel %d: want at least 1", parallel)
 		case seedEnv == "" || strings.ContainsAny(seedEnv, "= "):
@@ -93,15 +93,15 @@ func newExplainCmd(e *env) *cobra.Command {
 		if fixedCmd != "" {
 			o.Fixed = &flaky.Test{Cmd: shellWrap([]string{fixedCmd}), SeedEnv: seedEnv, Timeout: timeout.wire(), Env: envs}
 		}
-		if pnrParents < 0 || pnrWays < 1 || pnrWays > api.MaxForks {
-			return usagef("--pnr-parents %d, --pnr-ways %d: want 0 or more runs and 1 to %d forks", pnrParents, pnrWays, api.MaxForks)
+		if pnrParents < 0 || pnrParents > explain.MaxRuns || pnrWays < 1 || pnrWays > api.MaxForks {
+			return usagef("--pnr-parents %d, --pnr-ways %d: want 0 to %d runs and 1 to %d forks", pnrParents, pnrWays, explain.MaxRuns, api.MaxForks)
 		}
 		if pnrParents > 0 {
 			po := &explain.PNROptions{Parents: pnrParents, Ways: pnrWays}
 			if offsets != "" {
 				for _, f := range strings.Split(offsets, ",") {
 					ms, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-					if err != nil || ms < 0 || ms > 3600e3 {
+					if err != nil || !(ms >= 0 && ms <= 3600e3) { // NaN too
 						return usagef("--offsets %q: want milliseconds from 0, comma-separated, e.g. 0,100,250", offsets)
 					}
 					po.Offsets = append(po.Offsets, time.Duration(ms*float64(time.Millisecond)))
@@ -109,8 +109,8 @@ func newExplainCmd(e *env) *cobra.Command {
 			}
 			o.PNR = po
 		}
-		if knobRuns < 0 {
-			return usagef("--knob-runs %d: want 0 (no knobs) or more", knobRuns)
+		if knobRuns < 0 || knobRuns > explain.MaxRuns {
+			return usagef("--knob-runs %d: want 0 (no knobs) to %d", knobRuns, explain.MaxRuns)
 		}
 		if knobRuns > 0 {
 			knobs, err := parseKnobs(cpus, netDelays, netLoss, knobEnv)
@@ -118,6 +118,11 @@ func newExplainCmd(e *env) *cobra.Command {
 				return err
 			}
 			o.Knobs, o.KnobRuns = knobs, knobRuns
+		}
+		if report != "" {
+			if err := explain.CheckReportPath(report); err != nil {
+				return err
+			}
 		}
 		c, err := e.client()
 		if err != nil {
@@ -149,16 +154,18 @@ func newExplainCmd(e *env) *cobra.Command {
 		if err != nil {
 			return err
 		}
+		// a report that cannot be written after all still leaves what
+		// was measured printed
+		var reportErr error
 		if report != "" {
-			if err := writeReport(report, res); err != nil {
-				return err
+			if reportErr = writeReport(report, res); reportErr == nil {
+				res.Report = report
 			}
-			res.Report = report
 		}
 		if e.json {
-			return e.printJSONLine(res)
+			return errors.Join(e.printJSONLine(res), reportErr)
 		}
-		return printExplained(e.stdout, res)
+		return errors.Join(printExplained(e.stdout, res), reportErr)
 	})
 	return cmd
 }
@@ -171,7 +178,7 @@ func parseKnobs(cpus, delays, losses string, env []string) ([]explain.KnobValue,
 	if cpus != "" && cpus != "none" {
 		for _, f := range strings.Split(cpus, ",") {
 			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-			if err != nil || v <= 0 {
+			if err != nil || !(v > 0 && v <= 1024) { // NaN, Inf too
 				return nil, usagef("--cpus %q: want CPU quotas above 0, comma-separated, e.g. 0.25,1,2", cpus)
 			}
 			out = append(out, explain.KnobValue{Knob: "cpus", Value: strconv.FormatFloat(v, 'g', -1, 64), CPUs: v})
@@ -215,23 +222,7 @@ func parseKnobs(cpus, delays, losses string, env []string) ([]explain.KnobValue,
 }
 
 // writeReport writes the HTML report to path, whole or not at all.
-func writeReport(path string, r *explain.Explained) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return fmt.Errorf("explain: report: %w", err)
-	}
-	if err := explain.WriteReport(f, r); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("explain: report %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("explain: report %s: %w", path, err)
-	}
-	return os.Rename(tmp, path)
-}
+func writeReport(path string, r *explain.Explained) error { return explain.WriteReportFile(path, r) }
 
 // explainClient is the SDK as explain's Client.
 type explainClient struct{ flaky.SDK }
@@ -296,10 +287,16 @@ func printExplained(w io.Writer, r *explain.Explained) error {
 			fmt.Fprintf(w, "    %s\n", safe(v.Summary))
 		}
 	}
+	for _, k := range r.KnobSkipped {
+		fmt.Fprintf(w, "knob not measured: %s\n", safe(k))
+	}
 	if pn := r.PointOfNoReturn; pn != nil {
 		fmt.Fprintln(w, "point of no return (forks of failing runs, captured at an offset from their start):")
 		for _, p := range pn.Curve {
 			fmt.Fprintf(w, "    at %6.0f ms: %d/%d forks of %d failing runs failed, %.0f%% [%.0f, %.0f]\n", p.AtMs, p.Failed, p.Runs, p.Parents, 100*p.Rate, 100*p.Low, 100*p.High)
+			if p.Ended > 0 {
+				fmt.Fprintf(w, "        (%d runs had ended before it: nothing to fork)\n", p.Ended)
+			}
 		}
 		fmt.Fprintf(w, "    %s; a capture paused a run %.0f ms at most\n", safe(pn.Note), pn.PauseMs)
 		for _, e := range pn.Before {

@@ -6,6 +6,7 @@ package explain
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -98,6 +99,9 @@ type Explained struct {
 	RunList []flaky.Run `json:"runList"`
 	// Timelines are a failing and a passing run's events, for the report.
 	Timelines []TimelineRun `json:"-"`
+
+	// KnobSkipped are the knob values sbxd refused, with why.
+	KnobSkipped []string `json:"knobsSkipped,omitempty"`
 }
 
 // Knob is the rate under one perturbation.
@@ -172,11 +176,15 @@ type PointOfNoReturn struct {
 	Note    string  `json:"note"`
 }
 
-// eventBudget bounds the events explain holds over all runs (some 400 MB
-// at most), each run keeping at least minRunEvents of its own.
+// eventBudget bounds the events explain holds over all runs, each run
+// keeping at least minRunEvents of its own: the analysis costs up to
+// some 1.6 KB an event (distinct in each run), so about 1 GB at most.
+// MaxRuns keeps the floor inside the budget (with a floor of 2000 and no
+// bound on -n, -n 100000 was 200 million events).
 const (
-	eventBudget  = 2_000_000
-	minRunEvents = 2000
+	eventBudget  = 600_000
+	MaxRuns      = 1000
+	minRunEvents = eventBudget / MaxRuns
 )
 
 // traceSettle bounds the wait for a run's last events, which gVisor sends
@@ -191,13 +199,16 @@ func Explain(ctx context.Context, c Client, o Options) (*Explained, error) {
 	if n == 0 {
 		n = DefaultRuns
 	}
+	if n > MaxRuns {
+		return nil, api.Errorf(api.ErrInvalid, "explain: %d runs: at most %d (each run's trace is kept for the analysis)", n, MaxRuns)
+	}
 	var (
 		mu     sync.Mutex
 		traces = make([]analyze.Run, n)
 	)
 	ro := flaky.RateOptions{
 		Sandbox: o.Sandbox, From: o.From, N: n, Parallel: o.Parallel, Test: o.Test, Seed: o.Seed,
-		Monitor: true,
+		Monitor: true, ForkTTL: forkTTL(o),
 		Inspect: func(ctx context.Context, r flaky.Run) error {
 			tr, err := readTrace(ctx, c, r)
 			if err != nil {
@@ -241,24 +252,34 @@ func Explain(ctx context.Context, c Client, o Options) (*Explained, error) {
 		Rate:       Rate{Rate: s.Rate, Low: s.Wilson95[0], High: s.Wilson95[1]},
 		Divergence: a.Findings, Note: a.Note, Dropped: a.Dropped, Empty: a.Empty,
 		Knobs: []Knob{}, KnobVerdicts: []KnobVerdict{}, RunList: res.Runs,
-		Timelines: pair(traces, a.Findings),
+		Timelines: pair(traces, a.Findings, a.Ports),
 	}
+	at := make([]int, len(o.Knobs)) // where each value's rate is in out.Knobs (-1: left out)
 	for i, kv := range o.Knobs {
+		at[i] = -1
 		var k Knob
 		measured := false
-		for j, earlier := range o.Knobs[:i] {
-			if earlier.same(kv) {
-				k, measured = out.Knobs[j], true
+		for j := range i {
+			if at[j] >= 0 && o.Knobs[j].same(kv) {
+				k, measured = out.Knobs[at[j]], true
 				k.Knob, k.Value = kv.Knob, kv.Value
 				break
 			}
 		}
 		if !measured {
 			var err error
-			if k, err = measureKnob(ctx, c, o, kv); err != nil {
+			k, err = measureKnob(ctx, c, o, kv)
+			if errors.Is(err, api.ErrInvalid) && ctx.Err() == nil {
+				// a value sbxd refuses (a CPU quota above its host's, as the
+				// default 2 on one CPU): the runs measured stand
+				out.KnobSkipped = append(out.KnobSkipped, fmt.Sprintf("%s=%s: %v", kv.Knob, kv.Value, err))
+				continue
+			}
+			if err != nil {
 				return nil, fmt.Errorf("explain: knob %s=%s: %w", kv.Knob, kv.Value, err)
 			}
 		}
+		at[i] = len(out.Knobs)
 		out.Knobs = append(out.Knobs, k)
 		if o.Progress != nil {
 			o.Progress(Progress{Event: "knob", Knob: &k})
@@ -312,7 +333,7 @@ func medianFailing(runs []flaky.Run) time.Duration {
 
 // pair picks the runs the report shows side by side: the top finding's
 // example and the first run of the other outcome.
-func pair(traces []analyze.Run, findings []analyze.Finding) []TimelineRun {
+func pair(traces []analyze.Run, findings []analyze.Finding, ports map[string]bool) []TimelineRun {
 	first := -1
 	if len(findings) > 0 {
 		first = findings[0].Example.Run
@@ -332,7 +353,7 @@ func pair(traces []analyze.Run, findings []analyze.Finding) []TimelineRun {
 		if t == nil {
 			continue
 		}
-		evs, cut := analyze.Timeline(*t, maxTimeline)
+		evs, cut := analyze.TimelineWith(*t, maxTimeline, ports)
 		out = append(out, TimelineRun{Run: t.Run, Seed: t.Seed, Failed: t.Failed, Events: evs, Cut: cut})
 	}
 	return out
@@ -347,7 +368,7 @@ func measureKnob(ctx context.Context, c Client, o Options, kv KnobValue) (Knob, 
 	t := o.Test
 	t.Env = append(append([]string{}, t.Env...), kv.Env...)
 	res, err := flaky.FlakeRate(ctx, c, flaky.RateOptions{
-		Sandbox: o.Sandbox, From: o.From, N: n, Parallel: o.Parallel, Test: t, Seed: o.Seed, CPUs: kv.CPUs, Shape: kv.Shape,
+		Sandbox: o.Sandbox, From: o.From, N: n, Parallel: o.Parallel, Test: t, Seed: o.Seed, CPUs: kv.CPUs, Shape: kv.Shape, ForkTTL: forkTTL(o),
 	})
 	if err != nil {
 		return Knob{}, err
@@ -416,7 +437,7 @@ func readTrace(ctx context.Context, c Client, r flaky.Run) (*api.Trace, error) {
 		if err != nil {
 			return nil, fmt.Errorf("trace: %w", err)
 		}
-		if r.Pid == 0 || rootExited(tr, int32(r.Pid)) || time.Now().After(deadline) || len(tr.Events) >= tr.Limit {
+		if r.Pid == 0 || rootExited(tr, int32(r.Pid)) || time.Now().After(deadline) || len(tr.Events) >= tr.Limit || tr.Full {
 			return tr, nil
 		}
 		select {

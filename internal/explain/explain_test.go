@@ -98,7 +98,11 @@ func TestPointOfNoReturnOf(t *testing.T) {
 		{"seeded", []CurvePoint{pt(0, 8, 8), pt(250, 8, 8)}, 0, "decided before the test started: replay its seed"},
 		{"never certain", []CurvePoint{pt(0, 4, 8), pt(250, 5, 8)}, -1, "no offset tried made the failure certain"},
 		{"dips again", []CurvePoint{pt(0, 8, 8), pt(250, 4, 8), pt(500, 8, 8)}, 500, "between 250 ms and 500 ms"},
-		{"empty points skipped", []CurvePoint{pt(0, 3, 8), pt(250, 0, 0), pt(500, 8, 8)}, 500, "between 250 ms and 500 ms"},
+		{"empty points skipped", []CurvePoint{pt(0, 3, 8), pt(250, 0, 0), pt(500, 8, 8)}, 500, "between 0 ms and 500 ms"},
+		// certain at the first offset tried, which is not the start: that
+		// says nothing of the start ("replay its seed" was a guess)
+		{"first offset later", []CurvePoint{pt(500, 8, 8), pt(1000, 8, 8)}, 500, "certain by 500 ms, the earliest offset measured"},
+		{"first measured later", []CurvePoint{pt(0, 0, 0), pt(500, 8, 8)}, 500, "certain by 500 ms, the earliest offset measured"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			at, note := PointOfNoReturnOf(tc.curve)

@@ -1,11 +1,15 @@
 package explain
 
 import (
+	"errors"
 	"fmt"
 	"html"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
+	"unicode/utf8"
 
 	"sbx.dev/sbx/internal/explain/analyze"
 )
@@ -22,8 +26,81 @@ type TimelineRun struct {
 // maxTimeline bounds the events a timeline shows.
 const maxTimeline = 300
 
-// esc escapes what a sandbox wrote (paths, process names) for HTML and SVG.
-func esc(s string) string { return html.EscapeString(s) }
+// esc escapes what a sandbox wrote (paths, process names) for HTML and
+// SVG; its control characters and invalid UTF-8 become U+FFFD, so that
+// the file holds nothing a terminal acts on (cat report.html).
+func esc(s string) string {
+	return html.EscapeString(strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || r < 0x20 || r >= 0x7f && r < 0xa0 {
+			return utf8.RuneError
+		}
+		return r
+	}, strings.ToValidUTF8(s, "\uFFFD")))
+}
+
+// CheckReportPath says, before anything is run, whether the report can be
+// written to path: not a directory, in a directory that exists and takes
+// a new file. Found out only after every run, it would lose them all.
+func CheckReportPath(path string) error {
+	fi, err := os.Stat(path)
+	switch {
+	case err == nil && fi.IsDir():
+		return fmt.Errorf("explain: --report %s is a directory: give a file's path", path)
+	case err == nil && !fi.Mode().IsRegular():
+		return nil // a device or a pipe (/dev/stdout): written to as it is
+	}
+	f, err := os.CreateTemp(filepath.Dir(reportTarget(path)), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("explain: --report %s: cannot write there: %w", path, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
+// reportTarget is the file a path names, through its symlinks: the file
+// is replaced, not the link.
+func reportTarget(path string) string {
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		return real
+	}
+	return path
+}
+
+// WriteReportFile writes the report to path, whole or not at all: a
+// temporary file beside it, renamed into place (and removed if that
+// fails). A path that is no regular file (/dev/stdout, /dev/null, a pipe)
+// is written to as it is: renamed over, as root, /dev/null was a report.
+func WriteReportFile(path string, r *Explained) error {
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+		if fi.IsDir() {
+			return fmt.Errorf("explain: report %s is a directory", path)
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+		if err != nil {
+			return fmt.Errorf("explain: report %s: %w", path, err)
+		}
+		if err := errors.Join(WriteReport(f, r), f.Close()); err != nil {
+			return fmt.Errorf("explain: report %s: %w", path, err)
+		}
+		return nil
+	}
+	target := reportTarget(path)
+	f, err := os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("explain: report %s: %w", path, err)
+	}
+	tmp := f.Name()
+	err = WriteReport(f, r)
+	err = errors.Join(err, f.Chmod(0o644), f.Close())
+	if err == nil {
+		err = os.Rename(tmp, target)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("explain: report %s: %w", path, err)
+	}
+	return nil
+}
 
 // WriteReport writes the report: one self-contained HTML page, its plots
 // inline SVG, with no script and nothing fetched.
@@ -82,6 +159,10 @@ func WriteReport(w io.Writer, r *Explained) error {
 			fmt.Fprintf(&b, "<li>%s</li>", esc(v.Summary))
 		}
 		b.WriteString("</ul>\n")
+	}
+
+	for _, k := range r.KnobSkipped {
+		fmt.Fprintf(&b, "<p>Knob not measured: %s</p>\n", esc(k))
 	}
 
 	b.WriteString("<h2>Point of no return</h2>\n")

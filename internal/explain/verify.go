@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/flaky"
 )
 
@@ -52,20 +53,31 @@ func VerifyFix(ctx context.Context, c Client, o Options, fixed flaky.Test, oldRa
 		v.Summary = "no run failed before the fix: there is no rate to prove it against"
 		return v, nil
 	}
+	// in batches, stopping at the first that fails: a fix that does not
+	// hold ran all of Need99 (up to 500) before it said so
 	n := min(v.Need99, maxVerifyRuns)
-	res, err := flaky.FlakeRate(ctx, c, flaky.RateOptions{Sandbox: o.Sandbox, From: o.From, N: n, Parallel: o.Parallel, Test: fixed, Seed: o.Seed})
-	if err != nil {
-		return nil, fmt.Errorf("verify the fix: %w", err)
-	}
-	v.Runs, v.Failed = res.Summary.Runs, res.Summary.Failures
-	for _, r := range res.Runs {
-		if !r.Pass {
-			v.Failures = append(v.Failures, r)
+	batch := max(api.MaxForks, 2*parallelOf(o))
+	for v.Runs < n && v.Failed == 0 {
+		k := min(batch, n-v.Runs)
+		res, err := flaky.FlakeRate(ctx, c, flaky.RateOptions{Sandbox: o.Sandbox, From: o.From, N: k, Parallel: o.Parallel, Test: fixed, Seed: o.Seed, ForkTTL: forkTTL(o)})
+		if err != nil {
+			return nil, fmt.Errorf("verify the fix: %w", err)
 		}
+		for _, r := range res.Runs {
+			r.Run += v.Runs
+			if !r.Pass {
+				v.Failures = append(v.Failures, r)
+			}
+		}
+		v.Runs += res.Summary.Runs
+		v.Failed += res.Summary.Failures
 	}
 	if v.Failed > 0 {
 		f := v.Failures[0]
 		v.Summary = fmt.Sprintf("not fixed: %d of %d failed (run %d, seed %d, exit %d; replay it with --seed %d)", v.Failed, v.Runs, f.Run, f.Seed, f.ExitCode, f.Seed)
+		if v.Runs < n {
+			v.Summary += fmt.Sprintf("; stopped there, of the %d runs a pass needed", n)
+		}
 		return v, nil
 	}
 	v.Fixed = true

@@ -36,6 +36,11 @@ type RateOptions struct {
 	CPUs float64
 	// Shape perturbs what leaves each fork (nil: as the state's own).
 	Shape *api.NetShape
+	// ForkTTL, if set, is each fork's idle ttl (else the state's own):
+	// should the client lose sbxd before it could delete them, forks
+	// of a state without one would stay for good. It must outlast a
+	// fork's wait for its run (its run's exec counts as activity).
+	ForkTTL string
 	// Inspect, if set, is called as each run ends, with its fork still
 	// there (r.Sandbox) and before Progress; explain reads the run's trace.
 	// Calls may come at once. An error ends the measurement.
@@ -134,11 +139,17 @@ func FlakeRate(ctx context.Context, c Client, o RateOptions) (*RateResult, error
 	}
 	root := o.Sandbox
 	if o.From != "" {
-		sb, err := c.Create(ctx, client.WithFrom(o.From))
+		// Not cut off by ctx: sbxd finishes a create whose caller left,
+		// and the sandbox, never named to us, would outlive the
+		// measurement (^C while it was made left it).
+		sb, err := c.Create(context.WithoutCancel(ctx), client.WithFrom(o.From))
 		if err != nil {
 			return nil, fmt.Errorf("flake-rate: create a sandbox from snapshot %s: %w", o.From, err)
 		}
 		root = sb.ID
+		if err := ctx.Err(); err != nil {
+			return nil, errors.Join(err, deleteAll(ctx, c, []string{root}))
+		}
 	}
 	res, err := flakeRate(ctx, c, root, o)
 	if o.From != "" {
@@ -276,7 +287,7 @@ func (p *ratePipeline) grow() {
 		// The runs' crashes are counted, not caught: a capture per failing
 		// run would be an image per run (the failure to look at is kept
 		// as it is, by keep).
-		kids, err := p.c.Fork(context.WithoutCancel(p.ctx), p.root, api.ForkRequest{Memory: true, Count: k, Monitor: p.o.Monitor, CPUs: p.o.CPUs, Shape: p.o.Shape, Meta: map[string]string{api.MetaCrashes: "off"}})
+		kids, err := p.c.Fork(context.WithoutCancel(p.ctx), p.root, api.ForkRequest{Memory: true, Count: k, Monitor: p.o.Monitor, CPUs: p.o.CPUs, Shape: p.o.Shape, TTL: p.o.ForkTTL, Meta: map[string]string{api.MetaCrashes: "off"}})
 		if err == nil && len(kids) != k {
 			err = fmt.Errorf("fork %s: asked for %d children, got %d", p.root, k, len(kids))
 		}

@@ -33,6 +33,12 @@ import (
 // about 200 bytes an event, 16 forks alive hold some 60 MB.
 const DefaultLimit = 20000
 
+// DefaultBytes bounds the bytes one sandbox's trace keeps, whatever its
+// events carry: at maxString a string and maxArgs arguments, an execve can
+// carry 9 KB, and DefaultLimit of them would be 180 MB per sandbox (and
+// each read of the trace as much JSON again).
+const DefaultBytes = 8 << 20
+
 // Bounds on what one event may carry.
 const (
 	maxMessage = 64 << 10 // one point; a longer one is cut by the socket and dropped
@@ -66,10 +72,13 @@ type Monitor struct {
 	socket string
 	ln     *net.UnixListener
 	limit  int
+	budget int64
 
 	mu        sync.Mutex
 	events    []api.TraceEvent
+	bytes     int64 // what the events kept carry (eventSize)
 	dropped   int64
+	full      bool // an event was not kept for want of room
 	sentry    int64
 	connected bool
 	conns     map[*net.UnixConn]bool
@@ -102,7 +111,7 @@ func Start(id, dir string, limit int) (*Monitor, string, error) {
 		ln.Close()
 		return nil, "", fmt.Errorf("monitor %s: write pod init config: %w", id, err)
 	}
-	m := &Monitor{id: id, socket: socket, ln: ln, limit: limit, conns: map[*net.UnixConn]bool{}}
+	m := &Monitor{id: id, socket: socket, ln: ln, limit: limit, budget: DefaultBytes, conns: map[*net.UnixConn]bool{}}
 	m.wg.Add(1)
 	go m.accept()
 	return m, cfg, nil
@@ -216,11 +225,24 @@ func (m *Monitor) add(ev api.TraceEvent, sentryDropped uint32, ok bool) {
 	if ev.Kind == "" {
 		return // a point sbx does not ask for
 	}
-	if len(m.events) >= m.limit {
+	size := eventSize(ev)
+	if len(m.events) >= m.limit || m.bytes+size > m.budget {
 		m.dropped++
+		m.full = true
 		return
 	}
+	m.bytes += size
 	m.events = append(m.events, ev)
+}
+
+// eventSize is about what an event costs kept, and as JSON: its strings
+// and its fixed fields.
+func eventSize(ev api.TraceEvent) int64 {
+	n := 160 + len(ev.Kind) + len(ev.Path) + len(ev.Addr) + len(ev.Process)
+	for _, a := range ev.Argv {
+		n += 16 + len(a)
+	}
+	return int64(n)
 }
 
 // Trace returns a copy of what was kept so far.
@@ -229,7 +251,7 @@ func (m *Monitor) Trace() api.Trace {
 	defer m.mu.Unlock()
 	return api.Trace{
 		SandboxID: m.id, Events: append([]api.TraceEvent{}, m.events...),
-		Dropped: m.dropped, SentryDropped: m.sentry, Limit: m.limit, Connected: m.connected,
+		Dropped: m.dropped, SentryDropped: m.sentry, Limit: m.limit, Connected: m.connected, Full: m.full,
 	}
 }
 

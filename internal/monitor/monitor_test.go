@@ -12,6 +12,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	pb "gvisor.dev/gvisor/pkg/sentry/seccheck/points/points_go_proto"
+
+	"sbx.dev/sbx/api"
 )
 
 // sink is what gVisor's remote sink does: connect, handshake, send points.
@@ -182,5 +184,29 @@ func TestDecodeHostile(t *testing.T) {
 	ev, _, ok := Decode(message(pb.MessageType_MESSAGE_SENTRY_EXEC, 0, &pb.ExecveInfo{BinaryPath: strings.Repeat("/a", 10000), Argv: argv}))
 	if !ok || len(ev.Argv) != maxArgs+1 || len(ev.Path) > maxString+3 || len(ev.Argv[0]) > maxString+3 {
 		t.Errorf("execve decoded to %d args, path of %d bytes", len(ev.Argv), len(ev.Path))
+	}
+}
+
+// TestTraceBytesBounded: a sandbox that execs with the longest argv sbxd
+// keeps (16 arguments of 512 bytes) cannot make its trace hold
+// DefaultLimit of them (180 MB): the trace is bounded in bytes too, and
+// counts what it did not keep.
+func TestTraceBytesBounded(t *testing.T) {
+	m := &Monitor{limit: DefaultLimit, budget: DefaultBytes}
+	long := strings.Repeat("A", maxString)
+	argv := make([]string, maxArgs)
+	for i := range argv {
+		argv[i] = long
+	}
+	for range DefaultLimit {
+		m.add(api.TraceEvent{Kind: "execve", Path: "/bin/" + long, Argv: argv, Process: "sh"}, 0, true)
+	}
+	tr := m.Trace()
+	b, _ := json.Marshal(tr)
+	if len(b) > 2*DefaultBytes {
+		t.Errorf("the trace is %d bytes of JSON with %d events, want at most about %d", len(b), len(tr.Events), DefaultBytes)
+	}
+	if tr.Dropped == 0 || !tr.Full || int64(len(tr.Events))+tr.Dropped != DefaultLimit {
+		t.Errorf("kept %d, dropped %d, full %v: want the rest counted as dropped", len(tr.Events), tr.Dropped, tr.Full)
 	}
 }

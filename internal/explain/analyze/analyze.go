@@ -44,7 +44,13 @@ type Run struct {
 // already, these keep the pairs of the order features in hand.
 const (
 	maxKeysPerResource = 24
-	maxFindings        = 10
+	// maxOrderKeys bounds the keys, over all resources, whose orders are
+	// features: a run's order features are at most their pairs on one
+	// resource, so a trace of 20000 connects and binds spread over
+	// ports cannot make hundreds of thousands per run (it made 1.7 GB
+	// of garbage and 8 s for 24 runs). A real test has a few.
+	maxOrderKeys = 256
+	maxFindings  = 10
 	// TreeDepth bounds the walk from a process up to the test's root.
 	treeDepth = 64
 )
@@ -102,6 +108,8 @@ type Result struct {
 	// many runs had no event of their test (their trace said nothing).
 	Dropped int64 `json:"dropped"`
 	Empty   int   `json:"empty"`
+	// Ports are the FixedPorts the keys kept (TimelineWith them).
+	Ports map[string]bool `json:"-"`
 }
 
 // event is one normalised event of a run.
@@ -142,7 +150,7 @@ type candidate struct {
 // Analyze ranks the features that separate the failing runs from the
 // passing ones.
 func Analyze(runs []Run) Result {
-	res := Result{Runs: len(runs), Findings: []Finding{}}
+	res := Result{Runs: len(runs), Findings: []Finding{}, Ports: FixedPorts(runs)}
 	var all []*runFeatures
 	for _, r := range runs {
 		if r.Failed {
@@ -153,7 +161,7 @@ func Analyze(runs []Run) Result {
 		if len(evs) == 0 {
 			res.Empty++
 		}
-		all = append(all, keysOf(r, evs))
+		all = append(all, keysOf(r, evs, res.Ports))
 	}
 	pass := res.Runs - res.Failed
 	switch {
@@ -363,14 +371,14 @@ func hasPid(evs []api.TraceEvent, pid int32) bool {
 }
 
 // keysOf turns a run's events into its keys, each with its first event.
-func keysOf(r Run, evs []api.TraceEvent) *runFeatures {
+func keysOf(r Run, evs []api.TraceEvent, fixed map[string]bool) *runFeatures {
 	rf := &runFeatures{run: r, first: map[string]event{}, has: map[string]feature{}, show: map[string][]event{}, note: map[string]string{}}
 	start := r.StartNs
 	if start == 0 && len(evs) > 0 {
 		start = evs[0].TimeNs
 	}
 	for _, raw := range evs {
-		key, res, ok := Normalize(raw)
+		key, res, ok := NormalizeWith(raw, fixed)
 		if !ok {
 			continue
 		}
@@ -390,12 +398,26 @@ func keysOf(r Run, evs []api.TraceEvent) *runFeatures {
 // different syscalls on one resource (of any run), "b came after a" where
 // a happened and b had not happened before it: later, or never.
 func addOrders(all []*runFeatures) {
+	// only a resource with two syscalls on it has orders
+	verbs := map[string]map[string]bool{}
+	for _, rf := range all {
+		for _, k := range rf.keys {
+			if res := rf.first[k].resource; res != "" {
+				if verbs[res] == nil {
+					verbs[res] = map[string]bool{}
+				}
+				if len(verbs[res]) < 2 {
+					verbs[res][verb(k)] = true
+				}
+			}
+		}
+	}
 	byRes := map[string][]string{}
 	known := map[string]bool{}
 	for _, rf := range all {
 		for _, k := range rf.keys {
 			res := rf.first[k].resource
-			if res == "" || known[k] || len(byRes[res]) >= maxKeysPerResource {
+			if res == "" || len(verbs[res]) < 2 || known[k] || len(byRes[res]) >= maxKeysPerResource || len(known) >= maxOrderKeys {
 				continue
 			}
 			known[k] = true
@@ -447,7 +469,11 @@ var (
 
 // Normalize gives an event its key, the same for the same act in two runs,
 // and its resource. ok is false for an event that is no feature (a clone).
-func Normalize(e api.TraceEvent) (key, resource string, ok bool) {
+func Normalize(e api.TraceEvent) (key, resource string, ok bool) { return NormalizeWith(e, nil) }
+
+// NormalizeWith is Normalize keeping the ports of fixed (FixedPorts) as
+// they are, high as they are.
+func NormalizeWith(e api.TraceEvent, fixed map[string]bool) (key, resource string, ok bool) {
 	proc := NormalizeName(e.Process)
 	switch e.Kind {
 	case "open":
@@ -457,17 +483,17 @@ func Normalize(e api.TraceEvent) (key, resource string, ok bool) {
 		if e.Addr == "" {
 			return fmt.Sprintf("listen() by %s %s", proc, outcome(e)), "", true
 		}
-		a := NormalizeAddr(e.Addr, true)
+		a := keepFixed(e.Addr, NormalizeAddr(e.Addr, true), fixed)
 		return fmt.Sprintf("listen(%s) %s", a, outcome(e)), resourceOf(a), true
 	case "connect", "bind":
-		a := NormalizeAddr(e.Addr, e.Kind == "bind")
+		a := keepFixed(e.Addr, NormalizeAddr(e.Addr, e.Kind == "bind"), fixed)
 		return fmt.Sprintf("%s(%s) %s", e.Kind, a, outcome(e)), resourceOf(a), true
 	case "accept":
 		return fmt.Sprintf("accept(%s) %s", NormalizeAddr(e.Addr, false), outcome(e)), "", true
 	case "execve":
 		return fmt.Sprintf("execve(%s)", NormalizePath(e.Path)), "", true
 	case "exit":
-		return fmt.Sprintf("%s exited with status %d", proc, e.Status), "", true
+		return proc + " " + exitWords(e.Status), "", true
 	case "clone":
 		return "", "", false
 	case "":
@@ -475,6 +501,23 @@ func Normalize(e api.TraceEvent) (key, resource string, ok bool) {
 	}
 	// raw syscalls (rename, unlink): the syscall by its process, with its result
 	return fmt.Sprintf("%s() by %s %s", e.Kind, proc, outcome(e)), "", true
+}
+
+// exitWords says a task's exit status, a wait status (exit code 1 is
+// 256): "exited 1", "killed by SIGKILL".
+func exitWords(status int32) string {
+	ws := unix.WaitStatus(status)
+	switch {
+	case ws.Exited():
+		return fmt.Sprintf("exited %d", ws.ExitStatus())
+	case ws.Signaled():
+		name := unix.SignalName(ws.Signal())
+		if name == "" {
+			name = fmt.Sprintf("signal %d", int(ws.Signal()))
+		}
+		return "killed by " + name
+	}
+	return fmt.Sprintf("ended with wait status %d", status)
 }
 
 // outcome is a syscall's result: "ok", "failed ENOENT", "in progress".
@@ -565,6 +608,50 @@ func isRandom(c string) bool {
 	return false
 }
 
+// FixedPorts are the ports from 32768 up that connects, binds and listens
+// name in two runs or more: a server's chosen port (gRPC's 50051), not an
+// ephemeral one, which differs from run to run. NormalizeAddr alone
+// made connect(127.0.0.1:50051) "127.0.0.1:*", on no resource, so a
+// race on it had no port and no order.
+func FixedPorts(runs []Run) map[string]bool {
+	seen := map[string]int{}
+	for _, r := range runs {
+		in := map[string]bool{}
+		for _, e := range r.Events {
+			if e.Kind != "connect" && e.Kind != "bind" && e.Kind != "listen" || strings.HasPrefix(e.Addr, "unix:") {
+				continue
+			}
+			i := strings.LastIndexByte(e.Addr, ':')
+			if i < 0 {
+				continue
+			}
+			if port, err := strconv.Atoi(e.Addr[i+1:]); err == nil && port >= 32768 && !in[e.Addr[i+1:]] {
+				in[e.Addr[i+1:]] = true
+				seen[e.Addr[i+1:]]++
+			}
+		}
+	}
+	out := map[string]bool{}
+	for p, n := range seen {
+		if n >= 2 {
+			out[p] = true
+		}
+	}
+	return out
+}
+
+// keepFixed is raw's normalised address norm, or raw itself when its
+// port is one of fixed.
+func keepFixed(raw, norm string, fixed map[string]bool) string {
+	if len(fixed) == 0 || !strings.HasSuffix(norm, ":*") {
+		return norm
+	}
+	if i := strings.LastIndexByte(raw, ':'); i >= 0 && fixed[raw[i+1:]] {
+		return raw
+	}
+	return norm
+}
+
 // NormalizeAddr replaces an ephemeral port (the kernel's choice, 32768 and
 // up, or 0 asked of bind) by "*"; a bind's port 0 is "*" too.
 func NormalizeAddr(a string, bind bool) string {
@@ -601,14 +688,17 @@ func resourceOf(a string) string {
 // Timeline is a run's events as explain shows them: each normalised, at
 // its time from the run's start, at most max of them (the first), and
 // Cut says how many more there were.
-func Timeline(r Run, max int) (evs []ExampleEvent, cut int) {
+func Timeline(r Run, max int) (evs []ExampleEvent, cut int) { return TimelineWith(r, max, nil) }
+
+// TimelineWith is Timeline normalising as an analysis with its Ports does.
+func TimelineWith(r Run, max int, fixed map[string]bool) (evs []ExampleEvent, cut int) {
 	sel := Select(r)
 	start := r.StartNs
 	if start == 0 && len(sel) > 0 {
 		start = sel[0].TimeNs
 	}
 	for _, e := range sel {
-		key, _, ok := Normalize(e)
+		key, _, ok := NormalizeWith(e, fixed)
 		if !ok {
 			continue
 		}

@@ -151,7 +151,8 @@ func TestNormalize(t *testing.T) {
 		{"mkstemp", api.TraceEvent{Kind: "open", Path: "/tmp/tmpa8Xk2q/out.txt", Errno: 2}, "open(/tmp/*/out.txt) failed ENOENT", "/tmp/*/out.txt"},
 		{"chosen tmp", api.TraceEvent{Kind: "open", Path: "/tmp/race/data"}, "open(/tmp/race/data) ok", "/tmp/race/data"},
 		{"seed in name", api.TraceEvent{Kind: "open", Path: "/work/run-2849304884.log"}, "open(/work/run-N.log) ok", "/work/run-N.log"},
-		{"exit", api.TraceEvent{Kind: "exit", Process: "curl", Status: 1792}, "curl exited with status 1792", ""},
+		{"exit", api.TraceEvent{Kind: "exit", Process: "curl", Status: 1792}, "curl exited 7", ""},
+		{"killed", api.TraceEvent{Kind: "exit", Process: "sleep", Status: 9}, "sleep killed by SIGKILL", ""},
 		{"rename", api.TraceEvent{Kind: "rename", Process: "mv"}, "rename() by mv ok", ""},
 		{"clone", api.TraceEvent{Kind: "clone"}, "", ""},
 	} {
