@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"sbx.dev/sbx/internal/agent/frame"
+	"sbx.dev/sbx/internal/wire/frame"
 )
 
 const attachSyntax = "attach --id ID [--stdout-offset N] [--stderr-offset N] [--framed]"

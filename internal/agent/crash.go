@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx.dev/sbx/internal/agent/freezewire"
+	"sbx.dev/sbx/internal/wire/freezewire"
 )
 
 // Crashes held at their faulting instruction. sbx's gVisor holds a process

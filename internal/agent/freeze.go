@@ -18,7 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx.dev/sbx/internal/agent/freezewire"
+	"sbx.dev/sbx/internal/wire/freezewire"
 )
 
 // A freeze captures the whole sandbox at the instant a program asks, with
@@ -29,9 +29,6 @@ import (
 // answers the caller. In a copy restored from the freeze, the same request
 // comes back with "restore": init tells the caller it is the copy.
 
-// AgentPath is the agent inside every sandbox.
-const AgentPath = "/.sbx/sbx-agent"
-
 // FreezeCommand is the freeze command inside every sandbox: a link to the
 // agent, which runs `sbx-agent freeze` when called by that name.
 const FreezeCommand = "/.sbx/freeze"
@@ -39,59 +36,6 @@ const FreezeCommand = "/.sbx/freeze"
 // ExitFreezeCopy is the freeze command's exit code in a copy restored from
 // the freeze, with --no-hold.
 const ExitFreezeCopy = 3
-
-// The states of a freeze record.
-const (
-	FreezeFreezing    = "freezing"    // asked, no outcome yet
-	FreezeFrozen      = "frozen"      // the original, once sbxd recorded the freeze
-	FreezeFailed      = "failed"      // not kept (gVisor or sbxd says why); the sandbox ran on
-	FreezeCopy        = "copy"        // a copy restored from the freeze
-	FreezeUsed        = "used"        // this boot's freeze was used already
-	FreezeUnsupported = "unsupported" // the sandbox was started without freezes
-	// FreezeInterrupted: this sandbox was restored from another capture
-	// (a stop, a snapshot, a fork) taken while the freeze was under way.
-	FreezeInterrupted = "interrupted"
-	// FreezeUnconfirmed: gVisor wrote the checkpoint, and sbxd did not
-	// confirm it in time (it may still: the record follows).
-	FreezeUnconfirmed = "unconfirmed"
-)
-
-// FreezeRecord is what init knows of a freeze, as the freeze command and
-// `sbx-agent freeze --status` print it, and in FreezeRecordFile.
-type FreezeRecord struct {
-	State string `json:"state"`
-	// Name is the snapshot the freeze is recorded as; Sandbox the sandbox
-	// frozen; Copy, in a copy, the copy's own id.
-	Name    string `json:"name,omitempty"`
-	Sandbox string `json:"sandbox,omitempty"`
-	Copy    string `json:"copy,omitempty"`
-	Slot    string `json:"slot,omitempty"`
-	// Pid is the process that asked (the freeze command's parent), UID its
-	// user, Cmd its command line.
-	Pid    int    `json:"pid,omitempty"`
-	UID    int    `json:"uid"`
-	Cmd    string `json:"cmd,omitempty"`
-	Reason string `json:"reason,omitempty"`
-	// FailedAt is when the caller says it failed; Triggered when gVisor was
-	// asked; Done when it had written everything, and the sandbox ran on.
-	FailedAt  time.Time `json:"failedAt,omitzero"`
-	Triggered time.Time `json:"triggered,omitzero"`
-	Done      time.Time `json:"done,omitzero"`
-	// PausedMs is how long the checkpoint took: what the sandbox's
-	// processes saw of it.
-	PausedMs int64  `json:"pausedMs,omitempty"`
-	Error    string `json:"error,omitempty"`
-	// Pids are the sandbox's processes just before the freeze: in a copy,
-	// those that were there at the failing instant (and not those started
-	// since, to look at it).
-	Pids []int `json:"pids,omitempty"`
-	// Crash is the crash the freeze caught, if it was a crash's.
-	Crash *freezewire.Crash `json:"crash,omitempty"`
-}
-
-// FreezeRecordFile is where init keeps the last freeze's record; it is in
-// the sandbox's memory (a tmpfs), so a copy has it too.
-const FreezeRecordFile = "/run/sbx/freeze/record.json"
 
 // Where gVisor's files are, and init's record; variables for tests.
 var (

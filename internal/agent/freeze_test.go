@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"sbx.dev/sbx/internal/agent/freezewire"
+	"sbx.dev/sbx/internal/wire/freezewire"
 )
 
 // fakeCheckpoint stands for /proc/gvisor/checkpoint: a write of "1" is

@@ -50,63 +50,6 @@ import (
 // The loop writes one line per step on its stdout; the test's and the
 // setup's output go to files, so that the lines cannot be mixed up.
 
-// HuntConfig is what the hunt loop does; the client writes it as JSON.
-type HuntConfig struct {
-	// Dir is where the loop keeps its state and the evidence; Work is where
-	// the setup and the runs run.
-	Dir  string `json:"dir"`
-	Work string `json:"work"`
-	// Setup is a shell command run once before the runs.
-	Setup string `json:"setup,omitempty"`
-	Runs  int    `json:"runs"`
-	// SeedEnv is the variable each run's seed is passed in.
-	SeedEnv string   `json:"seedEnv"`
-	Test    []string `json:"test"`
-	// Collect are absolute paths copied under collected/ on a failure.
-	Collect []string `json:"collect,omitempty"`
-	// OnCrash ends the hunt at a run during which a process crashed (got a
-	// signal that dumps core, with no handler: the sandbox's crash count
-	// went up), whatever the run's exit code: the sandbox caught that crash
-	// at its faulting instruction, and one is caught per boot.
-	OnCrash bool `json:"onCrash,omitempty"`
-	// CrashCount replaces CrashDir/count, the file of that count (tests).
-	CrashCount string `json:"crashCount,omitempty"`
-	// Timeout (a Go duration, "" for none) makes a run that lasts longer a
-	// failure with exit 124, captured while it hangs: its processes are
-	// left alone.
-	Timeout string `json:"timeout,omitempty"`
-	// ListenWait (a Go duration) replaces DefaultListenWait.
-	ListenWait string `json:"listenWait,omitempty"`
-	// User runs the setup and the runs; the loop itself, and the evidence,
-	// run as root (gdb attaches to whatever a run left).
-	User string `json:"user,omitempty"`
-	// Freeze freezes the failure (see above).
-	Freeze bool `json:"freeze,omitempty"`
-}
-
-// The loop's exit codes.
-const (
-	// HuntNoFailure: no run failed.
-	HuntNoFailure = 0
-	// HuntFailed: a run failed and the evidence is in Dir.
-	HuntFailed = 3
-	// HuntSetupFailed: the setup failed; its output is Dir/setup.out.
-	HuntSetupFailed = 4
-	// HuntCrashWrapper was --on-crash's gdb wrapper failing (5, no longer
-	// used: --on-crash needs no gdb).
-	// HuntFrozen: a run failed and the sandbox was frozen at the failure;
-	// Dir/frozen holds the freeze's record.
-	HuntFrozen = 6
-)
-
-// The lines the loop prints, one per step.
-const (
-	HuntLineRun      = "sbx-hunt: run"      // "sbx-hunt: run N seed S exit E"
-	HuntLineFailed   = "sbx-hunt: failed"   // "sbx-hunt: failed N seed S exit E time T"
-	HuntLineCaptured = "sbx-hunt: captured" // the evidence is in Dir
-	HuntLineFrozen   = "sbx-hunt: frozen"   // "sbx-hunt: frozen NAME", the record in Dir/frozen
-)
-
 // DefaultListenWait is how long after a failure the loop keeps looking for
 // the leaked processes' listeners: a leaked server may still be starting
 // (often the very reason the test failed), and its listener is the evidence.

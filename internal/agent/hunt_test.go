@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"sbx.dev/sbx/internal/agent/freezewire"
+	"sbx.dev/sbx/internal/wire/freezewire"
 )
 
 // runHuntLoop runs the hunt loop (the agent binary) with c, its Dir and

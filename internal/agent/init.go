@@ -19,9 +19,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx.dev/sbx/internal/agent/freezewire"
 	"sbx.dev/sbx/internal/agent/hooks"
 	"sbx.dev/sbx/internal/atomicfile"
+	"sbx.dev/sbx/internal/wire/freezewire"
 )
 
 // InitSocket is the abstract unix socket on which init takes requests to

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"sbx.dev/sbx/internal/agent/frame"
+	"sbx.dev/sbx/internal/wire/frame"
 )
 
 // StartRequest is what `sbx-agent start` reads from its stdin: the command

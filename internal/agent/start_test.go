@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"sbx.dev/sbx/internal/agent/frame"
+	"sbx.dev/sbx/internal/wire/frame"
 )
 
 // decodeFrames reads a start or attach --framed output.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"sbx.dev/sbx/internal/agent"
-	"sbx.dev/sbx/internal/agent/freezewire"
+	"sbx.dev/sbx/internal/wire/freezewire"
 )
 
 // forgeScript writes a freeze's control line for the boot's own slot on

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"sbx.dev/sbx/internal/agent"
-	"sbx.dev/sbx/internal/agent/freezewire"
+	"sbx.dev/sbx/internal/wire/freezewire"
 )
 
 // Hostile tests of issue 22 part 4 (round b): a freeze is recorded on

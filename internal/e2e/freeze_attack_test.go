@@ -13,7 +13,7 @@ import (
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/agent"
-	"sbx.dev/sbx/internal/agent/freezewire"
+	"sbx.dev/sbx/internal/wire/freezewire"
 )
 
 // Attacks on the freeze: a sandbox that freezes in a loop, a freeze racing

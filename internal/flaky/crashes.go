@@ -27,7 +27,7 @@ import (
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
-	"sbx.dev/sbx/internal/agent"
+	"sbx.dev/sbx/internal/wire/agentwire"
 )
 
 // CopyClient is what reading a crash in a copy uses.
@@ -195,7 +195,7 @@ func hasGDB(ctx context.Context, c CopyClient, id string) bool {
 func agentBundle(ctx context.Context, c CopyClient, id string, cr client.Crash, sig int, remote string, out *Crash) error {
 	var log limitedBuffer
 	log.buf, log.max = &bytes.Buffer{}, 64<<10
-	req := api.ExecRequest{User: "root", Timeout: "5m", Cmd: []string{agent.AgentPath, "gcore",
+	req := api.ExecRequest{User: "root", Timeout: "5m", Cmd: []string{agentwire.AgentPath, "gcore",
 		"--pid", strconv.Itoa(cr.Pid), "--tid", strconv.Itoa(cr.Tid), "--signal", strconv.Itoa(sig), "--out", remote + "/bundle"}}
 	x, err := c.ExecEvents(ctx, id, req, func(ev api.ExecEvent) error {
 		if ev.Event == "stdout" || ev.Event == "stderr" {

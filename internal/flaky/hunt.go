@@ -20,7 +20,7 @@ import (
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
-	"sbx.dev/sbx/internal/agent"
+	"sbx.dev/sbx/internal/wire/agentwire"
 )
 
 // The sandbox's meta keys where Hunt notes the test and its seed variable.
@@ -296,7 +296,7 @@ func startLoop(ctx context.Context, c HuntClient, id string, o *HuntOptions) (*a
 			return nil, api.Errorf(api.ErrInvalid, "give /work of %s to user %s: %s", id, owner, strings.TrimSpace(out.String()))
 		}
 	}
-	cfg := agent.HuntConfig{Dir: HuntDir, Work: "/work", Setup: o.Setup, Runs: o.Runs, SeedEnv: o.SeedEnv, Test: o.Cmd,
+	cfg := agentwire.HuntConfig{Dir: HuntDir, Work: "/work", Setup: o.Setup, Runs: o.Runs, SeedEnv: o.SeedEnv, Test: o.Cmd,
 		Collect: collectPaths(o.Collect), OnCrash: o.OnCrash, User: owner, Freeze: o.Freeze}
 	if o.Timeout > 0 {
 		cfg.Timeout = o.Timeout.String()
@@ -310,7 +310,7 @@ func startLoop(ctx context.Context, c HuntClient, id string, o *HuntOptions) (*a
 	}
 	// the loop runs as root (it reads the evidence of whatever the test
 	// left); the setup and the test run as owner
-	x, err = c.ExecDetached(ctx, id, api.ExecRequest{Cmd: []string{agent.AgentPath, "hunt", "--config", huntConfig}, Cwd: "/", User: asRoot})
+	x, err = c.ExecDetached(ctx, id, api.ExecRequest{Cmd: []string{agentwire.AgentPath, "hunt", "--config", huntConfig}, Cwd: "/", User: asRoot})
 	if err != nil {
 		return nil, fmt.Errorf("start the loop in %s: %w", id, err)
 	}

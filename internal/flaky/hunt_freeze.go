@@ -14,7 +14,7 @@ import (
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
-	"sbx.dev/sbx/internal/agent"
+	"sbx.dev/sbx/internal/wire/agentwire"
 )
 
 // hunt --freeze: the loop froze the sandbox at the failure (internal/agent
@@ -85,7 +85,7 @@ func captureFrozen(ctx context.Context, c HuntClient, s *HuntSummary, o *HuntOpt
 
 	// the evidence, in the copy
 	var out bytes.Buffer
-	x, err := c.Exec(ctx, cp.ID, api.ExecRequest{Cmd: []string{agent.AgentPath, "hunt", "--evidence", "--config", huntConfig},
+	x, err := c.Exec(ctx, cp.ID, api.ExecRequest{Cmd: []string{agentwire.AgentPath, "hunt", "--evidence", "--config", huntConfig},
 		User: "0", Cwd: "/", Timeout: evidenceTimeout}, &out, &out)
 	if err != nil {
 		return nil, fmt.Errorf("hunt %s: read the evidence in %s: %w", o.Name, copyName, err)
@@ -141,8 +141,8 @@ func exitOf(x *api.Exec) string {
 }
 
 // readFrozen reads the freeze's record the loop left in the original.
-func readFrozen(ctx context.Context, c HuntClient, id string) (agent.FreezeRecord, error) {
-	var rec agent.FreezeRecord
+func readFrozen(ctx context.Context, c HuntClient, id string) (agentwire.FreezeRecord, error) {
+	var rec agentwire.FreezeRecord
 	rc, err := c.ReadFile(ctx, id, HuntDir+"/frozen")
 	if err != nil {
 		return rec, fmt.Errorf("read %s/frozen in %s: %w", HuntDir, id, err)
@@ -196,7 +196,7 @@ func attachFrozen(ctx context.Context, c HuntClient, o *HuntOptions) *HuntSummar
 			f.Close()
 			s.Artifacts = dir
 		}
-		var rec agent.FreezeRecord
+		var rec agentwire.FreezeRecord
 		if b, err := os.ReadFile(filepath.Join(dir, "frozen")); err == nil && json.Unmarshal(b, &rec) == nil {
 			s.Frozen, s.PausedMs = rec.Name, rec.PausedMs
 		}

@@ -4,7 +4,7 @@ import (
 	"path"
 	"strings"
 
-	"sbx.dev/sbx/internal/agent"
+	"sbx.dev/sbx/internal/wire/agentwire"
 )
 
 // The hunt loop runs inside the sandbox as the agent's `hunt` mode
@@ -22,20 +22,20 @@ const huntConfig = HuntDir + "/hunt.json"
 // a shell script; attach still finds those.
 const legacyLoop = HuntDir + "/loop.sh"
 
-// The loop's exit codes (agent.Hunt*).
+// The loop's exit codes (agentwire.Hunt*).
 const (
-	loopFailed      = agent.HuntFailed
-	loopSetupFailed = agent.HuntSetupFailed
+	loopFailed      = agentwire.HuntFailed
+	loopSetupFailed = agentwire.HuntSetupFailed
 	// loopFrozen: a run failed and the sandbox froze at the failure.
-	loopFrozen = agent.HuntFrozen
+	loopFrozen = agentwire.HuntFrozen
 )
 
 // The lines the loop prints on its stdout, one per step.
 const (
-	lineRun      = agent.HuntLineRun      // "sbx-hunt: run N seed S exit E"
-	lineFailed   = agent.HuntLineFailed   // "sbx-hunt: failed N seed S exit E time T"
-	lineCaptured = agent.HuntLineCaptured // the evidence is in HuntDir
-	lineFrozen   = agent.HuntLineFrozen   // "sbx-hunt: frozen NAME"
+	lineRun      = agentwire.HuntLineRun      // "sbx-hunt: run N seed S exit E"
+	lineFailed   = agentwire.HuntLineFailed   // "sbx-hunt: failed N seed S exit E time T"
+	lineCaptured = agentwire.HuntLineCaptured // the evidence is in HuntDir
+	lineFrozen   = agentwire.HuntLineFrozen   // "sbx-hunt: frozen NAME"
 )
 
 // shellQuote quotes s for a POSIX shell.

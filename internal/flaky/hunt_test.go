@@ -21,7 +21,7 @@ import (
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
-	"sbx.dev/sbx/internal/agent"
+	"sbx.dev/sbx/internal/wire/agentwire"
 )
 
 // fakeHunt is an in-memory sbxd for Hunt: the loop's output and exit code
@@ -453,7 +453,7 @@ func TestHuntUser(t *testing.T) {
 	if diff := cmp.Diff(want, f.calls[:len(want)]); diff != "" {
 		t.Errorf("calls before the loop ended (-want +got):\n%s", diff)
 	}
-	var cfg agent.HuntConfig
+	var cfg agentwire.HuntConfig
 	if err := json.Unmarshal([]byte(f.script), &cfg); err != nil || cfg.User != "user" || cfg.SeedEnv != "SEED" || cfg.Runs != 20 || cfg.Dir != HuntDir {
 		t.Errorf("the loop's configuration %+v (%v), want the test run as user, 20 runs, seed in SEED:\n%s", cfg, err, f.script)
 	}
@@ -481,7 +481,7 @@ func TestHuntFrozen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cfg agent.HuntConfig
+	var cfg agentwire.HuntConfig
 	if err := json.Unmarshal([]byte(f.script), &cfg); err != nil || !cfg.Freeze {
 		t.Errorf("the loop's configuration %s (%v), want freeze on", f.script, err)
 	}

@@ -16,8 +16,8 @@ import (
 	"syscall"
 	"time"
 
-	"sbx.dev/sbx/internal/agent/frame"
-	"sbx.dev/sbx/internal/agent/freezewire"
+	"sbx.dev/sbx/internal/wire/frame"
+	"sbx.dev/sbx/internal/wire/freezewire"
 )
 
 // A shim is the host-side process that owns one `runsc exec` (or one

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"sbx.dev/sbx/internal/agent/frame"
-	"sbx.dev/sbx/internal/agent/freezewire"
+	"sbx.dev/sbx/internal/wire/frame"
+	"sbx.dev/sbx/internal/wire/freezewire"
 )
 
 // The test binary is also the shim (as sbxd is in production), and a

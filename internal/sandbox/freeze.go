@@ -20,10 +20,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sbx.dev/sbx/api"
-	"sbx.dev/sbx/internal/agent/freezewire"
 	"sbx.dev/sbx/internal/atomicfile"
 	"sbx.dev/sbx/internal/runsc"
 	"sbx.dev/sbx/internal/store"
+	"sbx.dev/sbx/internal/wire/freezewire"
 )
 
 // A freeze is a capture a sandbox takes of itself, at the instant a program

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"sbx.dev/sbx/internal/agent/freezewire"
 	"sbx.dev/sbx/internal/runsc"
+	"sbx.dev/sbx/internal/wire/freezewire"
 )
 
 // slotWith makes a slot whose state file holds state.

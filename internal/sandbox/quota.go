@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"sbx.dev/sbx/api"
-	"sbx.dev/sbx/internal/agent/freezewire"
 	"sbx.dev/sbx/internal/store"
+	"sbx.dev/sbx/internal/wire/freezewire"
 )
 
 // FreezeQuota bounds the freezes one sandbox keeps (crash captures are

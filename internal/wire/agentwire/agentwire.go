@@ -1,0 +1,125 @@
+// Package agentwire is what sbx's agent and its clients outside the
+// sandbox agree on: where the agent is, a freeze's record, the hunt loop's
+// configuration, exit codes and lines. It is a package of its own so that
+// the CLI and the client libraries need not link the agent (the sandbox's
+// PID 1) to read what it writes.
+package agentwire
+
+import (
+	"time"
+
+	"sbx.dev/sbx/internal/wire/freezewire"
+)
+
+// AgentPath is the agent inside every sandbox.
+const AgentPath = "/.sbx/sbx-agent"
+
+// The states of a freeze record.
+const (
+	FreezeFreezing    = "freezing"    // asked, no outcome yet
+	FreezeFrozen      = "frozen"      // the original, once sbxd recorded the freeze
+	FreezeFailed      = "failed"      // not kept (gVisor or sbxd says why); the sandbox ran on
+	FreezeCopy        = "copy"        // a copy restored from the freeze
+	FreezeUsed        = "used"        // this boot's freeze was used already
+	FreezeUnsupported = "unsupported" // the sandbox was started without freezes
+	// FreezeInterrupted: this sandbox was restored from another capture
+	// (a stop, a snapshot, a fork) taken while the freeze was under way.
+	FreezeInterrupted = "interrupted"
+	// FreezeUnconfirmed: gVisor wrote the checkpoint, and sbxd did not
+	// confirm it in time (it may still: the record follows).
+	FreezeUnconfirmed = "unconfirmed"
+)
+
+// FreezeRecord is what init knows of a freeze, as the freeze command and
+// `sbx-agent freeze --status` print it, and in FreezeRecordFile.
+type FreezeRecord struct {
+	State string `json:"state"`
+	// Name is the snapshot the freeze is recorded as; Sandbox the sandbox
+	// frozen; Copy, in a copy, the copy's own id.
+	Name    string `json:"name,omitempty"`
+	Sandbox string `json:"sandbox,omitempty"`
+	Copy    string `json:"copy,omitempty"`
+	Slot    string `json:"slot,omitempty"`
+	// Pid is the process that asked (the freeze command's parent), UID its
+	// user, Cmd its command line.
+	Pid    int    `json:"pid,omitempty"`
+	UID    int    `json:"uid"`
+	Cmd    string `json:"cmd,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// FailedAt is when the caller says it failed; Triggered when gVisor was
+	// asked; Done when it had written everything, and the sandbox ran on.
+	FailedAt  time.Time `json:"failedAt,omitzero"`
+	Triggered time.Time `json:"triggered,omitzero"`
+	Done      time.Time `json:"done,omitzero"`
+	// PausedMs is how long the checkpoint took: what the sandbox's
+	// processes saw of it.
+	PausedMs int64  `json:"pausedMs,omitempty"`
+	Error    string `json:"error,omitempty"`
+	// Pids are the sandbox's processes just before the freeze: in a copy,
+	// those that were there at the failing instant (and not those started
+	// since, to look at it).
+	Pids []int `json:"pids,omitempty"`
+	// Crash is the crash the freeze caught, if it was a crash's.
+	Crash *freezewire.Crash `json:"crash,omitempty"`
+}
+
+// FreezeRecordFile is where init keeps the last freeze's record; it is in
+// the sandbox's memory (a tmpfs), so a copy has it too.
+const FreezeRecordFile = "/run/sbx/freeze/record.json"
+
+// HuntConfig is what the hunt loop does; the client writes it as JSON.
+type HuntConfig struct {
+	// Dir is where the loop keeps its state and the evidence; Work is where
+	// the setup and the runs run.
+	Dir  string `json:"dir"`
+	Work string `json:"work"`
+	// Setup is a shell command run once before the runs.
+	Setup string `json:"setup,omitempty"`
+	Runs  int    `json:"runs"`
+	// SeedEnv is the variable each run's seed is passed in.
+	SeedEnv string   `json:"seedEnv"`
+	Test    []string `json:"test"`
+	// Collect are absolute paths copied under collected/ on a failure.
+	Collect []string `json:"collect,omitempty"`
+	// OnCrash ends the hunt at a run during which a process crashed (got a
+	// signal that dumps core, with no handler: the sandbox's crash count
+	// went up), whatever the run's exit code: the sandbox caught that crash
+	// at its faulting instruction, and one is caught per boot.
+	OnCrash bool `json:"onCrash,omitempty"`
+	// CrashCount replaces CrashDir/count, the file of that count (tests).
+	CrashCount string `json:"crashCount,omitempty"`
+	// Timeout (a Go duration, "" for none) makes a run that lasts longer a
+	// failure with exit 124, captured while it hangs: its processes are
+	// left alone.
+	Timeout string `json:"timeout,omitempty"`
+	// ListenWait (a Go duration) replaces DefaultListenWait.
+	ListenWait string `json:"listenWait,omitempty"`
+	// User runs the setup and the runs; the loop itself, and the evidence,
+	// run as root (gdb attaches to whatever a run left).
+	User string `json:"user,omitempty"`
+	// Freeze freezes the failure (see above).
+	Freeze bool `json:"freeze,omitempty"`
+}
+
+// The loop's exit codes.
+const (
+	// HuntNoFailure: no run failed.
+	HuntNoFailure = 0
+	// HuntFailed: a run failed and the evidence is in Dir.
+	HuntFailed = 3
+	// HuntSetupFailed: the setup failed; its output is Dir/setup.out.
+	HuntSetupFailed = 4
+	// HuntCrashWrapper was --on-crash's gdb wrapper failing (5, no longer
+	// used: --on-crash needs no gdb).
+	// HuntFrozen: a run failed and the sandbox was frozen at the failure;
+	// Dir/frozen holds the freeze's record.
+	HuntFrozen = 6
+)
+
+// The lines the loop prints, one per step.
+const (
+	HuntLineRun      = "sbx-hunt: run"      // "sbx-hunt: run N seed S exit E"
+	HuntLineFailed   = "sbx-hunt: failed"   // "sbx-hunt: failed N seed S exit E time T"
+	HuntLineCaptured = "sbx-hunt: captured" // the evidence is in Dir
+	HuntLineFrozen   = "sbx-hunt: frozen"   // "sbx-hunt: frozen NAME", the record in Dir/frozen
+)
