@@ -1,11 +1,13 @@
 package netns
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -225,4 +227,16 @@ func TestRearm(t *testing.T) {
 	if err := m.Rearm("sb_absentabcd"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Rearm of a missing network: %v, want os.ErrNotExist", err)
 	}
+}
+
+// output runs a command and returns its stdout, or an error with its stderr.
+func output(name string, args ...string) (string, error) {
+	var stderr bytes.Buffer
+	cmd := exec.Command(name, args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return string(out), nil
 }

@@ -197,8 +197,13 @@ func (m *Manager) Create(id string) (_ *Network, err error) {
 			return nil, fmt.Errorf("create network %s: sync %s: %w", id, l.name, err)
 		}
 	}
-	if err := run("ip", "netns", "exec", filepath.Base(gPath),
-		"iptables", "-w", "-t", "nat", "-A", "POSTROUTING", "-o", uplinkIf, "-j", "MASQUERADE"); err != nil {
+	if err := inNS(gPath, func() error {
+		t, err := ipt()
+		if err != nil {
+			return err
+		}
+		return t.Append("nat", "POSTROUTING", "-o", uplinkIf, "-j", "MASQUERADE")
+	}); err != nil {
 		return nil, fmt.Errorf("create network %s: gateway nat: %w", id, err)
 	}
 	return &Network{ID: id, Path: sPath, Gateway: gPath, HostIf: hostIf, Outer: outer}, nil

@@ -2,13 +2,15 @@ package netns
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"sort"
 	"strings"
+	"sync"
+
+	"github.com/coreos/go-iptables/iptables"
 )
 
 // rule is one iptables rule: a table, a chain and a rule spec.
@@ -17,9 +19,16 @@ type rule struct {
 	spec         []string
 }
 
-func (r rule) args(op string) []string {
-	return append([]string{"-w", "-t", r.table, op, r.chain}, r.spec...)
-}
+// ipt is the iptables of this host (coreos/go-iptables: it runs the
+// iptables binary, with --wait, in the calling thread's network namespace,
+// so that called inside inNS it works on that namespace's tables).
+var ipt = sync.OnceValues(func() (*iptables.IPTables, error) {
+	t, err := iptables.New(iptables.IPFamily(iptables.ProtocolIPv4), iptables.Timeout(30))
+	if err != nil {
+		return nil, fmt.Errorf("iptables: %w", err)
+	}
+	return t, nil
+})
 
 func (m *Manager) inChain() string  { return "SBX-" + strings.ToUpper(m.tag) + "-IN" }
 func (m *Manager) fwdChain() string { return "SBX-" + strings.ToUpper(m.tag) + "-FWD" }
@@ -147,11 +156,11 @@ func (m *Manager) Setup() error {
 		}
 	}
 	for _, r := range m.jumps() {
-		if err := ensure(r, "-I"); err != nil {
+		if err := ensure(r, true); err != nil {
 			return fmt.Errorf("netns setup: %w", err)
 		}
 	}
-	if err := ensure(m.natRule(), "-A"); err != nil {
+	if err := ensure(m.natRule(), false); err != nil {
 		return fmt.Errorf("netns setup: %w", err)
 	}
 	return nil
@@ -162,10 +171,14 @@ func (m *Manager) Setup() error {
 // daemon's egress flags changed), and then in one transaction
 // (iptables-restore), so that running sandboxes never see the chain empty.
 func ensureChain(name string, specs [][]string) error {
+	t, err := ipt()
+	if err != nil {
+		return err
+	}
 	exact := false
-	if out, err := output("iptables", "-w", "-t", "filter", "-S", name); err == nil {
+	if lines, err := t.List("filter", name); err == nil {
 		n := 0
-		for line := range strings.Lines(out) {
+		for _, line := range lines {
 			if strings.HasPrefix(line, "-A ") {
 				n++
 			}
@@ -176,7 +189,7 @@ func ensureChain(name string, specs [][]string) error {
 		if !exact {
 			break
 		}
-		ok, err := exists(rule{"filter", name, s}.args("-C")...)
+		ok, err := t.Exists("filter", name, s...)
 		if err != nil {
 			return err
 		}
@@ -185,6 +198,7 @@ func ensureChain(name string, specs [][]string) error {
 	if exact {
 		return nil
 	}
+	// go-iptables has no transaction: iptables-restore is one
 	var b strings.Builder
 	fmt.Fprintf(&b, "*filter\n:%s - [0:0]\n", name) // declared: made, or emptied first
 	for _, s := range specs {
@@ -201,13 +215,16 @@ func ensureChain(name string, specs [][]string) error {
 	return nil
 }
 
-// ensure adds r with op (-A appends, -I inserts at the top) unless it is there.
-func ensure(r rule, op string) error {
-	ok, err := exists(r.args("-C")...)
-	if err != nil || ok {
+// ensure adds r unless it is there: at the top with first, else at the end.
+func ensure(r rule, first bool) error {
+	t, err := ipt()
+	if err != nil {
 		return err
 	}
-	return iptables(r.args(op)...)
+	if first {
+		return t.InsertUnique(r.table, r.chain, 1, r.spec...)
+	}
+	return t.AppendUnique(r.table, r.chain, r.spec...)
 }
 
 // Cleanup removes this tag's chains, the jumps to them and its NAT rule.
@@ -218,9 +235,13 @@ func (m *Manager) Cleanup() error {
 		return fmt.Errorf("netns cleanup: %w", err)
 	}
 	defer unlock()
+	t, err := ipt()
+	if err != nil {
+		return fmt.Errorf("netns cleanup: %w", err)
+	}
 	for i, chain := range []string{m.inChain(), m.fwdChain()} {
 		// no chain, no jump to it: iptables refuses a jump to a missing chain
-		ok, err := exists("-w", "-t", "filter", "-S", chain)
+		ok, err := t.ChainExists("filter", chain)
 		if err != nil {
 			return fmt.Errorf("netns cleanup: %w", err)
 		}
@@ -230,24 +251,21 @@ func (m *Manager) Cleanup() error {
 		if err := removeAll(m.jumps()[i]); err != nil {
 			return fmt.Errorf("netns cleanup: %w", err)
 		}
-		if err := iptables("-w", "-t", "filter", "-F", chain); err != nil {
-			return fmt.Errorf("netns cleanup: %w", err)
-		}
-		if err := iptables("-w", "-t", "filter", "-X", chain); err != nil {
+		if err := t.ClearAndDeleteChain("filter", chain); err != nil {
 			return fmt.Errorf("netns cleanup: %w", err)
 		}
 	}
 	// Every NAT rule of this tag, whatever pool it was made with.
-	out, err := output("iptables", "-w", "-t", "nat", "-S", "POSTROUTING")
+	lines, err := t.List("nat", "POSTROUTING")
 	if err != nil {
 		return fmt.Errorf("netns cleanup: %w", err)
 	}
-	for line := range strings.Lines(out) {
+	for _, line := range lines {
 		f := strings.Fields(line)
-		if len(f) < 2 || f[0] != "-A" || !strings.Contains(line, "--comment sbx-"+m.tag+" ") {
+		if len(f) < 3 || f[0] != "-A" || !strings.Contains(line+" ", "--comment sbx-"+m.tag+" ") {
 			continue
 		}
-		if err := iptables(append([]string{"-w", "-t", "nat", "-D"}, f[1:]...)...); err != nil {
+		if err := t.Delete("nat", f[1], f[2:]...); err != nil {
 			return fmt.Errorf("netns cleanup: %w", err)
 		}
 	}
@@ -256,43 +274,17 @@ func (m *Manager) Cleanup() error {
 
 // removeAll deletes every copy of r.
 func removeAll(r rule) error {
+	t, err := ipt()
+	if err != nil {
+		return err
+	}
 	for {
-		ok, err := exists(r.args("-C")...)
+		ok, err := t.Exists(r.table, r.chain, r.spec...)
 		if err != nil || !ok {
 			return err
 		}
-		if err := iptables(r.args("-D")...); err != nil {
+		if err := t.Delete(r.table, r.chain, r.spec...); err != nil {
 			return err
 		}
 	}
-}
-
-func iptables(args ...string) error { return run("iptables", args...) }
-
-// exists runs an iptables query (-C, -S chain) and reports whether it
-// succeeded; exit status 1 means "no such rule or chain".
-func exists(args ...string) (bool, error) {
-	var stderr bytes.Buffer
-	cmd := exec.Command("iptables", args...)
-	cmd.Stderr = &stderr
-	err := cmd.Run()
-	if err == nil {
-		return true, nil
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) && ee.ExitCode() == 1 {
-		return false, nil
-	}
-	return false, fmt.Errorf("iptables %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
-}
-
-func output(name string, args ...string) (string, error) {
-	var stderr bytes.Buffer
-	cmd := exec.Command(name, args...)
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
-	}
-	return string(out), nil
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -99,7 +97,7 @@ func (m *Manager) Shape(id string, s Shape) error {
 	if d != nil {
 		d.setDelay(s.Delay)
 	}
-	if err := shapeRules(filepath.Base(gPath), s); err != nil {
+	if err := shapeRules(gPath, s); err != nil {
 		return fmt.Errorf("shape network %s: %w", id, err)
 	}
 	if s.Delay == 0 && d != nil {
@@ -120,75 +118,59 @@ func (m *Manager) unshape(id string) {
 	}
 }
 
-// shapeRules makes the gateway namespace ns's chain SBX-SHAPE hold s: what
-// comes in from the sandbox (gw0) to be forwarded is dropped with
-// probability s.Loss, then queued to sbxd for s.Delay.
-func shapeRules(ns string, s Shape) error {
-	ipt := func(args ...string) error {
-		return run("ip", append([]string{"netns", "exec", ns, "iptables", "-w"}, args...)...)
-	}
-	if ipt("-n", "-L", shapeChain) != nil {
-		if err := ipt("-N", shapeChain); err != nil {
+// shapeRules makes the chain SBX-SHAPE of the gateway namespace at gPath
+// hold s: what comes in from the sandbox (gw0) to be forwarded is dropped
+// with probability s.Loss, then queued to sbxd for s.Delay (at most
+// shapeRate packets a second; past it, undelayed).
+func shapeRules(gPath string, s Shape) error {
+	return inNS(gPath, func() error {
+		t, err := ipt()
+		if err != nil {
 			return err
 		}
-	}
-	if ipt("-C", "FORWARD", "-i", gatewayIf, "-j", shapeChain) != nil {
-		if err := ipt("-I", "FORWARD", "1", "-i", gatewayIf, "-j", shapeChain); err != nil {
+		if ok, err := t.ChainExists("filter", shapeChain); err != nil {
+			return err
+		} else if !ok {
+			if err := t.NewChain("filter", shapeChain); err != nil {
+				return err
+			}
+		}
+		if err := t.InsertUnique("filter", "FORWARD", 1, "-i", gatewayIf, "-j", shapeChain); err != nil {
 			return err
 		}
-	}
-	// the new rules go in before the old ones leave: no packet passes
-	// unshaped while the shape changes
-	old, err := chainLen(ns)
-	if err != nil {
-		return err
-	}
-	if s.Loss > 0 {
-		p := strconv.FormatFloat(s.Loss, 'f', -1, 64)
-		if err := ipt("-I", shapeChain, "1", "-m", "statistic", "--mode", "random", "--probability", p, "-j", "DROP"); err != nil {
+		// the new rules go in before the old ones leave: no packet passes
+		// unshaped while the shape changes
+		lines, err := t.List("filter", shapeChain)
+		if err != nil {
 			return err
 		}
-	}
-	if s.Delay > 0 {
-		pos := "1"
+		old := 0
+		for _, l := range lines {
+			if strings.HasPrefix(l, "-A ") {
+				old++
+			}
+		}
+		var fresh [][]string
 		if s.Loss > 0 {
-			pos = "2"
+			fresh = append(fresh, []string{"-m", "statistic", "--mode", "random", "--probability", strconv.FormatFloat(s.Loss, 'f', -1, 64), "-j", "DROP"})
 		}
-		// past shapeRate packets a second (a flood), the rest go undelayed:
-		// sbxd reads the queue, and no sandbox may make it spin
-		if err := ipt("-I", shapeChain, pos, "-m", "limit", "--limit", shapeRate, "--limit-burst", strconv.Itoa(shapeQueueLen),
-			"-j", "NFQUEUE", "--queue-num", strconv.Itoa(shapeQueue), "--queue-bypass"); err != nil {
-			return err
+		if s.Delay > 0 {
+			// a flood cannot make sbxd spin: past the rate, undelayed
+			fresh = append(fresh, []string{"-m", "limit", "--limit", shapeRate, "--limit-burst", strconv.Itoa(shapeQueueLen),
+				"-j", "NFQUEUE", "--queue-num", strconv.Itoa(shapeQueue), "--queue-bypass"})
 		}
-	}
-	fresh := 0
-	if s.Loss > 0 {
-		fresh++
-	}
-	if s.Delay > 0 {
-		fresh++
-	}
-	for ; old > 0; old-- {
-		if err := ipt("-D", shapeChain, strconv.Itoa(fresh+1)); err != nil {
-			return err
+		for i, spec := range fresh {
+			if err := t.Insert("filter", shapeChain, i+1, spec...); err != nil {
+				return err
+			}
 		}
-	}
-	return nil
-}
-
-// chainLen is how many rules ns's SBX-SHAPE holds.
-func chainLen(ns string) (int, error) {
-	out, err := exec.Command("ip", "netns", "exec", ns, "iptables", "-w", "-S", shapeChain).Output()
-	if err != nil {
-		return 0, fmt.Errorf("iptables -S %s in %s: %w", shapeChain, ns, err)
-	}
-	n := 0
-	for _, l := range strings.Split(string(out), "\n") {
-		if strings.HasPrefix(l, "-A ") {
-			n++
+		for ; old > 0; old-- {
+			if err := t.DeleteById("filter", shapeChain, len(fresh)+1); err != nil {
+				return err
+			}
 		}
-	}
-	return n, nil
+		return nil
+	})
 }
 
 // Netfilter queue messages and attributes (linux/netfilter/nfnetlink_queue.h).
