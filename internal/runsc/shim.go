@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"sbx.dev/sbx/internal/atomicfile"
 	"sbx.dev/sbx/internal/wire/frame"
 	"sbx.dev/sbx/internal/wire/freezewire"
 )
@@ -226,12 +227,7 @@ func ReadOffsets(dir string) [2]int64 {
 }
 
 func writeFile0600(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.WriteBytes(path, b, 0o600)
 }
 
 // ShimMain is the shim process: sbxd's main calls it for ShimArg. It

@@ -15,9 +15,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
-	"unsafe"
 
-	"golang.org/x/sys/unix"
+	"github.com/fsnotify/fsnotify"
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/atomicfile"
@@ -788,9 +787,9 @@ func (m *Manager) reconcileFreeze(ctx context.Context, c *inFlight, in *store.In
 // verdict the console shim writes, so that a freeze is recorded at once.
 type slotWatcher struct {
 	mu     sync.Mutex
-	fd     *os.File
-	bySlot map[string]int32 // sandbox/slot -> watch
-	byWd   map[int32][2]string
+	w      *fsnotify.Watcher
+	bySlot map[string]string    // sandbox/slot -> its directory
+	byDir  map[string][2]string // a slot's directory -> sandbox, slot
 	// awaiting are the slots awaitSlot watches; settling the sandboxes a
 	// settle runs or is due for (true: due again once it ends), so that a
 	// flood of verdicts costs one settle at a time.
@@ -846,38 +845,51 @@ func (w *slotWatcher) kick(id string, settle func(id string)) {
 	}()
 }
 
-// startFreezeWatch starts watching slots; fn is called with a sandbox's id
-// when a verdict arrives in one of its slots.
+// start starts watching slots (fsnotify); fn is called with a sandbox's
+// id when a verdict arrives in one of its slots, and with every watched
+// sandbox's when the kernel dropped events (its queue overflowed).
 func (w *slotWatcher) start(fn func(id string)) error {
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("watch freezes: %w", err)
 	}
 	w.mu.Lock()
-	w.fd = os.NewFile(uintptr(fd), "inotify")
-	w.bySlot = map[string]int32{}
-	w.byWd = map[int32][2]string{}
-	f := w.fd
+	w.w = fw
+	w.bySlot = map[string]string{}
+	w.byDir = map[string][2]string{}
 	w.mu.Unlock()
 	go func() {
-		buf := make([]byte, 64<<10)
 		for {
-			n, err := f.Read(buf)
-			if err != nil {
-				return
-			}
-			for off := 0; off+unix.SizeofInotifyEvent <= n; {
-				ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
-				name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
-				off += unix.SizeofInotifyEvent + int(ev.Len)
-				if name != freezewire.VerdictFile {
+			select {
+			case ev, ok := <-fw.Events:
+				if !ok {
+					return
+				}
+				// the shim renames a verdict into place (Create); a write in
+				// place is a Write
+				if filepath.Base(ev.Name) != freezewire.VerdictFile || !ev.Has(fsnotify.Create) && !ev.Has(fsnotify.Write) {
 					continue
 				}
 				w.mu.Lock()
-				who, ok := w.byWd[ev.Wd]
+				who, ok := w.byDir[filepath.Dir(ev.Name)]
 				w.mu.Unlock()
 				if ok {
 					fn(who[0])
+				}
+			case err, ok := <-fw.Errors:
+				if !ok {
+					return
+				}
+				if errors.Is(err, fsnotify.ErrEventOverflow) {
+					w.mu.Lock()
+					var ids []string
+					for _, who := range w.byDir {
+						ids = append(ids, who[0])
+					}
+					w.mu.Unlock()
+					for _, id := range ids {
+						fn(id)
+					}
 				}
 			}
 		}
@@ -887,17 +899,17 @@ func (w *slotWatcher) start(fn func(id string)) error {
 
 // watch watches sandbox id's slot.
 func (w *slotWatcher) watch(id, slot, dir string) error {
+	dir = filepath.Clean(dir)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.fd == nil {
+	if w.w == nil {
 		return nil
 	}
-	wd, err := unix.InotifyAddWatch(int(w.fd.Fd()), dir, unix.IN_CLOSE_WRITE|unix.IN_MOVED_TO|unix.IN_ONLYDIR)
-	if err != nil {
+	if err := w.w.Add(dir); err != nil {
 		return fmt.Errorf("watch the freeze slot %s: %w", dir, err)
 	}
-	w.bySlot[id+"/"+slot] = int32(wd)
-	w.byWd[int32(wd)] = [2]string{id, slot}
+	w.bySlot[id+"/"+slot] = dir
+	w.byDir[dir] = [2]string{id, slot}
 	return nil
 }
 
@@ -905,14 +917,14 @@ func (w *slotWatcher) watch(id, slot, dir string) error {
 func (w *slotWatcher) unwatch(id, slot string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	wd, ok := w.bySlot[id+"/"+slot]
+	dir, ok := w.bySlot[id+"/"+slot]
 	if !ok {
 		return
 	}
 	delete(w.bySlot, id+"/"+slot)
-	delete(w.byWd, wd)
-	if w.fd != nil {
-		_, _ = unix.InotifyRmWatch(int(w.fd.Fd()), uint32(wd))
+	delete(w.byDir, dir)
+	if w.w != nil {
+		_ = w.w.Remove(dir)
 	}
 }
 
