@@ -15,6 +15,10 @@ import (
 	"sbx.dev/sbx/internal/flaky"
 )
 
+// defaultExplainTimeout bounds a run of explain unless --timeout says
+// otherwise: the defaults suit a small test, and a run that hangs fails.
+const defaultExplainTimeout = 10 * time.Minute
+
 func newExplainCmd(e *env) *cobra.Command {
 	var (
 		from, seedEnv       string
@@ -57,7 +61,7 @@ func newExplainCmd(e *env) *cobra.Command {
 	fs.IntVar(&pnrWays, "pnr-ways", explain.DefaultPNRWays, "point of no return: forks of each capture")
 	fs.StringVar(&report, "report", "", "write the report, one self-contained HTML file with its plots, to this path")
 	fs.StringVar(&fixedCmd, "fixed", "", "verify a fix: run this fixed test (a shell command) as many times as prove it at 99% against the measured rate")
-	timeout := durationVar(fs, "timeout", "kill a run after this long (a failure), e.g. 5m or 300 (seconds)")
+	timeout := durationVar(fs, "timeout", "kill a run after this long (a failure), e.g. 5m or 300 (seconds); 0: none (default "+defaultExplainTimeout.String()+")")
 	cmd.RunE = remote(func(cmd *cobra.Command, args []string) error {
 		fixed := 1
 		if from != "" {
@@ -88,6 +92,10 @@ func newExplainCmd(e *env) *cobra.Command {
 			if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsAny(k, " \n") {
 				return usagef("--env %q: want KEY=VALUE", kv)
 			}
+		}
+		if !timeout.set {
+			// a hang is a failure, not a wait for ever: explain runs many
+			timeout.d, timeout.set = defaultExplainTimeout, true
 		}
 		o.Test = flaky.Test{Cmd: shellWrap(command), SeedEnv: seedEnv, Timeout: timeout.wire(), Env: envs}
 		if fixedCmd != "" {
