@@ -83,8 +83,8 @@ func newExplainCmd(e *env) *cobra.Command {
 			return usagef("explain takes a test command (after its flags, or after --)")
 		case n < 2 || n > explain.MaxRuns:
 			return usagef("-n %d: want 2 runs (a failing and a passing one to compare) to %d", n, explain.MaxRuns)
-		case parallel < 1:
-			return usagef("--parallel %d: want at least 1", parallel)
+		case parallel < 1 || parallel > flaky.MaxParallel:
+			return usagef("--parallel %d: want 1 to %d runs at once", parallel, flaky.MaxParallel)
 		case seedEnv == "" || strings.ContainsAny(seedEnv, "= "):
 			return usagef("--seed-env %q: want a variable name", seedEnv)
 		}

@@ -58,8 +58,8 @@ func newFlakeRateCmd(e *env) *cobra.Command {
 			return usagef("flake-rate takes a test command (after its flags, or after --)")
 		case n < 1:
 			return usagef("-n %d: want at least 1 run", n)
-		case parallel < 1:
-			return usagef("--parallel %d: want at least 1", parallel)
+		case parallel < 1 || parallel > flaky.MaxParallel:
+			return usagef("--parallel %d: want 1 to %d runs at once", parallel, flaky.MaxParallel)
 		case seedEnv == "" || strings.ContainsAny(seedEnv, "= "):
 			return usagef("--seed-env %q: want a variable name", seedEnv)
 		case keepTTL.set && !keep:

@@ -45,8 +45,8 @@ func newReplayCmd(e *env) *cobra.Command {
 			return usagef("--seed %q: want a number from 0 to %d", seed, uint32(1<<32-1))
 		case n < 1:
 			return usagef("-n %d: want at least 1 run", n)
-		case parallel < 1:
-			return usagef("--parallel %d: want at least 1", parallel)
+		case parallel < 1 || parallel > flaky.MaxParallel:
+			return usagef("--parallel %d: want 1 to %d runs at once", parallel, flaky.MaxParallel)
 		case seedEnv == "" || strings.ContainsAny(seedEnv, "= "):
 			return usagef("--seed-env %q: want a variable name", seedEnv)
 		}

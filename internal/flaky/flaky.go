@@ -30,6 +30,10 @@ const DefaultSeedEnv = "SEED"
 // DefaultParallel is how many test runs go at once unless told.
 const DefaultParallel = 4
 
+// MaxParallel is the most runs at once the CLI asks for: each is a sandbox
+// of its own, and sbxd bounds nothing of a client's.
+const MaxParallel = 64
+
 // Run is the outcome of one run of the test, as `--json` prints it.
 type Run struct {
 	Run        int    `json:"run"`
