@@ -115,7 +115,7 @@ func TestAttack23Interrupt(t *testing.T) {
 	const test = `sleep 0.4; test $((SEED % 2)) = 0`
 	for _, after := range []time.Duration{200 * time.Millisecond, 1500 * time.Millisecond, 3 * time.Second, 4500 * time.Millisecond, 6 * time.Second, 8 * time.Second} {
 		cmd := exec.Command(filepath.Join(binDir, "sbx"), "--json", "explain", id, "-n", "4", "--parallel", "2",
-			"--knob-runs", "2", "--cpus", "1", "--offsets", "0,300", "--pnr-parents", "1", "--pnr-ways", "2", "--fixed", "true", "--", "sh", "-c", test)
+			"--knob-runs", "2", "--cpus", "1", "--net-delay", "none", "--net-loss", "none", "--offsets", "0,300", "--pnr-parents", "1", "--pnr-ways", "2", "--fixed", "true", "--", "sh", "-c", test)
 		cmd.Env = append(os.Environ(), "SBX_HOST=unix://"+d.socket)
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
@@ -452,7 +452,7 @@ func TestAttack23KillsAgent(t *testing.T) {
 func TestAttack23CPUKnobAboveHost(t *testing.T) {
 	d := shared
 	id := d.newSandbox(t, "--template", "tiny")
-	r := d.sbx(t, "--json", "explain", id, "-n", "2", "--knob-runs", "1", "--cpus", "0.5,64", "--pnr-parents", "0", "--", "sh", "-c", `test $((SEED % 2)) = 0`)
+	r := d.sbx(t, "--json", "explain", id, "-n", "2", "--knob-runs", "1", "--cpus", "0.5,64", "--net-delay", "none", "--net-loss", "none", "--pnr-parents", "0", "--", "sh", "-c", `test $((SEED % 2)) = 0`)
 	if r.code != 0 {
 		t.Fatalf("exit %d, stderr %q: the measured runs were lost to a knob value sbxd refused", r.code, r.stderr)
 	}

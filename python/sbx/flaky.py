@@ -170,12 +170,16 @@ def _run_once(sb: "Sandbox", cmd: "Command", i: int, seed: int, seed_env: str, t
     return Run(i, seed, sb.id, r.exit_code, r.exit_code == 0, int((time.monotonic() - start) * 1000), r.stdout, r.stderr)
 
 
+#: MAX_PARALLEL is the most runs at once (each a sandbox of its own), as the CLI's.
+MAX_PARALLEL = 64
+
+
 def _check(n: int, parallel: int, what: str, timeout: Optional[Duration] = None) -> None:
     duration_wire(timeout, "%s: timeout" % what)
     if not isinstance(n, int) or n < 1:
         raise Invalid("%s: want at least 1 run, got %r" % (what, n))
-    if not isinstance(parallel, int) or parallel < 1:
-        raise Invalid("%s: want a parallelism of at least 1, got %r" % (what, parallel))
+    if not isinstance(parallel, int) or isinstance(parallel, bool) or not 1 <= parallel <= MAX_PARALLEL:
+        raise Invalid("%s: want 1 to %d runs at once, got %r" % (what, MAX_PARALLEL, parallel))
 
 
 def hunt(
