@@ -12,8 +12,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"sbx.dev/sbx/api"
 )
 
 // Attacks on init's protection (third_party/gvisor/patches/05-kernel-init-
@@ -246,5 +249,85 @@ func TestAttackMeShapeFlood(t *testing.T) {
 	var after int
 	waitFor(t, "sbxd's goroutines back", 20*time.Second, func() bool { after = goroutines(t, d); return after <= before+5 })
 	d.must(t, "rm", plain)
+	checkNoLeaks(t, d)
+}
+
+// TestAttackMeShapeKilledSbxd: sbxd killed (SIGKILL) at chosen instants
+// while it creates a shaped sandbox, forks a shaped one with --memory
+// --count 8 (inheriting, and with a shape of its own), stops and resumes
+// one: after each restart every ready sandbox with a delay is delayed
+// (its queue is read again: without a reader the rule lets packets by),
+// and once all are deleted no namespace, process or goroutine is left.
+func TestAttackMeShapeKilledSbxd(t *testing.T) {
+	d := ownDaemon(t)
+	out := outside(t)
+	tool := filepath.Join(t.TempDir(), "flood")
+	if b, err := exec.Command("gcc", "-static", "-O1", "-o", tool, filepath.Join("testdata", "attackme_flood.c")).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v %s", err, b)
+	}
+	base := goroutines(t, d)
+	parent := d.newSandbox(t, "--template", "tiny", "--net-delay", "300ms")
+	upload(t, d, parent, tool, "/ct")
+	d.must(t, "exec", parent, "--", "chmod", "755", "/ct")
+	type step struct {
+		name string
+		args []string
+		kill time.Duration
+	}
+	steps := []step{
+		{"create", []string{"new", "--template", "tiny", "--net-delay", "300ms", "--net-loss", "1%"}, 700 * time.Millisecond},
+		{"create", []string{"new", "--template", "tiny", "--net-delay", "300ms"}, 2500 * time.Millisecond},
+		{"fork", []string{"fork", "--memory", "--count", "8", "--wait", parent}, 1500 * time.Millisecond},
+		{"fork", []string{"fork", "--memory", "--count", "8", "--wait", "--net-delay", "400ms", parent}, 4 * time.Second},
+		{"fork", []string{"fork", "--memory", "--count", "8", "--wait", parent}, 9 * time.Second},
+		{"stop", []string{"stop", "--wait", parent}, 1200 * time.Millisecond},
+		{"resume", []string{"resume", parent}, 800 * time.Millisecond},
+		{"resume", []string{"resume", parent}, 2500 * time.Millisecond},
+	}
+	var sbs struct {
+		Sandboxes []api.Sandbox `json:"sandboxes"`
+	}
+	for _, s := range steps {
+		cmd := exec.Command(filepath.Join(binDir, "sbx"), s.args...)
+		cmd.Env = append(os.Environ(), "SBX_HOST=unix://"+d.socket)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(s.kill)
+		d.kill(syscall.SIGKILL)
+		cmd.Wait()
+		if err := d.start(nil); err != nil {
+			t.Fatalf("restart after killing sbxd during %s: %v", s.name, err)
+		}
+		d.jsonOut(t, &sbs, "ls")
+		checked := 0
+		for _, sb := range sbs.Sandboxes {
+			if sb.State != api.StateReady || sb.Shape == nil || sb.Shape.Delay == "" {
+				continue
+			}
+			want, _ := time.ParseDuration(sb.Shape.Delay)
+			o, e, code := execOut(t, d, sb.ID, "root", "60s", "[ -x /ct ] || exit 7; /ct "+out+" 8080")
+			if code == 7 {
+				continue // a create's sandbox: no tool in it
+			}
+			checked++
+			ms, err := strconv.Atoi(strings.TrimSpace(o))
+			if code != 0 || err != nil {
+				t.Errorf("after sbxd was killed during %s (%s): connect in %s: %d %q %q", s.name, s.kill, sb.ID, code, o, e)
+			} else if time.Duration(ms)*time.Millisecond < want {
+				t.Errorf("after sbxd was killed during %s (%s): a connect from %s (delay %s) took %d ms: the shape is not applied", s.name, s.kill, sb.ID, want, ms)
+			}
+		}
+		t.Logf("killed during %s after %s: %d sandboxes, %d shaped ones checked, %d goroutines", s.name, s.kill, len(sbs.Sandboxes), checked, goroutines(t, d))
+		if st := d.info(t, parent).State; st == api.StateStopped {
+			d.must(t, "resume", parent)
+		}
+	}
+	d.jsonOut(t, &sbs, "ls")
+	for _, sb := range sbs.Sandboxes {
+		d.sbx(t, "rm", sb.ID)
+	}
+	var after int
+	waitFor(t, "sbxd's goroutines back", 30*time.Second, func() bool { after = goroutines(t, d); return after <= base+5 })
 	checkNoLeaks(t, d)
 }
