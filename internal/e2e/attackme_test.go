@@ -331,3 +331,32 @@ func TestAttackMeShapeKilledSbxd(t *testing.T) {
 	waitFor(t, "sbxd's goroutines back", 30*time.Second, func() bool { after = goroutines(t, d); return after <= base+5 })
 	checkNoLeaks(t, d)
 }
+
+// TestAttackMeInitChildSignals: what init starts has every signal at its
+// default (init catches SIGHUP, SIGPIPE, SIGQUIT... to drop them; none of
+// that may reach a command: a SIG_IGN would survive exec), none blocked; a
+// user process still stops, continues and kills its own children, and
+// sbx exec --timeout still ends a command that ignores SIGTERM.
+func TestAttackMeInitChildSignals(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny")
+	upload(t, d, id, buildAttackInit(t), "/a")
+	// gVisor's /proc/PID/status has no SigIgn/SigCgt/SigBlk: the program
+	// asks sigaction and sigprocmask itself. (Under busybox sh a command
+	// has SIGQUIT ignored, and SIGINT too with &: ash's own, on the host too.)
+	for _, how := range [][]string{{"/a", "sigs"}, {"env", "/a", "sigs"}, {"sh", "-c", "exec /a sigs"}} {
+		r, hung := sbxWithin(t, d, 60*time.Second, append([]string{"exec", "--user", "root", id, "--"}, how...)...)
+		if hung || !strings.Contains(r.stdout, "sigs-not-default=0") {
+			t.Errorf("%v, started by init: hung=%v %+v; want every signal at its default, none blocked", how, hung, r)
+		}
+	}
+	o, e, code := execOut(t, d, id, "root", "30s", `sleep 30 & p=$!; sleep 0.3; kill -STOP $p; sleep 0.3; echo "stopped=$(awk '/^State/ {print $2}' /proc/$p/status)"; kill -CONT $p; kill -KILL $p; wait $p; echo rc=$?`)
+	if code != 0 || !strings.Contains(o, "stopped=T") || !strings.Contains(o, "rc=137") {
+		t.Errorf("a user's SIGSTOP and SIGKILL of its own child: %d %q %q", code, o, e)
+	}
+	s := time.Now()
+	r, hung := sbxWithin(t, d, 60*time.Second, "exec", "--timeout", "3", id, "--", "sh", "-c", "trap '' TERM HUP INT; sleep 40")
+	if hung || r.code == 0 || time.Since(s) > 35*time.Second {
+		t.Errorf("sbx exec --timeout 3 of a command ignoring SIGTERM: hung=%v %+v after %s", hung, r, time.Since(s))
+	}
+}

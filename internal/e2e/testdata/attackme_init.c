@@ -51,6 +51,17 @@ int main(int argc, char **argv) {
       long r2 = syscall(SYS_rt_tgsigqueueinfo, 1, 1, sig, &si);
       printf("code %d: q=%ld/%d tgq=%ld\n", codes[i], r, r ? errno : 0, r2);
     }
+  } else if (!strcmp(m, "sigs")) {
+    // every signal not at its default disposition, and the blocked ones
+    sigset_t blk; sigprocmask(SIG_BLOCK, NULL, &blk);
+    int bad = 0;
+    for (int s = 1; s < 65; s++) {
+      struct sigaction sa;
+      if (s == SIGKILL || s == SIGSTOP || sigaction(s, NULL, &sa) != 0) continue;
+      if (sa.sa_handler != SIG_DFL) { printf("signal %d: %s\n", s, sa.sa_handler == SIG_IGN ? "ignored" : "caught"); bad++; }
+      if (sigismember(&blk, s) == 1) { printf("signal %d: blocked\n", s); bad++; }
+    }
+    printf("sigs-not-default=%d\n", bad);
   } else if (!strcmp(m, "getfd")) {
     int fd = syscall(SYS_pidfd_open, 1, 0), got = -1;
     for (int i = 0; i < 64 && got < 0; i++) got = syscall(SYS_pidfd_getfd, fd, i, 0);
