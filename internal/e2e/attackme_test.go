@@ -360,3 +360,41 @@ func TestAttackMeInitChildSignals(t *testing.T) {
 		t.Errorf("sbx exec --timeout 3 of a command ignoring SIGTERM: hung=%v %+v after %s", hung, r, time.Since(s))
 	}
 }
+
+// queueReaders is how many NETLINK_NETFILTER sockets (sbxd's shape queue
+// readers) the gateway namespace of sandbox id holds.
+func queueReaders(t *testing.T, d *daemon, id string) int {
+	t.Helper()
+	b, err := exec.Command("ip", "netns", "exec", "sbx-"+d.tag+"-"+id+"-gw", "cat", "/proc/net/netlink").Output()
+	if err != nil {
+		t.Fatalf("netlink sockets of %s's gateway: %v", id, err)
+	}
+	n := 0
+	for _, l := range strings.Split(string(b), "\n")[1:] {
+		if f := strings.Fields(l); len(f) > 2 && f[1] == "12" && f[2] != "0" { // pid 0: the kernel's
+			n++
+		}
+	}
+	return n
+}
+
+// TestAttackMeShapeStoppedReader: a stopped sandbox sends nothing, yet
+// sbxd kept its delay's queue reader (a netlink socket and two
+// goroutines) for as long as the sandbox stays stopped, which may be
+// days: a user with many stopped shaped sandboxes holds that many. Want
+// the reader gone at the stop and back at the resume.
+func TestAttackMeShapeStoppedReader(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny", "--net-delay", "100ms")
+	if n := queueReaders(t, d, id); n != 1 {
+		t.Fatalf("a shaped ready sandbox's gateway holds %d queue readers, want 1", n)
+	}
+	d.must(t, "stop", "--wait", id)
+	if n := queueReaders(t, d, id); n != 0 {
+		t.Errorf("a stopped shaped sandbox's gateway still holds %d queue reader(s) of sbxd", n)
+	}
+	d.must(t, "resume", "--require-memory", id)
+	if n := queueReaders(t, d, id); n != 1 {
+		t.Errorf("after the resume: %d queue readers, want 1", n)
+	}
+}
