@@ -398,3 +398,26 @@ func TestAttackMeShapeStoppedReader(t *testing.T) {
 		t.Errorf("after the resume: %d queue readers, want 1", n)
 	}
 }
+
+// TestAttackMeInitDuringStop: root hammers init (kill -STOP/-KILL 1, an
+// F_SETSIG SIGSTOP, a ptrace attach) in a loop while sbxd stops the
+// sandbox with its memory and resumes it: the capture and the resume end,
+// and init runs and answers after.
+func TestAttackMeInitDuringStop(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny")
+	upload(t, d, id, buildAttackInit(t), "/a")
+	if r := d.sbx(t, "exec", "--detach", "--user", "root", id, "--", "sh", "-c", `while [ ! -e /tmp/stop ]; do kill -STOP 1; kill -KILL 1; /a fasync 19 >/dev/null; /a attach 0 >/dev/null; done`); r.code != 0 {
+		t.Fatalf("hammer: %+v", r)
+	}
+	time.Sleep(2 * time.Second)
+	if r, hung := sbxWithin(t, d, 3*time.Minute, "stop", "--wait", id); hung || r.code != 0 {
+		t.Fatalf("stop while init is hammered: hung=%v %+v", hung, r)
+	}
+	if r, hung := sbxWithin(t, d, 3*time.Minute, "resume", "--require-memory", id); hung || r.code != 0 {
+		t.Fatalf("resume: hung=%v %+v", hung, r)
+	}
+	time.Sleep(2 * time.Second)
+	initStillAnswers(t, d, id, "a stop and resume under the hammer", "")
+	execOut(t, d, id, "root", "30s", "touch /tmp/stop")
+}
