@@ -65,6 +65,7 @@ func TestAttackMeInitOtherWays(t *testing.T) {
 		{"prlimit-nofile", "/a rlimit nofile 0; sleep 1"},
 		{"prlimit-as", "/a rlimit as 1048576; sleep 1"},
 		{"prlimit-cpu", "/a rlimit cpu 1; sleep 3"},
+		{"sched", "/a sched; sleep 1"},
 		{"pidfd-sigkill", "/a pidfd 9; /a pidfd 19; sleep 1"},
 		{"sigqueue-forged", "/a queue 9; /a queue 19; sleep 1"},
 		{"kill-all", "kill -STOP -1; kill -KILL -1; sleep 1"},

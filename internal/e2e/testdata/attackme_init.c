@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/ptrace.h>
 #include <sys/resource.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -62,6 +63,12 @@ int main(int argc, char **argv) {
       if (sigismember(&blk, s) == 1) { printf("signal %d: blocked\n", s); bad++; }
     }
     printf("sigs-not-default=%d\n", bad);
+  } else if (!strcmp(m, "sched")) {
+    // niceness, affinity and policy of init (harmless if they succeed)
+    cpu_set_t c; CPU_ZERO(&c); CPU_SET(0, &c);
+    struct sched_param sp = {0};
+    printf("sched prio=%d aff=%d idle=%d\n", setpriority(PRIO_PROCESS, 1, 19),
+           sched_setaffinity(1, sizeof c, &c), sched_setscheduler(1, SCHED_IDLE, &sp));
   } else if (!strcmp(m, "getfd")) {
     int fd = syscall(SYS_pidfd_open, 1, 0), got = -1;
     for (int i = 0; i < 64 && got < 0; i++) got = syscall(SYS_pidfd_getfd, fd, i, 0);
