@@ -62,11 +62,11 @@ $(BIN)/runsc: go.mod go.sum $(RUNSC_PATCHES)
 		tmp="$$copy.tmp$$$$"; rm -rf "$$tmp"; mkdir -p "$$(dirname "$$copy")"; \
 		cp -a "$$dir" "$$tmp"; chmod -R u+w "$$tmp"; \
 		for p in $(RUNSC_PATCHES); do \
-			if ! patch -d "$$tmp" -p1 -F0 --dry-run --quiet < "$$p" >/dev/null 2>&1; then \
+			if ! patch -d "$$tmp" -p1 -F0 -N --dry-run --quiet < "$$p" >/dev/null 2>&1; then \
 				echo "runsc: $$p does not apply to gvisor $$ver: the pin moved; redo the patch as third_party/gvisor/README.md says:"; \
-				patch -d "$$tmp" -p1 -F0 --dry-run < "$$p" | sed 's/^/    /' | head -20; rm -rf "$$tmp"; exit 1; \
+				patch -d "$$tmp" -p1 -F0 -N --dry-run < "$$p" | sed 's/^/    /' | head -20; rm -rf "$$tmp"; exit 1; \
 			fi; \
-			patch -d "$$tmp" -p1 -F0 --quiet --no-backup-if-mismatch < "$$p"; \
+			patch -d "$$tmp" -p1 -F0 -N --quiet --no-backup-if-mismatch < "$$p"; \
 		done; \
 		touch "$$tmp/.sbx-complete"; \
 		if ! mv -T "$$tmp" "$$copy" 2>/dev/null; then \
