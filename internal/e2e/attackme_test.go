@@ -422,3 +422,54 @@ func TestAttackMeInitDuringStop(t *testing.T) {
 	initStillAnswers(t, d, id, "a stop and resume under the hammer", "")
 	execOut(t, d, id, "root", "30s", "touch /tmp/stop")
 }
+
+// TestAttackMeInitGroup: which processes share init's process group and
+// session (a kill -STOP 0 from one of them, or of -PGID, stops them all);
+// init must stay running and an exec and a detached exec still work.
+func TestAttackMeInitGroup(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "base")
+	d.sbx(t, "exec", "--detach", id, "--", "sleep", "100")
+	o, _, _ := execOut(t, d, id, "root", "30s", `ps -eo pid,pgid,sid,stat,comm; pg=$(ps -o pgid= -p 1 | tr -d ' '); echo "init-group=$pg"; ps -eo pid=,pgid= | awk -v g=$pg '$2==g && $1!=1 {print "in-init-group", $1}'`)
+	t.Logf("%s", o)
+	if strings.Contains(o, "in-init-group") {
+		// one of them stops its whole group, init's
+		o2, e2, _ := execOut(t, d, id, "root", "30s", `pg=$(ps -o pgid= -p 1 | tr -d ' '); kill -STOP -- -$pg; sleep 1; ps -eo pid,stat,comm`)
+		t.Logf("after kill -STOP -%s: %s %s", "init's group", o2, e2)
+	}
+	initStillAnswers(t, d, id, "kill -STOP of init's group", "")
+	// the other sbx-agent processes: kill each (root can), then exec
+	o3, _, _ := execOut(t, d, id, "root", "30s", `for p in $(pgrep -x sbx-agent); do [ $p = 1 ] && continue; echo "agent $p: $(tr '\0' ' ' < /proc/$p/cmdline)"; done; for p in $(pgrep -x sbx-agent); do [ $p = 1 ] || [ $p = $PPID ] || kill -KILL $p; done; echo killed`)
+	t.Logf("%s", o3)
+	if r, hung := sbxWithin(t, d, 60*time.Second, "exec", id, "--", "echo", "ok"); hung || r.stdout != "ok\n" {
+		t.Errorf("an exec after: hung=%v %+v", hung, r)
+	}
+}
+
+// TestAttackMeSbxKill: sbx kill still reaches an exec's group (init sends
+// it, not runsc), SIGSTOP and SIGCONT and SIGKILL.
+func TestAttackMeSbxKill(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny")
+	f := strings.Fields(d.must(t, "exec", "--detach", id, "--", "sleep", "300"))
+	if len(f) < 2 || !strings.HasPrefix(f[0], "ex_") {
+		t.Fatalf("exec -d: %q", f)
+	}
+	ex, pid := f[0], f[1]
+	state := func() string {
+		o, _, _ := execOut(t, d, id, "root", "30s", `awk '/^State/ {print $2}' /proc/`+pid+`/status 2>/dev/null`)
+		return strings.TrimSpace(o)
+	}
+	d.must(t, "kill", "-s", "STOP", id, ex)
+	time.Sleep(500 * time.Millisecond)
+	if s := state(); s != "T" {
+		t.Errorf("after sbx kill -s STOP: %q, want T", s)
+	}
+	d.must(t, "kill", "-s", "CONT", id, ex)
+	time.Sleep(500 * time.Millisecond)
+	if s := state(); s != "S" {
+		t.Errorf("after sbx kill -s CONT: %q, want S", s)
+	}
+	d.must(t, "kill", "-s", "KILL", id, ex)
+	waitFor(t, "the killed sleep gone", 20*time.Second, func() bool { return state() == "" })
+}
