@@ -45,7 +45,10 @@ install: build
 # (~/.cache/sbx-gvisor/VERSION-KEY, 69 MB, outside the tree), each patch is
 # checked with --dry-run and applied there with no fuzz, and a go.mod in
 # bin/ replaces the module with that copy. A patch that no longer applies
-# (the pin moved) stops the build, saying which.
+# (the pin moved) stops the build, saying which. Copies of other keys are
+# kept: another worktree's go build may be reading one (each is 69 MB); a
+# build removes only its key's leftovers of killed builds (.tmpPID,
+# .oldPID whose PID is gone), never a copy or a tmp a live build writes.
 RUNSC_PATCHES := $(sort $(wildcard third_party/gvisor/patches/*.patch))
 $(BIN)/runsc: go.mod go.sum $(RUNSC_PATCHES)
 	@echo "==> building runsc from the go.mod pin (gvisor.dev/gvisor/runsc) with third_party/gvisor's patches; about two minutes the first time"
@@ -59,16 +62,20 @@ $(BIN)/runsc: go.mod go.sum $(RUNSC_PATCHES)
 		tmp="$$copy.tmp$$$$"; rm -rf "$$tmp"; mkdir -p "$$(dirname "$$copy")"; \
 		cp -a "$$dir" "$$tmp"; chmod -R u+w "$$tmp"; \
 		for p in $(RUNSC_PATCHES); do \
-			if ! patch -d "$$tmp" -p1 -F0 --dry-run --quiet < "$$p" >/dev/null 2>&1; then \
+			if ! patch -d "$$tmp" -p1 -F0 -N --dry-run --quiet < "$$p" >/dev/null 2>&1; then \
 				echo "runsc: $$p does not apply to gvisor $$ver: the pin moved; redo the patch as third_party/gvisor/README.md says:"; \
-				patch -d "$$tmp" -p1 -F0 --dry-run < "$$p" | sed 's/^/    /' | head -20; rm -rf "$$tmp"; exit 1; \
+				patch -d "$$tmp" -p1 -F0 -N --dry-run < "$$p" | sed 's/^/    /' | head -20; rm -rf "$$tmp"; exit 1; \
 			fi; \
-			patch -d "$$tmp" -p1 -F0 --quiet --no-backup-if-mismatch < "$$p"; \
+			patch -d "$$tmp" -p1 -F0 -N --quiet --no-backup-if-mismatch < "$$p"; \
 		done; \
 		touch "$$tmp/.sbx-complete"; \
-		for old in "$$(dirname "$$copy")/$$ver"-*; do [ "$$old" = "$$tmp" ] || rm -rf "$$old"; done; \
-		mv -T "$$tmp" "$$copy" 2>/dev/null || rm -rf "$$tmp"; \
+		if ! mv -T "$$tmp" "$$copy" 2>/dev/null; then \
+			if [ ! -e "$$copy/.sbx-complete" ]; then mv -T "$$copy" "$$copy.old$$$$" && mv -T "$$tmp" "$$copy"; fi; \
+			rm -rf "$$tmp" "$$copy.old$$$$"; \
+		fi; \
 	fi; \
+	for d in "$$copy".tmp* "$$copy".old*; do pid=$${d##*.tmp}; pid=$${pid##*.old}; \
+		[ ! -e "$$d" ] || grep -qs '^State:[[:space:]]*[A-Y]' "/proc/$$pid/status" || rm -rf "$$d"; done; \
 	mkdir -p $(BIN); cp go.mod $(BIN)/.runsc.mod; cp go.sum $(BIN)/.runsc.sum; \
 	echo "replace gvisor.dev/gvisor => $$copy" >> $(BIN)/.runsc.mod; \
 	$(GO) build -modfile $(BIN)/.runsc.mod -o $(BIN)/runsc gvisor.dev/gvisor/runsc
