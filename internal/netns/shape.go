@@ -107,6 +107,11 @@ func (m *Manager) Shape(id string, s Shape) error {
 	return nil
 }
 
+// Release stops sandbox id's queue reader, if it has one, and keeps its
+// rules: for a sandbox that stops (it sends nothing; its next boot shapes
+// it again), so that a stopped sandbox holds nothing of sbxd's.
+func (m *Manager) Release(id string) { m.unshape(id) }
+
 // unshape stops sandbox id's queue reader, if it has one; its rules go
 // with its namespace.
 func (m *Manager) unshape(id string) {

@@ -51,8 +51,10 @@ type Networks interface {
 	Get(id string) (*netns.Network, error)
 	// Rearm readies an existing network for a new runsc sandbox (a resume).
 	Rearm(id string) error
-	// Shape perturbs what leaves the sandbox (the zero Shape: nothing).
+	// Shape perturbs what leaves the sandbox (the zero Shape: nothing);
+	// Release lets go of what shaping holds in sbxd while it is stopped.
 	Shape(id string, s netns.Shape) error
+	Release(id string)
 	Delete(id string) error
 	List() ([]string, error)
 	Dial(ctx context.Context, id string, port int) (net.Conn, error)

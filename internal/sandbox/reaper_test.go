@@ -129,6 +129,7 @@ func (fakeNets) Get(id string) (*netns.Network, error) { return nil, os.ErrNotEx
 func (fakeNets) Delete(id string) error                { return nil }
 func (fakeNets) Rearm(id string) error                 { return nil }
 func (fakeNets) Shape(id string, s netns.Shape) error  { return nil }
+func (fakeNets) Release(id string)                     {}
 func (fakeNets) Dial(ctx context.Context, id string, port int) (net.Conn, error) {
 	return nil, errors.New("no network in unit tests")
 }

@@ -128,6 +128,7 @@ func (m *Manager) resumed(ctx context.Context, c *inFlight, sb *store.Sandbox, c
 // and what is left of it, but keeps the network of the stopped sandbox.
 func (m *Manager) destroyRuntimeKeepNetwork(ctx context.Context, id string) error {
 	m.unwatch(id)
+	m.cfg.Networks.Release(id) // its next boot shapes it again
 	defer m.conns.closeAll(id)
 	err := m.cfg.Runtime.Delete(ctx, id)
 	if kerr := m.killCgroup(id); kerr != nil {
