@@ -86,7 +86,8 @@ func (m *Manager) stop(ctx context.Context, sb *store.Sandbox) error {
 		return fmt.Errorf("stop %s: %w", sb.ID, err)
 	}
 	c.step(ctx, "source-destroyed")
-	m.conns.closeAll(sb.ID) // nothing in there answers them now
+	m.conns.closeAll(sb.ID)       // nothing in there answers them now
+	m.cfg.Networks.Release(sb.ID) // it sends nothing now; its resume shapes it again
 	crashPoint("stop:after-destroy")
 	if err := m.killCgroup(sb.ID); err != nil {
 		m.log.Warn("stop: processes left of the sandbox", "sandbox", sb.ID, "err", err)
