@@ -124,6 +124,9 @@ func TestDataDirFull(t *testing.T) {
 	t.Cleanup(func() {
 		d.stop(true)
 		exec.Command("umount", "-l", d.dir).Run()
+		// under the tmpfs, newDaemon's own symlink and dir were still there
+		os.Remove(filepath.Join(d.dir, "templates"))
+		os.Remove(d.dir)
 	})
 	ctx := context.Background()
 	sb, err := d.client.Create(ctx, client.WithTemplate("tiny"))
