@@ -24,29 +24,6 @@ import (
 	"time"
 )
 
-// Exit codes of the subcommands other than exec. exec exits with the code of
-// the command it ran, or with one of the Exit*Exec codes.
-const (
-	ExitOK       = 0 // success
-	ExitError    = 1 // any failure without a more precise code
-	ExitNotFound = 3 // the path, or its parent directory, does not exist
-	// ExitInvalid means bad arguments, a path that is (or is not) a
-	// directory when the other was needed, or a path that escapes.
-	ExitInvalid = 4
-	ExitExists  = 5 // the path already exists
-)
-
-// Exit codes of exec for its own failures, as timeout(1), env(1) and a POSIX
-// shell use them. The agent writes a line starting with "sbx: " on stderr
-// with each of them. spawn and attach exit with them too; attach exits with
-// ExitUsageExec for an unknown exec id.
-const (
-	ExitTimeoutExec  = 124 // the command ran past --timeout and was killed
-	ExitUsageExec    = 125 // exec itself was called with bad arguments
-	ExitCannotExec   = 126 // the program exists but cannot be executed
-	ExitNotFoundExec = 127 // the program was not found
-)
-
 const usage = `usage:
   sbx-agent init
   sbx-agent gcore --pid PID [--tid TID] [--signal N] --out DIR

@@ -16,19 +16,6 @@ import (
 	"sbx.dev/sbx/internal/wire/frame"
 )
 
-// StartRequest is what `sbx-agent start` reads from its stdin: the command
-// to start and how. It comes on stdin, never in argv, so that the
-// environment (secrets, often) is not in any process list on the host.
-type StartRequest struct {
-	ID   string   `json:"id"`
-	Argv []string `json:"argv"`
-	Env  []string `json:"env,omitempty"`
-	Cwd  string   `json:"cwd,omitempty"`
-	// User is a name, a uid, or either with ":group"; "" is root.
-	User    string `json:"user,omitempty"`
-	Timeout string `json:"timeout,omitempty"`
-}
-
 // maxStartRequest bounds the request read from stdin.
 const maxStartRequest = 8 << 20
 

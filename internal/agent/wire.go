@@ -7,6 +7,7 @@ import "sbx.dev/sbx/internal/wire/agentwire"
 type (
 	FreezeRecord = agentwire.FreezeRecord
 	HuntConfig   = agentwire.HuntConfig
+	StartRequest = agentwire.StartRequest
 )
 
 const (
@@ -28,4 +29,13 @@ const (
 	HuntLineFrozen    = agentwire.HuntLineFrozen
 	AgentPath         = agentwire.AgentPath
 	FreezeRecordFile  = agentwire.FreezeRecordFile
+	ExitOK            = agentwire.ExitOK
+	ExitError         = agentwire.ExitError
+	ExitNotFound      = agentwire.ExitNotFound
+	ExitInvalid       = agentwire.ExitInvalid
+	ExitExists        = agentwire.ExitExists
+	ExitTimeoutExec   = agentwire.ExitTimeoutExec
+	ExitUsageExec     = agentwire.ExitUsageExec
+	ExitCannotExec    = agentwire.ExitCannotExec
+	ExitNotFoundExec  = agentwire.ExitNotFoundExec
 )

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"sbx.dev/sbx/api"
-	"sbx.dev/sbx/internal/agent"
 	"sbx.dev/sbx/internal/runsc"
+	"sbx.dev/sbx/internal/wire/agentwire"
 )
 
 // Every exec is started by the sandbox's init (the agent), so that its
@@ -222,7 +222,7 @@ func (m *Manager) Exec(ctx context.Context, ref string, req api.ExecRequest) (*a
 	}
 	// what the exec does not say, its template's defaults do
 	def := m.defaults(sb)
-	start := agent.StartRequest{ID: e.ID, Argv: req.Cmd, Env: append(slices.Clip(def.Env), req.Env...), Cwd: cmp.Or(req.Cwd, def.WorkDir), User: cmp.Or(req.User, def.User)}
+	start := agentwire.StartRequest{ID: e.ID, Argv: req.Cmd, Env: append(slices.Clip(def.Env), req.Env...), Cwd: cmp.Or(req.Cwd, def.WorkDir), User: cmp.Or(req.User, def.User)}
 	if req.User != "" && req.Cwd == "" && def.WorkDir != "" && req.User != def.User {
 		start.Cwd = "" // another user's working directory is not the default one's
 	}
@@ -457,7 +457,7 @@ func (m *Manager) finishExec(ctx context.Context, run *execRun, code int) {
 	} else {
 		run.exec.State = api.ExecExited
 		run.exec.ExitCode = &code
-		run.exec.TimedOut = code == agent.ExitTimeoutExec
+		run.exec.TimedOut = code == agentwire.ExitTimeoutExec
 	}
 	e := run.exec
 	run.mu.Unlock()

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"sbx.dev/sbx/api"
-	"sbx.dev/sbx/internal/agent"
 	"sbx.dev/sbx/internal/runsc"
+	"sbx.dev/sbx/internal/wire/agentwire"
 )
 
 // Every file operation runs the agent inside the sandbox, so every path is
@@ -174,11 +174,11 @@ func (m *Manager) agentCall(ctx context.Context, ref string, stdin io.Reader, st
 	switch code {
 	case 0:
 		return nil
-	case agent.ExitNotFound:
+	case agentwire.ExitNotFound:
 		return api.Errorf(api.ErrNotFound, "%s", msg)
-	case agent.ExitInvalid:
+	case agentwire.ExitInvalid:
 		return api.Errorf(api.ErrInvalid, "%s", msg)
-	case agent.ExitExists:
+	case agentwire.ExitExists:
 		return api.Errorf(api.ErrConflict, "%s", msg)
 	default:
 		if msg == "" {

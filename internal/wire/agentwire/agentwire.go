@@ -123,3 +123,39 @@ const (
 	HuntLineCaptured = "sbx-hunt: captured" // the evidence is in Dir
 	HuntLineFrozen   = "sbx-hunt: frozen"   // "sbx-hunt: frozen NAME", the record in Dir/frozen
 )
+
+// Exit codes of the subcommands other than exec. exec exits with the code of
+// the command it ran, or with one of the Exit*Exec codes.
+const (
+	ExitOK       = 0 // success
+	ExitError    = 1 // any failure without a more precise code
+	ExitNotFound = 3 // the path, or its parent directory, does not exist
+	// ExitInvalid means bad arguments, a path that is (or is not) a
+	// directory when the other was needed, or a path that escapes.
+	ExitInvalid = 4
+	ExitExists  = 5 // the path already exists
+)
+
+// Exit codes of exec for its own failures, as timeout(1), env(1) and a POSIX
+// shell use them. The agent writes a line starting with "sbx: " on stderr
+// with each of them. spawn and attach exit with them too; attach exits with
+// ExitUsageExec for an unknown exec id.
+const (
+	ExitTimeoutExec  = 124 // the command ran past --timeout and was killed
+	ExitUsageExec    = 125 // exec itself was called with bad arguments
+	ExitCannotExec   = 126 // the program exists but cannot be executed
+	ExitNotFoundExec = 127 // the program was not found
+)
+
+// StartRequest is what `sbx-agent start` reads from its stdin: the command
+// to start and how. It comes on stdin, never in argv, so that the
+// environment (secrets, often) is not in any process list on the host.
+type StartRequest struct {
+	ID   string   `json:"id"`
+	Argv []string `json:"argv"`
+	Env  []string `json:"env,omitempty"`
+	Cwd  string   `json:"cwd,omitempty"`
+	// User is a name, a uid, or either with ":group"; "" is root.
+	User    string `json:"user,omitempty"`
+	Timeout string `json:"timeout,omitempty"`
+}
