@@ -145,21 +145,12 @@ func CrashBundle(ctx context.Context, c CopyClient, cr client.Crash, dir string)
 		if err := c.WriteTar(ctx, id, CrashRoot, scriptTar(path.Base(remote), script)); err != nil {
 			return fmt.Errorf("install the bundle script: %w", err)
 		}
-		var log limitedBuffer
-		log.buf, log.max = &bytes.Buffer{}, 64<<10
 		req := api.ExecRequest{User: "root", Timeout: "5m", Cmd: []string{"gdb", "-q", "-batch", "-nx",
 			"-ex", "set pagination off", "-ex", "set debuginfod enabled off", "-p", strconv.Itoa(cr.Pid), "-x", remote + "/bundle.py"}}
-		x, err := c.ExecEvents(ctx, id, req, func(ev api.ExecEvent) error {
-			if ev.Event == "stdout" || ev.Event == "stderr" {
-				log.Write(ev.Data)
-			}
-			return nil
-		})
-		if err != nil {
+		if log, err := execLogged(ctx, c, id, req); err != nil {
 			return err
-		}
-		if x.ExitCode == nil || *x.ExitCode != 0 {
-			return fmt.Errorf("gdb -p %d in a copy of %s: %s", cr.Pid, cr.Snapshot, bytes.TrimSpace(log.buf.Bytes()))
+		} else if log != nil {
+			return fmt.Errorf("gdb -p %d in a copy of %s: %s", cr.Pid, cr.Snapshot, log)
 		}
 		out.Remote = remote + "/bundle"
 		return fetchBundle(ctx, c, id, out)
@@ -168,6 +159,26 @@ func CrashBundle(ctx context.Context, c CopyClient, cr client.Crash, dir string)
 		return nil, err
 	}
 	return out, nil
+}
+
+// execLogged runs req in id, keeping the first 64 KiB of its output; on a
+// non-zero exit it returns that output (trimmed, never nil), else nil.
+func execLogged(ctx context.Context, c CopyClient, id string, req api.ExecRequest) ([]byte, error) {
+	var log limitedBuffer
+	log.buf, log.max = &bytes.Buffer{}, 64<<10
+	x, err := c.ExecEvents(ctx, id, req, func(ev api.ExecEvent) error {
+		if ev.Event == "stdout" || ev.Event == "stderr" {
+			log.Write(ev.Data)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if x.ExitCode == nil || *x.ExitCode != 0 {
+		return append([]byte{}, bytes.TrimSpace(log.buf.Bytes())...), nil
+	}
+	return nil, nil
 }
 
 // scriptTar is a directory tok holding bundle.py.
@@ -193,21 +204,12 @@ func hasGDB(ctx context.Context, c CopyClient, id string) bool {
 // agentBundle writes cr's bundle with sbx-agent gcore in the copy id, then
 // reads its backtrace with this machine's gdb.
 func agentBundle(ctx context.Context, c CopyClient, id string, cr client.Crash, sig int, remote string, out *Crash) error {
-	var log limitedBuffer
-	log.buf, log.max = &bytes.Buffer{}, 64<<10
 	req := api.ExecRequest{User: "root", Timeout: "5m", Cmd: []string{agentwire.AgentPath, "gcore",
 		"--pid", strconv.Itoa(cr.Pid), "--tid", strconv.Itoa(cr.Tid), "--signal", strconv.Itoa(sig), "--out", remote + "/bundle"}}
-	x, err := c.ExecEvents(ctx, id, req, func(ev api.ExecEvent) error {
-		if ev.Event == "stdout" || ev.Event == "stderr" {
-			log.Write(ev.Data)
-		}
-		return nil
-	})
-	if err != nil {
+	if log, err := execLogged(ctx, c, id, req); err != nil {
 		return err
-	}
-	if x.ExitCode == nil || *x.ExitCode != 0 {
-		return fmt.Errorf("sbx-agent gcore %d in a copy of %s (no gdb there): %s", cr.Pid, cr.Snapshot, bytes.TrimSpace(log.buf.Bytes()))
+	} else if log != nil {
+		return fmt.Errorf("sbx-agent gcore %d in a copy of %s (no gdb there): %s", cr.Pid, cr.Snapshot, log)
 	}
 	out.Remote = remote + "/bundle"
 	if err := fetchBundle(ctx, c, id, out); err != nil {
