@@ -6,7 +6,7 @@ BIN := $(CURDIR)/bin
 DEBS := busybox-static mmdebstrap iproute2 iptables tmux gcc jq chromium patch
 export CGO_ENABLED := 0
 
-.PHONY: all build deps install demo test python-deps python-test unit integration bench soak soak-storage fleet-tools fleet-test vet fmt clean
+.PHONY: all build deps install demo test python-deps python-test unit integration bench bench-quick soak soak-storage fleet-tools fleet-test vet fmt clean
 
 all: build
 
@@ -22,9 +22,10 @@ deps:
 
 ## build: sbx, sbxd, sbx-agent and runsc (from the go.mod pin) into bin/
 build: $(BIN)/runsc
-	@echo "==> building sbx, sbxd and sbx-agent into bin/"
+	@echo "==> building sbx, sbxd, sbx-controller and sbx-agent into bin/"
 	@$(GO) build -o $(BIN)/sbx ./cmd/sbx
 	@$(GO) build -o $(BIN)/sbxd ./cmd/sbxd
+	@$(GO) build -o $(BIN)/sbx-controller ./cmd/sbx-controller
 	@$(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/sbx-agent ./cmd/sbx-agent
 
 ## install: sbx, sbxd, sbx-agent and runsc into $(PREFIX)/bin (on PATH), so
@@ -84,9 +85,10 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: files above need formatting"; exit 1; }
 
-## test: everything, against real runsc, namespaces and sbxd (as root); the
-## Python client's tests last
-test: deps build vet
+## test: everything, against real runsc, namespaces and sbxd (as root), the
+## fleet's tests against a real control plane (built once per pin by
+## fleet-tools); the Python client's tests last
+test: deps build fleet-tools vet
 	@echo "==> running the tests (unit and integration, real runsc)"
 	$(GO) test -count=1 -timeout 80m ./...
 	@$(MAKE) --no-print-directory python-test
@@ -137,12 +139,22 @@ demo: deps build
 	@./scripts/demo.sh
 
 ## bench: each figure beside raw runsc doing the same work
-bench: deps build
+bench: deps build fleet-tools
 	$(GO) test -run '^$$' -bench 'Create|Exec|MemoryFork' -benchtime 20x -timeout 30m ./internal/e2e/
-	$(GO) test -run '^$$' -bench 'Fork16|StopResume|Scp|PreviewProxy' -benchtime 3x -timeout 30m ./internal/e2e/
+	$(GO) test -run '^$$' -bench 'FleetCreate' -benchtime 10x -timeout 15m ./internal/fleet/e2e/
+	$(GO) test -run '^$$' -bench 'Place100' -benchtime 1x -timeout 15m ./internal/fleet/placement/
+	$(GO) test -run '^$$' -bench 'Fork16|ForkShare|StopResume|Scp|PreviewProxy' -benchtime 3x -timeout 30m ./internal/e2e/
 	$(GO) test -run '^$$' -bench 'Hunt' -benchtime 5x -timeout 30m ./internal/e2e/
 	$(GO) test -run '^$$' -bench 'FlakeRateVsNaive' -benchtime 1x -timeout 30m ./internal/e2e/
 	$(GO) test -run '^$$' -bench 'Explain' -benchtime 1x -timeout 30m ./internal/e2e/
+
+## bench-quick: create (cold and from a warm pool), exec (client and CLI)
+## and a memory fork 10x each, the memory 8 idle forks share (density) once,
+## and a freeze 10x, each with its goal and met or MISSED (a few minutes)
+bench-quick: deps build
+	$(GO) test -run '^$$' -bench '^Benchmark(Create|CreateWarm|Exec|ExecCLI|MemoryFork)$$' -benchtime 10x -timeout 15m ./internal/e2e/
+	$(GO) test -run '^$$' -bench '^BenchmarkForkShare$$' -benchtime 1x -timeout 15m ./internal/e2e/
+	$(GO) test -run '^$$' -bench '^BenchmarkFreeze$$' -benchtime 10x -timeout 15m ./internal/e2e/
 
 ## soak: the crash fuzz at 30 random instants of every operation (about an hour), and its table
 soak: deps build

@@ -36,9 +36,29 @@ var kinds = []struct {
 	{ErrInternal, "internal", http.StatusInternalServerError},
 }
 
-// ErrorBody is the JSON body of every error response.
+// ErrorBody is sbx's one error envelope: the JSON body of every error
+// response, and what every stream's "error" event holds. The frames of the
+// exec, fork and progress streams embed it, so their "error" event is the
+// same envelope with its event name beside it:
+// {"event":"error","error":{"code":"conflict","message":"..."}}.
+// Error is nil in a frame that is no error.
 type ErrorBody struct {
-	Error ErrorDetail `json:"error"`
+	Error *ErrorDetail `json:"error,omitempty"`
+}
+
+// Envelope is err as an ErrorBody: its message, and its kind's code.
+func Envelope(err error) ErrorBody {
+	_, code := StatusOf(err)
+	return ErrorBody{Error: &ErrorDetail{Code: code, Message: err.Error()}}
+}
+
+// Err is the error the envelope carries, of the kind its code names (nil
+// when it carries none).
+func (b ErrorBody) Err() error {
+	if b.Error == nil {
+		return nil
+	}
+	return StreamError(b.Error.Code, b.Error.Message)
 }
 
 // ErrorDetail names the kind of an error and says what happened.
@@ -90,8 +110,9 @@ type kindError struct {
 func (e *kindError) Error() string { return e.msg }
 func (e *kindError) Unwrap() error { return e.kind }
 
-// StreamError is the error an "error" event of a stream carries: of the
-// kind its code names (so errors.Is works), or of no kind without one.
+// StreamError is the error an envelope carries (an error response's, or a
+// stream's "error" event's): of the kind its code names (so errors.Is
+// works), or of no kind without one.
 func StreamError(code, message string) error {
 	if message == "" {
 		message = "the server reported an error without a message"

@@ -19,7 +19,8 @@ const (
 )
 
 // StreamErrorEvent is the name of the event that ends any stream with an
-// error (a StreamErrorBody: exec, fork, events, logs and progress streams).
+// error (an ErrorBody, alone or in the stream's frame: exec, fork, events,
+// logs and progress streams).
 const StreamErrorEvent = "error"
 
 // The names of the events of a fork's stream (ForkEvent.Event).

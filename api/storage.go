@@ -72,7 +72,7 @@ type PruneRequest struct {
 	Freezes bool `json:"freezes,omitempty"`
 	// OlderThan prunes only what is older than this (a duration: "2h",
 	// "3600"); "" : whatever its age.
-	OlderThan string `json:"olderThan,omitempty"`
+	OlderThan Duration `json:"olderThan,omitempty"`
 	// DryRun says what would be removed, and removes nothing.
 	DryRun bool `json:"dryRun,omitempty"`
 }

@@ -16,6 +16,20 @@ const (
 	StateDeleted  State = "deleted"
 )
 
+// States are the states a stored sandbox can be in, in the order of its
+// life: the one list of them (StateDeleted is only ever an event's).
+var States = []State{StateCreating, StateReady, StateStopping, StateStopped, StateError, StateLost}
+
+// Valid reports whether s is one of States.
+func (s State) Valid() bool {
+	for _, st := range States {
+		if s == st {
+			return true
+		}
+	}
+	return false
+}
+
 // Sandbox describes one sandbox.
 type Sandbox struct {
 	ID        string            `json:"id"`
@@ -24,7 +38,7 @@ type Sandbox struct {
 	State     State             `json:"state"`
 	Reason    string            `json:"reason,omitempty"`
 	CreatedAt time.Time         `json:"createdAt"`
-	TTL       string            `json:"ttl,omitempty"`
+	TTL       Duration          `json:"ttl,omitempty"`
 	Meta      map[string]string `json:"meta,omitempty"`
 	CPUs      float64           `json:"cpus,omitempty"`
 	Memory    int64             `json:"memoryBytes,omitempty"`
@@ -60,9 +74,11 @@ type Sandbox struct {
 	// Idle is how long the sandbox has done nothing that counts as
 	// activity; ReapAt when the reaper will delete it and ReapReason why
 	// (idle ttl or lifetime cap), or why not (persistent, an exec running).
-	Idle       string     `json:"idle,omitempty"`
+	Idle       *Duration  `json:"idle,omitempty"`
 	ReapAt     *time.Time `json:"reapAt,omitempty"`
 	ReapReason string     `json:"reapReason,omitempty"`
+	// Node is the fleet node that holds the sandbox ("" outside a fleet).
+	Node string `json:"node,omitempty"`
 }
 
 // NetShape perturbs the traffic that leaves a sandbox through its network
@@ -71,14 +87,14 @@ type Sandbox struct {
 // NetShape is none.
 type NetShape struct {
 	// Delay holds each packet that long ("100ms"; at most 10s).
-	Delay string `json:"delay,omitempty"`
+	Delay Duration `json:"delay,omitempty"`
 	// Loss drops each packet with this probability, from 0 up to 1.
 	Loss float64 `json:"loss,omitempty"`
 }
 
 // TTLRequest is the body of POST /v1/sandboxes/{id}/ttl.
 type TTLRequest struct {
-	TTL string `json:"ttl"`
+	TTL Duration `json:"ttl"`
 }
 
 // PersistRequest is the body of POST /v1/sandboxes/{id}/persist.
@@ -99,8 +115,8 @@ type Port struct {
 type PreviewRequest struct {
 	Port int `json:"port"`
 	// Private adds a signed token that expires after TTL (default 1h).
-	Private bool   `json:"private,omitempty"`
-	TTL     string `json:"ttl,omitempty"`
+	Private bool      `json:"private,omitempty"`
+	TTL     *Duration `json:"ttl,omitempty"`
 }
 
 // Preview is a URL that reaches a port inside a sandbox through the proxy.
@@ -130,12 +146,13 @@ type Metrics struct {
 	DiskBytes   int64   `json:"diskBytes"`
 }
 
-// CreateRequest is the body of POST /v1/sandboxes. Durations and sizes are
-// strings ("30m", "512M") checked by the server, which names the bad field.
+// CreateRequest is the body of POST /v1/sandboxes. Durations are typed
+// (Duration) and checked by Validate; sizes are strings ("512M") checked by
+// the server, which names the bad field.
 type CreateRequest struct {
 	Template string            `json:"template,omitempty"`
 	Name     string            `json:"name,omitempty"`
-	TTL      string            `json:"ttl,omitempty"`
+	TTL      Duration          `json:"ttl,omitempty"`
 	Meta     map[string]string `json:"meta,omitempty"`
 	CPUs     float64           `json:"cpus,omitempty"`
 	Memory   string            `json:"memory,omitempty"`
@@ -171,9 +188,6 @@ type DeleteResult struct {
 // partition.
 const MaxNetDelay = 10 * time.Second
 
-// MaxForks is the most children one fork call makes.
-const MaxForks = 16
-
 // SnapshotRequest is the body of POST /v1/sandboxes/{id}/snapshots.
 type SnapshotRequest struct {
 	Name   string `json:"name"`
@@ -192,10 +206,13 @@ type Snapshot struct {
 	Size      int64     `json:"sizeBytes"`
 	// Paused is how long the sandbox was paused while its memory was
 	// written (memory snapshots only).
-	Paused string `json:"paused,omitempty"`
+	Paused *Duration `json:"paused,omitempty"`
 	// Kept: promoted with `sbx snapshot keep`; a freeze so marked outlives
 	// its sandbox and counts in no quota.
 	Kept bool `json:"kept,omitempty"`
+	// Node is the fleet node that holds it (through a fleet's controller
+	// only).
+	Node string `json:"node,omitempty"`
 }
 
 // ForkRequest is the body of POST /v1/sandboxes/{id}/fork.
@@ -205,10 +222,10 @@ type ForkRequest struct {
 	// Memory carries on the parent's processes and memory; without it the
 	// children boot fresh on a copy of the parent's disk.
 	Memory bool `json:"memory,omitempty"`
-	// Count is how many children, 1 to MaxForks; 0 means 1.
+	// Count is how many children, 1 to MaxForks; 0 means 1 (CheckForkCount).
 	Count int `json:"count,omitempty"`
-	// TTL is the children's idle ttl: "" the parent's, "0" none.
-	TTL string `json:"ttl,omitempty"`
+	// TTL is the children's idle ttl: nil (absent) the parent's, 0 none.
+	TTL *Duration `json:"ttl,omitempty"`
 	// Meta is merged into the parent's metadata for the children: a key
 	// here replaces the parent's value.
 	Meta map[string]string `json:"meta,omitempty"`
@@ -233,9 +250,8 @@ type ForkEvent struct {
 	IDs       []string  `json:"ids,omitempty"`
 	Sandbox   *Sandbox  `json:"sandbox,omitempty"`
 	Sandboxes []Sandbox `json:"sandboxes,omitempty"`
-	Error     string    `json:"error,omitempty"`
-	// Code is the error's kind (as in ErrorDetail), for "error".
-	Code string `json:"code,omitempty"`
+	// Error is set for "error", as in every error envelope.
+	ErrorBody
 }
 
 // ResumeRequest is the body of POST /v1/sandboxes/{id}/resume.
@@ -260,6 +276,20 @@ type Event struct {
 // process at once, as without sbx. Forks inherit it with the meta.
 const MetaCrashes = "sbx.crashes"
 
+// MetaPool is the meta key that marks a sandbox of sbxd's warm pool
+// (`sbxd --warm`), booted and not yet taken; its value is the template. A
+// request through the API may not set it.
+const MetaPool = "sbx.pool"
+
+// MetaObject is the meta key that names the fleet's Sandbox object a
+// sandbox was made for (internal/fleet): a node agent sets it; a request
+// through the API may not.
+const MetaObject = "sbx.object"
+
+// MetaObjectUID is the uid of that object: a name asked again, after the
+// first object went, is another object.
+const MetaObjectUID = "sbx.object-uid"
+
 // ExecRequest is the body of POST /v1/sandboxes/{id}/exec.
 type ExecRequest struct {
 	// Cmd is the program and its arguments, run as they are: no shell is
@@ -269,7 +299,7 @@ type ExecRequest struct {
 	Cmd     []string `json:"cmd"`
 	Env     []string `json:"env,omitempty"`
 	Cwd     string   `json:"cwd,omitempty"`
-	Timeout string   `json:"timeout,omitempty"`
+	Timeout Duration `json:"timeout,omitempty"`
 	// User runs the command as this user (a name or uid[:gid] inside the
 	// sandbox); "" is the template's default user.
 	User string `json:"user,omitempty"`
@@ -314,9 +344,8 @@ type ExecEvent struct {
 	Event string `json:"event"`
 	Data  []byte `json:"data,omitempty"`
 	Exec  *Exec  `json:"exec,omitempty"`
-	Error string `json:"error,omitempty"`
-	// Code is the error's kind (as in ErrorDetail), for "error".
-	Code string `json:"code,omitempty"`
+	// Error is set for "error", as in every error envelope.
+	ErrorBody
 	// Message is what a "notice" says: the exec waits for its sandbox to
 	// be made, say. A client shows it to a person, not to a script.
 	Message string `json:"message,omitempty"`
@@ -392,9 +421,8 @@ type Progress struct {
 	Event   string `json:"event"`
 	Message string `json:"message,omitempty"`
 	Done    bool   `json:"done,omitempty"`
-	Error   string `json:"error,omitempty"`
-	// Code is the error's kind (as in ErrorDetail), for "error".
-	Code     string    `json:"code,omitempty"`
+	// Error is set for "error", as in every error envelope.
+	ErrorBody
 	Template *Template `json:"template,omitempty"`
 	// Missing lists the diff IDs of the layers to upload (PUT
 	// /v1/layers/{diffID}) before the image import is asked again.
@@ -411,14 +439,6 @@ type ImageImport struct {
 	Source string `json:"source,omitempty"`
 	// Force points an existing name at the new version.
 	Force bool `json:"force,omitempty"`
-}
-
-// StreamErrorBody is what every stream's "error" event holds (the events
-// of exec, fork and progress streams have these two fields among theirs):
-// what went wrong, and its kind as in ErrorDetail.
-type StreamErrorBody struct {
-	Error string `json:"error"`
-	Code  string `json:"code,omitempty"`
 }
 
 // Health is the body of GET /v1/health.

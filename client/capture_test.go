@@ -32,10 +32,10 @@ func TestCaptureCalls(t *testing.T) {
 		want   seen
 		wantV  any
 	}{
-		{"snapshot memory", 201, api.Snapshot{Name: "s1", SandboxID: "sb_1", Memory: true, Paused: "120ms", CreatedAt: created},
+		{"snapshot memory", 201, api.Snapshot{Name: "s1", SandboxID: "sb_1", Memory: true, Paused: api.DurationOf(120 * time.Millisecond), CreatedAt: created},
 			func(c *Client) (any, error) { return c.Sandbox("sb_1").Snapshot(ctx, "s1", WithMemory()) },
 			seen{"POST", "/v1/sandboxes/sb_1/snapshots", "", `{"name":"s1","memory":true}`},
-			&api.Snapshot{Name: "s1", SandboxID: "sb_1", Memory: true, Paused: "120ms", CreatedAt: created}},
+			&api.Snapshot{Name: "s1", SandboxID: "sb_1", Memory: true, Paused: api.DurationOf(120 * time.Millisecond), CreatedAt: created}},
 		{"snapshot disk", 201, api.Snapshot{Name: "s2"},
 			func(c *Client) (any, error) { return c.Sandbox("web").Snapshot(ctx, "s2") },
 			seen{"POST", "/v1/sandboxes/web/snapshots", "", `{"name":"s2"}`},
@@ -70,7 +70,7 @@ func TestCaptureCalls(t *testing.T) {
 			&api.Storage{Used: 42, Max: 100, Totals: map[string]int64{"orphan": 2}}},
 		{"prune", 200, api.PruneResult{Removed: []api.StorageItem{{Kind: "orphan", ID: "im_1", Bytes: 9}}, Reclaimed: 9},
 			func(c *Client) (any, error) {
-				return c.Prune(ctx, api.PruneRequest{Orphans: true, Freezes: true, OlderThan: "2h0m0s", DryRun: true})
+				return c.Prune(ctx, api.PruneRequest{Orphans: true, Freezes: true, OlderThan: api.Duration(2 * time.Hour), DryRun: true})
 			},
 			seen{"POST", "/v1/storage/prune", "", `{"orphans":true,"freezes":true,"olderThan":"2h0m0s","dryRun":true}`},
 			&api.PruneResult{Removed: []api.StorageItem{{Kind: "orphan", ID: "im_1", Bytes: 9}}, Reclaimed: 9}},
@@ -163,7 +163,7 @@ func TestForkEvents(t *testing.T) {
 			{Event: "sandbox.forking", IDs: []string{"sb_a"}}, ready("sb_a"), {Event: "done"},
 		}, "", nil, []api.Sandbox{{ID: "sb_a"}}, nil},
 		{"error", []api.ForkEvent{
-			{Event: "sandbox.forking", IDs: []string{"sb_a"}}, {Event: "error", Error: "checkpoint failed: no space"},
+			{Event: "sandbox.forking", IDs: []string{"sb_a"}}, {Event: "error", ErrorBody: errFrame("checkpoint failed: no space", "")},
 		}, "checkpoint failed: no space", nil, nil, []string{"sb_a"}},
 		{"cut", []api.ForkEvent{{Event: "sandbox.forking", IDs: []string{"sb_a"}}, ready("sb_a")},
 			"sb_a", api.ErrUnavailable, nil, []string{"sb_a"}},
@@ -210,7 +210,7 @@ func TestForkEvents(t *testing.T) {
 			if diff := cmp.Diff(wantEvents, got); diff != "" {
 				t.Errorf("events (-want +got):\n%s", diff)
 			}
-			want := api.ForkRequest{Name: "x", Memory: true, Count: 1, TTL: "5m0s", Meta: map[string]string{"k": "v"}}
+			want := api.ForkRequest{Name: "x", Memory: true, Count: 1, TTL: api.DurationOf(5 * time.Minute), Meta: map[string]string{"k": "v"}}
 			if diff := cmp.Diff(want, req); diff != "" {
 				t.Errorf("request (-want +got):\n%s", diff)
 			}
@@ -298,7 +298,7 @@ func (f *forkFake) handle(w http.ResponseWriter, r *http.Request) {
 		}
 		sse(w, "sandbox.forking", api.ForkEvent{IDs: ids})
 		if len(f.calls) == f.failAt {
-			sse(w, "error", api.ForkEvent{Error: "checkpoint failed"}) // and no child is left
+			sse(w, "error", api.ForkEvent{ErrorBody: errFrame("checkpoint failed", "")}) // and no child is left
 			return
 		}
 		var sbs []api.Sandbox
@@ -461,8 +461,11 @@ func TestStreamErrorKinds(t *testing.T) {
 		kind error
 		msg  string
 	}{
-		{"not found", `{"error":"sandbox sb_x: not found","code":"not_found"}`, api.ErrNotFound, "sandbox sb_x: not found"},
-		{"no code", `{"error":"boom"}`, nil, "boom"},
+		{"not found", `{"error":{"code":"not_found","message":"sandbox sb_x: not found"}}`, api.ErrNotFound, "sandbox sb_x: not found"},
+		{"in a frame", `{"event":"error","error":{"code":"conflict","message":"taken"}}`, api.ErrConflict, "taken"},
+		{"no code", `{"error":{"message":"boom"}}`, nil, "boom"},
+		{"old flat", `{"error":"sandbox sb_x: not found","code":"not_found"}`, api.ErrNotFound, "sandbox sb_x: not found"},
+		{"old flat, no code", `{"error":"boom"}`, nil, "boom"},
 		{"no message", `{}`, nil, "the server reported an error without a message"},
 		{"not json", `<html>`, nil, "the server reported an error without a message"},
 	} {

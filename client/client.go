@@ -22,6 +22,10 @@
 // result (Example_runTests), snapshot a server and fork it N ways,
 // querying every child (Example_forkServer), and hunt a flaky test, then
 // resume the failure alive (Example_huntFlaky).
+//
+// Templates from container images (OCI layouts and archives, docker-save
+// archives, registries) are made by package sbx.dev/sbx/client/image, on
+// this package's import calls: the client itself links no image library.
 package client
 
 import (
@@ -242,6 +246,11 @@ func codeOf(status int) string {
 // call sends r with in (if not nil) as its JSON body and decodes the answer into out (if not nil).
 func (c *Client) call(ctx context.Context, method, path string, query url.Values, in, out any) error {
 	r := request{method: method, path: path, query: query}
+	if v, ok := in.(validator); ok {
+		if err := v.Validate(); err != nil {
+			return err
+		}
+	}
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
@@ -263,6 +272,10 @@ func (c *Client) call(ctx context.Context, method, path string, query url.Values
 	}
 	return nil
 }
+
+// validator is a request body that checks its fields (api's Validate), as
+// sbxd does: a bad one is refused before it is sent, with sbxd's message.
+type validator interface{ Validate() error }
 
 // Health reports sbxd's status and version.
 func (c *Client) Health(ctx context.Context) (*api.Health, error) {

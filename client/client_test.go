@@ -36,7 +36,12 @@ func writeErr(w http.ResponseWriter, kind error, msg string) {
 	status, code := api.StatusOf(kind)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: msg}})
+	json.NewEncoder(w).Encode(api.ErrorBody{Error: &api.ErrorDetail{Code: code, Message: msg}})
+}
+
+// errFrame is the envelope of a stream's "error" event.
+func errFrame(msg, code string) api.ErrorBody {
+	return api.ErrorBody{Error: &api.ErrorDetail{Code: code, Message: msg}}
 }
 
 func sse(w io.Writer, name string, v any) {
@@ -208,7 +213,7 @@ func TestExec(t *testing.T) {
 	if stdout.String() != "out1\nout2\n" || stderr.String() != "err\n" {
 		t.Errorf("got stdout %q stderr %q", stdout.String(), stderr.String())
 	}
-	want := api.ExecRequest{Cmd: []string{"/bin/sh", "-c", "x"}, Timeout: "5s", Env: []string{"A=1"}, Cwd: "/w", User: "bob"}
+	want := api.ExecRequest{Cmd: []string{"/bin/sh", "-c", "x"}, Timeout: api.Duration(5 * time.Second), Env: []string{"A=1"}, Cwd: "/w", User: "bob"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("request (-want +got):\n%s", diff)
 	}
@@ -234,11 +239,11 @@ func TestExecStreamErrors(t *testing.T) {
 		{"cut before start", func(w io.Writer) {}, "broke", api.ErrUnavailable, false},
 		{"error event", func(w io.Writer) {
 			sse(w, "started", api.ExecEvent{Exec: &api.Exec{ID: "ex_9", State: api.ExecRunning}})
-			sse(w, "error", api.ExecEvent{Error: "agent died", Code: "internal"})
+			sse(w, "error", api.ExecEvent{ErrorBody: errFrame("agent died", "internal")})
 		}, "agent died", api.ErrInternal, true},
 		{"shutting down", func(w io.Writer) {
 			sse(w, "started", api.ExecEvent{Exec: &api.Exec{ID: "ex_9", State: api.ExecRunning}})
-			sse(w, "error", api.ExecEvent{Error: "sbxd is shutting down", Code: "unavailable"})
+			sse(w, "error", api.ExecEvent{ErrorBody: errFrame("sbxd is shutting down", "unavailable")})
 		}, "ex_9 goes on", api.ErrUnavailable, true},
 	}
 	for _, tc := range tests {
@@ -442,7 +447,7 @@ func TestCreate(t *testing.T) {
 	if err != nil || sb.ID != "sb_new" {
 		t.Fatalf("got %+v, %v", sb, err)
 	}
-	want := api.CreateRequest{Template: "tiny", Name: "n", TTL: "30m0s", Meta: map[string]string{"a": "1", "b": "2"}, CPUs: 1.5,
+	want := api.CreateRequest{Template: "tiny", Name: "n", TTL: api.Duration(30 * time.Minute), Meta: map[string]string{"a": "1", "b": "2"}, CPUs: 1.5,
 		Memory: "536870912", Disk: "1073741824", Pids: 100, Network: "none"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("request (-want +got):\n%s", diff)
@@ -456,7 +461,7 @@ func TestBuildTemplate(t *testing.T) {
 		wantErr string
 	}{
 		{"done", []api.Progress{{Event: "step", Message: "debootstrap"}, {Event: "done", Done: true, Template: &api.Template{Name: "base", Size: 9}}}, ""},
-		{"failed", []api.Progress{{Event: "step", Message: "x"}, {Event: "error", Error: "mmdebstrap failed"}}, "mmdebstrap failed"},
+		{"failed", []api.Progress{{Event: "step", Message: "x"}, {Event: "error", ErrorBody: errFrame("mmdebstrap failed", "")}}, "mmdebstrap failed"},
 		{"cut", []api.Progress{{Event: "step", Message: "x"}}, "broke before its end"},
 	}
 	for _, tc := range tests {
@@ -489,7 +494,8 @@ func TestBuildTemplate(t *testing.T) {
 	}
 }
 
-func TestImportTemplateStreams(t *testing.T) {
+// TestImportRootfsStreams: a rootfs tar reaches sbxd as it is, chunked.
+func TestImportRootfsStreams(t *testing.T) {
 	var te []string
 	var body []byte
 	c := newTest(t, func(w http.ResponseWriter, r *http.Request) {
@@ -501,7 +507,7 @@ func TestImportTemplateStreams(t *testing.T) {
 	tw := tar.NewWriter(&tb)
 	tw.WriteHeader(&tar.Header{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755})
 	tw.Close()
-	if _, err := c.ImportTemplate(context.Background(), "mine", "-", WithStdin(bytes.NewReader(tb.Bytes()))); err != nil {
+	if _, err := c.ImportRootfs(context.Background(), "mine", bytes.NewReader(tb.Bytes())); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(body, tb.Bytes()) || len(te) != 1 || te[0] != "chunked" {
@@ -541,22 +547,22 @@ func TestEveryStreamErrorKind(t *testing.T) {
 	}
 	ctx := context.Background()
 	streams := []stream{
-		{"exec", func(m, c string) any { return api.ExecEvent{Event: "error", Error: m, Code: c} },
+		{"exec", func(m, c string) any { return api.ExecEvent{Event: "error", ErrorBody: errFrame(m, c)} },
 			func(c *Client) error {
 				_, err := c.Sandbox("sb_1").Exec(ctx, []string{"x"})
 				return err
 			}, "/v1/sandboxes/sb_1/exec"},
-		{"exec output", func(m, c string) any { return api.ExecEvent{Event: "error", Error: m, Code: c} },
+		{"exec output", func(m, c string) any { return api.ExecEvent{Event: "error", ErrorBody: errFrame(m, c)} },
 			func(c *Client) error { _, err := c.Sandbox("sb_1").Process("ex_1").Wait(ctx); return err }, "/v1/sandboxes/sb_1/execs/ex_1/output"},
-		{"fork", func(m, c string) any { return api.ForkEvent{Event: "error", Error: m, Code: c} },
+		{"fork", func(m, c string) any { return api.ForkEvent{Event: "error", ErrorBody: errFrame(m, c)} },
 			func(c *Client) error { _, err := c.Sandbox("sb_1").Fork(ctx); return err }, "/v1/sandboxes/sb_1/fork"},
-		{"logs", func(m, c string) any { return api.StreamErrorBody{Error: m, Code: c} },
+		{"logs", func(m, c string) any { return errFrame(m, c) },
 			func(c *Client) error { return c.Sandbox("sb_1").Logs(ctx, func(api.LogEvent) error { return nil }) }, "/v1/sandboxes/sb_1/logs"},
-		{"events", func(m, c string) any { return api.StreamErrorBody{Error: m, Code: c} },
+		{"events", func(m, c string) any { return errFrame(m, c) },
 			func(c *Client) error {
 				return c.Sandbox("sb_1").Events(ctx, func(api.Event) error { return nil }, Follow())
 			}, "/v1/sandboxes/sb_1/events"},
-		{"template build", func(m, c string) any { return api.Progress{Event: "error", Error: m, Code: c} },
+		{"template build", func(m, c string) any { return api.Progress{Event: "error", ErrorBody: errFrame(m, c)} },
 			func(c *Client) error { _, err := c.BuildTemplate(ctx, "base"); return err }, "/v1/templates/base/build"},
 	}
 	for _, s := range streams {
@@ -586,5 +592,58 @@ func TestEveryStreamErrorKind(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestImportImageSteps: the config is posted with its source and force; a
+// "missing" answer returns the layers to send, not an error; a layer is
+// streamed to its diff ID.
+func TestImportImageSteps(t *testing.T) {
+	var posts []api.ImageImport
+	var layer []byte
+	var layerPath string
+	c := newTest(t, func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == "/v1/templates/app/image":
+			var req api.ImageImport
+			json.NewDecoder(r.Body).Decode(&req)
+			posts = append(posts, req)
+			if layer == nil {
+				sse(w, "missing", api.Progress{Missing: []string{"sha256:aa"}})
+				return
+			}
+			sse(w, "progress", api.Progress{Message: "stacking"})
+			sse(w, "done", api.Progress{Done: true, Template: &api.Template{Name: "app", Version: "sha256:cfg"}})
+		case r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/v1/layers/"):
+			layerPath = r.URL.Path
+			layer, _ = io.ReadAll(r.Body)
+			sse(w, "done", api.Progress{Done: true})
+		default:
+			http.NotFound(w, r)
+		}
+	})
+	ctx := context.Background()
+	var msgs []string
+	progress := WithProgress(func(p api.Progress) { msgs = append(msgs, p.Event+":"+p.Message) })
+	tpl, missing, err := c.ImportImageConfig(ctx, "app", []byte(`{"os":"linux"}`), "oci:/x", WithForce(), progress)
+	if err != nil || tpl != nil || len(missing) != 1 || missing[0] != "sha256:aa" {
+		t.Fatalf("first post: %+v, %v, %v; want missing [sha256:aa]", tpl, missing, err)
+	}
+	if err := c.UploadLayer(ctx, "sha256:aa", strings.NewReader("layer bytes"), progress); err != nil {
+		t.Fatal(err)
+	}
+	if string(layer) != "layer bytes" || layerPath != "/v1/layers/sha256:aa" {
+		t.Errorf("layer %q at %s, want %q at /v1/layers/sha256:aa", layer, layerPath, "layer bytes")
+	}
+	tpl, missing, err = c.ImportImageConfig(ctx, "app", []byte(`{"os":"linux"}`), "oci:/x", WithForce(), progress)
+	if err != nil || tpl == nil || tpl.Version != "sha256:cfg" || missing != nil {
+		t.Fatalf("second post: %+v, %v, %v; want the template", tpl, missing, err)
+	}
+	want := api.ImageImport{Config: []byte(`{"os":"linux"}`), Source: "oci:/x", Force: true}
+	if diff := cmp.Diff([]api.ImageImport{want, want}, posts); diff != "" {
+		t.Errorf("posts (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"done:", "progress:stacking", "done:"}, msgs); diff != "" {
+		t.Errorf("progress (-want +got):\n%s", diff)
 	}
 }

@@ -246,7 +246,7 @@ func fakeErr(w http.ResponseWriter, kind error, msg string) {
 	status, code := api.StatusOf(kind)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: msg}})
+	json.NewEncoder(w).Encode(api.ErrorBody{Error: &api.ErrorDetail{Code: code, Message: msg}})
 }
 
 func fakeSSE(w io.Writer, name string, v any) {

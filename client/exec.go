@@ -100,6 +100,9 @@ func (s *Sandbox) Exec(ctx context.Context, cmd []string, opts ...ExecOption) (*
 		o.applyExec(&cfg)
 	}
 	cfg.req.Cmd, cfg.req.Detach = cmd, false
+	if err := cfg.req.Validate(); err != nil {
+		return nil, err
+	}
 	before := -1
 	if cfg.onCrash {
 		n, err := s.checkCrashes(ctx, "exec")

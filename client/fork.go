@@ -36,14 +36,14 @@ func (s *Sandbox) Fork(ctx context.Context, opts ...ForkOption) ([]api.Sandbox, 
 	if n == 0 {
 		n = 1
 	}
-	if n < 0 {
-		return nil, api.Errorf(api.ErrInvalid, "fork %s: want at least 1 child, got %d", s.id, n)
+	// a tree forks the children, so only a client that waits for them grows one
+	if err := api.CheckForkCount(n, !cfg.noWait); err != nil {
+		return nil, err
 	}
-	if n > api.MaxForks && cfg.req.Name != "" {
-		return nil, api.Errorf(api.ErrInvalid, "fork %s: only a single child can be named", s.id)
-	}
-	if n > api.MaxForks && cfg.noWait {
-		return nil, api.Errorf(api.ErrInvalid, "fork %s: without waiting, a fork makes 1 to %d children (more grow a tree from the children, which must be ready)", s.id, api.MaxForks)
+	first := cfg.req
+	first.Count = min(api.MaxForks, n)
+	if err := first.Validate(); err != nil {
+		return nil, err // what sbxd would refuse the first call for
 	}
 	var announced []string // every id a call named: what to delete on failure
 	var made []api.Sandbox

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/wire/freezewire"
 )
 
 // An exec with WithOnCrash. Every sandbox holds a process that gets a
@@ -23,7 +24,7 @@ import (
 // sbxd's events.
 
 // Where the sandbox's init keeps the record of the boot's freeze and the
-// count of its crashes (internal/agent: FreezeRecordFile, CrashDir).
+// count of its crashes (agentwire.FreezeRecordFile, internal/agent.CrashDir).
 const (
 	freezeRecordPath = "/run/sbx/freeze/record.json"
 	crashCountPath   = "/run/sbx/crashes/count"
@@ -79,27 +80,9 @@ func (s *Sandbox) crashCount(ctx context.Context) int {
 	return n
 }
 
-// freezeRecord is what the sandbox's init says of the boot's last freeze
-// (internal/agent.FreezeRecord, the part read here).
-type freezeRecord struct {
-	State    string    `json:"state"`
-	Name     string    `json:"name"`
-	Pid      int       `json:"pid"`
-	Cmd      string    `json:"cmd"`
-	Reason   string    `json:"reason"`
-	FailedAt time.Time `json:"failedAt"`
-	Error    string    `json:"error"`
-	Crash    *struct {
-		Signal    string `json:"signal"`
-		Exe       string `json:"exe"`
-		Pgid      int    `json:"pgid"`
-		Ancestors []int  `json:"ancestors"`
-	} `json:"crash"`
-}
-
-// ofExec reports whether the record is of a crash of res's process tree,
-// during res.
-func (r freezeRecord) ofExec(res *Result) bool {
+// ofExec reports whether r, what the sandbox's init says of the boot's
+// last freeze, is of a crash of res's process tree, during res.
+func ofExec(r freezewire.Record, res *Result) bool {
 	if r.Crash == nil || r.Name == "" {
 		return false
 	}
@@ -146,11 +129,11 @@ func (s *Sandbox) findCrash(ctx context.Context, res *Result, before int) error 
 	if !crashed {
 		return nil
 	}
-	var rec freezeRecord
+	var rec freezewire.Record
 	if b, err := s.Files().ReadFile(ctx, freezeRecordPath, 64<<10); err == nil {
 		_ = json.Unmarshal(b, &rec)
 	}
-	if !rec.ofExec(res) {
+	if !ofExec(rec, res) {
 		if died {
 			res.CrashMissed = missedWhy(ctx, s, rec)
 		}
@@ -193,7 +176,7 @@ func (s *Sandbox) findCrash(ctx context.Context, res *Result, before int) error 
 
 // missedWhy says why a crash of an exec was not caught: the boot's capture
 // was spent on rec (a crash's or a freeze's), or no freeze was made.
-func missedWhy(ctx context.Context, s *Sandbox, rec freezeRecord) string {
+func missedWhy(ctx context.Context, s *Sandbox, rec freezewire.Record) string {
 	const one = "a sandbox catches one crash per boot (gVisor arms one capture per boot): after sbx stop and sbx resume, in a copy, or in a new sandbox the next is caught"
 	switch {
 	case rec.Name == "":

@@ -4,6 +4,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"sbx.dev/sbx/internal/wire/freezewire"
 )
 
 func TestCrashOf(t *testing.T) {
@@ -57,19 +59,14 @@ func TestCoreSignal(t *testing.T) {
 func TestFreezeRecordOfExec(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 20, 0, 0, 0, time.UTC)
 	res := &Result{Pid: 30, StartedAt: t0, EndedAt: t0.Add(time.Minute)}
-	rec := func(pid int, at time.Time, anc ...int) freezeRecord {
-		r := freezeRecord{Name: "crash-1", Pid: pid, FailedAt: at}
-		r.Crash = &struct {
-			Signal    string `json:"signal"`
-			Exe       string `json:"exe"`
-			Pgid      int    `json:"pgid"`
-			Ancestors []int  `json:"ancestors"`
-		}{Signal: "SIGSEGV", Ancestors: anc}
+	rec := func(pid int, at time.Time, anc ...int) freezewire.Record {
+		r := freezewire.Record{Name: "crash-1", Pid: pid, FailedAt: at}
+		r.Crash = &freezewire.Crash{Signal: "SIGSEGV", Ancestors: anc}
 		return r
 	}
 	for _, tc := range []struct {
 		name string
-		rec  freezeRecord
+		rec  freezewire.Record
 		res  *Result
 		want bool
 	}{
@@ -78,12 +75,12 @@ func TestFreezeRecordOfExec(t *testing.T) {
 		{"another process", rec(44, t0.Add(time.Second), 40, 1), res, false},
 		{"before the exec (an earlier crash)", rec(30, t0.Add(-time.Minute)), res, false},
 		{"after the exec", rec(30, t0.Add(2*time.Minute)), res, false},
-		{"a freeze, no crash", freezeRecord{Name: "f", Pid: 30, FailedAt: t0.Add(time.Second)}, res, false},
+		{"a freeze, no crash", freezewire.Record{Name: "f", Pid: 30, FailedAt: t0.Add(time.Second)}, res, false},
 		{"no pid known: by time", rec(44, t0.Add(time.Second)), &Result{StartedAt: t0, EndedAt: t0.Add(time.Minute)}, true},
 		{"no time", rec(30, time.Time{}), res, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := tc.rec.ofExec(tc.res); got != tc.want {
+			if got := ofExec(tc.rec, tc.res); got != tc.want {
 				t.Errorf("got %v, want %v", got, tc.want)
 			}
 		})

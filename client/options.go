@@ -104,16 +104,13 @@ func WithName(name string) SandboxOption { return nameOption(name) }
 
 type ttlOption time.Duration
 
-func (o ttlOption) applyCreate(r *api.CreateRequest) { r.TTL = durationWire(time.Duration(o)) }
-func (o ttlOption) applyFork(f *forkConfig)          { f.req.TTL = durationWire(time.Duration(o)) }
+func (o ttlOption) applyCreate(r *api.CreateRequest) { r.TTL = api.Duration(o) }
+func (o ttlOption) applyFork(f *forkConfig)          { f.req.TTL = api.DurationOf(time.Duration(o)) }
 
 // WithTTL sets the idle ttl of a created sandbox, or of a fork's children
 // (which otherwise take the parent's): a ready sandbox idle that long is
 // deleted. 0 is none.
 func WithTTL(d time.Duration) SandboxOption { return ttlOption(d) }
-
-// durationWire writes d for the API, in Go's form ("30m0s").
-func durationWire(d time.Duration) string { return d.String() }
 
 type metaOption struct{ k, v string }
 
@@ -289,10 +286,7 @@ func (f execFunc) applyExec(c *execConfig) { f(c) }
 // becomes of the client.
 func WithTimeout(d time.Duration) ExecOption {
 	return execFunc(func(c *execConfig) {
-		c.req.Timeout = ""
-		if d > 0 {
-			c.req.Timeout = d.String()
-		}
+		c.req.Timeout = api.Duration(max(d, 0))
 	})
 }
 
@@ -461,7 +455,7 @@ type privatePreview time.Duration
 func (o privatePreview) applyPreview(r *api.PreviewRequest) {
 	r.Private = true
 	if o > 0 {
-		r.TTL = time.Duration(o).String()
+		r.TTL = api.DurationOf(time.Duration(o))
 	}
 }
 
@@ -470,7 +464,8 @@ func (o privatePreview) applyPreview(r *api.PreviewRequest) {
 // without one.
 func Private(ttl time.Duration) PreviewOption { return privatePreview(ttl) }
 
-// TemplateOption configures BuildTemplate and ImportTemplate.
+// TemplateOption configures BuildTemplate and the steps of an import
+// (ImportRootfs, ImportImageConfig, UploadLayer; package client/image).
 type TemplateOption interface{ applyTemplate(*templateOptions) }
 
 type templateFunc func(*templateOptions)
@@ -485,18 +480,6 @@ func WithForce() TemplateOption { return templateFunc(func(o *templateOptions) {
 // (BuildTemplate).
 func WithPackages(pkgs ...string) TemplateOption {
 	return templateFunc(func(o *templateOptions) { o.packages = pkgs })
-}
-
-// WithStdin is what the source "-" reads (ImportTemplate; default
-// os.Stdin): a tar of a root filesystem, or an image archive.
-func WithStdin(r io.Reader) TemplateOption {
-	return templateFunc(func(o *templateOptions) { o.stdin = r })
-}
-
-// WithPlatform picks the platform of a multi-platform image
-// ("linux/amd64"); the default is linux and this machine's architecture.
-func WithPlatform(p string) TemplateOption {
-	return templateFunc(func(o *templateOptions) { o.platform = p })
 }
 
 // WithProgress hands each progress event of the build or import to fn.

@@ -40,7 +40,7 @@ func (s *Sandbox) Preview(ctx context.Context, port int, opts ...PreviewOption) 
 		o.applyPreview(&req)
 	}
 	var p api.Preview
-	if err := s.c.call(ctx, http.MethodPost, s.path("preview"), nil, req, &p); err != nil {
+	if err := s.c.call(ctx, http.MethodPost, s.path("preview"), nil, &req, &p); err != nil {
 		return nil, err
 	}
 	return &p, nil

@@ -34,7 +34,7 @@ func TestPreview(t *testing.T) {
 	}{
 		{"public", nil, api.PreviewRequest{Port: 8080}},
 		{"private default ttl", []PreviewOption{Private(0)}, api.PreviewRequest{Port: 8080, Private: true}},
-		{"private ttl", []PreviewOption{Private(90 * time.Minute)}, api.PreviewRequest{Port: 8080, Private: true, TTL: "1h30m0s"}},
+		{"private ttl", []PreviewOption{Private(90 * time.Minute)}, api.PreviewRequest{Port: 8080, Private: true, TTL: api.DurationOf(90 * time.Minute)}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

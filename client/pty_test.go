@@ -23,12 +23,12 @@ func fakeTerminal(t *testing.T) *httptest.Server {
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer tok" {
 			w.WriteHeader(http.StatusUnauthorized)
-			json.NewEncoder(w).Encode(api.ErrorBody{Error: api.ErrorDetail{Code: "unauthorized", Message: "no token"}})
+			json.NewEncoder(w).Encode(api.ErrorBody{Error: &api.ErrorDetail{Code: "unauthorized", Message: "no token"}})
 			return
 		}
 		if !strings.HasPrefix(r.URL.Path, "/v1/sandboxes/sb_1/") {
 			w.WriteHeader(http.StatusNotFound)
-			json.NewEncoder(w).Encode(api.ErrorBody{Error: api.ErrorDetail{Code: "not_found", Message: "sandbox not found"}})
+			json.NewEncoder(w).Encode(api.ErrorBody{Error: &api.ErrorDetail{Code: "not_found", Message: "sandbox not found"}})
 			return
 		}
 		c, err := websocket.Accept(w, r, nil)

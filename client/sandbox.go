@@ -132,11 +132,8 @@ func (s *Sandbox) Resume(ctx context.Context, opts ...ResumeOption) (*api.Sandbo
 
 // SetTTL sets the sandbox's idle ttl; 0 turns the idle reaper off for it.
 func (s *Sandbox) SetTTL(ctx context.Context, ttl time.Duration) (*api.Sandbox, error) {
-	if ttl < 0 {
-		return nil, api.Errorf(api.ErrInvalid, "ttl of %s: %s is negative", s.id, ttl)
-	}
 	var sb api.Sandbox
-	if err := s.c.call(ctx, http.MethodPost, s.path("ttl"), nil, &api.TTLRequest{TTL: durationWire(ttl)}, &sb); err != nil {
+	if err := s.c.call(ctx, http.MethodPost, s.path("ttl"), nil, &api.TTLRequest{TTL: api.Duration(ttl)}, &sb); err != nil {
 		return nil, err
 	}
 	return &sb, nil

@@ -18,9 +18,5 @@ func (o shapeOption) applyFork(f *forkConfig)          { f.req.Shape = o.s }
 // fork's children keep the parent's. sbxd refuses it for a sandbox with
 // network "none", a delay past 10 s and a loss out of range.
 func WithNetShape(delay time.Duration, loss float64) SandboxOption {
-	s := &api.NetShape{Loss: loss}
-	if delay != 0 {
-		s.Delay = delay.String()
-	}
-	return shapeOption{s}
+	return shapeOption{&api.NetShape{Delay: api.Duration(delay), Loss: loss}}
 }

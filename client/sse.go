@@ -105,7 +105,7 @@ func brokenCause(err error) error {
 // decoded into a T, and hands them to handle with their event name (the SSE
 // name, which a T's own "event" field may repeat) until handle reports
 // done. Every stream of sbxd ends an error the same way: an "error" event
-// whose data is an api.StreamErrorBody; readStream returns it as an error of
+// whose data is an api.ErrorBody (alone or in the frame); readStream returns it as an error of
 // the kind its code names, so errors.Is(err, api.ErrNotFound) works on a
 // stream as on any call. It returns streamCut when the stream ended
 // without handle being done (with a *brokenError when reading failed), and
@@ -137,11 +137,21 @@ func readStream[T any](r io.Reader, handle func(name string, ev T) (done bool, e
 }
 
 // streamError is the error an "error" event's data says, of the api kind
-// its code names (of no kind without one).
+// its code names (of no kind without one). The data is an api.ErrorBody,
+// alone or in the stream's frame; an sbxd older than the one envelope
+// sent {"error":MESSAGE,"code":CODE}, read too.
 func streamError(data []byte) error {
-	var body api.StreamErrorBody
+	var body struct {
+		Error json.RawMessage `json:"error"`
+		Code  string          `json:"code"` // the flat shape's
+	}
 	_ = json.Unmarshal(data, &body) // a body that is not JSON leaves the message empty
-	return api.StreamError(body.Code, body.Error)
+	var d api.ErrorDetail
+	if json.Unmarshal(body.Error, &d) != nil {
+		d = api.ErrorDetail{Code: body.Code}
+		_ = json.Unmarshal(body.Error, &d.Message)
+	}
+	return api.StreamError(d.Code, d.Message)
 }
 
 // StreamError is the error of a stream from sbxd that ended before its

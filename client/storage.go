@@ -34,7 +34,7 @@ func (c *Client) Storage(ctx context.Context) (*api.Storage, error) {
 // api.ErrInvalid.
 func (c *Client) Prune(ctx context.Context, req api.PruneRequest) (*api.PruneResult, error) {
 	var res api.PruneResult
-	if err := c.call(ctx, http.MethodPost, "/v1/storage/prune", nil, req, &res); err != nil {
+	if err := c.call(ctx, http.MethodPost, "/v1/storage/prune", nil, &req, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil

@@ -1,7 +1,6 @@
 package client
 
 import (
-	"archive/tar"
 	"bufio"
 	"bytes"
 	"errors"
@@ -9,172 +8,35 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"sbx.dev/sbx/internal/atomicfile"
+	"sbx.dev/sbx/internal/safetar"
 )
 
-// The extraction of what comes out of a sandbox. A sandbox may be hostile:
-// nothing it sends is written outside the target, through a symlink, over
-// a directory, or with more than permission bits (no setuid, no owner); a
-// folder that is there already keeps its mode; new ones get the umask.
-
-// tarRel returns where a tar entry goes below the extraction root: its name
-// without the first component (the base name the server names entries from).
-// "" is the root itself. Absolute names and ".." are refused.
-func tarRel(name string) (string, error) {
-	if strings.HasPrefix(name, "/") {
-		return "", fmt.Errorf("tar entry %q is absolute", name)
-	}
-	for _, part := range strings.Split(name, "/") {
-		if part == ".." {
-			return "", fmt.Errorf("tar entry %q leaves the target directory", name)
-		}
-	}
-	clean := path.Clean(name)
-	if clean == "." {
-		return "", nil
-	}
-	_, rest, _ := strings.Cut(clean, "/")
-	return rest, nil
-}
-
-// checkParents refuses to write rel below dest through a symlink or a file.
-func checkParents(dest, rel string) error {
-	dir := path.Dir(rel)
-	if dir == "." {
-		return nil
-	}
-	p := dest
-	for _, part := range strings.Split(dir, "/") {
-		p = filepath.Join(p, part)
-		fi, err := os.Lstat(p)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil // nothing below a missing directory exists yet
-		}
-		if err != nil {
-			return err
-		}
-		if fi.Mode()&fs.ModeSymlink != 0 {
-			return fmt.Errorf("refusing to extract %s through the symlink %s", rel, p)
-		}
-		if !fi.IsDir() {
-			return fmt.Errorf("cannot extract %s: %s is not a directory", rel, p)
-		}
-	}
-	return nil
-}
-
-// extractTar extracts the tar r into the directory dest, dropping the first
-// component of every name. It never follows a symlink while writing and
-// refuses entries that would land outside dest. The tar's root entry sets
-// dest's mode only when fresh (dest was made for this extraction), and
-// then within the umask: an existing folder keeps its mode.
+// extractTar extracts the tar r, what comes out of a sandbox, into the
+// directory dest, dropping the first component of every name. A sandbox
+// may be hostile: nothing it sends is written outside dest, through a
+// symlink, over a directory, or with more than permission bits within the
+// umask (no setuid, no owner, no times); devices and fifos are skipped,
+// and an archive cut short is refused. The tar's root entry sets dest's
+// mode only when fresh (dest was made for this extraction): an existing
+// folder keeps its mode.
 func extractTar(r io.Reader, dest string, fresh bool) error {
-	tr := tar.NewReader(r)
-	umask := processUmask()
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read tar: %w", err)
-		}
-		rel, err := tarRel(hdr.Name)
-		if err != nil {
-			return err
-		}
-		perm := fs.FileMode(hdr.Mode).Perm()
-		if rel == "" {
-			if hdr.Typeflag != tar.TypeDir {
-				return fmt.Errorf("tar root %q is not a directory", hdr.Name)
-			}
-			if !fresh {
-				continue // a folder that was there keeps its mode
-			}
-			if err := os.Chmod(dest, (perm|0o700)&^umask); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := checkParents(dest, rel); err != nil {
-			return err
-		}
-		target := filepath.Join(dest, filepath.FromSlash(rel))
-		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-			return err
-		}
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if fi, err := os.Lstat(target); err == nil && fi.IsDir() {
-				continue
-			}
-			if err := replace(target); err != nil {
-				return err
-			}
-			if err := os.Mkdir(target, perm|0o700); err != nil {
-				return err
-			}
-		case tar.TypeReg:
-			if err := replace(target); err != nil {
-				return err
-			}
-			f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, perm)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(f, tr)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return fmt.Errorf("extract %s: %w", rel, err)
-			}
-		case tar.TypeSymlink:
-			if err := replace(target); err != nil {
-				return err
-			}
-			if err := os.Symlink(hdr.Linkname, target); err != nil {
-				return err
-			}
-		case tar.TypeLink:
-			lrel, err := tarRel(hdr.Linkname)
-			if err != nil || lrel == "" {
-				return fmt.Errorf("tar entry %q links outside the target directory", hdr.Name)
-			}
-			if err := checkParents(dest, lrel); err != nil {
-				return err
-			}
-			if err := replace(target); err != nil {
-				return err
-			}
-			if err := os.Link(filepath.Join(dest, filepath.FromSlash(lrel)), target); err != nil {
-				return err
-			}
-		default:
-			// devices and fifos are not copied out of a sandbox
-		}
+	_, err := safetar.Extract(r, dest, safetar.Options{
+		StripComponents: 1,
+		RootMode:        fresh,
+		RequireEnd:      true,
+		Umask:           processUmask(),
+		SkipUnknown:     true,
+	})
+	var te *safetar.Error
+	if err != nil && !errors.As(err, &te) {
+		return fmt.Errorf("read tar: %w", err) // the stream's own
 	}
-}
-
-// replace removes what is at p unless it is a directory, as cp does before it writes.
-func replace(p string) error {
-	fi, err := os.Lstat(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if fi.IsDir() {
-		return fmt.Errorf("cannot overwrite directory %s", p)
-	}
-	return os.Remove(p)
+	return err
 }
 
 // extractInto extracts a tar whose entries start with one base name into

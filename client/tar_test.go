@@ -12,7 +12,7 @@ import (
 	"testing"
 	"testing/iotest"
 
-	"github.com/google/go-cmp/cmp"
+	"sbx.dev/sbx/internal/safetar/tartest"
 )
 
 func TestParseMode(t *testing.T) {
@@ -38,32 +38,6 @@ func TestParseMode(t *testing.T) {
 	}
 }
 
-// mkTar returns a tar of the given entries; a name ending in "/" is a directory,
-// a value starting with "->" a symlink.
-func mkTar(t *testing.T, entries [][2]string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, en := range entries {
-		name, body := en[0], en[1]
-		hdr := &tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}
-		switch {
-		case strings.HasSuffix(name, "/"):
-			hdr.Typeflag, hdr.Mode, hdr.Size = tar.TypeDir, 0o755, 0
-		case strings.HasPrefix(body, "->"):
-			hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeSymlink, body[2:], 0
-		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			t.Fatal(err)
-		}
-		if hdr.Typeflag == tar.TypeReg {
-			tw.Write([]byte(body))
-		}
-	}
-	tw.Close()
-	return buf.Bytes()
-}
-
 func TestExtractTar(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -79,7 +53,7 @@ func TestExtractTar(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dest := t.TempDir()
-			err := extractTar(bytes.NewReader(mkTar(t, tc.entries)), dest, false)
+			err := extractTar(bytes.NewReader(tartest.Tar(t, tc.entries)), dest, false)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("got %v, want an error containing %q", err, tc.wantErr)
@@ -99,38 +73,6 @@ func TestExtractTar(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestWriteTarRoundTrip(t *testing.T) {
-	src := t.TempDir()
-	os.MkdirAll(filepath.Join(src, "sub"), 0o755)
-	os.WriteFile(filepath.Join(src, "a"), []byte("A"), 0o600)
-	os.WriteFile(filepath.Join(src, "sub", "b"), []byte("B"), 0o644)
-	os.Symlink("a", filepath.Join(src, "link"))
-	var buf bytes.Buffer
-	if err := writeTar(&buf, src); err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	tr := tar.NewReader(&buf)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := hdr.Name
-		if hdr.Typeflag == tar.TypeSymlink {
-			n += " -> " + hdr.Linkname
-		}
-		names = append(names, n)
-	}
-	want := []string{"a", "link -> a", "sub/", "sub/b"}
-	if diff := cmp.Diff(want, names); diff != "" {
-		t.Errorf("entries (-want +got):\n%s", diff)
 	}
 }
 

@@ -1,20 +1,15 @@
 package client
 
 import (
-	"archive/tar"
 	"context"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
 
-	"golang.org/x/sys/unix"
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/safetar"
 )
 
 // Templates lists the templates sbxd has.
@@ -108,8 +103,8 @@ func readProgress(r io.Reader, name string, progress func(api.Progress)) (*api.T
 			progress(p)
 		}
 		switch {
-		case p.Error != "":
-			return false, api.StreamError(p.Code, p.Error)
+		case p.Error != nil:
+			return false, p.Err()
 		case ev == "missing":
 			missing = true
 			return true, nil
@@ -141,95 +136,5 @@ func tarDir(dir string) io.ReadCloser {
 // writeTar writes a tar of the contents of root to w: owners, modes,
 // extended attributes, and hard links as links.
 func writeTar(w io.Writer, root string) error {
-	tw := tar.NewWriter(w)
-	type inode struct{ dev, ino uint64 }
-	links := map[inode]string{}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if p == root {
-			return nil
-		}
-		info, err := d.Info() // of the link itself
-		if err != nil {
-			return err
-		}
-		if info.Mode()&fs.ModeSocket != 0 {
-			return nil // a tar cannot hold a socket
-		}
-		link := ""
-		if info.Mode()&fs.ModeSymlink != 0 {
-			if link, err = os.Readlink(p); err != nil {
-				return err
-			}
-		}
-		hdr, err := tar.FileInfoHeader(info, link)
-		if err != nil {
-			return fmt.Errorf("tar %s: %w", p, err)
-		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil {
-			return err
-		}
-		hdr.Name = filepath.ToSlash(rel)
-		if d.IsDir() {
-			hdr.Name += "/"
-		}
-		hdr.Uname, hdr.Gname = "", ""
-		if st, ok := info.Sys().(*syscall.Stat_t); ok && info.Mode().IsRegular() && st.Nlink > 1 {
-			k := inode{uint64(st.Dev), st.Ino}
-			if first, ok := links[k]; ok {
-				hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
-			} else {
-				links[k] = hdr.Name
-			}
-		}
-		addXattrs(hdr, p)
-		if err := tw.WriteHeader(hdr); err != nil {
-			return fmt.Errorf("tar %s: %w", p, err)
-		}
-		if hdr.Typeflag != tar.TypeReg {
-			return nil
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if _, err := io.Copy(tw, f); err != nil {
-			return fmt.Errorf("tar %s: %w", p, err)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	return tw.Close()
-}
-
-// addXattrs records p's extended attributes in hdr, as GNU tar does.
-func addXattrs(hdr *tar.Header, p string) {
-	buf := make([]byte, 64<<10)
-	n, err := unix.Llistxattr(p, buf)
-	if err != nil || n == 0 {
-		return
-	}
-	for _, name := range strings.Split(string(buf[:n]), "\x00") {
-		if name == "" {
-			continue
-		}
-		v := make([]byte, 64<<10)
-		m, err := unix.Lgetxattr(p, name, v)
-		if err != nil {
-			continue
-		}
-		if hdr.PAXRecords == nil {
-			hdr.PAXRecords = map[string]string{}
-		}
-		hdr.PAXRecords["SCHILY.xattr."+name] = string(v[:m])
-	}
-	if hdr.PAXRecords != nil {
-		hdr.Format = tar.FormatPAX
-	}
+	return safetar.Write(w, root, safetar.WriteOptions{Xattrs: true})
 }

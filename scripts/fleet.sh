@@ -2,18 +2,22 @@
 # fleet.sh: a local sbx fleet on loopback (issue 24).
 #
 #   scripts/fleet.sh up DIR [NODES]  start etcd, kube-apiserver and the OCI
-#                               registry, apply deploy/crds, and start NODES
+#                               registry, apply deploy/crds, start NODES
 #                               sbxd node agents (default 2), each with its
-#                               state in DIR; write DIR/env
+#                               state in DIR, and sbx-controller; write DIR/env
 #   scripts/fleet.sh down DIR   delete the nodes' sandboxes, stop all of it and
 #                               remove what sbxd made on the host (namespaces,
 #                               SBX-TAG-* chains, cgroups); DIR keeps only logs
+#   scripts/fleet.sh controller DIR
+#                               start the controller again (after it was
+#                               killed), on the same port
 #
 # DIR/env holds KUBECONFIG, REGISTRY, SBX_HOST and SBX_TOKEN:
 # `. DIR/env; kubectl get sandboxnodes; sbx new --template tiny`.
-# SBX_HOST is node 1's API for now: the controller that serves one endpoint
-# for the whole fleet is a later slice. DIR/nodes lists the nodes, one a
-# line: NAME TAG SOCKET TCP-ADDRESS.
+# SBX_HOST is the fleet's one endpoint, the controller (SBX_CONTROLLER too):
+# creates are placed on a node, and a sandbox's requests go on to its node;
+# templates are a node's (sbx --host tcp://NODE-ADDRESS template build).
+# DIR/nodes lists the nodes, one a line: NAME TAG SOCKET TCP-ADDRESS.
 # The control plane comes from `make fleet-tools` (bin/.fleet-dir names it);
 # sbxd, sbx, runsc and sbx-agent from `make build` (this checkout's bin/).
 # SBX_FLEET_TEMPLATES: a template cache the nodes share (default
@@ -215,14 +219,35 @@ EOF
 			die "sbxd node-$i did not come up: $dir/node-$i/sbxd.log"
 	done
 
+	local cport
+	cport=$(freeport)
+	echo "$cport" >"$dir/controller.port"
+	startcontroller
+
 	cat >"$dir/env" <<EOF
 KUBECONFIG=$dir/kubeconfig
 REGISTRY=127.0.0.1:$reg
-SBX_HOST=$first
+SBX_HOST=tcp://127.0.0.1:$cport
+SBX_CONTROLLER=tcp://127.0.0.1:$cport
+SBX_NODE1=$first
 SBX_TOKEN=$(cat "$dir/pki/sbx-token")
-export KUBECONFIG REGISTRY SBX_HOST SBX_TOKEN
+export KUBECONFIG REGISTRY SBX_HOST SBX_CONTROLLER SBX_NODE1 SBX_TOKEN
 EOF
 	say "up: . $dir/env"
+}
+
+# startcontroller starts sbx-controller on the port of DIR/controller.port
+# (a restart after it was killed keeps the fleet's endpoint), appending to
+# its log, and waits until it answers.
+startcontroller() {
+	local cport
+	cport=$(cat "$dir/controller.port")
+	say "sbx-controller on 127.0.0.1:$cport"
+	setsid "$here/bin/sbx-controller" --kubeconfig "$dir/kubeconfig" \
+		--listen "127.0.0.1:$cport" --token-file "$dir/pki/sbx-token" >>"$dir/controller.log" 2>&1 </dev/null &
+	echo $! >"$dir/controller.pid"
+	waitfor "curl -sf -H 'Authorization: Bearer $(cat "$dir/pki/sbx-token")' http://127.0.0.1:$cport/v1/health" 30 ||
+		die "sbx-controller did not come up: $dir/controller.log"
 }
 
 # stopnode deletes a node's sandboxes and stops its sbxd, then removes what
@@ -260,6 +285,13 @@ stopnode() {
 		iptables -w -F "$chain" 2>/dev/null || true
 		iptables -w -X "$chain" 2>/dev/null || true
 	done
+	# its egress NAT rule, which a killed sbxd's --cleanup can leave
+	local nat
+	nat=$(iptables -w -t nat -S POSTROUTING 2>/dev/null | grep -F -- "--comment sbx-$tag -j" || true)
+	[ -z "$nat" ] || sed 's/^-A/-D/' <<<"$nat" | while read -r rule; do
+		# shellcheck disable=SC2086 # a rule is words
+		iptables -w -t nat $rule 2>/dev/null || true
+	done
 	for c in /sys/fs/cgroup/*/sbx-"$tag"; do
 		[ -d "$c" ] || continue
 		find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true
@@ -271,6 +303,7 @@ stopnode() {
 down() {
 	dir=$(cd "$1" 2>/dev/null && pwd) || die "no fleet in $1"
 	local name tag sock addr
+	stoppid "$dir/controller.pid"
 	if [ -r "$dir/nodes" ]; then
 		while read -r name tag sock addr; do
 			[ -n "$name" ] && stopnode "$name" "$tag" "$sock"
@@ -280,7 +313,7 @@ down() {
 		stoppid "$dir/$name.pid"
 	done
 	[ -n "${SBX_FLEET_TEMPLATES:-}" ] || rm -rf "$dir/templates"
-	rm -rf "$dir/etcd" "$dir/pki" "$dir/registry" "$dir/env" "$dir/kubeconfig" "$dir/registry.yml" "$dir/nodes"
+	rm -rf "$dir/etcd" "$dir/pki" "$dir/registry" "$dir/env" "$dir/kubeconfig" "$dir/registry.yml" "$dir/nodes" "$dir/controller.port"
 	say "down: $dir holds only its logs"
 }
 
@@ -293,5 +326,14 @@ down)
 	[ $# -ge 2 ] || die "usage: scripts/fleet.sh down DIR"
 	down "$2"
 	;;
-*) die "usage: scripts/fleet.sh up DIR [NODES] | down DIR" ;;
+controller)
+	[ $# -ge 2 ] || die "usage: scripts/fleet.sh controller DIR"
+	dir=$(cd "$2" 2>/dev/null && pwd) || die "no fleet in $2"
+	[ -r "$dir/controller.port" ] || die "no fleet in $dir (no controller.port): scripts/fleet.sh up $dir first"
+	if [ -r "$dir/controller.pid" ] && kill -0 "$(cat "$dir/controller.pid")" 2>/dev/null; then
+		die "the controller of $dir runs already (pid $(cat "$dir/controller.pid"))"
+	fi
+	startcontroller
+	;;
+*) die "usage: scripts/fleet.sh up DIR [NODES] | down DIR | controller DIR (start it again after it died)" ;;
 esac

@@ -39,7 +39,7 @@ func newCaptureFake(t *testing.T) *captureFake {
 	writeErr := func(w http.ResponseWriter, kind error, msg string) {
 		status, code := api.StatusOf(kind)
 		w.WriteHeader(status)
-		json.NewEncoder(w).Encode(api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: msg}})
+		json.NewEncoder(w).Encode(api.ErrorBody{Error: &api.ErrorDetail{Code: code, Message: msg}})
 	}
 	sse := func(w http.ResponseWriter, name string, v any) {
 		b, _ := json.Marshal(v)
@@ -48,7 +48,7 @@ func newCaptureFake(t *testing.T) *captureFake {
 	}
 	known := func(w http.ResponseWriter, r *http.Request) bool {
 		switch id := r.PathValue("id"); id {
-		case "sb_1", "sb_cold", "sb_err", "sb_hold":
+		case "sb_1", "sb_cold", "sb_err", "sb_hold", "sb_c1": // sb_c1: a child, forked again in a tree
 			return true
 		default:
 			writeErr(w, api.ErrNotFound, fmt.Sprintf("sandbox %s not found", id))
@@ -97,7 +97,7 @@ func newCaptureFake(t *testing.T) *captureFake {
 		}
 		s := api.Snapshot{Name: req.Name, SandboxID: r.PathValue("id"), Memory: req.Memory, Size: 3355443, CreatedAt: created}
 		if req.Memory {
-			s.Paused = "120ms"
+			s.Paused = api.DurationOf(120 * time.Millisecond)
 		}
 		w.WriteHeader(http.StatusCreated)
 		json.NewEncoder(w).Encode(s)
@@ -113,7 +113,7 @@ func newCaptureFake(t *testing.T) *captureFake {
 			writeErr(w, api.ErrNotFound, "snapshot "+r.PathValue("name")+" not found")
 			return
 		}
-		json.NewEncoder(w).Encode(api.Snapshot{Name: "s1", SandboxID: "sb_1", Template: "tiny", Memory: true, Paused: "80ms", Size: 2048})
+		json.NewEncoder(w).Encode(api.Snapshot{Name: "s1", SandboxID: "sb_1", Template: "tiny", Memory: true, Paused: api.DurationOf(80 * time.Millisecond), Size: 2048})
 	})
 	mux.HandleFunc("DELETE /v1/snapshots/{name}", func(w http.ResponseWriter, r *http.Request) {
 		if n := r.PathValue("name"); n != "s1" && n != "s2" {
@@ -143,7 +143,7 @@ func newCaptureFake(t *testing.T) *captureFake {
 		sse(w, "sandbox.forking", api.ForkEvent{Event: "sandbox.forking", IDs: ids})
 		switch r.PathValue("id") {
 		case "sb_err":
-			sse(w, "error", api.ForkEvent{Event: "error", Error: "checkpoint: no space left"})
+			sse(w, "error", api.ForkEvent{Event: "error", ErrorBody: api.ErrorBody{Error: &api.ErrorDetail{Message: "checkpoint: no space left"}}})
 			return
 		case "sb_hold":
 			select {
@@ -266,7 +266,7 @@ func TestRunCapture(t *testing.T) {
 		{"fork bad count", []string{"fork", "sb_1", "--count", "many"}, 2, "", "usage: sbx fork"},
 		{"fork no id", []string{"fork"}, 2, "", "usage: sbx fork"},
 		{"fork missing", []string{"fork", "sb_x"}, 1, "", "sandbox sb_x not found"},
-		{"fork count 0", []string{"fork", "sb_1", "--count", "0"}, 2, "", "--count 0: want 1 to 16"},
+		{"fork count 0", []string{"fork", "sb_1", "--count", "0"}, 2, "", "--count 0 is out of range: a fork makes 1 to 16 sandboxes per call"},
 		{"fork count negative", []string{"fork", "sb_1", "--count", "-1"}, 2, "", "--count -1"},
 		{"fork name with a count", []string{"fork", "sb_1", "--count", "3", "--name", "x"}, 2, "", "--name names one child"},
 		{"new template and from", []string{"new", "--template", "tiny", "--from", "s1"}, 2, "", "give --template or --from, not both"},
@@ -296,8 +296,8 @@ func TestForkRequest(t *testing.T) {
 	}{
 		{"defaults", []string{"fork", "sb_1"}, api.ForkRequest{Count: 1}},
 		{"all flags", []string{"fork", "--memory", "sb_1", "--name", "kid", "--count", "1", "--ttl", "5m", "--wait"},
-			api.ForkRequest{Name: "kid", Memory: true, Count: 1, TTL: "5m0s"}},
-		{"ttl in seconds", []string{"fork", "sb_1", "--ttl", "3600"}, api.ForkRequest{Count: 1, TTL: "1h0m0s"}},
+			api.ForkRequest{Name: "kid", Memory: true, Count: 1, TTL: api.DurationOf(5 * time.Minute)}},
+		{"ttl in seconds", []string{"fork", "sb_1", "--ttl", "3600"}, api.ForkRequest{Count: 1, TTL: api.DurationOf(time.Hour)}},
 		// refused here, naming the limit: a fork is never split or cut
 		{"over the limit", []string{"fork", "sb_1", "--count", "40"}, api.ForkRequest{}},
 	}
@@ -319,6 +319,36 @@ func TestForkRequest(t *testing.T) {
 	}
 }
 
+// TestForkTree: past api.MaxForks, `sbx fork --wait` does what the client
+// does, a tree (16 from the parent, the rest from its first child); without
+// --wait it refuses, saying why (api.CheckForkCount).
+func TestForkTree(t *testing.T) {
+	f := newCaptureFake(t)
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--host", f.host, "fork", "sb_1", "--count", "17", "--wait"}, strings.NewReader(""), &stdout, &stderr); code != 0 {
+		t.Fatalf("fork --count 17 --wait: exit %d, stderr %q", code, stderr.String())
+	}
+	if n := strings.Count(stdout.String(), "ready "); n != 17 {
+		t.Errorf("fork --count 17 --wait: %d ready, want 17:\n%s", n, stdout.String())
+	}
+	f.mu.Lock()
+	got := f.forkReqs
+	f.forkReqs = nil
+	f.mu.Unlock()
+	if diff := cmp.Diff([]api.ForkRequest{{Count: 16}, {Count: 1}}, got); diff != "" {
+		t.Errorf("fork requests (-want +got):\n%s", diff)
+	}
+	stdout.Reset()
+	stderr.Reset()
+	code := run([]string{"--host", f.host, "fork", "sb_1", "--count", "17"}, strings.NewReader(""), &stdout, &stderr)
+	if want := "--count 17 is out of range: a fork makes 1 to 16 sandboxes per call; more grow a tree from the children, which must be ready: wait for them (--wait)"; code != 1 || !strings.Contains(stderr.String(), want) {
+		t.Errorf("fork --count 17: exit %d, stderr %q; want 1 and %q", code, stderr.String(), want)
+	}
+	if len(f.forkReqs) != 0 {
+		t.Errorf("fork --count 17 without --wait sent %+v", f.forkReqs)
+	}
+}
+
 func TestNewFrom(t *testing.T) {
 	f := newCaptureFake(t)
 	var stdout, stderr bytes.Buffer
@@ -327,7 +357,7 @@ func TestNewFrom(t *testing.T) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if diff := cmp.Diff(api.CreateRequest{From: "s1", Name: "n", TTL: "1h0m0s"}, f.createReq); diff != "" {
+	if diff := cmp.Diff(api.CreateRequest{From: "s1", Name: "n", TTL: api.Duration(time.Hour)}, f.createReq); diff != "" {
 		t.Errorf("create request (-want +got):\n%s", diff)
 	}
 }

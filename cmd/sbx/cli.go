@@ -62,7 +62,7 @@ func newRoot(e *env) *cobra.Command {
 		group string
 		cmds  []*cobra.Command
 	}{
-		{groupSandboxes, []*cobra.Command{newNewCmd(e), newListCmd(e), newInfoCmd(e), newDeleteCmd(e), newTTLCmd(e), newPersistCmd(e)}},
+		{groupSandboxes, []*cobra.Command{newNewCmd(e), newListCmd(e), newInfoCmd(e), newDeleteCmd(e), newTTLCmd(e), newPersistCmd(e), newNodeCmd(e)}},
 		{groupCaptures, []*cobra.Command{newSnapshotCmd(e), newForkCmd(e), newStopCmd(e), newResumeCmd(e), newEventsCmd(e)}},
 		{groupRun, []*cobra.Command{newExecCmd(e), newShellCmd(e), newAttachCmd(e), newKillCmd(e), newPsCmd(e), newLogsCmd(e), newMetricsCmd(e), newPortsCmd(e), newPreviewCmd(e), newCrashesCmd(e)}},
 		{groupFiles, []*cobra.Command{newScpCmd(e), newFsCmd(e), newTemplateCmd(e), newDfCmd(e), newPruneCmd(e)}},

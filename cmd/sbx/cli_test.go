@@ -35,7 +35,7 @@ func sbx(host string, args ...string) (int, string, string) {
 func TestRemoteCommandOwnsItsFlags(t *testing.T) {
 	t.Setenv("SBX_TEST_FROM_HERE", "a b")
 	f := newFake(t)
-	def := defaultExecTimeout.String()
+	def := api.Duration(defaultExecTimeout)
 	tests := []struct {
 		name string
 		args []string
@@ -43,9 +43,9 @@ func TestRemoteCommandOwnsItsFlags(t *testing.T) {
 	}{
 		{"flags of the command", []string{"exec", "sb_1", "ls", "-la"}, api.ExecRequest{Cmd: []string{"ls", "-la"}, Timeout: def}},
 		{"sbx's flag name after the command", []string{"exec", "sb_1", "ls", "--timeout", "0"}, api.ExecRequest{Cmd: []string{"ls", "--timeout", "0"}, Timeout: def}},
-		{"flag before the id", []string{"exec", "--timeout", "5s", "sb_1", "ls"}, api.ExecRequest{Cmd: []string{"ls"}, Timeout: "5s"}},
-		{"flag after the id, then --", []string{"exec", "sb_1", "--timeout", "5", "--", "ls"}, api.ExecRequest{Cmd: []string{"ls"}, Timeout: "5s"}},
-		{"flag after the id, no --", []string{"exec", "sb_1", "--timeout", "300", "ls", "-l"}, api.ExecRequest{Cmd: []string{"ls", "-l"}, Timeout: "5m0s"}},
+		{"flag before the id", []string{"exec", "--timeout", "5s", "sb_1", "ls"}, api.ExecRequest{Cmd: []string{"ls"}, Timeout: api.Duration(5 * time.Second)}},
+		{"flag after the id, then --", []string{"exec", "sb_1", "--timeout", "5", "--", "ls"}, api.ExecRequest{Cmd: []string{"ls"}, Timeout: api.Duration(5 * time.Second)}},
+		{"flag after the id, no --", []string{"exec", "sb_1", "--timeout", "300", "ls", "-l"}, api.ExecRequest{Cmd: []string{"ls", "-l"}, Timeout: api.Duration(5 * time.Minute)}},
 		{"-- then sh -c", []string{"exec", "sb_1", "--", "sh", "-c", "echo \"$1\" | wc -c", "x y"}, api.ExecRequest{Cmd: []string{"sh", "-c", "echo \"$1\" | wc -c", "x y"}, Timeout: def}},
 		{"-- before the id", []string{"exec", "--", "sb_1", "ls"}, api.ExecRequest{Cmd: []string{"ls"}, Timeout: def}},
 		{"a command that starts with dashes", []string{"exec", "sb_1", "--", "--weird", "-x"}, api.ExecRequest{Cmd: []string{"--weird", "-x"}, Timeout: def}},
@@ -408,13 +408,13 @@ func TestDeleteParallel(t *testing.T) {
 		running++
 		most = max(most, running)
 		mu.Unlock()
-		time.Sleep(each)
+		time.Sleep(each) // a delete takes this long: the overlap counted is the thing tested
 		mu.Lock()
 		running--
 		mu.Unlock()
 		if r.PathValue("id") == "sb_3" {
 			w.WriteHeader(http.StatusNotFound)
-			json.NewEncoder(w).Encode(api.ErrorBody{Error: api.ErrorDetail{Code: "not_found", Message: "sandbox sb_3 not found"}})
+			json.NewEncoder(w).Encode(api.ErrorBody{Error: &api.ErrorDetail{Code: "not_found", Message: "sandbox sb_3 not found"}})
 			return
 		}
 		json.NewEncoder(w).Encode(api.DeleteResult{ID: r.PathValue("id")})
@@ -511,6 +511,8 @@ func TestSignals(t *testing.T) {
 			for time.Now().Before(deadline) && f.nExecs() == 0 {
 				time.Sleep(10 * time.Millisecond)
 			}
+			// and its "started" event has reached the CLI: nothing the CLI
+			// does shows when it has read it, so a margin it is
 			time.Sleep(100 * time.Millisecond)
 			f.mu.Lock()
 			f.execs = nil

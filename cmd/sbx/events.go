@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"sort"
-	"strconv"
-	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -58,40 +55,4 @@ func newEventsCmd(e *env) *cobra.Command {
 
 // eventLine writes an event for people: "TIME TYPE key=value ...", the
 // detail sorted by key.
-func eventLine(ev api.Event) string {
-	var b strings.Builder
-	b.WriteString(ev.Time.Local().Format("2006-01-02T15:04:05.000Z07:00"))
-	b.WriteString(" ")
-	b.WriteString(safe(ev.Type))
-	keys := make([]string, 0, len(ev.Detail))
-	for k := range ev.Detail {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		fmt.Fprintf(&b, " %s=%s", safe(k), detailValue(ev.Detail[k]))
-	}
-	return b.String()
-}
-
-// detailValue writes one detail value: numbers in full (not 3.3e+06),
-// strings quoted when they would not read as one word.
-func detailValue(v any) string {
-	switch v := v.(type) {
-	case string:
-		if v == "" || strings.ContainsAny(v, " \t\n\"=") || safe(v) != v {
-			return strconv.Quote(v)
-		}
-		return v
-	case float64:
-		return strconv.FormatFloat(v, 'f', -1, 64)
-	case nil:
-		return "null"
-	default:
-		b, err := json.Marshal(v)
-		if err != nil {
-			return safe(fmt.Sprint(v))
-		}
-		return safe(string(b))
-	}
-}
+func eventLine(ev api.Event) string { return ev.Line(time.Local, safe) }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -104,10 +105,10 @@ func newExecCmd(e *env) *cobra.Command {
 		if o.tty {
 			return runTerminal(e, id, shellWrap(command), o.envs, o.cwd, o.user)
 		}
-		req := api.ExecRequest{Cmd: shellWrap(command), Env: o.envs, Cwd: o.cwd, User: o.user, Timeout: o.timeout.wire()}
+		req := api.ExecRequest{Cmd: shellWrap(command), Env: o.envs, Cwd: o.cwd, User: o.user, Timeout: o.timeout.Duration}
 		defaulted := !o.timeout.set && !o.detach
 		if defaulted {
-			req.Timeout = defaultExecTimeout.String()
+			req.Timeout = api.Duration(defaultExecTimeout)
 		}
 		c, err := e.client()
 		if err != nil {
@@ -118,7 +119,7 @@ func newExecCmd(e *env) *cobra.Command {
 		case defaulted:
 			opts = append(opts, client.WithTimeout(defaultExecTimeout))
 		case o.timeout.set:
-			opts = append(opts, client.WithTimeout(o.timeout.d))
+			opts = append(opts, client.WithTimeout(o.timeout.D()))
 		}
 		if o.onCrash && !o.detach {
 			return runExecOnCrash(e, c, id, req.Cmd, opts, o.crashDir)
@@ -157,7 +158,7 @@ func newExecCmd(e *env) *cobra.Command {
 		if defaulted && res.TimedOut && !e.json {
 			fmt.Fprintf(e.stderr, "sbx: %s is the timeout of a foreground exec unless --timeout says otherwise: run with --timeout 0 for no limit, or --timeout 10m\n", defaultExecTimeout)
 		}
-		return exitStatus(res.API())
+		return lostWhy(e.ctx, sb, exitStatus(res.API()), res.API())
 	})
 	return cmd
 }
@@ -250,6 +251,20 @@ func (e *env) execEvent(ev api.ExecEvent) error {
 		_, err = fmt.Fprintf(e.stderr, "sbx: %s\n", safe(ev.Message))
 	}
 	return err
+}
+
+// lostWhy adds to the error of a lost exec what became of its sandbox,
+// when that is why: a sandbox the kernel stopped (out of memory) loses
+// every command in it.
+func lostWhy(ctx context.Context, sb *client.Sandbox, err error, x *api.Exec) error {
+	if x.State != api.ExecLost || err == nil {
+		return err
+	}
+	info, ierr := sb.Info(ctx)
+	if ierr != nil || info.State == api.StateReady || info.Reason == "" {
+		return err
+	}
+	return fmt.Errorf("%w: sandbox %s is %s: %s", err, info.ID, info.State, safe(info.Reason))
 }
 
 // exitStatus turns an ended exec into sbx's exit: nil for 0, else an

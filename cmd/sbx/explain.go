@@ -95,11 +95,11 @@ func newExplainCmd(e *env) *cobra.Command {
 		}
 		if !timeout.set {
 			// a hang is a failure, not a wait for ever: explain runs many
-			timeout.d, timeout.set = defaultExplainTimeout, true
+			timeout.Duration, timeout.set = api.Duration(defaultExplainTimeout), true
 		}
-		o.Test = flaky.Test{Cmd: shellWrap(command), SeedEnv: seedEnv, Timeout: timeout.wire(), Env: envs}
+		o.Test = flaky.Test{Cmd: shellWrap(command), SeedEnv: seedEnv, Timeout: timeout.Duration, Env: envs}
 		if fixedCmd != "" {
-			o.Fixed = &flaky.Test{Cmd: shellWrap([]string{fixedCmd}), SeedEnv: seedEnv, Timeout: timeout.wire(), Env: envs}
+			o.Fixed = &flaky.Test{Cmd: shellWrap([]string{fixedCmd}), SeedEnv: seedEnv, Timeout: timeout.Duration, Env: envs}
 		}
 		if pnrParents < 0 || pnrParents > explain.MaxRuns || pnrWays < 1 || pnrWays > api.MaxForks {
 			return usagef("--pnr-parents %d, --pnr-ways %d: want 0 to %d runs and 1 to %d forks", pnrParents, pnrWays, explain.MaxRuns, api.MaxForks)
@@ -198,10 +198,7 @@ func parseKnobs(cpus, delays, losses string, env []string) ([]explain.KnobValue,
 			if err != nil || d > api.MaxNetDelay {
 				return nil, usagef("--net-delay %q: want delays from 0 to %s, comma-separated, e.g. 0,100ms,1s", delays, api.MaxNetDelay)
 			}
-			sh := &api.NetShape{}
-			if d > 0 {
-				sh.Delay = d.String()
-			}
+			sh := &api.NetShape{Delay: api.Duration(d)}
 			out = append(out, explain.KnobValue{Knob: "net-delay", Value: d.String(), Shape: sh})
 		}
 	}

@@ -17,20 +17,20 @@ import (
 )
 
 // durationFlag is a duration flag that takes what sbx's users write: a Go
-// duration ("90s", "2h30m") or a bare number of seconds ("3600"), as the
-// server does. It remembers whether it was set, so that 0 ("none") differs
-// from not given.
+// duration ("90s", "2h30m") or a bare number of seconds ("3600"), read by
+// api.Duration as the server and the client read it. It remembers whether
+// it was set, so that 0 ("none") differs from not given; not given, it is
+// 0.
 type durationFlag struct {
-	d   time.Duration
+	api.Duration
 	set bool
 }
 
 func (f *durationFlag) Set(s string) error {
-	d, err := parseDuration(s)
-	if err != nil {
+	if err := f.Duration.Set(s); err != nil {
 		return err
 	}
-	f.d, f.set = d, true
+	f.set = true
 	return nil
 }
 
@@ -38,26 +38,16 @@ func (f *durationFlag) String() string {
 	if !f.set {
 		return ""
 	}
-	return f.d.String()
-}
-
-func (f *durationFlag) Type() string { return "duration" }
-
-// wire is the duration as the API takes it: "" when not given.
-func (f *durationFlag) wire() string {
-	if !f.set {
-		return ""
-	}
-	return f.d.String()
+	return f.Duration.String()
 }
 
 // keep is the flag as a flaky KeepTTL: not given is the default, 0 is
 // no ttl (flaky.KeepForever).
 func (f *durationFlag) keep() time.Duration {
-	if f.set && f.d == 0 {
+	if f.set && f.Duration == 0 {
 		return flaky.KeepForever
 	}
-	return f.d
+	return f.D()
 }
 
 // durationVar adds a durationFlag to fs.
@@ -67,14 +57,28 @@ func durationVar(fs *pflag.FlagSet, name, usage string) *durationFlag {
 	return f
 }
 
-// parseDuration reads a duration as sbx's users write it (see durationFlag),
-// as the server reads it (api.ParseDuration); an empty or negative one is
-// refused.
+// parseDuration reads a duration argument as a durationFlag does; an empty
+// or negative one is refused.
 func parseDuration(s string) (time.Duration, error) {
-	if strings.TrimSpace(s) == "" {
-		return 0, fmt.Errorf("an empty duration: use seconds (90) or a number with a unit (90s, 30m, 2h)")
+	var d api.Duration
+	err := d.Set(s)
+	return d.D(), err
+}
+
+// ttlText is a ttl for people: "" when none.
+func ttlText(d api.Duration) string {
+	if d == 0 {
+		return ""
 	}
-	return api.ParseDuration("", s)
+	return d.String()
+}
+
+// optText is a duration the API may leave out, for people: "" when absent.
+func optText(d *api.Duration) string {
+	if d == nil {
+		return ""
+	}
+	return d.String()
 }
 
 // checkEnv checks the K=V pairs of --env; a bare K takes its value from
@@ -166,7 +170,7 @@ func (s *shapeFlags) option() client.SandboxOption {
 	if !s.delay.set && !s.loss.set {
 		return nil
 	}
-	return client.WithNetShape(s.delay.d, s.loss.p)
+	return client.WithNetShape(s.delay.D(), s.loss.p)
 }
 
 // lossFlag is a probability, as a fraction (0.05) or a percentage (5%).

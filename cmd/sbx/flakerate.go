@@ -65,7 +65,7 @@ func newFlakeRateCmd(e *env) *cobra.Command {
 		case keepTTL.set && !keep:
 			return usagef("--keep-ttl goes with --keep-failures")
 		}
-		o.Test = flaky.Test{Cmd: shellWrap(command), SeedEnv: seedEnv, Timeout: timeout.wire()}
+		o.Test = flaky.Test{Cmd: shellWrap(command), SeedEnv: seedEnv, Timeout: timeout.Duration}
 		c, err := e.client()
 		if err != nil {
 			return err

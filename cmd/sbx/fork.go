@@ -36,18 +36,19 @@ func newForkCmd(e *env) *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&name, "name", "", "name of the child (with --count 1)")
 	fs.BoolVar(&memory, "memory", false, "carry on the parent's processes and memory, not only its disk")
-	fs.IntVar(&count, "count", 1, fmt.Sprintf("how many children, 1 to %d", api.MaxForks))
+	fs.IntVar(&count, "count", 1, fmt.Sprintf("how many children: 1 to %d per fork call; with --wait, more grow a tree from the children", api.MaxForks))
 	ttl := durationVar(fs, "ttl", "idle ttl of the children, e.g. 30m; 0: none (default: the parent's)")
 	fs.BoolVar(&wait, "wait", false, "wait until every child is ready")
 	fs.BoolVar(&monitor, "monitor", false, "runtime monitoring in each child: a trace of its syscalls on files and sockets, execs and exits (sbx trace)")
 	shape := shapeVars(fs) // the children's; not given: the parent's
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		// a fork is never silently split or cut
-		if count < 1 {
-			return usagef("--count %d: want 1 to %d children", count, api.MaxForks)
-		}
-		if count > api.MaxForks {
-			return api.Errorf(api.ErrInvalid, "--count %d is out of range: a fork makes 1 to %d sandboxes per call; grow a wider tree by forking the children", count, api.MaxForks)
+		// the client's rule: past api.MaxForks it grows a tree from the
+		// children, which it must wait for; the flag is the field
+		if err := api.CheckForkCount(count, wait); err != nil {
+			if count < 1 {
+				return usagef("--%s", err)
+			}
+			return fmt.Errorf("--%w (--wait)", err)
 		}
 		if name != "" && count > 1 {
 			return usagef("--name names one child; with --count %d the children get ids only", count)
@@ -85,7 +86,7 @@ func newForkCmd(e *env) *cobra.Command {
 			opts = append(opts, client.WithMonitoring())
 		}
 		if ttl.set {
-			opts = append(opts, client.WithTTL(ttl.d))
+			opts = append(opts, client.WithTTL(ttl.D()))
 		}
 		if !wait {
 			// the ids are printed as sbxd names them; the fork goes on there

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"archive/tar"
-	"bytes"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -80,30 +77,4 @@ func TestAge(t *testing.T) {
 			t.Errorf("age(%v) got %q, want %q", tc.d, got, tc.want)
 		}
 	}
-}
-
-// mkTar returns a tar of the given entries; a name ending in "/" is a directory,
-// a value starting with "->" a symlink.
-func mkTar(t *testing.T, entries [][2]string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, en := range entries {
-		name, body := en[0], en[1]
-		hdr := &tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}
-		switch {
-		case strings.HasSuffix(name, "/"):
-			hdr.Typeflag, hdr.Mode, hdr.Size = tar.TypeDir, 0o755, 0
-		case strings.HasPrefix(body, "->"):
-			hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeSymlink, body[2:], 0
-		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			t.Fatal(err)
-		}
-		if hdr.Typeflag == tar.TypeReg {
-			tw.Write([]byte(body))
-		}
-	}
-	tw.Close()
-	return buf.Bytes()
 }

@@ -118,7 +118,7 @@ func newHuntCmd(e *env) *cobra.Command {
 			o := flaky.HuntOptions{
 				Name: name, Template: template, From: from, Setup: setup, Runs: runs, User: user,
 				Cmd: shellWrap(command), SeedEnv: seedEnv, Collect: collect, OutDir: out, Event: event,
-				OnCrash: onCrash, Timeout: timeout.d, Freeze: freeze, KeepTTL: keepTTL.keep(),
+				OnCrash: onCrash, Timeout: timeout.D(), Freeze: freeze, KeepTTL: keepTTL.keep(),
 			}
 			if from == "" {
 				wd, err := os.Getwd()

@@ -56,14 +56,15 @@ func infoLines(sb *api.Sandbox) [][2]string {
 	add("template", sb.Template)
 	add("state", string(sb.State))
 	add("reason", sb.Reason)
+	add("node", sb.Node)
 	if !sb.CreatedAt.IsZero() {
 		add("created", sb.CreatedAt.Local().Format(time.RFC3339))
 	}
 	if !sb.LastActivity.IsZero() {
 		add("last activity", sb.LastActivity.Local().Format(time.RFC3339))
 	}
-	add("idle", sb.Idle)
-	add("ttl", sb.TTL)
+	add("idle", optText(sb.Idle))
+	add("ttl", ttlText(sb.TTL))
 	if sb.Persistent {
 		add("persistent", "yes")
 	}
@@ -84,11 +85,7 @@ func infoLines(sb *api.Sandbox) [][2]string {
 	}
 	add("network", sb.Network)
 	if sh := sb.Shape; sh != nil {
-		delay := sh.Delay
-		if delay == "" {
-			delay = "0s"
-		}
-		add("net shape", fmt.Sprintf("delay %s, loss %g", delay, sh.Loss))
+		add("net shape", fmt.Sprintf("delay %s, loss %g", sh.Delay, sh.Loss))
 	}
 	add("template version", sb.TemplateVersion)
 	add("address", sb.Address)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -44,9 +45,19 @@ func newListCmd(e *env) *cobra.Command {
 			}
 			now := time.Now()
 			tw := e.table()
-			fmt.Fprintln(tw, "ID\tNAME\tTEMPLATE\tSTATE\tAGE")
+			// in a fleet, the node of each (a single sbxd names none)
+			fleet := slices.ContainsFunc(sbs, func(sb api.Sandbox) bool { return sb.Node != "" })
+			head := "ID\tNAME\tTEMPLATE\tSTATE\tAGE"
+			if fleet {
+				head += "\tNODE"
+			}
+			fmt.Fprintln(tw, head)
 			for _, sb := range sbs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", safe(sb.ID), safe(orDash(sb.Name)), safe(orDash(sb.Template)), safe(string(sb.State)), age(now, sb.CreatedAt))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s", safe(sb.ID), safe(orDash(sb.Name)), safe(orDash(sb.Template)), safe(string(sb.State)), age(now, sb.CreatedAt))
+				if fleet {
+					fmt.Fprintf(tw, "\t%s", safe(orDash(sb.Node)))
+				}
+				fmt.Fprintln(tw)
 			}
 			return tw.Flush()
 		},

@@ -141,13 +141,13 @@ func (e *env) printError(err error, usage bool) {
 	var ae *api.Error
 	switch {
 	case errors.As(err, &ae):
-		body.Error = api.ErrorDetail{Code: ae.Code, Message: ae.Message}
+		body.Error = &api.ErrorDetail{Code: ae.Code, Message: ae.Message}
 	case usage:
 		_, code := api.StatusOf(api.ErrInvalid)
-		body.Error = api.ErrorDetail{Code: code, Message: err.Error()}
+		body.Error = &api.ErrorDetail{Code: code, Message: err.Error()}
 	default:
 		_, code := api.StatusOf(err)
-		body.Error = api.ErrorDetail{Code: code, Message: err.Error()}
+		body.Error = &api.ErrorDetail{Code: code, Message: err.Error()}
 	}
 	b, _ := json.Marshal(body)
 	fmt.Fprintf(e.stderr, "%s\n", b)

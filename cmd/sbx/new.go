@@ -54,7 +54,7 @@ func newNewCmd(e *env) *cobra.Command {
 			client.WithCPUs(cpus), client.WithMemoryLimit(memory.n), client.WithDiskLimit(disk.n),
 			client.WithPidsLimit(pids), client.WithNetwork(network)}
 		if ttl.set {
-			opts = append(opts, client.WithTTL(ttl.d))
+			opts = append(opts, client.WithTTL(ttl.D()))
 		}
 		if monitor {
 			opts = append(opts, client.WithMonitoring())

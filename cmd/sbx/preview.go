@@ -33,7 +33,7 @@ sandbox's deletion, across restarts, stops and resumes; forks do not inherit the
 	ttl := durationVar(cmd.Flags(), "ttl", "how long a private URL's token is valid (default 1h)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if len(args) == 1 {
-			if off || private || ttl.d != 0 {
+			if off || private || ttl.Duration != 0 {
 				return usagef("--off, --private and --ttl need a port")
 			}
 			c, err := e.client()
@@ -58,7 +58,7 @@ sandbox's deletion, across restarts, stops and resumes; forks do not inherit the
 			return tw.Flush()
 		}
 		if off {
-			if private || ttl.d != 0 {
+			if private || ttl.Duration != 0 {
 				return usagef("--off withdraws a port: --private and --ttl do not go with it")
 			}
 			port, err := strconv.Atoi(args[1])
@@ -77,7 +77,7 @@ sandbox's deletion, across restarts, stops and resumes; forks do not inherit the
 			}
 			return nil
 		}
-		opts, err := previewOptions(args, private, ttl.d)
+		opts, err := previewOptions(args, private, ttl.D())
 		if err != nil {
 			return err
 		}

@@ -67,7 +67,7 @@ func TestPreviewAndPortsCommands(t *testing.T) {
 	if code := run([]string{"--host", host, "preview", "sb_1", "8080", "--private", "--ttl", "2h"}, nil, &out, &errb); code != 0 {
 		t.Fatalf("preview: exit %d: %s", code, errb.String())
 	}
-	if out.String() != "http://8080-sb_1.localhost:8181/\n" || !got.Private || got.TTL != "2h0m0s" {
+	if out.String() != "http://8080-sb_1.localhost:8181/\n" || !got.Private || got.TTL == nil || *got.TTL != api.Duration(2*time.Hour) {
 		t.Errorf("got %q, request %+v", out.String(), got)
 	}
 	out.Reset()

@@ -27,7 +27,7 @@ func newPruneCmd(e *env) *cobra.Command {
 				if err != nil {
 					return usagef("--older-than: %v", err)
 				}
-				req.OlderThan = d.String()
+				req.OlderThan = api.Duration(d)
 			}
 			c, err := e.client()
 			if err != nil {

@@ -52,7 +52,7 @@ func newReplayCmd(e *env) *cobra.Command {
 		}
 		o := flaky.ReplayOptions{
 			Snapshot: pos[0], Seed: uint32(s), N: n, Parallel: parallel,
-			Test: flaky.Test{Cmd: shellWrap(command), SeedEnv: seedEnv, Timeout: timeout.wire()},
+			Test: flaky.Test{Cmd: shellWrap(command), SeedEnv: seedEnv, Timeout: timeout.Duration},
 		}
 		c, err := e.client()
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/safetar/tartest"
 )
 
 // fake is the state of fakeDaemon: where it listens and what it was asked.
@@ -54,7 +55,7 @@ func newFake(t *testing.T) *fake {
 	writeErr := func(w http.ResponseWriter, kind error, msg string) {
 		status, code := api.StatusOf(kind)
 		w.WriteHeader(status)
-		json.NewEncoder(w).Encode(api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: msg}})
+		json.NewEncoder(w).Encode(api.ErrorBody{Error: &api.ErrorDetail{Code: code, Message: msg}})
 	}
 	known := func(w http.ResponseWriter, r *http.Request) bool {
 		if id := r.PathValue("id"); id != "sb_1" {
@@ -66,10 +67,6 @@ func newFake(t *testing.T) *fake {
 	mux.HandleFunc("POST /v1/sandboxes", func(w http.ResponseWriter, r *http.Request) {
 		var req api.CreateRequest
 		json.NewDecoder(r.Body).Decode(&req)
-		if req.TTL == "soon" {
-			writeErr(w, api.ErrInvalid, `ttl "soon": not a duration`)
-			return
-		}
 		w.WriteHeader(http.StatusCreated)
 		json.NewEncoder(w).Encode(api.Sandbox{ID: "sb_1", Template: req.Template, Meta: req.Meta})
 	})
@@ -113,7 +110,7 @@ func newFake(t *testing.T) *fake {
 			<-r.Context().Done()
 			return
 		case "timeout":
-			b, _ := json.Marshal(api.ExecEvent{Event: "stderr", Data: []byte("sbx: command timed out after " + req.Timeout + "\n")})
+			b, _ := json.Marshal(api.ExecEvent{Event: "stderr", Data: []byte("sbx: command timed out after " + req.Timeout.String() + "\n")})
 			fmt.Fprintf(w, "event: stderr\ndata: %s\n\n", b)
 			code := 124
 			b, _ = json.Marshal(api.ExecEvent{Event: "exit", Exec: &api.Exec{ID: "ex_1", State: api.ExecExited, ExitCode: &code, TimedOut: true}})
@@ -178,7 +175,7 @@ func newFake(t *testing.T) *fake {
 			conn, _, _ := w.(http.Hijacker).Hijack()
 			conn.Close()
 		case "/dir":
-			w.Write(mkTar(t, [][2]string{{"dir/", ""}, {"dir/a", "A"}, {"dir/sub/b", "B"}}))
+			w.Write(tartest.Tar(t, [][2]string{{"dir/", ""}, {"dir/a", "A"}, {"dir/sub/b", "B"}}))
 		}
 	})
 	srv := httptest.NewServer(mux)

@@ -182,8 +182,8 @@ func snapshotTaken(s *api.Snapshot, id string) string {
 	what := "disk"
 	if s.Memory {
 		what = "memory"
-		if s.Paused != "" {
-			what += ", paused " + s.Paused
+		if s.Paused != nil {
+			what += ", paused " + s.Paused.String()
 		}
 	}
 	return fmt.Sprintf("snapshot %s of %s (%s, %s)", s.Name, id, what, sizeIEC(s.Size))
@@ -202,7 +202,7 @@ func snapshotLines(s *api.Snapshot) [][2]string {
 	add("sandbox", s.SandboxID)
 	add("template", s.Template)
 	add("memory", yesNo(s.Memory))
-	add("paused", s.Paused)
+	add("paused", optText(s.Paused))
 	add("size", sizeIEC(s.Size))
 	if s.Kept {
 		add("kept", "yes (sbx snapshot keep: outlives its sandbox, in no freeze quota)")

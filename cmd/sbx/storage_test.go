@@ -54,7 +54,7 @@ func TestStorageVerbs(t *testing.T) {
 		if r.PathValue("name") != "freeze-web-abcd" {
 			status, code := api.StatusOf(api.ErrNotFound)
 			w.WriteHeader(status)
-			json.NewEncoder(w).Encode(api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: "snapshot " + r.PathValue("name") + " not found"}})
+			json.NewEncoder(w).Encode(api.ErrorBody{Error: &api.ErrorDetail{Code: code, Message: "snapshot " + r.PathValue("name") + " not found"}})
 			return
 		}
 		json.NewEncoder(w).Encode(api.Snapshot{Name: r.PathValue("name"), Kept: true})

@@ -9,6 +9,7 @@ import (
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
+	"sbx.dev/sbx/client/image"
 )
 
 // templatesJSON is what `sbx --json template ls` prints.
@@ -126,11 +127,11 @@ func newTemplateCmd(e *env) *cobra.Command {
 				return err
 			}
 			p := e.progress()
-			opts := []client.TemplateOption{client.WithProgress(p.event), client.WithStdin(e.stdin), client.WithPlatform(platform)}
+			opts := []image.Option{image.WithProgress(p.event), image.WithStdin(e.stdin), image.WithPlatform(platform)}
 			if importForce {
-				opts = append(opts, client.WithForce())
+				opts = append(opts, image.WithForce())
 			}
-			t, err := c.ImportTemplate(e.ctx, args[0], args[1], opts...)
+			t, err := image.Import(e.ctx, c, args[0], args[1], opts...)
 			return p.finish(t, err, "imported")
 		},
 	}

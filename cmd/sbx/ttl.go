@@ -29,7 +29,7 @@ func newTTLCmd(e *env) *cobra.Command {
 			if e.json {
 				return e.printJSON(sb)
 			}
-			_, err = fmt.Fprintf(e.stdout, "%s: ttl %s; %s\n", sb.ID, orDash(sb.TTL), reapLine(sb.ReapAt, sb.ReapReason))
+			_, err = fmt.Fprintf(e.stdout, "%s: ttl %s; %s\n", sb.ID, orDash(ttlText(sb.TTL)), reapLine(sb.ReapAt, sb.ReapReason))
 			return err
 		},
 	}

@@ -36,7 +36,10 @@ func TestFleetAgentConfig(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := base
 			tc.edit(&c)
-			_, err := fleetAgent(c, nil, nil)
+			node, err := nodeName(c)
+			if err == nil {
+				_, err = fleetAgent(c, node, nil, nil)
+			}
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Errorf("got %v, want no error", err)

@@ -18,12 +18,15 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/fleet/agent"
 	"sbx.dev/sbx/internal/fleet/v1alpha1"
 	"sbx.dev/sbx/internal/metrics"
@@ -75,6 +78,36 @@ type config struct {
 	storageMaxN, orphanMaxN             int64
 
 	fleetKubeconfig, nodeName, fleetNamespace, fleetAddress string
+
+	warm warmPools
+}
+
+// warmPools is the repeatable --warm TEMPLATE=N.
+type warmPools map[string]int
+
+func (w *warmPools) String() string {
+	var s []string
+	for t, n := range *w {
+		s = append(s, fmt.Sprintf("%s=%d", t, n))
+	}
+	sort.Strings(s)
+	return strings.Join(s, ",")
+}
+
+func (w *warmPools) Set(v string) error {
+	name, n, ok := strings.Cut(v, "=")
+	count, err := strconv.Atoi(n)
+	if !ok || err != nil || count < 0 || count > sandbox.MaxWarm {
+		return fmt.Errorf("%q: want TEMPLATE=N, N from 0 to %d (e.g. --warm base=2)", v, sandbox.MaxWarm)
+	}
+	if err := template.ValidName(name); err != nil {
+		return fmt.Errorf("%q: %w", v, err)
+	}
+	if *w == nil {
+		*w = warmPools{}
+	}
+	(*w)[name] = count
+	return nil
 }
 
 // prefixes is a repeatable flag of IPv4 prefixes (an address alone is a /32).
@@ -142,6 +175,7 @@ func main() {
 	fs.StringVar(&c.outputTail, "output-tail", "1M", "...and then only this much from the end; what is between is dropped, and said so")
 	fs.DurationVar(&c.stoppedRetention, "stopped-retention", 0, "delete a sandbox stopped for longer than this (0: keep stopped sandboxes; the idle reaper never takes them)")
 	fs.Var(&c.egressAllow, "egress-allow", "let sandboxes reach this IPv4 CIDR, though it is link-local or the host's own (repeatable; the most specific rule wins)")
+	fs.Var(&c.warm, "warm", "keep N sandboxes of TEMPLATE booted and unclaimed, so that `sbx new` of it (with the default limits and network) takes one at once (TEMPLATE=N, repeatable; e.g. --warm base=2)")
 	fs.Var(&c.egressDeny, "egress-deny", "keep sandboxes from reaching this IPv4 CIDR (repeatable; the most specific rule wins)")
 	fs.IntVar(&c.maxConns, "max-conns", server.DefaultMaxConns, "most connections open at once on the TCP API and on the preview proxy, each (fewer if RLIMIT_NOFILE is low)")
 	fq := sandbox.DefaultFreezeQuota
@@ -320,10 +354,15 @@ func run(c config) error {
 	if c.runscLog != "" {
 		driver.Flags = []string{"--debug", "--debug-log=" + strings.TrimSuffix(c.runscLog, "/") + "/"}
 	}
+	node, err := nodeName(c)
+	if err != nil {
+		return err
+	}
 	mgr, err := sandbox.New(sandbox.Config{
+		Node:    node,
 		DataDir: c.dataDir, Tag: c.tag, Runtime: driver, Networks: nets, Templates: templates,
 		Store: st, AgentBinary: c.agent, DefaultTemplate: c.template, Logger: log, OrphanGrace: c.orphans, MaxLifetime: c.lifetime,
-		Metrics: metrics.Default, Limits: c.limits, StoppedRetention: c.stoppedRetention, OutputHead: head, OutputTail: tail,
+		Metrics: metrics.Default, Limits: c.limits, Warm: c.warm, StoppedRetention: c.stoppedRetention, OutputHead: head, OutputTail: tail,
 		FreezeQuota: &c.freezeQuota, StorageMax: c.storageMaxN, OrphanMax: c.orphanMaxN,
 	})
 	if err != nil {
@@ -342,7 +381,7 @@ func run(c config) error {
 	}
 	srv := server.New(server.Config{Manager: mgr, Templates: templates, Logger: log, Version: version})
 	if c.fleetKubeconfig != "" {
-		ag, err := fleetAgent(c, mgr, log)
+		ag, err := fleetAgent(c, node, mgr, log)
 		if err != nil {
 			return err
 		}
@@ -401,18 +440,7 @@ func run(c config) error {
 // fleetAgent makes the node agent of --fleet-kubeconfig. Only what is
 // wrong here (a kubeconfig that cannot be read, no runsc to digest) stops
 // sbxd; the apiserver being away is logged and retried by the agent.
-func fleetAgent(c config, mgr *sandbox.Manager, log *slog.Logger) (*agent.Agent, error) {
-	node := c.nodeName
-	if node == "" {
-		h, err := os.Hostname()
-		if err != nil {
-			return nil, fmt.Errorf("--node-name: none given, and no hostname: %w", err)
-		}
-		node = strings.ToLower(h)
-	}
-	if errs := validation.IsDNS1123Subdomain(node); len(errs) > 0 {
-		return nil, fmt.Errorf("--node-name %q: %s", node, strings.Join(errs, "; "))
-	}
+func fleetAgent(c config, node string, mgr *sandbox.Manager, log *slog.Logger) (*agent.Agent, error) {
 	addr := c.fleetAddress
 	if addr == "" && c.listen != "" {
 		addr = "tcp://" + c.listen
@@ -427,6 +455,26 @@ func fleetAgent(c config, mgr *sandbox.Manager, log *slog.Logger) (*agent.Agent,
 		Kubeconfig: c.fleetKubeconfig, Node: node, Namespace: c.fleetNamespace,
 		Facts: facts, Source: mgr, Logger: log,
 	})
+}
+
+// nodeName is this sbxd's name in the fleet of --fleet-kubeconfig ("" for
+// none): --node-name, or the hostname.
+func nodeName(c config) (string, error) {
+	if c.fleetKubeconfig == "" {
+		return "", nil
+	}
+	node := c.nodeName
+	if node == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return "", fmt.Errorf("--node-name: none given, and no hostname: %w", err)
+		}
+		node = strings.ToLower(h)
+	}
+	if errs := validation.IsDNS1123Subdomain(node); len(errs) > 0 {
+		return "", fmt.Errorf("--node-name %q: %s", node, strings.Join(errs, "; "))
+	}
+	return node, nil
 }
 
 // listeners are the addresses sbxd serves on, bound before it starts.
@@ -613,8 +661,17 @@ func cleanup(st *store.Store, nets *netns.Manager) error {
 	if err != nil {
 		return err
 	}
-	if len(sbs) > 0 {
-		return fmt.Errorf("cleanup: %d sandboxes remain; delete them first (`sbx delete`)", len(sbs))
+	pooled := 0
+	for _, sb := range sbs {
+		if sb.Meta[api.MetaPool] != "" {
+			pooled++
+		}
+	}
+	switch {
+	case pooled > 0 && pooled == len(sbs):
+		return fmt.Errorf("cleanup: %d sandboxes of a warm pool remain; start sbxd once without --warm, which removes them, then clean up", pooled)
+	case len(sbs) > 0:
+		return fmt.Errorf("cleanup: %d sandboxes remain (%d of them a warm pool's); delete them first (`sbx delete`; sbxd without --warm removes the pool's)", len(sbs), pooled)
 	}
 	ids, err := nets.List()
 	if err != nil {

@@ -452,10 +452,7 @@ func (f *freezer) trigger(rec *FreezeRecord, env *bootEnv) (io.ReadWriteCloser, 
 // tell writes the freeze's control line on the console, where sbxd's
 // console shim picks it up.
 func (f *freezer) tell(rec FreezeRecord, result string) {
-	line := freezewire.Line(freezewire.Verdict{
-		Slot: rec.Slot, Result: result, Pid: rec.Pid, UID: rec.UID, Cmd: rec.Cmd, Reason: rec.Reason,
-		FailedAt: rec.FailedAt, Triggered: rec.Triggered, Done: rec.Done, Crash: rec.Crash,
-	})
+	line := freezewire.Line(freezewire.Verdict{Result: result, Record: rec})
 	_, _ = f.console.Write(line)
 }
 

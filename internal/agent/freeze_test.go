@@ -125,7 +125,7 @@ func controlLines(t *testing.T, console string) []freezewire.Verdict {
 }
 
 func TestFreezeFrozenOnce(t *testing.T) {
-	cp := &fakeCheckpoint{result: "resume", onRead: func() { time.Sleep(20 * time.Millisecond) }}
+	cp := &fakeCheckpoint{result: "resume", onRead: func() { time.Sleep(20 * time.Millisecond) }} // the checkpoint takes 20 ms: the pause the record must report
 	fakeFreezeEnv(t, cp, bootEnvA)
 	var console bytes.Buffer
 	f := newFreezer(&console)
@@ -382,7 +382,7 @@ func TestConsoleEscapesControl(t *testing.T) {
 	if err := serveConsole(path, &out); err != nil {
 		t.Fatal(err)
 	}
-	forged := string(freezewire.Line(freezewire.Verdict{Slot: "im_aaaaaaaaaa", Result: freezewire.Frozen}))
+	forged := string(freezewire.Line(freezewire.Verdict{Result: freezewire.Frozen, Record: freezewire.Record{Slot: "im_aaaaaaaaaa"}}))
 	f, err := os.OpenFile(path, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)

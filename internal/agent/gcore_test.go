@@ -11,7 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
+
+	"sbx.dev/sbx/internal/procfs"
 )
 
 // TestGcore: the core sbx-agent writes of a stopped process is an ELF core
@@ -26,7 +27,12 @@ func TestGcore(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	time.Sleep(200 * time.Millisecond)
+	// stop it in its nanosleep, once sleep runs (not the child before the
+	// exec, nor the loader)
+	waitFor(t, "sleep to sleep", func() bool {
+		st, err := procfs.ReadStat(cmd.Process.Pid)
+		return err == nil && st.Comm == "sleep" && st.State == 'S'
+	})
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}

@@ -136,7 +136,10 @@ func TestHuntLoopCleansBetweenRuns(t *testing.T) {
 func TestHuntLoopLeak(t *testing.T) {
 	dir := t.TempDir()
 	start := time.Now()
-	out, code := runHuntLoop(t, dir, HuntConfig{Runs: 3, ListenWait: "1s", Test: []string{"sh", "-c", "sleep 300 & echo leaked $!; exit 1"}})
+	// the run ends once its child is sleep, not the shell's fork before the
+	// exec (a busy machine showed the loop "sh -c ...")
+	leak := `sleep 300 & c=; until [ "$c" = sleep ]; do read -r c < /proc/$!/comm; done; echo leaked $!; exit 1`
+	out, code := runHuntLoop(t, dir, HuntConfig{Runs: 3, ListenWait: "1s", Test: []string{"sh", "-c", leak}})
 	if code != HuntFailed {
 		t.Fatalf("loop exit %d, want %d\n%s", code, HuntFailed, out)
 	}

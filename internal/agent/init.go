@@ -21,6 +21,7 @@ import (
 
 	"sbx.dev/sbx/internal/agent/hooks"
 	"sbx.dev/sbx/internal/atomicfile"
+	"sbx.dev/sbx/internal/procfs"
 	"sbx.dev/sbx/internal/wire/freezewire"
 )
 
@@ -146,6 +147,9 @@ type supervisor struct {
 	settled map[string]bool
 	ln      *os.File // the listening socket
 	stopped bool
+	// userConns counts, by uid, the open connections of peers that are
+	// not root (admit).
+	userConns map[int]int
 
 	sigs chan os.Signal
 	done chan struct{}
@@ -249,7 +253,7 @@ func (s *supervisor) serve() {
 		conn, err := acceptUnix(ln)
 		if err == nil {
 			failures = 0
-			go s.handle(conn)
+			s.admit(conn)
 			continue
 		}
 		s.mu.Lock()
@@ -275,8 +279,54 @@ func backoff(n int) time.Duration {
 	return min(10*time.Millisecond<<min(n, 10), time.Second)
 }
 
-// handle answers the one request on conn.
-func (s *supervisor) handle(conn *os.File) {
+// maxUserConns bounds the connections to init from the processes of one
+// uid that is not root that are open at once (one uid's flood of waits
+// must not starve another's): anyone inside may connect (a freeze is
+// anyone's), and a flood of idle connections must not take the file table
+// that sbx's own requests (root's) need.
+const maxUserConns = 32
+
+// admit answers conn in its own goroutine, once it knows who asks: root
+// (sbx's helpers, which runsc exec runs as uid 0) always; others while
+// fewer than maxUserConns of theirs are open, else the connection is
+// closed at once.
+func (s *supervisor) admit(conn *os.File) {
+	p, err := peerOf(conn)
+	if err != nil {
+		conn.Close()
+		return
+	}
+	if p.uid != 0 {
+		s.mu.Lock()
+		if s.userConns == nil {
+			s.userConns = map[int]int{}
+		}
+		full := s.userConns[p.uid] >= maxUserConns
+		if !full {
+			s.userConns[p.uid]++
+		}
+		s.mu.Unlock()
+		if full {
+			conn.Close()
+			return
+		}
+	}
+	go func() {
+		if p.uid != 0 {
+			defer func() {
+				s.mu.Lock()
+				if s.userConns[p.uid]--; s.userConns[p.uid] == 0 {
+					delete(s.userConns, p.uid)
+				}
+				s.mu.Unlock()
+			}()
+		}
+		s.handle(conn, p)
+	}()
+}
+
+// handle answers the one request on conn, from p.
+func (s *supervisor) handle(conn *os.File, p peer) {
 	defer conn.Close()
 	// init must outlive any request, however malformed
 	defer func() {
@@ -293,17 +343,23 @@ func (s *supervisor) handle(conn *os.File) {
 	} else {
 		switch req.Op {
 		case "spawn":
-			rep = s.spawn(req)
+			if rep = asAsker(&req, p); rep.Code == 0 {
+				rep = s.spawn(req)
+			}
 		case "kill":
-			rep = s.kill(req)
+			rep = s.kill(req, p)
 		case "settle":
+			if p.uid != 0 {
+				rep = initReply{Code: ExitError, Error: "settle: only root may settle an exec"}
+				break
+			}
 			rep = s.settle(req)
 		case "wait":
 			// answered when the command ends, however long that is
 			_ = conn.SetDeadline(time.Time{})
 			rep = s.waitExec(req)
 		case "freeze", "freeze-status":
-			rep = s.freezeOp(conn, req)
+			rep = s.freezeOp(conn, req, p)
 		default:
 			rep = initReply{Code: ExitUsageExec, Error: fmt.Sprintf("unknown op %q", req.Op)}
 		}
@@ -312,16 +368,12 @@ func (s *supervisor) handle(conn *os.File) {
 }
 
 // freezeOp answers the freeze requests (freeze.go).
-func (s *supervisor) freezeOp(conn *os.File, req initRequest) initReply {
+func (s *supervisor) freezeOp(conn *os.File, req initRequest, p peer) initReply {
 	if s.freezer == nil {
 		return initReply{Code: ExitError, Error: "this init does no freezes"}
 	}
 	switch req.Op {
 	case "freeze":
-		p, err := peerOf(conn)
-		if err != nil {
-			return initReply{Code: ExitError, Error: "freeze: who is asking: " + err.Error()}
-		}
 		// answered once gVisor has written the whole sandbox
 		_ = conn.SetDeadline(time.Time{})
 		r := s.freezer.freeze(req, p)
@@ -330,6 +382,23 @@ func (s *supervisor) freezeOp(conn *os.File, req initRequest) initReply {
 		r := s.freezer.status(2 * time.Second)
 		return initReply{Freeze: &r}
 	}
+}
+
+// asAsker makes a spawn asked by p run with p's own rights: root's helpers
+// may run a command as any user; anyone else only as themselves (init is
+// root, and must not lend that to whoever reaches its socket).
+func asAsker(req *initRequest, p peer) initReply {
+	if p.uid == 0 {
+		return initReply{}
+	}
+	if req.User != "" {
+		u, err := lookupUser(req.User)
+		if err != nil || u.uid != p.uid || strings.Contains(req.User, ":") {
+			return initReply{Code: ExitUsageExec, Error: fmt.Sprintf("spawn as %s: uid %d may run commands only as itself", req.User, p.uid)}
+		}
+	}
+	req.User = strconv.Itoa(p.uid)
+	return initReply{}
 }
 
 // validExecID says whether id can name an exec directory: letters, digits,
@@ -721,7 +790,7 @@ func restoreRecords(dir string, pid int) {
 }
 
 // kill signals the process group of a command.
-func (s *supervisor) kill(req initRequest) initReply {
+func (s *supervisor) kill(req initRequest, p peer) initReply {
 	if !validExecID(req.ID) {
 		return initReply{Code: ExitInvalid, Error: fmt.Sprintf("kill: bad exec id %q", req.ID)}
 	}
@@ -736,13 +805,54 @@ func (s *supervisor) kill(req initRequest) initReply {
 	if err != nil {
 		return initReply{Code: ExitNotFound, Error: err.Error()}
 	}
+	if p.uid != 0 {
+		// as kill(2) would: only one's own commands
+		if owner, err := procfs.UID(pid); err != nil || owner != p.uid {
+			return initReply{Code: ExitError, Error: fmt.Sprintf("kill %s: uid %d may signal only its own commands", req.ID, p.uid)}
+		}
+	}
 	// the group outlives its leader while processes the command left
-	// behind are in it, and they are the command's too
+	// behind are in it, and they are the command's too; but for another
+	// than root only those of the group that are the asker's, as kill(2)
+	// would: root's command may have become the user's and left a process
+	// of root's in its group
+	if p.uid != 0 {
+		return signalOwnMembers(req.ID, pid, sig, p.uid)
+	}
 	if err := syscall.Kill(-pid, syscall.Signal(sig)); err != nil {
 		if errors.Is(err, syscall.ESRCH) {
 			return initReply{Code: ExitError, Error: fmt.Sprintf("kill %s: no process of it is left", req.ID)}
 		}
 		return initReply{Code: ExitError, Error: fmt.Sprintf("kill %s: %s", req.ID, err)}
+	}
+	return initReply{}
+}
+
+// signalOwnMembers sends sig to each process of group pgid whose real uid
+// is uid.
+func signalOwnMembers(id string, pgid, sig, uid int) initReply {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return initReply{Code: ExitError, Error: fmt.Sprintf("kill %s: %s", id, err)}
+	}
+	sent := 0
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if g, err := syscall.Getpgid(pid); err != nil || g != pgid {
+			continue
+		}
+		if owner, err := procfs.UID(pid); err != nil || owner != uid {
+			continue
+		}
+		if syscall.Kill(pid, syscall.Signal(sig)) == nil {
+			sent++
+		}
+	}
+	if sent == 0 {
+		return initReply{Code: ExitError, Error: fmt.Sprintf("kill %s: no process of it is left", id)}
 	}
 	return initReply{}
 }

@@ -72,6 +72,17 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// waitDone waits, at most a minute, until ch is closed: a command that
+// never ends fails the test instead of hanging it.
+func waitDone(t *testing.T, what string, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(time.Minute):
+		t.Fatalf("%s did not end within a minute", what)
+	}
+}
+
 func TestSpawn(t *testing.T) {
 	startSupervisor(t)
 	dir := t.TempDir()
@@ -333,7 +344,7 @@ func TestAttachFollowsOutput(t *testing.T) {
 	}()
 	t.Cleanup(func() {
 		writeFile(t, gate, "", 0o644)
-		<-finished
+		waitDone(t, "the spawn", finished)
 	})
 	waitFor(t, "the first line", func() bool {
 		b, _ := os.ReadFile(filepath.Join(s.dir, id, "stdout"))
@@ -345,7 +356,7 @@ func TestAttachFollowsOutput(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	writeFile(t, gate, "", 0o644)
-	<-finished
+	waitDone(t, "the spawn", finished)
 	if r.code != 3 || r.stdout != "one\ntwo\n" || r.stderr != "" {
 		t.Errorf("got %d %q %q, want 3 \"one\\ntwo\\n\" \"\"", r.code, r.stdout, r.stderr)
 	}
@@ -380,7 +391,7 @@ func TestSpawnLeavesDaemon(t *testing.T) {
 		t.Fatalf("exit code: got %d, want 0 (stderr %q)", code, stderr)
 	}
 	pid := readPid(t, bg)
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // tested: it outlives the command by a while, as a kill on its end would not let it
 	if !alive(pid) {
 		t.Errorf("background process %d died with the command", pid)
 	}
@@ -399,7 +410,7 @@ func TestKill(t *testing.T) {
 		if pid, err := readExecPid(s.dir, id); err == nil {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 		}
-		<-finished
+		waitDone(t, "the spawn", finished)
 	})
 	waitFor(t, "the pid file", func() bool { _, err := readExecPid(s.dir, id); return err == nil })
 
@@ -762,7 +773,7 @@ func TestSpawnTimedHidesCommand(t *testing.T) {
 	}()
 	t.Cleanup(func() {
 		run(t, nil, "kill", "--id", id, "--signal", "9")
-		<-done
+		waitDone(t, "the spawn", done)
 	})
 	ppid := readPid(t, filepath.Join(dir, "ppid"))
 	waitFor(t, "the command's env", func() bool { b, _ := os.ReadFile(filepath.Join(dir, "env")); return len(b) > 0 })

@@ -71,6 +71,9 @@ func runStart(stdin io.Reader, stdout, stderr io.Writer) int {
 	return attachFramed(req.ID, 0, 0, fw, stderr)
 }
 
+// aliveEvery is how often a copier says it is there (frame.Alive).
+var aliveEvery = frame.AliveEvery
+
 // attachFramed follows exec id's output files from the given offsets and
 // sends what they gain as frames, until the command has ended; then the
 // rest, and its exit code. It learns of the end from init at once (a
@@ -106,6 +109,25 @@ func attachFramed(id string, outOff, errOff int64, fw *frame.Writer, stderr io.W
 		}
 	}
 	signal.Ignore(syscall.SIGPIPE) // a closed pipe must fail the write, not kill the copy
+	// still here, says the copier, however quiet the command (the shim
+	// gives up on a copier that stops saying so: root inside can stop it)
+	stopAlive, aliveDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(aliveDone)
+		tick := time.NewTicker(aliveEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopAlive:
+				return
+			case <-tick.C:
+				if fw.Write(frame.Alive, nil) != nil {
+					return
+				}
+			}
+		}
+	}()
+	defer func() { close(stopAlive); <-aliveDone }()
 	ended := make(chan int, 1)
 	go func() {
 		if rep, err := callInitWait(id); err == nil && rep.Error == "" && rep.Exit != nil {

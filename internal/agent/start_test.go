@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -99,7 +101,10 @@ func TestAttachFramedWaits(t *testing.T) {
 	if rep.Error != "" {
 		t.Fatal(rep.Error)
 	}
-	time.Sleep(100 * time.Millisecond)
+	waitFor(t, "the first line", func() bool {
+		b, _ := os.ReadFile(filepath.Join(s.dir, id, "stdout"))
+		return string(b) == "one\n"
+	})
 	var out bytes.Buffer
 	start := time.Now()
 	code := Main([]string{"attach", "--framed", "--id", id, "--stdout-offset", "4"}, nil, &out, io.Discard)
@@ -117,5 +122,34 @@ func TestAttachFramedWaits(t *testing.T) {
 	}
 	if rep, _ := callInitWait("ex_unknown"); rep.Error == "" {
 		t.Errorf("wait for an unknown exec: no error")
+	}
+}
+
+// TestAttachSaysAlive: a copier of a quiet command says it is there
+// (frame.Alive), so the shim can tell it from one stopped in the sandbox.
+func TestAttachSaysAlive(t *testing.T) {
+	startSupervisor(t)
+	old := aliveEvery
+	aliveEvery = 20 * time.Millisecond
+	t.Cleanup(func() { aliveEvery = old })
+	var out bytes.Buffer
+	code := Main([]string{"start"}, startReq(t, StartRequest{ID: newExecID(), Argv: []string{"sleep", "0.5"}}), &out, io.Discard)
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	alive := 0
+	buf := make([]byte, frame.MaxPayload)
+	r := bytes.NewReader(out.Bytes())
+	for {
+		typ, _, err := frame.Read(r, buf)
+		if err != nil {
+			break
+		}
+		if typ == frame.Alive {
+			alive++
+		}
+	}
+	if alive < 5 {
+		t.Errorf("%d alive frames in half a second at one every 20ms, want a dozen or so", alive)
 	}
 }

@@ -1,11 +1,14 @@
 package agent
 
-import "sbx.dev/sbx/internal/wire/agentwire"
+import (
+	"sbx.dev/sbx/internal/wire/agentwire"
+	"sbx.dev/sbx/internal/wire/freezewire"
+)
 
 // What the agent shares with its clients outside the sandbox lives in
-// package agentwire; these are its names here.
+// packages agentwire and freezewire; these are their names here.
 type (
-	FreezeRecord = agentwire.FreezeRecord
+	FreezeRecord = freezewire.Record
 	HuntConfig   = agentwire.HuntConfig
 	StartRequest = agentwire.StartRequest
 )

@@ -103,7 +103,7 @@ func TestAttack22ForgedFreeze(t *testing.T) {
 		t.Errorf("sbxd after a flood of forged verdicts: %v", err)
 	}
 	cancel()
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // tested: the window in which sbxd, reading verdicts as they come, would record one
 	if n := len(memorySnapshots(t, d, fl)); n != 0 {
 		t.Errorf("a flood of forged verdicts recorded %d snapshots", n)
 	}

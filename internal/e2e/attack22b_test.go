@@ -70,7 +70,7 @@ echo forged`
 	if !strings.Contains(r.stdout, "forged") {
 		t.Fatalf("the direct checkpoint script did not run through: %q %q", r.stdout, r.stderr)
 	}
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // tested: the window in which sbxd, reading verdicts as they come, would record one
 	sns := memorySnapshots(t, d, id)
 	t.Logf("recorded after a direct checkpoint and a forged verdict: %d snapshots; events %v", len(sns), frozenEvents(t, d, id))
 	for _, sn := range sns {
@@ -139,7 +139,7 @@ printf '{"result":"frozen","name":"freeze-bogus-0000"}' > /tmp/fakeetc/freezes/$
 	r = d.sbx(t, "exec", "-u", "root", id, "--", "sh", "-c", fake+
 		`mount -t tmpfs none /run/sbx/etc && cp -a /tmp/fakeetc/. /run/sbx/etc/ && `+agent.FreezeCommand+` --no-hold; echo "exit $?"`)
 	t.Logf("root over /run/sbx/etc: exit %d %q %q", r.code, r.stdout, r.stderr)
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // tested: the window in which sbxd, reading verdicts as they come, would record one
 	sns := memorySnapshots(t, d, id)
 	for _, sn := range sns {
 		restores(t, d, sn.Name)
@@ -178,7 +178,7 @@ for f in /proc/[0-9]*/fd/1; do
 done
 echo done`)
 	t.Logf("uid 1000 onto the console: %q %q", r.stdout, r.stderr)
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // tested: the window in which sbxd, reading verdicts as they come, would record one
 	if left := slotsLeft(d, id); len(left) == 1 {
 		if b, err := os.ReadFile(filepath.Join(left[0], freezewire.VerdictFile)); err == nil {
 			t.Logf("uid 1000 reached the console: the slot has a verdict %q", b)
@@ -239,7 +239,7 @@ func TestAttack22bDistinctFlood(t *testing.T) {
 			t.Errorf("sbxd during the flood: %v", err)
 		}
 		worst = max(worst, time.Since(s))
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // pacing: a probe of sbxd every half second of the flood
 	}
 	waitFor(t, "the flood to end", 20*time.Second, func() bool {
 		return d.sbx(t, "exec", id, "--", "test", "-f", "/tmp/flooded").code == 0
@@ -282,9 +282,9 @@ func TestAttack22bKillAnyInstant(t *testing.T) {
 			`(j=0; while [ $j -lt 200 ]; do forge $j; j=$((j+1)); done) & dd if=/dev/urandom of=/dev/shm/junk bs=1M count=40 2>/dev/null; `+
 			agent.FreezeCommand+` --no-hold > `+out+` 2>&1; echo "exit $?" >> `+out)
 		delay := time.Duration(rng.Intn(2500)) * time.Millisecond
-		time.Sleep(delay)
+		time.Sleep(delay) // tested: a random instant into the freeze, sbxd killed
 		d.kill(syscall.SIGKILL)
-		time.Sleep(time.Duration(rng.Intn(1500)) * time.Millisecond)
+		time.Sleep(time.Duration(rng.Intn(1500)) * time.Millisecond) // tested: a random instant, sbxd down
 		if err := d.start(nil); err != nil {
 			t.Fatal(err)
 		}
@@ -293,7 +293,7 @@ func TestAttack22bKillAnyInstant(t *testing.T) {
 			said = d.sbx(t, "exec", id, "--", "cat", out).stdout
 			return strings.Contains(said, "exit ")
 		})
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // tested: the window in which a stray record would show
 		sns := memorySnapshots(t, d, id)
 		t.Logf("round %d, killed %s in: the command said %q; recorded %d", i, delay, said, len(sns))
 		if m := frozeAs.FindStringSubmatch(said); m != nil {
@@ -344,12 +344,12 @@ func TestAttack22bBigRaceDelete(t *testing.T) {
 		for _, op := range []string{"delete", "stop"} {
 			id := newBig()
 			d.must(t, "exec", "-d", "-u", "root", id, "--", "sh", "-c", race)
-			time.Sleep(delay)
+			time.Sleep(delay) // tested: a random instant into the freeze
 			r := d.sbx(t, op, id)
 			if r.code != 0 {
 				t.Errorf("%s %s mid-freeze: exit %d %q %q", op, delay, r.code, r.stdout, r.stderr)
 			}
-			time.Sleep(1500 * time.Millisecond)
+			time.Sleep(1500 * time.Millisecond) // tested: the window in which a stray record would show
 			sns := memorySnapshots(t, d, id)
 			t.Logf("round %d: %s %s into a freeze: %d freezes recorded, events %v", i, op, delay, len(sns), frozenEvents(t, d, id))
 			for _, sn := range sns {
@@ -416,7 +416,7 @@ func TestAttack22bFreezeOtherFS(t *testing.T) {
 		t.Errorf("a freeze bigger than the disk said it froze as %s", m[1])
 		restores(t, d, m[1])
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // tested: the window in which sbxd, reading verdicts as they come, would record one
 	if n := len(memorySnapshots(t, d, id2)); n != 0 {
 		t.Errorf("a freeze bigger than the disk recorded %d snapshots", n)
 	}
@@ -514,7 +514,7 @@ func TestAttack22bFreezeNoSpaceSweep(t *testing.T) {
 			}
 			// what the stop makes of it
 			d.must(t, "stop", id)
-			time.Sleep(2 * time.Second)
+			time.Sleep(2 * time.Second) // the log below says what the stop made of it a while later (a log, no check)
 			t.Logf("%d kB free: after a stop, the events say %v; slots %q", freeKB, frozenEvents(t, d, id), slotsLeft(d, id))
 			d.must(t, "resume", id)
 			t.Logf("%d kB free: after a resume, the events say %v; slots %q", freeKB, frozenEvents(t, d, id), slotsLeft(d, id))
@@ -573,7 +573,7 @@ func TestAttack22bForgeEveryBoot(t *testing.T) {
 		if !strings.Contains(r.stdout, "forged") {
 			t.Fatalf("%s: forge: %q %q", kind, r.stdout, r.stderr)
 		}
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(1500 * time.Millisecond) // tested: the window in which sbxd, reading verdicts as they come, would record one
 		if left := slotsLeft(d, id); len(left) != 1 {
 			t.Errorf("%s: forged verdicts left slots %q, want the boot's armed one", kind, left)
 		}
@@ -619,7 +619,7 @@ func TestAttack22bCaptureRace(t *testing.T) {
 			id := d.newSandbox(t, "--memory", "1G")
 			d.must(t, "exec", "-d", "-u", "root", id, "--", "sh", "-c", race)
 			waitFor(t, "the fill", 30*time.Second, func() bool { return d.sbx(t, "exec", id, "--", "test", "-f", "/tmp/filled").code == 0 })
-			time.Sleep(300*time.Millisecond + delay)
+			time.Sleep(300*time.Millisecond + delay) // tested: a random instant into the freeze
 			var copyID string
 			if op == "snapshot" {
 				name := fmt.Sprintf("a22b-race-%d", n)
@@ -641,7 +641,7 @@ func TestAttack22bCaptureRace(t *testing.T) {
 				said = d.sbx(t, "exec", id, "--", "cat", "/tmp/fr.out").stdout
 				return strings.Contains(said, "exit ")
 			})
-			time.Sleep(time.Second)
+			time.Sleep(time.Second) // tested: the window in which a stray record would show
 			sns := memorySnapshots(t, d, id)
 			var freezes []string
 			for _, sn := range sns {
@@ -664,7 +664,7 @@ func TestAttack22bCaptureRace(t *testing.T) {
 					if !strings.Contains(cs, `"freezing"`) {
 						break
 					}
-					time.Sleep(500 * time.Millisecond)
+					time.Sleep(500 * time.Millisecond) // the poll's interval
 				}
 				t.Logf("%s: the copy says %q", what, cs)
 				claimed(what+" (copy)", cs)
@@ -736,7 +736,7 @@ func TestAttack22bRestartMidWrite(t *testing.T) {
 	m := frozeAs.FindStringSubmatch(said)
 	if m == nil {
 		t.Errorf("a freeze that sbxd restarted in the middle of: %q, want it confirmed", said)
-		time.Sleep(5 * time.Second)
+		time.Sleep(5 * time.Second) // diagnosis of a failure: what 5 s settle
 		t.Logf("5 s later: snapshots %v, events %v, slots %q, record %+v", memorySnapshots(t, d, id2), frozenEvents(t, d, id2), slotsLeft(d, id2), freezeRecord(t, d, id2))
 	} else {
 		restores(t, d, m[1])
@@ -767,7 +767,7 @@ func TestAttack22bForgeAfterCapture(t *testing.T) {
 	if !strings.Contains(r.stdout, "forged") {
 		t.Fatalf("forge: %q %q", r.stdout, r.stderr)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // tested: the window in which sbxd, reading verdicts as they come, would record one
 	if left := slotsLeft(d, id); len(left) != 1 {
 		t.Errorf("forged verdicts after captures left slots %q, want the boot's armed one", left)
 	}
@@ -803,7 +803,7 @@ echo forged`
 	if r := d.sbx(t, "exec", "-u", "root", id, "--", "sh", "-c", script); !strings.Contains(r.stdout, "forged") {
 		t.Fatalf("forge: %q %q", r.stdout, r.stderr)
 	}
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // tested: the window in which sbxd, reading verdicts as they come, would record one
 	sns := memorySnapshots(t, d, id)
 	t.Logf("recorded: %+v", sns)
 	for _, args := range [][]string{{"snapshot", "ls"}, {"--json", "snapshot", "ls"}, {"events", id}, {"--json", "events", id}, {"info", id}, {"ls"}, {"--json", "crashes", id, "--no-backtrace"}} {

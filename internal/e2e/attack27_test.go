@@ -142,7 +142,7 @@ echo forged`
 	if o, e, code := execOut(t, d, id, "root", "3m", forge); code != 0 || !strings.Contains(o, "forged") {
 		t.Fatalf("forging: %d %q %q", code, o, e)
 	}
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // tested: sbxd meets the forgeries meanwhile; a real crash after them is still told
 	o, e, code := execOut(t, d, id, "", "60s", `sh -c 'kill -SEGV $$'; echo rc=$?`)
 	if code != 0 || !strings.Contains(o, "rc=139") {
 		t.Errorf("a real crash after the forgeries: %d %q %q; want rc=139", code, o, e)
@@ -199,7 +199,7 @@ func TestAttack27CrashStormDuringStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // tested: the storm runs a while before the stop
 	if r := d.sbx(t, "stop", id); r.code != 0 {
 		t.Fatalf("stop: %+v", r)
 	}
@@ -208,7 +208,7 @@ func TestAttack27CrashStormDuringStop(t *testing.T) {
 		t.Fatalf("resume: %+v", r)
 	}
 	waitFor(t, id+" ready", 2*time.Minute, func() bool { return d.info(t, id).State == "ready" })
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // tested: the storm runs on a while after the resume
 	if o, e, code := execOut(t, d, id, "root", "30s", `touch /tmp/storm-stop`); code != 0 {
 		t.Fatalf("after the resume, an exec: %d %q %q", code, o, e)
 	}
@@ -241,7 +241,7 @@ func TestAttack27ExecArgsEnv(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var out, errb strings.Builder
-	if _, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"id", "-u"}, User: "nobody", Timeout: "20s",
+	if _, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"id", "-u"}, User: "nobody", Timeout: api.Duration(20 * time.Second),
 		Env: []string{"SBX_AGENT_EXEC_ARGS=" + evil}}, &out, &errb); err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestAttack27CrashStormDuringMemoryFork(t *testing.T) {
 	if _, err := sdk(d.client).ExecDetached(context.Background(), id, api.ExecRequest{Cmd: []string{"sh", "-c", `i=0; while [ $i -lt 100000 ] && [ ! -e /tmp/storm-stop ]; do sh -c 'kill -SEGV $$'; i=$((i+1)); done; echo storm-done $i > /tmp/storm-done`}, Detach: true}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // tested: the storm runs a while before the fork
 	r := d.sbx(t, "fork", id, "--memory", "--wait")
 	if r.code != 0 {
 		t.Fatalf("fork --memory: %+v", r)
@@ -442,7 +442,7 @@ func TestAttack27CrashWhileSbxdKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(700 * time.Millisecond)
+	time.Sleep(700 * time.Millisecond) // tested: sbxd killed while the crash is told
 	d.kill(syscall.SIGKILL)
 	if err := d.start(nil); err != nil {
 		t.Fatal(err)

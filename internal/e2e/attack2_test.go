@@ -32,7 +32,11 @@ func execOut(t *testing.T, d *daemon, id, user, timeout, cmd string) (string, st
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var out, errb strings.Builder
-	x, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", cmd}, User: user, Timeout: timeout}, &out, &errb)
+	to, err := api.ParseDuration("timeout", timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", cmd}, User: user, Timeout: api.Duration(to)}, &out, &errb)
 	if err != nil {
 		t.Fatalf("exec %q in %s: %v", cmd, id, err)
 	}
@@ -252,7 +256,7 @@ func TestAttack2TimeoutAsUser(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var out strings.Builder
-	if _, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", "echo $HOME $USER $FOO; pwd"}, Env: []string{"HOME=/srv", "USER=bob", "FOO=1"}, Cwd: "/tmp", Timeout: "1m"}, &out, nil); err != nil {
+	if _, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", "echo $HOME $USER $FOO; pwd"}, Env: []string{"HOME=/srv", "USER=bob", "FOO=1"}, Cwd: "/tmp", Timeout: api.Duration(time.Minute)}, &out, nil); err != nil {
 		t.Fatal(err)
 	}
 	if out.String() != "/srv bob 1\n/tmp\n" {
@@ -278,7 +282,7 @@ func TestAttack2TimeoutForkBomb(t *testing.T) {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		var errb strings.Builder
-		x, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", `b() { b & b & wait; }; b; exec sleep 600`}, User: user, Timeout: "5s"}, io.Discard, &errb)
+		x, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", `b() { b & b & wait; }; b; exec sleep 600`}, User: user, Timeout: api.Duration(5 * time.Second)}, io.Discard, &errb)
 		cancel()
 		took := time.Since(start)
 		code := -1
@@ -296,7 +300,10 @@ func TestAttack2TimeoutForkBomb(t *testing.T) {
 		if err != nil || code != 124 || took > 90*time.Second {
 			t.Errorf("fork bomb as %q under --timeout 5s (--pids 512): exit %d, err %v, after %s (stderr %q); want exit 124, not minutes later (with sbxd's default pids limit it took 3m38s as the user)", user, code, err, took.Round(time.Second), tail(errb.String()))
 		}
-		time.Sleep(5 * time.Second)
+		pollUntil(5*time.Second, func() bool {
+			o, _, _ := execOut(t, d, id, "root", "20s", `ls /proc | grep -c '^[0-9]'`)
+			return atoiOr(strings.TrimSpace(o)) <= 30
+		})
 		o, e, _ := execOut(t, d, id, "root", "20s", `ls /proc | grep -c '^[0-9]'`)
 		if atoiOr(strings.TrimSpace(o)) > 30 {
 			t.Errorf("fork bomb as %q: %s processes (%s) 5s after its exec ended; want them killed", user, strings.TrimSpace(o), e)
@@ -432,7 +439,10 @@ func TestAttack2ShimHeldPipe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Second)
+	pollUntil(time.Minute, func() bool { // it ended
+		e, err := sdk(d.client).GetExec(context.Background(), id, x.ID)
+		return err == nil && e.ExitCode != nil
+	})
 	start := time.Now()
 	r := d.sbx(t, "attach", id, x.ID)
 	if r.code != 5 || len(r.stdout) != want || time.Since(start) > 20*time.Second {
@@ -509,7 +519,7 @@ func TestAttack2AttachAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second)
+	waitFor(t, "the exec's first lines", 30*time.Second, func() bool { return strings.Contains(d.sbx(t, "logs", id, "--exec", x.ID).stdout, "1\n") })
 	d.kill(syscall.SIGTERM)
 	d.waitExit(t, 60*time.Second)
 	if err := d.start(nil); err != nil {
@@ -656,7 +666,7 @@ func TestAttack2TimeoutAsUserCwd(t *testing.T) {
 		{Cmd: []string{"x"}, Env: []string{"PATH=/root/bin:/usr/bin:/bin"}},
 	} {
 		without := run(req)
-		req.Timeout = "1m"
+		req.Timeout = api.Duration(time.Minute)
 		with := run(req)
 		if without != with || strings.Contains(with, "secret") || strings.Contains(with, "out \"/root") {
 			t.Errorf("%v cwd %q as the user: without a timeout %s; with one %s; want both refused alike", req.Cmd, req.Cwd, without, with)

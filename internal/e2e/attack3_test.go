@@ -23,6 +23,7 @@ import (
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
+	"sbx.dev/sbx/client/image"
 	"sbx.dev/sbx/internal/flaky"
 )
 
@@ -421,7 +422,7 @@ func TestAttack3PythonPathImage(t *testing.T) {
 	ctx := context.Background()
 	cfg := v1.Config{Env: []string{"PATH=/bin", "PYTHONPATH=/img/lib"}}
 	dir := writeLayout(t, imageOf(t, cfg, layerOf(t, busyboxLayer(t))))
-	if _, err := d.client.ImportTemplate(ctx, "a3py", dir); err != nil {
+	if _, err := image.Import(ctx, d.client, "a3py", dir); err != nil {
 		t.Fatal(err)
 	}
 	id := d.newSandbox(t, "--template", "a3py")
@@ -526,7 +527,7 @@ func TestAttack3HuntKeepTTLZero(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sb.TTL != "" && sb.TTL != "0s" {
+	if sb.TTL != 0 {
 		t.Errorf("hunt --freeze --keep-ttl 0: the copy %s has the idle ttl %q, want none (0 turns a ttl off), or the flag refused", sb.Name, sb.TTL)
 	}
 }
@@ -579,7 +580,7 @@ func TestAttack3HuntKeepTTLAttach(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the copy %s-frozen after --attach: %v", name, err)
 	}
-	if sb.TTL != "45s" {
+	if sb.TTL != api.Duration(45*time.Second) {
 		t.Errorf("hunt --freeze --keep-ttl 45, its client killed, then hunt --attach: the copy %s has the idle ttl %q, want 45s", sb.Name, sb.TTL)
 	}
 }
@@ -624,7 +625,7 @@ func TestAttack3HuntKeepTTLAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sb.TTL != "45s" {
+	if sb.TTL != api.Duration(45*time.Second) {
 		t.Errorf("the second hunt (--keep-ttl 45)'s copy %s: ttl %q, want 45s", sb.Name, sb.TTL)
 	}
 	if frozen1 == frozen2 || frozen2 == "" {
@@ -838,7 +839,7 @@ func TestAttack3StopWedgedInit(t *testing.T) {
 		r := a3Sbx(t, d, 4*time.Minute, "", "exec", "-u", "0", id, "--", "sh", "-c", "echo ran >> /tmp/ghost; echo wedged-ran")
 		wedged <- res{r, time.Now()}
 	}()
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // the exec has reached init's queue: with init stopped nothing shows when
 	t0 := time.Now()
 	r := a3Sbx(t, d, 2*time.Minute, "", "stop", "--wait", id)
 	took := time.Since(t0)
@@ -858,7 +859,7 @@ func TestAttack3StopWedgedInit(t *testing.T) {
 		t.Logf("the wedged exec's client: exit %d %q %q", w.r.code, w.r.stdout, w.r.stderr)
 		// told it failed (not found, lost), the command must not run
 		// after all; told it ran, it ran once
-		time.Sleep(3 * time.Second)
+		time.Sleep(3 * time.Second) // tested: the window in which a queued start would run after all
 		g := d.sbx(t, "exec", id, "--", "cat", "/tmp/ghost")
 		ran := strings.Count(g.stdout, "ran")
 		switch {
@@ -876,7 +877,7 @@ func TestAttack3StopWedgedInit(t *testing.T) {
 		t.Errorf("the server exec %s after the stop: %+v %v, want running", server, x, err)
 	}
 	b1 := d.sbx(t, "exec", id, "--", "cat", "/tmp/beat").stdout
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // tested: the beat (every 0.2 s) moves on in a second
 	b2 := d.sbx(t, "exec", id, "--", "cat", "/tmp/beat").stdout
 	if b1 == b2 || b1 == "" {
 		t.Errorf("the server does not beat after the resume (%q, %q)", b1, b2)
@@ -926,14 +927,14 @@ func TestAttack3StopInitSigstopped(t *testing.T) {
 	if r := a3Sbx(t, d, 30*time.Second, "", "exec", "--detach", id, "--", "sh", "-c", "sleep 0.5; kill -STOP 1"); r.code != 0 {
 		t.Fatalf("kill -STOP 1: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // init is stopped by now (0.5 s into the exec): nothing outside shows it
 	r := a3Sbx(t, d, 15*time.Second, "", "exec", id, "--", "echo", "alive")
 	t.Logf("an exec with init stopped: exit %d %q %q", r.code, r.stdout, r.stderr)
 	wedged := make(chan result, 1)
 	go func() {
 		wedged <- a3Sbx(t, d, 4*time.Minute, "", "exec", id, "--", "sh", "-c", "echo ran >> /tmp/ghost; echo wedged-ran")
 	}()
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // the exec has reached init's queue: with init stopped nothing shows when
 	t0 := time.Now()
 	r = a3Sbx(t, d, 2*time.Minute, "", "stop", "--wait", id)
 	took := time.Since(t0)
@@ -956,7 +957,7 @@ func TestAttack3StopInitSigstopped(t *testing.T) {
 		}
 		// told it failed (not found, lost), the command must not run
 		// after all; told it ran, it ran once
-		time.Sleep(3 * time.Second)
+		time.Sleep(3 * time.Second) // tested: the window in which a queued start would run after all
 		g := a3Sbx(t, d, time.Minute, "", "exec", id, "--", "cat", "/tmp/ghost")
 		ran := strings.Count(g.stdout, "ran")
 		switch {
@@ -991,7 +992,7 @@ func TestAttack3StopWaitSbxdKilled(t *testing.T) {
 	d.must(t, "exec", "--detach", id, "--", "sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /tmp/beat.t; mv /tmp/beat.t /tmp/beat; sleep 0.2; done")
 	a3Wedge(t, d, id)
 	go a3Sbx(t, d, 4*time.Minute, "", "exec", "-u", "0", id, "--", "echo", "wedged-ran")
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // the exec has reached init's queue: with init stopped nothing shows when
 	stopDone := make(chan result, 1)
 	go func() { stopDone <- a3Sbx(t, d, 2*time.Minute, "", "stop", "--wait", id) }()
 	time.Sleep(2 * time.Second) // the stop waits for the wedged start
@@ -1011,7 +1012,7 @@ func TestAttack3StopWaitSbxdKilled(t *testing.T) {
 	}
 	a3Unwedge(t, d, id)
 	b1 := d.sbx(t, "exec", id, "--", "cat", "/tmp/beat").stdout
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // tested: the beat (every 0.2 s) moves on in a second
 	b2 := d.sbx(t, "exec", id, "--", "cat", "/tmp/beat").stdout
 	if b1 == b2 || b1 == "" {
 		t.Errorf("the server does not beat after sbxd came back (%q, %q)", b1, b2)

@@ -126,7 +126,7 @@ func checkUsable(t *testing.T, d *daemon) {
 			continue
 		}
 		var out strings.Builder
-		if _, err := sdk(d.client).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"echo", "ok"}, Timeout: "20s"}, &out, io.Discard); err != nil || out.String() != "ok\n" {
+		if _, err := sdk(d.client).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"echo", "ok"}, Timeout: api.Duration(20 * time.Second)}, &out, io.Discard); err != nil || out.String() != "ok\n" {
 			t.Errorf("%s (%s) does not run a command after the restart: %v %q", sb.ID, sb.State, err, out.String())
 		}
 	}
@@ -213,14 +213,14 @@ func TestAttackCrashExecFlood(t *testing.T) {
 	}
 	id := newSB()
 	dur := timeOp(t, "exec flood", func(ctx context.Context) error {
-		_, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: cmd, Timeout: "5m"}, io.Discard, io.Discard)
+		_, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: cmd, Timeout: api.Duration(5 * time.Minute)}, io.Discard, io.Discard)
 		return err
 	})
 	deleteEverything(t, d)
 	for _, at := range offsetsOver(rng, offsets, dur) {
 		id := newSB()
 		crashDuring(t, d, at, args, func(ctx context.Context) error {
-			_, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: cmd, Timeout: "5m"}, io.Discard, io.Discard)
+			_, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: cmd, Timeout: api.Duration(5 * time.Minute)}, io.Discard, io.Discard)
 			return err
 		})
 		checkConsistent(t, d)
@@ -396,7 +396,7 @@ func TestAttackCrashDuringReconcile(t *testing.T) {
 		}()
 		go func() { errs <- sdk(d.client).Delete(context.Background(), sts[3].id) }()
 		first := time.Duration(300+rng.IntN(1500)) * time.Millisecond
-		time.Sleep(first)
+		time.Sleep(first) // tested: a random instant, sbxd killed
 		d.kill(syscall.SIGKILL)
 		for range 4 {
 			<-errs
@@ -406,7 +406,7 @@ func TestAttackCrashDuringReconcile(t *testing.T) {
 			at := time.Duration(50+rng.IntN(2500)) * time.Millisecond
 			again = append(again, at)
 			d.startNoWait(t)
-			time.Sleep(at)
+			time.Sleep(at) // tested: a random instant, sbxd killed again
 			d.kill(syscall.SIGKILL)
 		}
 		if err := d.start(extra); err != nil {
@@ -487,7 +487,7 @@ func checkTemplate(t *testing.T, d *daemon, name string) bool {
 			return true
 		}
 		var out strings.Builder
-		if _, err := sdk(d.client).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"echo", "ok"}, Timeout: "20s"}, &out, io.Discard); err != nil || out.String() != "ok\n" {
+		if _, err := sdk(d.client).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"echo", "ok"}, Timeout: api.Duration(20 * time.Second)}, &out, io.Discard); err != nil || out.String() != "ok\n" {
 			t.Errorf("a sandbox of template %s runs nothing: %v %q", name, err, out.String())
 		}
 		_ = sdk(d.client).Delete(ctx, sb.ID)

@@ -58,7 +58,7 @@ func TestAttackRunSbxFills(t *testing.T) {
 	defer cancel()
 	run := func(cmd string) (*api.Exec, string, error) {
 		var out, errb strings.Builder
-		e, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", cmd}, Timeout: "120s"}, io.Discard, &errb)
+		e, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", cmd}, Timeout: api.Duration(2 * time.Minute)}, io.Discard, &errb)
 		_ = out
 		return e, errb.String(), err
 	}
@@ -82,7 +82,7 @@ func TestAttackRunSbxFills(t *testing.T) {
 			t.Errorf("an exec printing 600 MB: err %v, exit %s, stderr %q: its writes to stdout failed inside the sandbox (the 512 MiB /run/sbx is full), though the host keeps only its head and tail", err, code(e), lastBytes(stderr, 200))
 		}
 		var out, errb strings.Builder
-		e, err = sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"echo", "still here"}, Timeout: "30s"}, &out, &errb)
+		e, err = sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"echo", "still here"}, Timeout: api.Duration(30 * time.Second)}, &out, &errb)
 		if err != nil || code(e) != "0" || out.String() != "still here\n" {
 			t.Errorf("after one exec printed 600 MB, `echo still here` fails: err %v, exit %s, stdout %q, stderr %q; "+
 				"the big exec's output fills the sandbox's 512 MiB /run/sbx tmpfs, its exit cannot be recorded, so it is never pruned, and every later exec fails",
@@ -198,7 +198,7 @@ func TestAttackLyingAgentAmplifies(t *testing.T) {
 	id := d.newSandbox(t, "--template", "base")
 	putFile(t, d, id, "/tmp/liar.py", liarScript)
 	detachRoot(t, d, id, "python3", "/tmp/liar.py", "ports", "5500000")
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // the script's watch loop runs by now: it says nothing when it does
 	before := rssKB(t, d, "VmRSS")
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -254,12 +254,12 @@ func TestAttackHeldCopierPipe(t *testing.T) {
 	id := d.newSandbox(t, "--template", "base")
 	putFile(t, d, id, "/tmp/hold.py", holdScript)
 	detachRoot(t, d, id, "python3", "/tmp/hold.py")
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // the script's watch loop runs by now: it says nothing when it does
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var out bytes.Buffer
 	start := time.Now()
-	e, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"echo", "hello"}, Timeout: "10s"}, &out, io.Discard)
+	e, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"echo", "hello"}, Timeout: api.Duration(10 * time.Second)}, &out, io.Discard)
 	if err != nil {
 		t.Errorf("`echo hello` (timeout 10s) in a sandbox whose root holds the copiers' pipes open: %v after %s, stdout %q; the command ended at once, and its exec never does as sbxd sees it", err, time.Since(start).Round(time.Second), out.String())
 	} else if e.ExitCode == nil || *e.ExitCode != 0 {
@@ -284,7 +284,7 @@ func TestAttackKillCopiers(t *testing.T) {
 	id := d.newSandbox(t, "--template", "tiny")
 	x := d.must(t, "exec", "-d", id, "--", "sh", "-c", "i=0; while :; do i=$((i+1)); echo tick $i; sleep 0.5; done")
 	ex := strings.Fields(x)[0]
-	time.Sleep(2 * time.Second)
+	waitFor(t, "the detached command's copier at work", 20*time.Second, func() bool { return strings.Contains(d.sbx(t, "logs", id, "--exec", ex).stdout, "tick 2\n") })
 	d.sbx(t, "exec", id, "--", "sh", "-c", `for p in /proc/[0-9]*; do c=$(tr "\0" " " < $p/cmdline 2>/dev/null); case "$c" in *"sbx-agent start"*|*"sbx-agent attach"*) kill -9 ${p#/proc/};; esac; done`)
 	last := func() int {
 		r := d.sbx(t, "logs", id, "--exec", ex, "--tail", "1")
@@ -358,7 +358,7 @@ func TestAttackPidsLimitTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var errb strings.Builder
-	e, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"bash", "-c", "for i in $(seq 1 200); do sleep 1000 & done; wait"}, Timeout: "10s"}, io.Discard, &errb)
+	e, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"bash", "-c", "for i in $(seq 1 200); do sleep 1000 & done; wait"}, Timeout: api.Duration(10 * time.Second)}, io.Discard, &errb)
 	if err != nil {
 		t.Fatalf("exec: %v", err)
 	}
@@ -369,13 +369,13 @@ func TestAttackPidsLimitTimeout(t *testing.T) {
 		t.Errorf("the command's stderr holds a Go runtime crash of sbx's agent: %q", lastBytes(firstLine(errb.String(), "fatal error"), 200))
 	}
 	var out strings.Builder
-	e, err = sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", "ps -e --no-headers | grep -c sleep"}, Timeout: "10s", User: "root"}, &out, io.Discard)
+	e, err = sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", "ps -e --no-headers | grep -c sleep"}, Timeout: api.Duration(10 * time.Second), User: "root"}, &out, io.Discard)
 	if err == nil && strings.TrimSpace(out.String()) != "0" {
 		t.Errorf("%s sleeps of the timed-out command are left: the timeout killed nothing (its agent crashed)", strings.TrimSpace(out.String()))
 	}
 	errb.Reset()
 	out.Reset()
-	e, err = sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"echo", "ok"}, Timeout: "10s"}, &out, &errb)
+	e, err = sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"echo", "ok"}, Timeout: api.Duration(10 * time.Second)}, &out, &errb)
 	if err != nil || e.ExitCode == nil || *e.ExitCode != 0 || out.String() != "ok\n" {
 		t.Errorf("after the timed-out command, `echo ok` as the sandbox's user: err %v, stdout %q, stderr %q", err, out.String(), lastBytes(firstLine(errb.String(), "fatal error"), 200))
 	}
@@ -443,7 +443,7 @@ func TestAttackPreviewOutlivesDelete(t *testing.T) {
 	t.Cleanup(func() { d.stop(true) })
 	id := d.newSandbox(t, "--template", "tiny")
 	d.must(t, "exec", "-d", id, "--", "sh", "-c", "nc -l -p 8080 -e sleep 1000")
-	time.Sleep(time.Second)
+	waitFor(t, "nc listening on 8080", 20*time.Second, listening(d, id, 8080))
 	d.must(t, "preview", id, "8080")
 	c, err := net.DialTimeout("tcp", previewAddr, 5*time.Second)
 	if err != nil {
@@ -451,7 +451,7 @@ func TestAttackPreviewOutlivesDelete(t *testing.T) {
 	}
 	defer c.Close()
 	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: 8080-%s.localhost\r\n\r\n", id)
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // the request reaches nc through the proxy: the count below holds its descriptors
 	before := fdCount(t, d.cmd.Process.Pid)
 	if err := sdk(d.client).Delete(context.Background(), id); err != nil {
 		t.Fatalf("delete: %v", err)
@@ -505,7 +505,7 @@ func TestAttackLyingAgentStalls(t *testing.T) {
 	id := d.newSandbox(t, "--template", "base")
 	putFile(t, d, id, "/tmp/stall.py", stallScript)
 	x := detachRoot(t, d, id, "python3", "/tmp/stall.py", "stat")
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // the script's watch loop runs by now: it says nothing when it does
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// The script polls /proc: on a loaded machine a stat's agent can end

@@ -89,7 +89,7 @@ func TestAttackNeighbour(t *testing.T) {
 	d.must(t, "exec", "-d", "-e", "API_KEY="+secret, id, "--", "sh", "-c", "mkdir -p /w; echo $API_KEY > /w/k.txt; exec httpd -f -p 8080 -h /w")
 	d.must(t, "exec", "-d", id, "--", "sh", "-c", "echo "+secret+"; sleep 600")
 	d.must(t, "preview", id, "8080", "--private")
-	time.Sleep(time.Second)
+	pollUntil(20*time.Second, listening(d, id, 8080))
 
 	// the data dir and everything in it
 	for _, p := range []string{d.dir, filepath.Join(d.dir, "token"), filepath.Join(d.dir, "preview.key"), filepath.Join(d.dir, "state.db"), filepath.Join(d.dir, "sandboxes", id), filepath.Join(d.dir, "images")} {

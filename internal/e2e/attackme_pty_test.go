@@ -46,6 +46,7 @@ func TestAttackMeShellJobControl(t *testing.T) {
 	send("echo ready-$((6*7))\r")
 	readUntil("ready-42")
 	send("sleep 300\r")
+	// sleep runs by now, so that ^Z is not typed ahead: nothing the shell echoes says when it starts
 	time.Sleep(time.Second)
 	send("\x1a") // ^Z
 	readUntil("Stopped")
@@ -62,6 +63,7 @@ func TestAttackMeShellJobControl(t *testing.T) {
 	send("kill %1; sleep 0.5; jobs; echo k-$((3+1))\r")
 	readUntil("k-4")
 	send("sleep 300\r")
+	// sleep runs by now, so that ^C is not typed ahead: nothing the shell echoes says when it starts
 	time.Sleep(time.Second)
 	send("\x03") // ^C
 	send("echo rc=$?\r")

@@ -209,7 +209,7 @@ func TestAttackMeShapeFlood(t *testing.T) {
 	if r := d.sbx(t, "exec", "--detach", hostile, "--", "/flood", out, "9", "40", "8"); r.code != 0 {
 		t.Fatalf("flood: %+v", r)
 	}
-	time.Sleep(5 * time.Second)
+	time.Sleep(5 * time.Second) // tested: the flood is under way for a while
 	maxRSS := 0
 	for i := 0; i < 5; i++ {
 		for _, id := range []string{plain, neighbour} {
@@ -224,7 +224,7 @@ func TestAttackMeShapeFlood(t *testing.T) {
 		if _, rss := procStat(pid); rss > maxRSS {
 			maxRSS = rss
 		}
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // pacing: a probe every 2 s of the flood
 	}
 	// the neighbour's own 50 ms is its, not the hostile's 2 s
 	if ms := connectTook(t, d, neighbour, out); ms > 1900 {
@@ -294,19 +294,21 @@ func TestAttackMeShapeKilledSbxd(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(s.kill)
+		time.Sleep(s.kill) // tested: sbxd killed this far in
 		d.kill(syscall.SIGKILL)
+		stop := cmdDeadline(t, cmd, 2*time.Minute, "sbx "+s.name+" after sbxd was killed")
 		cmd.Wait()
+		stop()
 		if err := d.start(nil); err != nil {
 			t.Fatalf("restart after killing sbxd during %s: %v", s.name, err)
 		}
 		d.jsonOut(t, &sbs, "ls")
 		checked := 0
 		for _, sb := range sbs.Sandboxes {
-			if sb.State != api.StateReady || sb.Shape == nil || sb.Shape.Delay == "" {
+			if sb.State != api.StateReady || sb.Shape == nil || sb.Shape.Delay == 0 {
 				continue
 			}
-			want, _ := time.ParseDuration(sb.Shape.Delay)
+			want := sb.Shape.Delay.D()
 			o, e, code := execOut(t, d, sb.ID, "root", "60s", "[ -x /ct ] || exit 7; /ct "+out+" 8080")
 			if code == 7 {
 				continue // a create's sandbox: no tool in it
@@ -411,14 +413,14 @@ func TestAttackMeInitDuringStop(t *testing.T) {
 	if r := d.sbx(t, "exec", "--detach", "--user", "root", id, "--", "sh", "-c", `while [ ! -e /tmp/stop ]; do kill -STOP 1; kill -KILL 1; /a fasync 19 >/dev/null; /a attach 0 >/dev/null; done`); r.code != 0 {
 		t.Fatalf("hammer: %+v", r)
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // tested: init is hammered a while before the stop
 	if r, hung := sbxWithin(t, d, 3*time.Minute, "stop", "--wait", id); hung || r.code != 0 {
 		t.Fatalf("stop while init is hammered: hung=%v %+v", hung, r)
 	}
 	if r, hung := sbxWithin(t, d, 3*time.Minute, "resume", "--require-memory", id); hung || r.code != 0 {
 		t.Fatalf("resume: hung=%v %+v", hung, r)
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // tested: the hammer goes on a while after the resume
 	initStillAnswers(t, d, id, "a stop and resume under the hammer", "")
 	execOut(t, d, id, "root", "30s", "touch /tmp/stop")
 }
@@ -461,12 +463,12 @@ func TestAttackMeSbxKill(t *testing.T) {
 		return strings.TrimSpace(o)
 	}
 	d.must(t, "kill", "-s", "STOP", id, ex)
-	time.Sleep(500 * time.Millisecond)
+	pollUntil(10*time.Second, func() bool { return state() == "T" })
 	if s := state(); s != "T" {
 		t.Errorf("after sbx kill -s STOP: %q, want T", s)
 	}
 	d.must(t, "kill", "-s", "CONT", id, ex)
-	time.Sleep(500 * time.Millisecond)
+	pollUntil(10*time.Second, func() bool { return state() == "S" })
 	if s := state(); s != "S" {
 		t.Errorf("after sbx kill -s CONT: %q, want S", s)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/cgroup"
 )
 
 // TestBaseTemplate: a sandbox from base has the tools the brief promises.
@@ -48,15 +49,33 @@ func TestLimits(t *testing.T) {
 	if _, err := d.client.Health(context.Background()); err != nil {
 		t.Fatalf("sbxd after the out-of-memory exec: %v", err)
 	}
-	// gVisor's memory is one cgroup: past the limit the kernel stops the
-	// whole sandbox. sbx says so, rather than keep a sandbox whose execs fail.
-	waitFor(t, "the sandbox to be reported out of memory", 10*time.Second, func() bool {
+	// gVisor's memory is one cgroup. Past the limit either the kernel stops
+	// the whole sandbox, and sbx says so rather than keep a sandbox whose
+	// execs fail; or gVisor refuses the allocation first (the program gets
+	// ENOMEM, a MemoryError) and the sandbox runs on. Which one is the
+	// kernel's race (about 2 runs in 5 here stay ready); either way sbx
+	// must tell the truth: reported out of memory and refusing execs
+	// clearly, or ready and answering.
+	oom := pollUntil(10*time.Second, func() bool {
 		sb, err := d.client.Sandbox(id).Info(context.Background())
 		return err == nil && sb.State == api.StateError && strings.Contains(sb.Reason, "out of memory")
 	})
 	r = d.sbx(t, "exec", id, "--", "true")
-	if r.code != 1 || !strings.Contains(r.stderr, "out of memory") {
-		t.Errorf("exec in the stopped sandbox: exit %d %q, want a clear error", r.code, r.stderr)
+	// for a failure's reader: whether the host kernel killed anything in
+	// the sandbox's memory cgroup (a copier's runsc exec is in it)
+	oomControl, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", cgroup.Path(d.tag, id), "memory.oom_control"))
+	t.Logf("the sandbox's memory.oom_control after the allocation: %q", oomControl)
+	switch sb := d.info(t, id); {
+	case oom:
+		if r.code != 1 || !strings.Contains(r.stderr, "out of memory") {
+			t.Errorf("exec in the sandbox the kernel stopped: exit %d %q, want a clear error", r.code, r.stderr)
+		}
+	case sb.State == api.StateReady:
+		if r.code != 0 {
+			t.Errorf("the sandbox is ready after the refused allocation, but an exec fails: exit %d %q", r.code, r.stderr)
+		}
+	default:
+		t.Errorf("after the allocation past its limit the sandbox is %s (%q): want out of memory, or ready and answering", sb.State, sb.Reason)
 	}
 }
 
@@ -190,7 +209,7 @@ func TestClientVanishes(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // tested: the client dies 300 ms into the upload
 	cmd.Process.Kill()
 	cmd.Wait()
 	waitFor(t, "the aborted upload to be cleaned up", 20*time.Second, func() bool {
@@ -205,7 +224,7 @@ func TestClientVanishes(t *testing.T) {
 	cmd = exec.Command(filepath.Join(binDir, "sbx"), "exec", id, "--", "sh", "-c", "sleep 1; echo done > /tmp/after; echo out")
 	cmd.Env = append(os.Environ(), "SBX_HOST=unix://"+d.socket)
 	cmd.Start()
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // tested: the client dies 300 ms into the exec
 	cmd.Process.Kill()
 	cmd.Wait()
 	waitFor(t, "the exec to finish without its client", 20*time.Second, func() bool {

@@ -119,15 +119,46 @@ func median(ds []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
-func report(b *testing.B, what string, sbx, raw []time.Duration) {
+// goal is what a figure must be to pass: a ratio to raw runsc of at most
+// ratio, and (when set) a median of at most under. The zero goal is none.
+type goal struct {
+	ratio float64
+	under time.Duration
+}
+
+func (g goal) String() string {
+	switch {
+	case g.ratio > 0 && g.under > 0:
+		return fmt.Sprintf("goal ≤ %.2f and ≤ %s", g.ratio, g.under)
+	case g.ratio > 0:
+		return fmt.Sprintf("goal ≤ %.2f", g.ratio)
+	case g.under > 0:
+		return fmt.Sprintf("goal ≤ %s", g.under)
+	}
+	return "no goal"
+}
+
+// met reports whether median m, at ratio r to raw runsc, meets g.
+func (g goal) met(m time.Duration, r float64) bool {
+	return (g.ratio == 0 || r <= g.ratio) && (g.under == 0 || m <= g.under)
+}
+
+// report prints sbx's median beside raw runsc's, their ratio, the goal and
+// whether it was met ("met" or "MISSED"), and reports them as metrics.
+func report(b *testing.B, what string, sbx, raw []time.Duration, g goal) {
 	if b.N == 1 {
 		return // the calibration round; the real one follows
 	}
 	ms, mr := median(sbx), median(raw)
+	ratio := float64(ms) / float64(mr)
 	b.ReportMetric(float64(ms.Microseconds())/1000, "sbx-ms")
 	b.ReportMetric(float64(mr.Microseconds())/1000, "runsc-ms")
-	b.ReportMetric(float64(ms)/float64(mr), "ratio")
-	fmt.Printf("%-28s sbx %8.1f ms   raw runsc %8.1f ms   ratio %.2f  (medians of %d)\n", what, float64(ms.Microseconds())/1000, float64(mr.Microseconds())/1000, float64(ms)/float64(mr), len(sbx))
+	b.ReportMetric(ratio, "ratio")
+	line := fmt.Sprintf("%-28s sbx %8.1f ms   raw runsc %8.1f ms   ratio %.2f", what, float64(ms.Microseconds())/1000, float64(mr.Microseconds())/1000, ratio)
+	if g != (goal{}) {
+		line += fmt.Sprintf("   %s   %s", g, verdict(g.met(ms, ratio)))
+	}
+	fmt.Printf("%s  (medians of %d)\n", line, len(sbx))
 }
 
 // BenchmarkCreate: a sandbox created through the API (network, bundle,
@@ -155,12 +186,37 @@ func BenchmarkCreate(b *testing.B) {
 		raw.d.Delete(ctx, id)
 		b.StartTimer()
 	}
-	report(b, "create", sbxT, rawT)
+	report(b, "create", sbxT, rawT, goal{ratio: 1.3})
 }
 
 // BenchmarkExec: a round trip of `true` through the API (stream to exit
 // code) against raw `runsc exec` of the same.
 func BenchmarkExec(b *testing.B) {
+	benchExec(b, "exec round trip", goal{ratio: 1.5}, func(ctx context.Context, id string) error {
+		e, err := sdk(shared.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
+		if err == nil && (e.ExitCode == nil || *e.ExitCode != 0) {
+			err = fmt.Errorf("%+v", e)
+		}
+		return err
+	})
+}
+
+// BenchmarkExecCLI: `sbx exec ID true`, the whole CLI process, against raw
+// `runsc exec` of the same, also a whole process.
+func BenchmarkExecCLI(b *testing.B) {
+	benchExec(b, "exec through the CLI", goal{ratio: 1}, func(ctx context.Context, id string) error {
+		cmd := exec.CommandContext(ctx, filepath.Join(binDir, "sbx"), "exec", id, "--", "true")
+		cmd.Env = append(os.Environ(), "SBX_HOST=unix://"+shared.socket)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%w: %s", err, out)
+		}
+		return nil
+	})
+}
+
+// benchExec times sbxExec of `true` in a tiny sandbox against raw `runsc
+// exec` of /bin/true in a raw sandbox of the same template, alternating.
+func benchExec(b *testing.B, what string, g goal, sbxExec func(ctx context.Context, id string) error) {
 	ctx := context.Background()
 	sb, err := shared.client.Create(ctx, client.WithTemplate("tiny"))
 	if err != nil {
@@ -174,9 +230,8 @@ func BenchmarkExec(b *testing.B) {
 	var sbxT, rawT []time.Duration
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
-		e, err := sdk(shared.client).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
-		if err != nil || e.ExitCode == nil || *e.ExitCode != 0 {
-			b.Fatalf("exec: %v %+v", err, e)
+		if err := sbxExec(ctx, sb.ID); err != nil {
+			b.Fatalf("%s: %v", what, err)
 		}
 		sbxT = append(sbxT, time.Since(start))
 		start = time.Now()
@@ -186,7 +241,7 @@ func BenchmarkExec(b *testing.B) {
 		}
 		rawT = append(rawT, time.Since(start))
 	}
-	report(b, "exec round trip", sbxT, rawT)
+	report(b, what, sbxT, rawT, g)
 }
 
 // BenchmarkScp: 1 GiB into a sandbox and back out through the API.

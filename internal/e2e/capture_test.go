@@ -159,7 +159,7 @@ func TestCaptureAcceptance(t *testing.T) {
 		var sn api.Snapshot
 		d.jsonOut(t, &sn, "snapshot", id, mem, "--memory")
 		t.Cleanup(func() { d.sbx(t, "snapshot", "rm", mem) })
-		if !sn.Memory || sn.Paused == "" {
+		if !sn.Memory || sn.Paused == nil {
 			t.Errorf("memory snapshot = %+v, want memory and a paused time", sn)
 		}
 		// The source keeps running, server and all.

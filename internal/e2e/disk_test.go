@@ -80,7 +80,7 @@ func TestOutputCapped(t *testing.T) {
 	}
 	before := rss(t, d)
 	var out strings.Builder
-	e, err := sdk(d.client).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sh", "-c", "echo FIRST; yes 0123456789 | head -c 300000000; echo; echo LAST"}, Timeout: "120s"}, &out, io.Discard)
+	e, err := sdk(d.client).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sh", "-c", "echo FIRST; yes 0123456789 | head -c 300000000; echo; echo LAST"}, Timeout: api.Duration(2 * time.Minute)}, &out, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

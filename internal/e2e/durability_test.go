@@ -172,7 +172,7 @@ func TestRestartDuringReconcile(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		// Start it and kill it before it can serve (or right after).
 		d.startNoWait(t)
-		time.Sleep(150 * time.Millisecond)
+		time.Sleep(150 * time.Millisecond) // tested: killed this early in its start
 		d.kill(syscall.SIGKILL)
 	}
 	if err := d.start(nil); err != nil {

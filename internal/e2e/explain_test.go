@@ -255,8 +255,11 @@ func TestExplainPointOfNoReturn(t *testing.T) {
 	id := d.newSandbox(t, "--template", "tiny")
 	// the outcome is drawn 5 s in: a capture asked at 0 ms is taken well
 	// before it even on a loaded machine (its pause was 2.2 to 3 s at load
-	// 9); 10 runs and 4 forks of each parent make a false verdict rare
-	const test = `sleep 5; r=$(head -c1 /dev/urandom | od -An -tu1); sleep 1; test $((r % 2)) = 0`
+	// 9); the run ends 3 s after the draw, so that a capture at 6500 ms
+	// finds it still running on an idle machine too (with 1 s it had ended
+	// there: no parents at 6500 ms); 10 runs and 4 forks of each parent
+	// make a false verdict rare
+	const test = `sleep 5; r=$(head -c1 /dev/urandom | od -An -tu1); sleep 3; test $((r % 2)) = 0`
 	before := sandboxIDs(t, d)
 	report := filepath.Join(t.TempDir(), "report.html")
 	out := d.must(t, "--json", "explain", id, "-n", "10", "--knob-runs", "0", "--offsets", "0,6500", "--pnr-parents", "10", "--pnr-ways", "4", "--report", report, "--", "sh", "-c", test)
@@ -269,7 +272,7 @@ func TestExplainPointOfNoReturn(t *testing.T) {
 		t.Fatalf("no point of no return (%d/%d failed)", res.Failed, res.Runs)
 	}
 	for _, p := range pn.Curve {
-		t.Logf("at %.0f ms: %d/%d forks of %d failing runs failed (pause %.0f ms)", p.AtMs, p.Failed, p.Runs, p.Parents, p.PauseMs)
+		t.Logf("at %.0f ms: %d/%d forks of %d failing runs failed (pause %.0f ms; %d runs had ended)", p.AtMs, p.Failed, p.Runs, p.Parents, p.PauseMs, p.Ended)
 	}
 	t.Logf("%s; before: %+v", pn.Note, pn.Before)
 	if len(pn.Curve) != 2 {

@@ -164,7 +164,7 @@ func TestFlakeRateKeepFailures(t *testing.T) {
 		}
 		sb := d.info(t, name)
 		keptIDs = append(keptIDs, sb.ID)
-		if sb.TTL != flaky.DefaultKeepTTL.String() || sb.State != api.StateReady || !sb.MemoryRestored {
+		if sb.TTL != api.Duration(flaky.DefaultKeepTTL) || sb.State != api.StateReady || !sb.MemoryRestored {
 			t.Errorf("kept %s: ttl %q state %s memory %v, want ttl %s, ready, with the failure's memory", name, sb.TTL, sb.State, sb.MemoryRestored, flaky.DefaultKeepTTL)
 		}
 		if out := d.must(t, "info", name); !strings.Contains(out, "name: "+name+"\n") {

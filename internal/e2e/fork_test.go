@@ -36,6 +36,7 @@ func TestDiskFork(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	defer cmdDeadline(t, cmd, 5*time.Minute, "sbx fork --wait")()
 	lines := bufio.NewScanner(out)
 	var first struct {
 		Event string `json:"event"`
@@ -72,7 +73,7 @@ func TestDiskFork(t *testing.T) {
 	}
 	var sb api.Sandbox
 	sb = d.info(t, child)
-	if sb.Parent != parent || sb.MemoryRestored || sb.TTL != "30m0s" {
+	if sb.Parent != parent || sb.MemoryRestored || sb.TTL != api.Duration(30*time.Minute) {
 		t.Errorf("child = %+v, want parent %s, no memory and the parent's ttl 30m", sb, parent)
 	}
 	// --ttl 0 is no ttl, as everywhere (not the parent's)
@@ -82,7 +83,7 @@ func TestDiskFork(t *testing.T) {
 		t.Fatalf("fork --ttl 0: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	t.Cleanup(func() { d.sbx(t, "delete", "--yes", m[1]) })
-	if ttl := d.info(t, m[1]).TTL; ttl != "" {
+	if ttl := d.info(t, m[1]).TTL; ttl != 0 {
 		t.Errorf("fork --ttl 0: the child's ttl %q, want none", ttl)
 	}
 }

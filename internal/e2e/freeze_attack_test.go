@@ -111,7 +111,7 @@ func TestFreezeAttackLoop(t *testing.T) {
 		t.Errorf("%d freezes said the boot froze already, want 15:\n%s", n, r.stderr)
 	}
 	waitFor(t, "the freeze to be recorded", 10*time.Second, func() bool { return len(memorySnapshots(t, d, id)) > 0 })
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // tested: the window in which a stray record would show
 	sns := memorySnapshots(t, d, id)
 	if len(sns) != 1 {
 		t.Fatalf("%d snapshots with memory of %s, want the one freeze: %+v", len(sns), id, sns)
@@ -155,7 +155,7 @@ func TestFreezeAttackDuringStop(t *testing.T) {
 		h := startHolderTiny(t, d, id)
 		frz := make(chan result, 1)
 		go func() { frz <- d.sbx(t, "exec", id, "--", agent.FreezeCommand, "--reason", "stop-race") }()
-		time.Sleep(delay)
+		time.Sleep(delay) // tested: a random instant into the freeze
 		stop := d.sbx(t, "stop", id, "--wait")
 		if stop.code != 0 {
 			// a stop refused while a capture runs says so; once more
@@ -213,7 +213,7 @@ func TestFreezeAttackDuringStop(t *testing.T) {
 		h := startHolderTiny(t, d, id)
 		d.must(t, "exec", "-d", id, "--", "sh", "-c", "touch /tmp/armed; sleep 1; exec "+agent.FreezeCommand+" --reason timer")
 		waitFor(t, "the timer to start", 20*time.Second, func() bool { return d.sbx(t, "exec", id, "--", "test", "-e", "/tmp/armed").code == 0 })
-		time.Sleep(delay)
+		time.Sleep(delay) // tested: a random instant into the timer's freeze
 		if stop := d.sbx(t, "stop", id, "--wait"); stop.code != 0 {
 			if stop = d.sbx(t, "stop", id, "--wait"); stop.code != 0 {
 				t.Fatalf("stop %s: exit %d %q", id, stop.code, stop.stderr)
@@ -393,7 +393,7 @@ func TestFreezeSbxdKilled(t *testing.T) {
 				}
 			}
 			waitFor(t, "the freeze to be recorded", 20*time.Second, func() bool { return len(memorySnapshots(t, d, id)) > 0 })
-			time.Sleep(time.Second)
+			time.Sleep(time.Second) // tested: the window in which a stray record would show
 			sns := memorySnapshots(t, d, id)
 			if len(sns) != 1 {
 				t.Fatalf("%d freezes recorded, want 1: %+v", len(sns), sns)

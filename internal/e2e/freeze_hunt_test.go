@@ -138,7 +138,7 @@ func frozenHunt(t *testing.T, d *daemon, dir, name string, frozen *string, args 
 	}
 	if sb, err := sdk(d.client).Get(ctx, s.Copy); err != nil || sb.State != api.StateReady {
 		t.Errorf("the copy %s: %+v, %v; want it running", s.Copy, sb, err)
-	} else if want := flaky.DefaultKeepTTL.String(); sb.TTL != want {
+	} else if want := api.Duration(flaky.DefaultKeepTTL); sb.TTL != want {
 		t.Errorf("the copy %s has the idle ttl %q, want %s (a forgotten copy goes by itself)", s.Copy, sb.TTL, want)
 	}
 	return events, s

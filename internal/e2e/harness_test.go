@@ -25,6 +25,7 @@ import (
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
+	"sbx.dev/sbx/client/image"
 	"sbx.dev/sbx/internal/flaky"
 	"sbx.dev/sbx/internal/netns"
 	"sbx.dev/sbx/internal/runsc"
@@ -520,7 +521,7 @@ func (f flatClient) GetExec(ctx context.Context, id, execID string) (*api.Exec, 
 // rawAPI sends one request to sbxd's unix socket as it is (for what the
 // Go client's types cannot say: a bad duration, a size as a string) and
 // returns the status and the body.
-func (d *daemon) rawAPI(t *testing.T, method, path string, body any) (int, []byte) {
+func (d *daemon) rawAPI(t testing.TB, method, path string, body any) (int, []byte) {
 	t.Helper()
 	var r io.Reader
 	if body != nil {
@@ -596,11 +597,11 @@ func (f flatClient) BuildTemplate(ctx context.Context, name string, force bool, 
 
 // ImportTemplateFrom imports source as template name.
 func (f flatClient) ImportTemplateFrom(ctx context.Context, name, source string, progress func(api.Progress)) (*api.Template, error) {
-	var opts []client.TemplateOption
+	var opts []image.Option
 	if progress != nil {
-		opts = append(opts, client.WithProgress(progress))
+		opts = append(opts, image.WithProgress(progress))
 	}
-	return f.C.ImportTemplate(ctx, name, source, opts...)
+	return image.Import(ctx, f.C, name, source, opts...)
 }
 
 // RemoveTemplate removes template name.

@@ -36,6 +36,7 @@ func (d *daemon) sbxRSS(t *testing.T, dir string, args ...string) (result, int64
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("sbx %v: %v", args, err)
 	}
+	defer cmdDeadline(t, cmd, 10*time.Minute, fmt.Sprintf("sbx %v", args))()
 	var peak atomic.Int64
 	stop := make(chan struct{})
 	polled := make(chan struct{})

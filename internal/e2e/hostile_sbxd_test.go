@@ -39,7 +39,7 @@ func TestHostileAnswers(t *testing.T) {
 	// 80,000 names of 250 bytes: some 25 MiB of JSON in one answer
 	if _, err := sdk(d.client).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sh", "-c",
 		`mkdir /many && cd /many && n=$(printf '%0240d' 0) && i=0 && while [ $i -lt 80000 ]; do : > "$n$i"; i=$((i+1)); done`},
-		Timeout: "300s"}, io.Discard, io.Discard); err != nil {
+		Timeout: api.Duration(5 * time.Minute)}, io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	before := rss(t, d)
@@ -76,7 +76,7 @@ func TestHostileConsole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sdk(d.client).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sh", "-c", "yes flood | head -c 50000000 > /proc/1/fd/1; echo done"}, Timeout: "120s"}, io.Discard, io.Discard); err != nil {
+	if _, err := sdk(d.client).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sh", "-c", "yes flood | head -c 50000000 > /proc/1/fd/1; echo done"}, Timeout: api.Duration(2 * time.Minute)}, io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	console := filepath.Join(d.dir, "sandboxes", sb.ID, "console.log")
@@ -110,7 +110,16 @@ func TestHostileSecretsNotInArgv(t *testing.T) {
 		defer close(done)
 		sdk(d.client).Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sleep", "3"}, Env: []string{"TOKEN=" + secret}}, io.Discard, io.Discard)
 	}()
-	time.Sleep(time.Second)
+	pollUntil(10*time.Second, func() bool { // both execs run
+		xs, err := sdk(d.client).Execs(ctx, sb.ID)
+		n := 0
+		for _, e := range xs {
+			if e.State == api.ExecRunning && e.Pid > 0 {
+				n++
+			}
+		}
+		return err == nil && n == 2
+	})
 	if pids := pidsWith(secret); len(pids) > 0 {
 		for _, p := range pids {
 			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))

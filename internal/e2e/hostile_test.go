@@ -643,12 +643,17 @@ func TestHostileEgress(t *testing.T) {
 	for label, addr := range targets {
 		var err error
 		if label == "other sandbox" {
-			// from its own namespace: the host's INPUT rule drops what comes back from a gateway
-			var out []byte
-			out, err = exec.Command("ip", "netns", "exec", filepath.Base(nb.Gateway), "timeout", "3", "busybox", "wget", "-q", "-O-", "http://"+addr+"/probe.txt").CombinedOutput()
-			if err == nil && string(out) != "reached\n" {
-				err = fmt.Errorf("got %q", out)
-			}
+			// from its own namespace: the host's INPUT rule drops what comes
+			// back from a gateway; asked again while the httpd just started
+			// is not listening yet (CI met it)
+			pollUntil(10*time.Second, func() bool {
+				var out []byte
+				out, err = exec.Command("ip", "netns", "exec", filepath.Base(nb.Gateway), "timeout", "3", "busybox", "wget", "-q", "-O-", "http://"+addr+"/probe.txt").CombinedOutput()
+				if err == nil && string(out) != "reached\n" {
+					err = fmt.Errorf("got %q", out)
+				}
+				return err == nil
+			})
 		} else {
 			var resp *http.Response
 			if resp, err = (&http.Client{Timeout: 3 * time.Second}).Get("http://" + addr + "/probe.txt"); err == nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 
-	"sbx.dev/sbx/client"
+	"sbx.dev/sbx/client/image"
 )
 
 // dirLayer writes a tar of dir (owners, modes, symlinks, hard links) into
@@ -113,7 +113,7 @@ func TestImageFlakyHunt(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pl progressLog
-	tm, err := d.client.ImportTemplate(ctx, "ci", dir, client.WithProgress(pl.add))
+	tm, err := image.Import(ctx, d.client, "ci", dir, image.WithProgress(pl.add))
 	if err != nil {
 		t.Fatalf("import: %v\n%s", err, &pl)
 	}

@@ -31,7 +31,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"sbx.dev/sbx/api"
-	"sbx.dev/sbx/client"
+	"sbx.dev/sbx/client/image"
 )
 
 // privateDaemon starts an sbxd whose template store is its own, removed
@@ -276,13 +276,13 @@ func TestImageImport(t *testing.T) {
 
 	sources := []struct {
 		kind, src string
-		opts      []client.TemplateOption
+		opts      []image.Option
 		uploads   int // layers sent
 	}{
 		{"oci", ociDir, nil, 4},
 		{"oci-archive", ociArchive, nil, 1},
 		{"docker", dockerArchive, nil, 1},
-		{"stdin", "-", []client.TemplateOption{client.WithStdin(bytes.NewReader(gz.Bytes()))}, 1},
+		{"stdin", "-", []image.Option{image.WithStdin(bytes.NewReader(gz.Bytes()))}, 1},
 		{"registry", ref, nil, 1},
 	}
 	versions := map[string]bool{}
@@ -290,7 +290,7 @@ func TestImageImport(t *testing.T) {
 		t.Run(s.kind, func(t *testing.T) {
 			tname := "img-" + strings.ReplaceAll(s.kind, "-", "")
 			var p progressLog
-			tm, err := d.client.ImportTemplate(ctx, tname, s.src, append(s.opts, client.WithProgress(p.add))...)
+			tm, err := image.Import(ctx, d.client, tname, s.src, append(s.opts, image.WithProgress(p.add))...)
 			if err != nil {
 				t.Fatalf("import %s: %v\n%s", s.src, err, &p)
 			}
@@ -333,7 +333,7 @@ func TestImageImport(t *testing.T) {
 	for _, src := range []string{ociDir, "oci:" + ociDir} {
 		var p progressLog
 		start := time.Now()
-		tm, err := d.client.ImportTemplate(ctx, "img-again", src, client.WithProgress(p.add), client.WithForce())
+		tm, err := image.Import(ctx, d.client, "img-again", src, image.WithProgress(p.add), image.WithForce())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -387,7 +387,7 @@ func TestImageImportErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := d.client.ImportTemplate(ctx, "bad", tc.src, client.WithStdin(bytes.NewReader(nil)))
+			_, err := image.Import(ctx, d.client, "bad", tc.src, image.WithStdin(bytes.NewReader(nil)))
 			if !errors.Is(err, tc.kind) || !strings.Contains(err.Error(), tc.says) {
 				t.Errorf("import %q = %v, want %v saying %q", tc.src, err, tc.kind, tc.says)
 			}
@@ -396,7 +396,7 @@ func TestImageImportErrors(t *testing.T) {
 	if ts, err := d.client.Templates(ctx); err != nil || len(ts) != 0 {
 		t.Errorf("templates after failed imports: %v, %v", ts, err)
 	}
-	if _, err := d.client.ImportTemplate(ctx, "Bad Name", armDir); !errors.Is(err, api.ErrInvalid) {
+	if _, err := image.Import(ctx, d.client, "Bad Name", armDir); !errors.Is(err, api.ErrInvalid) {
 		t.Errorf("bad template name = %v, want api.ErrInvalid", err)
 	}
 }
@@ -419,7 +419,7 @@ func TestImageImportHostile(t *testing.T) {
 		{"hard link out", []tarEntry{thard("shadow", "/etc/shadow")}, "not in the archive"},
 	} {
 		img := imageOf(t, v1.Config{}, bb, layerOf(t, layerTar(t, tc.layer)))
-		_, err := d.client.ImportTemplate(ctx, "hostile", writeLayout(t, img))
+		_, err := image.Import(ctx, d.client, "hostile", writeLayout(t, img))
 		if err == nil || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("%s: import = %v, want a refusal saying %s", tc.name, err, tc.says)
 		}
@@ -433,7 +433,7 @@ func TestImageImportHostile(t *testing.T) {
 			{hdr: &tar.Header{Typeflag: tar.TypeChar, Name: "kmem", Mode: 0o666, Devmajor: 1, Devminor: 2}}})),
 		layerOf(t, layerTar(t, []tarEntry{tdir("out/", 0o755), tfile("out/pwned", 0o644, "inside")})),
 	)
-	if _, err := d.client.ImportTemplate(ctx, "neutral", writeLayout(t, img)); err != nil {
+	if _, err := image.Import(ctx, d.client, "neutral", writeLayout(t, img)); err != nil {
 		t.Fatalf("import: %v", err)
 	}
 	if _, err := os.Stat("/tmp/sbx-pwned"); err == nil {
@@ -536,7 +536,7 @@ func TestImageImportBig(t *testing.T) {
 	before := rssKB(t, d, "VmRSS")
 	start := time.Now()
 	var pl progressLog
-	tm, err := d.client.ImportTemplate(ctx, "big", dir, client.WithProgress(pl.add))
+	tm, err := image.Import(ctx, d.client, "big", dir, image.WithProgress(pl.add))
 	if err != nil {
 		t.Fatalf("import: %v\n%s", err, &pl)
 	}
@@ -552,7 +552,7 @@ func TestImageImportBig(t *testing.T) {
 	}
 	start = time.Now()
 	pl = progressLog{}
-	if _, err := d.client.ImportTemplate(ctx, "big2", dir, client.WithProgress(pl.add)); err != nil {
+	if _, err := image.Import(ctx, d.client, "big2", dir, image.WithProgress(pl.add)); err != nil {
 		t.Fatal(err)
 	}
 	again := time.Since(start)

@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/client/image"
 )
 
 // privateDaemonWith is privateDaemon with sbxd flags.
@@ -144,7 +145,7 @@ func TestImportBomb(t *testing.T) {
 		if err := p.AppendImage(imageOf(t, v1.Config{}, layerOf(t, busyboxLayer(t)), gzLayer(t, blobs, bomb))); err != nil {
 			t.Fatal(err)
 		}
-		_, err = d.client.ImportTemplate(ctx, "bomb", lay)
+		_, err = image.Import(ctx, d.client, "bomb", lay)
 		if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "more than 64.0 MiB") || !strings.Contains(err.Error(), "--max-layer-size") {
 			t.Errorf("import of an image with the bomb: %v, want ErrInvalid naming --max-layer-size", err)
 		}
@@ -174,7 +175,7 @@ func TestImportBomb(t *testing.T) {
 		if err := p.AppendImage(imageOf(t, v1.Config{}, layers...)); err != nil {
 			t.Fatal(err)
 		}
-		_, err = d.client.ImportTemplate(ctx, "wide", lay)
+		_, err = image.Import(ctx, d.client, "wide", lay)
 		if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "--max-image-size") {
 			t.Errorf("import of an image past the image limit: %v, want ErrInvalid naming --max-image-size", err)
 		}
@@ -336,7 +337,7 @@ func TestImportFlatMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		if _, err := d.client.ImportTemplate(ctx, "million", lay); err != nil {
+		if _, err := image.Import(ctx, d.client, "million", lay); err != nil {
 			t.Fatalf("import of a million entries: %v", err)
 		}
 		t.Logf("imported in %v", time.Since(start).Round(time.Second))

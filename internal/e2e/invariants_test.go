@@ -72,7 +72,7 @@ func readHolder(d *daemon, id string) (holder, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	var out strings.Builder
-	e, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"cat", "/srv/www/state"}, Timeout: "10s"}, &out, io.Discard)
+	e, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"cat", "/srv/www/state"}, Timeout: api.Duration(10 * time.Second)}, &out, io.Discard)
 	if err != nil {
 		return holder{}, err
 	}
@@ -135,7 +135,7 @@ func checkNetwork(t testing.TB, d *daemon, id string, preview bool) {
 	defer cancel()
 	run := func(cmd ...string) string {
 		var out strings.Builder
-		e, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: cmd, Timeout: "10s"}, &out, &out)
+		e, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: cmd, Timeout: api.Duration(10 * time.Second)}, &out, &out)
 		if err != nil {
 			t.Errorf("%s: %v: %v", id, cmd, err)
 			return ""

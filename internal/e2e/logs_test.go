@@ -85,7 +85,7 @@ func TestLogsFollow(t *testing.T) {
 	waitFor(t, "FOLLOW-3 in the console", 15*time.Second, func() bool {
 		return strings.Contains(d.must(t, "logs", id), "FOLLOW-3")
 	})
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // the follower, which reads what the console has as it comes, prints it: nothing outside shows when
 	d.must(t, "delete", id)
 	select {
 	case out := <-got:

@@ -47,7 +47,7 @@ func TestReaperEndToEnd(t *testing.T) {
 	}
 	// busy's exec (20 s) outlives its 3 s ttl: it is still there.
 	if time.Since(start) < 10*time.Second {
-		time.Sleep(10*time.Second - time.Since(start))
+		time.Sleep(10*time.Second - time.Since(start)) // tested: the ttl has long passed, and busy is still there
 	}
 	var sb api.Sandbox
 	sb = d.info(t, busy)
@@ -66,7 +66,7 @@ func TestReaperEndToEnd(t *testing.T) {
 		t.Errorf("after persist --off: %+v", off)
 	}
 	d.jsonOut(t, &ttl, "ttl", busy, "1h")
-	if ttl.TTL != "1h0m0s" || ttl.ReapReason == "" {
+	if ttl.TTL != api.Duration(time.Hour) || ttl.ReapReason == "" {
 		t.Errorf("after ttl 1h: %+v", ttl)
 	}
 	// a usage error: sbx reads the duration before it asks sbxd

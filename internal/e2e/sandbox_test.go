@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"sbx.dev/sbx/api"
 )
@@ -29,7 +30,7 @@ func TestSandboxLifecycle(t *testing.T) {
 	}
 	var sb api.Sandbox
 	sb = d.info(t, name) // a name works wherever an id does
-	if sb.ID != id || sb.State != api.StateReady || sb.TTL != "30m0s" || sb.Meta["team"] != "core" || sb.Meta["run"] != "7" {
+	if sb.ID != id || sb.State != api.StateReady || sb.TTL != api.Duration(30*time.Minute) || sb.Meta["team"] != "core" || sb.Meta["run"] != "7" {
 		t.Errorf("info %s = %+v", name, sb)
 	}
 	if out := d.must(t, "info", id); !strings.Contains(out, name) {
@@ -86,8 +87,8 @@ func TestBadInput(t *testing.T) {
 		})
 	}
 	// The API names the field and uses the right status.
-	status, body := d.rawAPI(t, "POST", "/v1/sandboxes", api.CreateRequest{Template: "tiny", TTL: "nope"})
-	if status != 400 || !strings.Contains(string(body), "ttl") {
+	status, body := d.rawAPI(t, "POST", "/v1/sandboxes", map[string]any{"template": "tiny", "ttl": "nope"})
+	if status != 400 || !strings.Contains(string(body), `ttl: \"nope\" is not a duration`) {
 		t.Errorf("bad ttl through the API: %d %s, want 400 naming ttl", status, body)
 	}
 }

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"sbx.dev/sbx/api"
 )
 
 // connectMs is a command timing a TCP connect from inside the sandbox to
@@ -37,7 +40,7 @@ func TestNetShape(t *testing.T) {
 	const delay = 250
 	id := d.newSandbox(t, "--template", "base", "--net-delay", fmt.Sprintf("%dms", delay), "--net-loss", "0%")
 	sb := d.info(t, id)
-	if sb.Shape == nil || sb.Shape.Delay != "250ms" || sb.Shape.Loss != 0 {
+	if sb.Shape == nil || sb.Shape.Delay != api.Duration(250*time.Millisecond) || sb.Shape.Loss != 0 {
 		t.Fatalf("sbx info of a sandbox made with --net-delay 250ms: shape %+v", sb.Shape)
 	}
 	if ms := connectTook(t, d, id, out); ms < delay {

@@ -13,6 +13,7 @@ import (
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
+	"sbx.dev/sbx/client/image"
 )
 
 // TestTemplateImport: a template made from a directory and one from a tar
@@ -94,7 +95,7 @@ func TestTemplateImport(t *testing.T) {
 	}
 	again := "imp-again-" + randHex(3)
 	var msgs []string
-	tm, err := d.client.ImportTemplate(ctx, again, dir, client.WithProgress(func(p api.Progress) { msgs = append(msgs, p.Message) }))
+	tm, err := image.Import(ctx, d.client, again, dir, image.WithProgress(func(p api.Progress) { msgs = append(msgs, p.Message) }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,11 +146,11 @@ func TestTemplateVersionsHeld(t *testing.T) {
 			t.Fatalf("cp: %v %s", err, out)
 		}
 		os.WriteFile(filepath.Join(dir, "etc", "flavour"), []byte(flavour+"\n"), 0o644)
-		var opts []client.TemplateOption
+		var opts []image.Option
 		if force {
-			opts = append(opts, client.WithForce())
+			opts = append(opts, image.WithForce())
 		}
-		tm, err := d.client.ImportTemplate(ctx, name, dir, opts...)
+		tm, err := image.Import(ctx, d.client, name, dir, opts...)
 		if err != nil {
 			t.Fatalf("import %s: %v", flavour, err)
 		}

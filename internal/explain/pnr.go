@@ -234,7 +234,7 @@ func pnrParent(ctx context.Context, c PNRClient, o Options, root string, off tim
 	wctx := context.WithoutCancel(ctx) // forks finish, and are deleted, whatever the caller does
 	// an idle ttl that outlasts the run and the waits for its children:
 	// should explain lose sbxd, they go by themselves
-	ttl := ttlString(2*(min(runBound(o.Test), maxBound)+pnrGrace) + 10*time.Minute)
+	ttl := ttlOf(2*(min(runBound(o.Test), maxBound)+pnrGrace) + 10*time.Minute)
 	made, err := c.Fork(wctx, root, api.ForkRequest{Memory: true, Count: 1, Monitor: true, TTL: ttl})
 	if err != nil {
 		return false, 0, 0, 0, nil, err
@@ -256,7 +256,7 @@ func pnrParent(ctx context.Context, c PNRClient, o Options, root string, off tim
 	// the wrapper kills the test at its bound, in the children too (a
 	// child carries the watchdog on; no exec of sbxd's is there to time
 	// it out); sbxd's own timeout is the backstop for the parent
-	x, err := c.ExecDetached(ctx, parent, api.ExecRequest{Cmd: wrapExit(o.Test.Cmd, bound, file), Env: env, Timeout: (bound + pnrGrace).String()})
+	x, err := c.ExecDetached(ctx, parent, api.ExecRequest{Cmd: wrapExit(o.Test.Cmd, bound, file), Env: env, Timeout: api.Duration(bound + pnrGrace)})
 	if err != nil {
 		return false, 0, 0, 0, nil, fmt.Errorf("start the test in %s: %w", parent, err)
 	}
@@ -362,13 +362,13 @@ func parallelOf(o Options) int {
 // fork whose run waited longer, behind runs of hours each, is then lost,
 // and explain says so; without it, forks an sbxd that died under explain
 // left stayed for good).
-func forkTTL(o Options) string {
-	d, err := time.ParseDuration(o.Test.Timeout)
-	if err != nil || d <= 0 {
-		return noTimeoutTTL.String()
+func forkTTL(o Options) *api.Duration {
+	d := o.Test.Timeout.D()
+	if d <= 0 {
+		return api.DurationOf(noTimeoutTTL)
 	}
 	ahead := time.Duration(2 + api.MaxForks/parallelOf(o))
-	return ttlString(ahead*(min(d, maxBound)+time.Minute) + 10*time.Minute)
+	return ttlOf(ahead*(min(d, maxBound)+time.Minute) + 10*time.Minute)
 }
 
 // noTimeoutTTL is the forks' idle ttl when the runs have no --timeout.
@@ -378,18 +378,19 @@ const noTimeoutTTL = 24 * time.Hour
 // --timeout of 1000000h) the products overflow.
 const maxBound = 1000 * time.Hour
 
-// ttlString is a ttl, none ("") past what a duration holds.
-func ttlString(d time.Duration) string {
+// ttlOf is a fork's ttl, none (nil: the parent's) past what a duration
+// holds.
+func ttlOf(d time.Duration) *api.Duration {
 	if d <= 0 || d > 100*maxBound {
-		return ""
+		return nil
 	}
-	return d.String()
+	return api.DurationOf(d)
 }
 
 // runBound is how long a background run may go: the test's --timeout,
 // else pnrWait.
 func runBound(t flaky.Test) time.Duration {
-	if d, err := time.ParseDuration(t.Timeout); err == nil && d > 0 {
+	if d := t.Timeout.D(); d > 0 {
 		return min(d, maxBound)
 	}
 	return pnrWait
@@ -458,7 +459,7 @@ func waitExit(ctx context.Context, c PNRClient, id, file string, deadline time.T
 // has (ok).
 func readExit(ctx context.Context, c PNRClient, id, file string) (code int, ok bool, err error) {
 	var out bytes.Buffer
-	x, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"cat", file}, Timeout: "10s"}, &limitWriter{w: &out, n: 64}, io.Discard)
+	x, err := c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"cat", file}, Timeout: api.Duration(10 * time.Second)}, &limitWriter{w: &out, n: 64}, io.Discard)
 	if err != nil {
 		return 0, false, fmt.Errorf("read the exit of the run in %s: %w", id, err)
 	}

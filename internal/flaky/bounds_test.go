@@ -382,3 +382,30 @@ func TestParseBuildIDsHuge(t *testing.T) {
 		t.Errorf("got %v", m)
 	}
 }
+
+// TestEvidenceStaysInItsDir: the evidence dir holds a symlink out (left
+// there by anyone); a sandbox's tar that writes through it, or names a
+// file twice, writes nothing outside the dir and keeps the first.
+func TestEvidenceStaysInItsDir(t *testing.T) {
+	outside := t.TempDir()
+	dir := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(dir, "out")); err != nil {
+		t.Fatal(err)
+	}
+	var h hostileTar
+	h.dir(".sbx-hunt/")
+	h.file(".sbx-hunt/first.log", []byte("first\n"), 6)
+	h.file(".sbx-hunt/first.log", []byte("again\n"), 6)
+	h.file(".sbx-hunt/out/planted", []byte("pwned\n"), 6)
+	c := tarClient{tars: map[string]*hostileTar{HuntDir: &h}}
+	_, err := copyEvidence(context.Background(), c, "sb_x", dir)
+	if err == nil {
+		t.Error("a write through a symlink out of the evidence dir was not refused")
+	}
+	if _, serr := os.Stat(filepath.Join(outside, "planted")); serr == nil {
+		t.Fatalf("the sandbox's tar wrote outside the evidence dir (err %v)", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "first.log")); string(b) != "first\n" {
+		t.Errorf("first.log = %q, want the first of the two", b)
+	}
+}

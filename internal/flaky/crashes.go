@@ -85,7 +85,7 @@ func CrashBacktrace(ctx context.Context, c CopyClient, cr client.Crash) (string,
 		}
 		var out limitedBuffer
 		out.buf, out.max = &bytes.Buffer{}, maxBundleText
-		req := api.ExecRequest{User: "root", Timeout: "60s", Cmd: []string{"gdb", "-q", "-batch", "-nx",
+		req := api.ExecRequest{User: "root", Timeout: api.Duration(60 * time.Second), Cmd: []string{"gdb", "-q", "-batch", "-nx",
 			"-ex", "set pagination off", "-ex", "set debuginfod enabled off", "-p", strconv.Itoa(cr.Pid), "-ex", "thread apply all bt"}}
 		x, err := c.ExecEvents(ctx, id, req, func(ev api.ExecEvent) error {
 			if ev.Event == "stdout" || ev.Event == "stderr" {
@@ -145,7 +145,7 @@ func CrashBundle(ctx context.Context, c CopyClient, cr client.Crash, dir string)
 		if err := c.WriteTar(ctx, id, CrashRoot, scriptTar(path.Base(remote), script)); err != nil {
 			return fmt.Errorf("install the bundle script: %w", err)
 		}
-		req := api.ExecRequest{User: "root", Timeout: "5m", Cmd: []string{"gdb", "-q", "-batch", "-nx",
+		req := api.ExecRequest{User: "root", Timeout: api.Duration(5 * time.Minute), Cmd: []string{"gdb", "-q", "-batch", "-nx",
 			"-ex", "set pagination off", "-ex", "set debuginfod enabled off", "-p", strconv.Itoa(cr.Pid), "-x", remote + "/bundle.py"}}
 		if log, err := execLogged(ctx, c, id, req); err != nil {
 			return err
@@ -196,7 +196,7 @@ func scriptTar(tok, script string) io.Reader {
 // hasGDB reports whether the sandbox id has gdb and python3 (the bundle
 // script is gdb's Python).
 func hasGDB(ctx context.Context, c CopyClient, id string) bool {
-	x, err := c.ExecEvents(ctx, id, api.ExecRequest{User: "root", Timeout: "30s", Cmd: []string{"/bin/sh", "-c", "command -v gdb && command -v python3"}},
+	x, err := c.ExecEvents(ctx, id, api.ExecRequest{User: "root", Timeout: api.Duration(30 * time.Second), Cmd: []string{"/bin/sh", "-c", "command -v gdb && command -v python3"}},
 		func(api.ExecEvent) error { return nil })
 	return err == nil && x.ExitCode != nil && *x.ExitCode == 0
 }
@@ -204,7 +204,7 @@ func hasGDB(ctx context.Context, c CopyClient, id string) bool {
 // agentBundle writes cr's bundle with sbx-agent gcore in the copy id, then
 // reads its backtrace with this machine's gdb.
 func agentBundle(ctx context.Context, c CopyClient, id string, cr client.Crash, sig int, remote string, out *Crash) error {
-	req := api.ExecRequest{User: "root", Timeout: "5m", Cmd: []string{agentwire.AgentPath, "gcore",
+	req := api.ExecRequest{User: "root", Timeout: api.Duration(5 * time.Minute), Cmd: []string{agentwire.AgentPath, "gcore",
 		"--pid", strconv.Itoa(cr.Pid), "--tid", strconv.Itoa(cr.Tid), "--signal", strconv.Itoa(sig), "--out", remote + "/bundle"}}
 	if log, err := execLogged(ctx, c, id, req); err != nil {
 		return err

@@ -55,9 +55,9 @@ type Test struct {
 	Cmd []string
 	// SeedEnv names the variable the seed is passed in; "" means DefaultSeedEnv.
 	SeedEnv string
-	// Timeout, if set, kills one run after this long (a duration string such
-	// as "5m"); a killed run is a failure.
-	Timeout string
+	// Timeout, if set, kills one run after this long; a killed run is a
+	// failure.
+	Timeout api.Duration
 	// Env is added to each run's environment (KEY=VALUE), before the seed.
 	Env []string
 }

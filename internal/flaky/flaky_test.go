@@ -155,7 +155,10 @@ func (f *fakeClient) keepFork(id string, req api.ForkRequest) ([]api.Sandbox, er
 	}
 	f.alive[req.Name] = true
 	f.seedOf[req.Name] = f.seedOf[id]
-	f.kept[req.Name] = req.TTL
+	f.kept[req.Name] = "(the parent's)"
+	if req.TTL != nil {
+		f.kept[req.Name] = req.TTL.String()
+	}
 	return []api.Sandbox{{ID: req.Name, Name: req.Name}}, nil
 }
 
@@ -204,7 +207,7 @@ func (f *fakeClient) Exec(ctx context.Context, id string, req api.ExecRequest, s
 	f.maxRun = max(f.maxRun, f.running)
 	f.mu.Unlock()
 
-	time.Sleep(time.Millisecond) // let runs overlap
+	time.Sleep(time.Millisecond) // a run takes a while, so that runs overlap: the parallelism counted is tested
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.running--

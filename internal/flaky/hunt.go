@@ -732,6 +732,22 @@ var (
 	maxEvidenceFiles       = 10000
 )
 
+// maxCutNoted bounds the lines of TRUNCATED.txt (the rest are counted),
+// and maxNotedName the bytes of a name on one: what a sandbox leaves out
+// must not cost the host its names, however many and long.
+const (
+	maxCutNoted  = 1000
+	maxNotedName = 256
+)
+
+// shortName is name as TRUNCATED.txt gives it: at most maxNotedName bytes.
+func shortName(name string) string {
+	if len(name) <= maxNotedName {
+		return name
+	}
+	return name[:maxNotedName] + "..."
+}
+
 // readHead reads at most max bytes of the local file p: a file the
 // sandbox made may be sparse and huge.
 func readHead(p string, max int64) ([]byte, error) {
@@ -758,9 +774,24 @@ func copyEvidence(ctx context.Context, c HuntClient, id, dir string) (map[string
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	// Every write goes through an os.Root of dir: whatever the sandbox's tar
+	// names, nothing lands outside it, even through a symlink in dir.
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
 	copied := map[string]bool{}
 	var total int64
 	var cut []string
+	more := 0 // cut short or left out past maxCutNoted: only counted
+	note := func(line string) {
+		if len(cut) >= maxCutNoted {
+			more++
+			return
+		}
+		cut = append(cut, line)
+	}
 	tr := tar.NewReader(rc)
 	for {
 		h, err := tr.Next()
@@ -779,21 +810,24 @@ func copyEvidence(ctx context.Context, c HuntClient, id, dir string) (map[string
 		if name == "" || name == ".." || strings.HasPrefix(name, "../") {
 			continue
 		}
-		target := filepath.Join(dir, filepath.FromSlash(name))
+		target := filepath.FromSlash(name)
 		switch h.Typeflag {
 		case tar.TypeDir:
-			if err := os.MkdirAll(target, 0o755); err != nil {
+			if err := root.MkdirAll(target, 0o755); err != nil {
 				return nil, err
 			}
 		case tar.TypeReg:
 			if len(copied) >= maxEvidenceFiles || total >= maxEvidenceBytes {
-				cut = append(cut, name+" (left out)")
+				note(shortName(name) + " (left out)")
 				continue
 			}
-			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			if err := root.MkdirAll(filepath.Dir(target), 0o755); err != nil {
 				return nil, err
 			}
-			f, err := os.OpenFile(target, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+			if copied[name] {
+				continue // named twice: the first is the evidence
+			}
+			f, err := root.OpenFile(target, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 			if err != nil {
 				return nil, err
 			}
@@ -807,15 +841,18 @@ func copyEvidence(ctx context.Context, c HuntClient, id, dir string) (map[string
 				return nil, err
 			}
 			if h.Size > n {
-				cut = append(cut, fmt.Sprintf("%s (%d of %d bytes kept)", name, n, h.Size))
+				note(fmt.Sprintf("%s (%d of %d bytes kept)", shortName(name), n, h.Size))
 			}
 			copied[name] = true
 		}
 	}
 	if len(cut) > 0 {
-		note := fmt.Sprintf("The evidence holds at most %d files, %d MiB each and %d MiB in all; left out or cut short:\n%s\n",
+		text := fmt.Sprintf("The evidence holds at most %d files, %d MiB each and %d MiB in all; left out or cut short:\n%s\n",
 			maxEvidenceFiles, maxEvidenceFile>>20, maxEvidenceBytes>>20, strings.Join(cut, "\n"))
-		if err := os.WriteFile(filepath.Join(dir, "TRUNCATED.txt"), []byte(note), 0o644); err != nil {
+		if more > 0 {
+			text += fmt.Sprintf("and %d more\n", more)
+		}
+		if err := root.WriteFile("TRUNCATED.txt", []byte(text), 0o644); err != nil {
 			return nil, err
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
 	"sbx.dev/sbx/internal/wire/agentwire"
+	"sbx.dev/sbx/internal/wire/freezewire"
 )
 
 // hunt --freeze: the loop froze the sandbox at the failure (internal/agent
@@ -33,7 +34,7 @@ import (
 const frozenSnapshotWait = 60 * time.Second
 
 // evidenceTimeout bounds the reading of the evidence in the copy.
-const evidenceTimeout = "10m"
+const evidenceTimeout = api.Duration(10 * time.Minute)
 
 // captureFrozen does a frozen failure's outside steps; those already done
 // (by a hunt that was cut off) are not done again.
@@ -141,8 +142,8 @@ func exitOf(x *api.Exec) string {
 }
 
 // readFrozen reads the freeze's record the loop left in the original.
-func readFrozen(ctx context.Context, c HuntClient, id string) (agentwire.FreezeRecord, error) {
-	var rec agentwire.FreezeRecord
+func readFrozen(ctx context.Context, c HuntClient, id string) (freezewire.Record, error) {
+	var rec freezewire.Record
 	rc, err := c.ReadFile(ctx, id, HuntDir+"/frozen")
 	if err != nil {
 		return rec, fmt.Errorf("read %s/frozen in %s: %w", HuntDir, id, err)
@@ -196,7 +197,7 @@ func attachFrozen(ctx context.Context, c HuntClient, o *HuntOptions) *HuntSummar
 			f.Close()
 			s.Artifacts = dir
 		}
-		var rec agentwire.FreezeRecord
+		var rec freezewire.Record
 		if b, err := os.ReadFile(filepath.Join(dir, "frozen")); err == nil && json.Unmarshal(b, &rec) == nil {
 			s.Frozen, s.PausedMs = rec.Name, rec.PausedMs
 		}

@@ -69,7 +69,7 @@ func (f *fakeHunt) call(s string) {
 func (f *fakeHunt) Create(ctx context.Context, opts ...client.CreateOption) (*api.Sandbox, error) {
 	req := client.CreateRequest(opts...)
 	if req.From != "" {
-		f.call("create " + req.Name + " from " + req.From + " ttl " + req.TTL)
+		f.call("create " + req.Name + " from " + req.From + " ttl " + req.TTL.String()) // 0s: none
 		f.sandboxes[req.Name] = true
 		f.fromOf[req.Name] = req.From
 		return &api.Sandbox{ID: "sb_copy", Name: req.Name, State: api.StateReady, From: req.From}, nil

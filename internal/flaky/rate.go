@@ -40,7 +40,7 @@ type RateOptions struct {
 	// should the client lose sbxd before it could delete them, forks
 	// of a state without one would stay for good. It must outlast a
 	// fork's wait for its run (its run's exec counts as activity).
-	ForkTTL string
+	ForkTTL *api.Duration
 	// Inspect, if set, is called as each run ends, with its fork still
 	// there (r.Sandbox) and before Progress; explain reads the run's trace.
 	// Calls may come at once. An error ends the measurement.
@@ -384,7 +384,7 @@ func (p *ratePipeline) keep(i int, id string, seed uint32) (string, error) {
 	ctx := context.WithoutCancel(p.ctx)
 	for try := range keptNameTries {
 		name := KeptName(seed, try)
-		kids, err := p.c.Fork(ctx, id, api.ForkRequest{Memory: true, Count: 1, Name: name, TTL: ttl.String()})
+		kids, err := p.c.Fork(ctx, id, api.ForkRequest{Memory: true, Count: 1, Name: name, TTL: api.DurationOf(ttl)})
 		if errors.Is(err, api.ErrConflict) {
 			continue // the name is an earlier measurement's
 		}

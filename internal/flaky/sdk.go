@@ -82,11 +82,10 @@ func forkOptions(req api.ForkRequest, fn func(api.ForkEvent) error) []client.For
 		opts = append(opts, client.WithForkCPUs(req.CPUs))
 	}
 	if sh := req.Shape; sh != nil {
-		delay, _ := parseWireDuration(sh.Delay)
-		opts = append(opts, client.WithNetShape(delay, sh.Loss))
+		opts = append(opts, client.WithNetShape(sh.Delay.D(), sh.Loss))
 	}
-	if d, ok := parseWireDuration(req.TTL); ok {
-		opts = append(opts, client.WithTTL(d))
+	if req.TTL != nil {
+		opts = append(opts, client.WithTTL(req.TTL.D()))
 	}
 	for k, v := range req.Meta {
 		opts = append(opts, client.WithMeta(k, v))
@@ -198,20 +197,10 @@ func execOptions(req api.ExecRequest) []client.ExecOption {
 	if req.User != "" {
 		opts = append(opts, client.WithUser(req.User))
 	}
-	if d, ok := parseWireDuration(req.Timeout); ok {
-		opts = append(opts, client.WithTimeout(d))
+	if req.Timeout > 0 {
+		opts = append(opts, client.WithTimeout(req.Timeout.D()))
 	}
 	return opts
-}
-
-// parseWireDuration reads a duration as the API takes it: Go's form or
-// bare seconds. "" is none.
-func parseWireDuration(s string) (time.Duration, bool) {
-	if s == "" {
-		return 0, false
-	}
-	d, err := api.ParseDuration("", s)
-	return d, err == nil
 }
 
 // wireExec is a Result as the API describes an exec; nil with an error.

@@ -15,6 +15,8 @@ import (
 	"github.com/mdlayher/netlink"
 	"github.com/ti-mo/netfilter"
 	"golang.org/x/sys/unix"
+
+	"sbx.dev/sbx/api"
 )
 
 // Shape is a perturbation of the traffic that leaves a sandbox: each packet
@@ -33,18 +35,15 @@ type Shape struct {
 	Loss  float64 // a fraction, [0, 1)
 }
 
-// MaxDelay bounds a Shape's Delay: a perturbation, not a partition (the
-// API's MaxNetDelay).
-const MaxDelay = 10 * time.Second
-
 // Zero reports whether s is no perturbation at all.
 func (s Shape) Zero() bool { return s.Delay == 0 && s.Loss == 0 }
 
-// Check errors, wrapping ErrInvalid, on a Delay out of [0, MaxDelay] or a
+// Check errors, wrapping ErrInvalid, on a Delay out of [0, api.MaxNetDelay]
+// (the API's bound, written once there) or a
 // Loss out of [0, 1).
 func (s Shape) Check() error {
-	if s.Delay < 0 || s.Delay > MaxDelay {
-		return fmt.Errorf("delay %s: %w: want 0 to %s", s.Delay, ErrInvalid, MaxDelay)
+	if s.Delay < 0 || s.Delay > api.MaxNetDelay {
+		return fmt.Errorf("delay %s: %w: want 0 to %s", s.Delay, ErrInvalid, api.MaxNetDelay)
 	}
 	if math.IsNaN(s.Loss) || s.Loss < 0 || s.Loss >= 1 {
 		return fmt.Errorf("loss %v: %w: want a fraction from 0 up to (not including) 1", s.Loss, ErrInvalid)
@@ -81,18 +80,27 @@ func (m *Manager) Shape(id string, s Shape) error {
 	if !isNamespace(gPath) {
 		return fmt.Errorf("shape network %s: %w", id, os.ErrNotExist)
 	}
+	// shapeMu guards the map only: the queue and the rules are made with it
+	// released (a sandbox is shaped by the one operation that claims it).
 	m.shapeMu.Lock()
-	defer m.shapeMu.Unlock()
 	d := m.delayers[id]
+	m.shapeMu.Unlock()
 	if s.Delay > 0 && d == nil {
-		var err error
-		if d, err = newDelayer(gPath); err != nil {
+		nd, err := newDelayer(gPath)
+		if err != nil {
 			return fmt.Errorf("shape network %s: %w", id, err)
 		}
-		if m.delayers == nil {
-			m.delayers = map[string]*delayer{}
+		m.shapeMu.Lock()
+		if d = m.delayers[id]; d == nil {
+			if m.delayers == nil {
+				m.delayers = map[string]*delayer{}
+			}
+			m.delayers[id], d = nd, nd
 		}
-		m.delayers[id] = d
+		m.shapeMu.Unlock()
+		if d != nd {
+			nd.close() // another shaping got there first
+		}
 	}
 	if d != nil {
 		d.setDelay(s.Delay)
@@ -101,8 +109,7 @@ func (m *Manager) Shape(id string, s Shape) error {
 		return fmt.Errorf("shape network %s: %w", id, err)
 	}
 	if s.Delay == 0 && d != nil {
-		d.close()
-		delete(m.delayers, id)
+		m.unshape(id)
 	}
 	return nil
 }
@@ -116,10 +123,11 @@ func (m *Manager) Release(id string) { m.unshape(id) }
 // with its namespace.
 func (m *Manager) unshape(id string) {
 	m.shapeMu.Lock()
-	defer m.shapeMu.Unlock()
-	if d := m.delayers[id]; d != nil {
+	d := m.delayers[id]
+	delete(m.delayers, id)
+	m.shapeMu.Unlock()
+	if d != nil {
 		d.close()
-		delete(m.delayers, id)
 	}
 }
 

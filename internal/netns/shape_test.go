@@ -10,15 +10,17 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"sbx.dev/sbx/api"
 )
 
 func TestShapeCheck(t *testing.T) {
-	for _, s := range []Shape{{Delay: -time.Millisecond}, {Delay: MaxDelay + 1}, {Loss: -0.1}, {Loss: 1}, {Loss: 2}} {
+	for _, s := range []Shape{{Delay: -time.Millisecond}, {Delay: api.MaxNetDelay + 1}, {Loss: -0.1}, {Loss: 1}, {Loss: 2}} {
 		if err := s.Check(); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Check(%+v) = %v, want ErrInvalid", s, err)
 		}
 	}
-	for _, s := range []Shape{{}, {Delay: MaxDelay}, {Loss: 0.999}, {Delay: time.Millisecond, Loss: 0.5}} {
+	for _, s := range []Shape{{}, {Delay: api.MaxNetDelay}, {Loss: 0.999}, {Delay: time.Millisecond, Loss: 0.5}} {
 		if err := s.Check(); err != nil {
 			t.Errorf("Check(%+v) = %v", s, err)
 		}
@@ -50,7 +52,7 @@ func udpRound(t *testing.T, from, addr string, n int, wait time.Duration) map[in
 	for i := range n {
 		sent[i] = time.Now()
 		fmt.Fprintf(c, "%d", i)
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // pacing: each datagram's delay is measured from its own send
 	}
 	got := map[int]time.Duration{}
 	c.SetReadDeadline(time.Now().Add(wait))

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -70,6 +71,11 @@ type ShimSpec struct {
 	// Offsets are where, in the command's output inside the sandbox, this
 	// shim starts (a re-attach).
 	Offsets [2]int64 `json:"offsets,omitempty"`
+	// Stall, if set, is how long a framed copier may send nothing at all
+	// (not even frame.Alive) before the shim takes it for stopped or
+	// wedged in the sandbox: it ends runsc exec and reports the copy lost,
+	// and sbxd attaches a new copier.
+	Stall time.Duration `json:"stall,omitempty"`
 	// Console is the file a console shim appends to.
 	Console string `json:"console,omitempty"`
 	// FreezeDir holds the sandbox's freeze slots: a console shim writes
@@ -381,6 +387,14 @@ func (c *controlFilter) control(line []byte) {
 
 func shimExec(spec ShimSpec, say func(string, ...any)) int {
 	dir := spec.Dir
+	// The kernel's OOM killer must never pick the copier: its runsc exec
+	// (a child, which inherits this) joins the sandbox's memory cgroup,
+	// and killing it frees nothing, the memory being the sentry's, but
+	// loses the exec, again at every reattach while the cgroup stays at
+	// its limit. At the limit the kernel stops the sandbox itself, as
+	// DESIGN says. (TestLimits, in CI: a ready sandbox whose execs were
+	// lost; its cgroup's oom_kill counted a kill in every run.)
+	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0) // root's; otherwise as before
 	open := func(name string) (*cappedFile, error) {
 		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
@@ -427,6 +441,11 @@ func shimExec(spec ShimSpec, say func(string, ...any)) int {
 			}
 		}
 		cmd.Stderr = io.MultiWriter(rl, &runscErr)
+		// runsc exec's stderr is copied by a goroutine Wait waits for, and
+		// runsc hands the pipe to the process in the sandbox: a copier
+		// stopped there (or anything that holds its stderr) would hold
+		// Wait for ever after runsc exec has gone
+		cmd.WaitDelay = drainGrace
 		r, w, err := os.Pipe()
 		if err != nil {
 			say("lost %s", err)
@@ -455,17 +474,25 @@ func shimExec(spec ShimSpec, say func(string, ...any)) int {
 		// the pipe never ends then. So the frames are read until the exit
 		// frame, or until a grace after runsc exec has ended.
 		_ = cmd.Stdout.(*os.File).Close()
+		var exited atomic.Bool
 		go func() {
 			err := cmd.Wait()
+			exited.Store(true)
 			_ = outPipe.(*os.File).SetReadDeadline(time.Now().Add(drainGrace))
 			waited <- err
 		}()
 		buf := make([]byte, frame.MaxPayload)
 	frames:
 		for {
+			if spec.Stall > 0 && !exited.Load() {
+				_ = outPipe.(*os.File).SetReadDeadline(time.Now().Add(spec.Stall))
+			}
 			typ, p, err := frame.Read(outPipe, buf)
 			if err != nil {
 				switch {
+				case errors.Is(err, os.ErrDeadlineExceeded) && spec.Stall > 0 && !exited.Load():
+					lost = fmt.Sprintf("the copier in the sandbox sent nothing for %s (stopped, or wedged)", spec.Stall)
+					_ = cmd.Process.Kill() // runsc exec: a new copier is attached
 				case errors.Is(err, os.ErrDeadlineExceeded):
 					lost = "the copier's output did not end with it (something in the sandbox holds it open)"
 				case !errors.Is(err, io.EOF):
@@ -631,6 +658,8 @@ type ShimExec struct {
 	RuntimeLog string
 	// Head and Tail are each stream's budget (0: the defaults).
 	Head, Tail int64
+	// Stall: see ShimSpec.Stall.
+	Stall time.Duration
 }
 
 // StartExec starts a shim that runs o.Args in sandbox id through `runsc
@@ -641,7 +670,7 @@ func (d *Driver) StartExec(id string, o ShimExec) (*Shim, error) {
 		head, tailN = DefaultOutputHead, DefaultOutputTail
 	}
 	argv := d.ExecArgv(id, ExecOptions{Args: o.Args})
-	sh, err := d.StartShim(ShimSpec{Kind: "exec", Dir: o.Dir, Argv: argv, Framed: true, RuntimeLog: o.RuntimeLog, Head: head, Tail: tailN, Offsets: o.Offsets}, o.Stdin, nil)
+	sh, err := d.StartShim(ShimSpec{Kind: "exec", Dir: o.Dir, Argv: argv, Framed: true, RuntimeLog: o.RuntimeLog, Head: head, Tail: tailN, Offsets: o.Offsets, Stall: o.Stall}, o.Stdin, nil)
 	if err != nil {
 		return nil, &Error{Verb: "exec", ID: id, Err: err}
 	}

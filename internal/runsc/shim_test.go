@@ -52,6 +52,24 @@ func writeFrames(args []string) int {
 		if args[0] == "held" {
 			_ = fw.WriteCode(frame.Exit, 5)
 		}
+	case args[0] == "stall":
+		// a copier stopped inside the sandbox: not a frame more; and, as
+		// there, its stdout and stderr stay held (runsc handed them to the
+		// sandbox) after runsc exec is gone
+		holder := exec.Command("sleep", "60")
+		holder.Stdout, holder.Stderr = os.Stdout, os.Stderr
+		if err := holder.Start(); err != nil {
+			return 1
+		}
+		_ = os.WriteFile(args[1], []byte(strconv.Itoa(holder.Process.Pid)), 0o600)
+		time.Sleep(time.Minute)
+	case args[0] == "alive":
+		// a quiet command: only the copier's word that it is there
+		for range 20 {
+			time.Sleep(100 * time.Millisecond)
+			_ = fw.Write(frame.Alive, nil)
+		}
+		_ = fw.WriteCode(frame.Exit, 0)
 	case args[0] == "garbage":
 		os.Stdout.Write([]byte{'z', 0, 0, 0, 1, 'q'})
 	case args[0] == "flood":
@@ -256,9 +274,9 @@ func TestControlFilter(t *testing.T) {
 	}
 	var out bytes.Buffer
 	c := &controlFilter{out: &out, freezeDir: freezeDir}
-	line := freezewire.Line(freezewire.Verdict{Slot: "im_abcdefghij", Result: freezewire.Frozen, Reason: "first"})
-	second := freezewire.Line(freezewire.Verdict{Slot: "im_abcdefghij", Result: freezewire.Failed, Reason: "second"})
-	other := freezewire.Line(freezewire.Verdict{Slot: "im_zzzzzzzzzz", Result: freezewire.Frozen})
+	line := freezewire.Line(freezewire.Verdict{Result: freezewire.Frozen, Record: freezewire.Record{Slot: "im_abcdefghij", Reason: "first"}})
+	second := freezewire.Line(freezewire.Verdict{Result: freezewire.Failed, Record: freezewire.Record{Slot: "im_abcdefghij", Reason: "second"}})
+	other := freezewire.Line(freezewire.Verdict{Result: freezewire.Frozen, Record: freezewire.Record{Slot: "im_zzzzzzzzzz"}})
 	all := append(append(append([]byte("before "), line...), second...), other...)
 	all = append(all, []byte("after\n")...)
 	for len(all) > 0 { // in small pieces, as a pipe may hand them
@@ -307,7 +325,7 @@ func TestControlFilterHarmless(t *testing.T) {
 	}
 	var out bytes.Buffer
 	c := &controlFilter{out: &out, freezeDir: freezeDir}
-	c.Write(freezewire.Line(freezewire.Verdict{Slot: "im_abcdefghij", Result: freezewire.Failed}))
+	c.Write(freezewire.Line(freezewire.Verdict{Result: freezewire.Failed, Record: freezewire.Record{Slot: "im_abcdefghij"}}))
 	for _, f := range []string{freezewire.StateFile, freezewire.PagesFile} {
 		if fi, err := os.Stat(filepath.Join(slot, f)); err != nil || fi.Size() != 8192 {
 			t.Errorf("%s after a failed verdict: %v, want it as gVisor left it", f, err)
@@ -318,5 +336,37 @@ func TestControlFilterHarmless(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "the sandbox says a freeze failed") {
 		t.Errorf("console %q: want the failure said, as the sandbox's word", out.String())
+	}
+}
+
+// TestShimStall: a copier that sends nothing at all for Stall (stopped by
+// root inside the sandbox, say) is given up: runsc exec is ended and the
+// copy reported lost, so that sbxd attaches a new one instead of waiting
+// for ever; a quiet command whose copier says it is alive is not.
+func TestShimStall(t *testing.T) {
+	self, _ := os.Executable()
+	pidFile := filepath.Join(t.TempDir(), "holder")
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if pid, err := strconv.Atoi(string(b)); err == nil {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	start := time.Now()
+	dir, evs := runShim(t, ShimSpec{Kind: "exec", Argv: []string{self, "frames", "stall", pidFile}, Framed: true, Stall: time.Second}, nil)
+	last := evs[len(evs)-1]
+	if last.Exit != nil || !strings.Contains(last.Lost, "sent nothing for 1s") {
+		t.Errorf("a stalled copier: last event %+v, want lost, saying it sent nothing", last)
+	}
+	if _, ok := ReadExit(dir); ok {
+		t.Error("a stalled copier left an exit file")
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("the stalled copier held the shim %s (its sleep is a minute: runsc exec was not ended)", d)
+	}
+	dir, evs = runShim(t, ShimSpec{Kind: "exec", Argv: []string{self, "frames", "alive"}, Framed: true, Stall: time.Second}, nil)
+	if code, ok := ReadExit(dir); !ok || code != 0 {
+		t.Errorf("a quiet command whose copier says it is alive (2 s, Stall 1 s): exit %d %v, events %+v; want exit 0", code, ok, evs)
 	}
 }

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -18,16 +19,39 @@ const minMemory = 64 << 20
 // Create makes and starts a sandbox, from a template or (req.From) a
 // snapshot. Bad fields are api.ErrInvalid naming the field, an unknown
 // template or snapshot api.ErrNotFound, a taken name api.ErrConflict.
+// A create of a template with a warm pool is served from it when it can
+// be (pool.go).
 func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandbox, error) {
 	if req.Name != "" {
 		if err := ValidName(req.Name); err != nil {
 			return nil, err
 		}
 	}
-	ttl, err := api.ParseDuration("ttl", req.TTL)
-	if err != nil {
+	if err := checkMeta(req.Meta); err != nil {
 		return nil, err
 	}
+	if _, ok := req.Meta[api.MetaPool]; ok {
+		// the pool's own boots come through create; a caller of Create
+		// (the API, the fleet's agent) may not make a sandbox the pool's
+		return nil, api.Errorf(api.ErrInvalid, "meta: %s is sbxd's: it marks a sandbox of its warm pool", api.MetaPool)
+	}
+	if err := m.checkRoom("create"); err != nil {
+		return nil, err
+	}
+	if sb, err := m.pool.take(ctx, cmp.Or(req.Template, m.cfg.DefaultTemplate), req); sb != nil || err != nil {
+		return sb, err
+	}
+	return m.create(ctx, req)
+}
+
+// create boots a sandbox for req.
+func (m *Manager) create(ctx context.Context, req api.CreateRequest) (*api.Sandbox, error) {
+	if req.Name != "" {
+		if err := ValidName(req.Name); err != nil {
+			return nil, err
+		}
+	}
+	ttl := req.TTL.D() // checked at the edge: api.CreateRequest.Validate
 	if err := m.checkRoom("create"); err != nil {
 		return nil, err
 	}
@@ -67,7 +91,7 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 		if req.Template != "" && req.Template != sn.Template {
 			return nil, api.Errorf(api.ErrInvalid, "template: snapshot %s is of template %s; leave the template out", sn.Name, sn.Template)
 		}
-		if !m.imageComplete(sn.ID) {
+		if !m.images.isComplete(sn.ID) {
 			return nil, api.Errorf(api.ErrUnavailable, "snapshot %s has no complete image on disk", sn.Name)
 		}
 		// a memory image restores into the network it was taken with
@@ -95,10 +119,10 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 			sb.DiskLimit = sn.DiskLimit
 		}
 		if sn.Memory {
-			b.image, b.from = m.imageMem(sn.ID), sn.ID
+			b.image, b.from = m.images.mem(sn.ID), sn.ID
 			sb.MemoryRestored = true
 			sb.Disk = sn.Disk // the restore names the disk its checkpoint had
-		} else if sb.Disk, err = m.newDisk(m.imageDisk(sn.ID)); err != nil {
+		} else if sb.Disk, err = m.storage.newDisk(m.images.disk(sn.ID)); err != nil {
 			return nil, err
 		}
 	}
@@ -111,22 +135,25 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 	if sb.TemplateVersion == "" {
 		t, release, err := m.resolveTemplate(sb.Template)
 		if err != nil {
-			m.releaseDisk(context.WithoutCancel(ctx), sb.Disk)
+			m.storage.releaseDisk(context.WithoutCancel(ctx), sb.Disk)
 			return nil, err
 		}
 		defer release() // once the record holds it
 		sb.TemplateVersion = t.Version
 	}
 	if b.rootfs, err = m.rootfs(sb); err != nil {
-		m.releaseDisk(context.WithoutCancel(ctx), sb.Disk)
+		m.storage.releaseDisk(context.WithoutCancel(ctx), sb.Disk)
 		return nil, err
 	}
-	// locked before the record exists: a delete that finds the record
+	// claimed before the record exists: a delete that finds the record
 	// waits for the create to end
-	unlock := m.lock(sb.ID)
+	unlock, ok := m.claims.tryClaim(sb.ID, "create") // a new id: nothing holds it
+	if !ok {
+		return nil, fmt.Errorf("create %s: the new id is claimed", sb.ID)
+	}
 	defer unlock()
 	if err := m.cfg.Store.CreateSandbox(ctx, sb); err != nil {
-		m.releaseDisk(context.WithoutCancel(ctx), sb.Disk)
+		m.storage.releaseDisk(context.WithoutCancel(ctx), sb.Disk)
 		return nil, err
 	}
 	// Once started, a create finishes or is undone whatever the client does.
@@ -137,13 +164,17 @@ func (m *Manager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 		}
 		return nil, fmt.Errorf("create %s: %w", sb.ID, err)
 	}
-	if err := m.started(ctx, sb, "created", map[string]any{"template": sb.Template, "from": sb.Source}); err != nil {
+	event := "created"
+	if pooled(sb) {
+		event = "pooled" // "created" once a create takes it
+	}
+	if err := m.started(ctx, sb, event, map[string]any{"template": sb.Template, "from": sb.Source}); err != nil {
 		if derr := m.destroy(ctx, sb.ID); derr != nil {
 			m.log.Error("undo failed create", "sandbox", sb.ID, "err", derr)
 		}
 		return nil, fmt.Errorf("create %s: %w", sb.ID, err)
 	}
-	return toAPI(sb), nil
+	return m.toAPI(sb), nil
 }
 
 // started moves a booted sandbox from creating to ready, with an event
@@ -161,7 +192,7 @@ func (m *Manager) started(ctx context.Context, sb *store.Sandbox, event string, 
 
 // readyIn records in tx that a booted sandbox is ready: creating to ready.
 func (m *Manager) readyIn(ctx context.Context, tx *store.Store, sb *store.Sandbox, event string, detail map[string]any) error {
-	if err := tx.Transition(ctx, sb.ID, store.Change{From: from(api.StateCreating), To: api.StateReady}); err != nil {
+	if err := moveIn(ctx, tx, sb.ID, moveBooted, store.Change{}); err != nil {
 		return err
 	}
 	sb.State = api.StateReady
@@ -218,7 +249,7 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, b bootSpec) error
 		}
 		netns = nw.Path
 	}
-	slot, annotations, env, err := m.armFreeze(ctx, sb, b.from)
+	slot, annotations, env, err := m.freezes.armFreeze(ctx, sb, b.from)
 	if err != nil {
 		return err
 	}
@@ -243,7 +274,7 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, b bootSpec) error
 		return err
 	}
 	run := runsc.RunOptions{Bundle: bundle, Console: filepath.Join(dir, "console.log"), ConsoleHead: m.cfg.OutputHead, ConsoleTail: m.cfg.OutputTail,
-		Overlay: upper, OverlaySize: sb.DiskLimit, Network: sb.Network, FreezeDir: m.freezeDir(sb.ID)}
+		Overlay: upper, OverlaySize: sb.DiskLimit, Network: sb.Network, FreezeDir: m.freezes.freezeDir(sb.ID)}
 	if b.monitor {
 		// the sink connects while runsc creates the sandbox: listen first
 		if run.PodInitConfig, err = m.monitors.start(sb.ID, dir); err != nil {
@@ -260,7 +291,7 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, b bootSpec) error
 	if err != nil {
 		return err
 	}
-	if err := m.freezes.watch(sb.ID, slot, m.slotDir(sb.ID, slot)); err != nil {
+	if err := m.freezes.slots.watch(sb.ID, slot, m.freezes.slotDir(sb.ID, slot)); err != nil {
 		m.log.Warn("cannot watch a freeze slot", "sandbox", sb.ID, "err", err)
 	}
 	return nil

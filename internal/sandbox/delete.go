@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -32,36 +29,36 @@ func (m *Manager) DeleteWith(ctx context.Context, ref string, o DeleteOptions) (
 	if err != nil {
 		return nil, err
 	}
-	unlock := m.lock(sb.ID)
+	unlock, err := m.claim(ctx, sb.ID, kindDelete)
+	if err != nil {
+		return nil, err
+	}
 	defer unlock()
 	return m.deleteLocked(context.WithoutCancel(ctx), sb.ID, o, nil)
 }
 
-// deleteLocked deletes sandbox id, whose lock the caller holds, with an
+// deleteLocked deletes sandbox id, which the caller claims, with an
 // extra event (the reaper's) recorded in the same transaction as the
 // record's removal.
 func (m *Manager) deleteLocked(ctx context.Context, id string, o DeleteOptions, extra *store.Event) (*api.DeleteResult, error) {
 	if _, err := m.cfg.Store.Sandbox(ctx, id); err != nil {
 		return nil, err // deleted meanwhile
 	}
-	c, err := m.beginOp(ctx, kindDelete, id, map[string]any{"withSnapshots": o.WithSnapshots, "keepFreezes": o.KeepFreezes})
+	c, err := m.journal.beginOp(ctx, kindDelete, id, map[string]any{"withSnapshots": o.WithSnapshots, "keepFreezes": o.KeepFreezes})
 	if err != nil {
 		return nil, err
 	}
 	defer c.end()
-	m.noteSlot(ctx, id) // a freeze done by now is kept
+	m.freezes.noteSlot(ctx, id) // a freeze done by now is kept
 	if err := m.destroyRuntime(ctx, id); err != nil {
 		// The sandbox may still be there: keep its record, say why.
 		c.abandon(ctx)
 		reason := "delete failed: " + err.Error() + "; delete it again"
-		_ = m.transition(ctx, id, store.Change{From: allStates, To: api.StateError, Reason: reason})
+		_ = m.move(ctx, id, moveDeleteFailed, store.Change{Reason: reason})
 		return nil, fmt.Errorf("delete %s: %w", id, err)
 	}
 	return m.finishDelete(ctx, c, id, o.WithSnapshots, extra)
 }
-
-// allStates is every state a sandbox can be in.
-var allStates = []api.State{api.StateCreating, api.StateReady, api.StateStopping, api.StateStopped, api.StateError, api.StateLost}
 
 // finishDelete removes what is left of a sandbox whose runtime is gone: its
 // files and, in one transaction, its record, its images' ownership, the
@@ -71,13 +68,13 @@ func (m *Manager) finishDelete(ctx context.Context, c *inFlight, id string, with
 	if sb, err := m.cfg.Store.Sandbox(ctx, id); err == nil {
 		disk, name = sb.Disk, sb.Name
 		// a freeze it took is a named snapshot, which outlives it
-		m.settleFreezesLocked(ctx, sb, false)
+		m.freezes.settleFreezesLocked(ctx, sb, false)
 	}
-	m.execs.forget(id)
+	m.execs.table.forget(id)
 	if err := os.RemoveAll(m.sandboxDir(id)); err != nil {
 		return nil, fmt.Errorf("delete %s: %w", id, err)
 	}
-	if err := os.RemoveAll(m.freezeDir(id)); err != nil {
+	if err := os.RemoveAll(m.freezes.freezeDir(id)); err != nil {
 		return nil, fmt.Errorf("delete %s: %w", id, err)
 	}
 	res := &api.DeleteResult{ID: id}
@@ -92,7 +89,7 @@ func (m *Manager) finishDelete(ctx context.Context, c *inFlight, id string, with
 		}
 	}
 	// storage.go: its freezes go with it, unless kept
-	fzs, err := m.freezesGoing(ctx, c, id, sns)
+	fzs, err := m.storage.freezesGoing(ctx, c, id, sns)
 	if err != nil {
 		return nil, fmt.Errorf("delete %s: %w", id, err)
 	}
@@ -124,7 +121,10 @@ func (m *Manager) finishDelete(ctx context.Context, c *inFlight, id string, with
 	if err != nil {
 		return nil, fmt.Errorf("delete %s: %w", id, err)
 	}
-	m.releaseDisk(ctx, disk)
+	// the followers of its execs' output look again: their execs are gone
+	// now (woken before, by forget, they found them still recorded)
+	m.execs.table.broadcast()
+	m.storage.releaseDisk(ctx, disk)
 	defer m.TemplateChanged(ctx) // its template version may be held by nothing now
 	for _, sn := range sns {
 		if err := m.deleteSnapshot(ctx, sn); err != nil {
@@ -132,7 +132,7 @@ func (m *Manager) finishDelete(ctx context.Context, c *inFlight, id string, with
 		}
 	}
 	// storage.go: removed after the record, as its named snapshots are
-	if err := m.removeFreezes(ctx, id, res, fzs); err != nil {
+	if err := m.storage.removeFreezes(ctx, id, res, fzs); err != nil {
 		return res, err
 	}
 	return res, nil
@@ -149,17 +149,17 @@ func (m *Manager) destroy(ctx context.Context, id string) error {
 		// Keep the record and files: the sandbox may still be there.
 		return err
 	}
-	m.execs.forget(id)
+	m.execs.table.forget(id)
 	if err := os.RemoveAll(m.sandboxDir(id)); err != nil {
 		return err
 	}
-	if err := os.RemoveAll(m.freezeDir(id)); err != nil {
+	if err := os.RemoveAll(m.freezes.freezeDir(id)); err != nil {
 		return err
 	}
 	if err := m.cfg.Store.DeleteSandbox(ctx, id); err != nil {
 		return err
 	}
-	m.releaseDisk(ctx, disk)
+	m.storage.releaseDisk(ctx, disk)
 	return nil
 }
 
@@ -168,7 +168,7 @@ func (m *Manager) destroy(ctx context.Context, id string) error {
 // network. Each step tolerates a missing part.
 func (m *Manager) destroyRuntime(ctx context.Context, id string) error {
 	m.unwatch(id)
-	defer m.conns.closeAll(id)
+	defer m.previews.closeAll(id)
 	err := m.cfg.Runtime.Delete(ctx, id)
 	kerr := m.killCgroup(id)
 	m.monitors.stop(id)
@@ -208,23 +208,10 @@ func (m *Manager) cgroupEmpty(id string) bool { return len(m.cgroupPids(id)) == 
 // cgroupPids lists the live processes in a sandbox's cgroups (zombies,
 // which a SIGKILL cannot end and whose parent reaps them, are left out).
 func (m *Manager) cgroupPids(id string) []int {
-	seen := map[int]bool{}
 	var pids []int
-	ctrls, _ := os.ReadDir("/sys/fs/cgroup")
-	for _, c := range ctrls {
-		for _, f := range []string{"cgroup.procs", "tasks"} {
-			b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", c.Name(), m.cgroupsPath(id), f))
-			if err != nil {
-				continue
-			}
-			for _, l := range strings.Fields(string(b)) {
-				pid, err := strconv.Atoi(l)
-				if err != nil || seen[pid] || zombie(pid) {
-					continue
-				}
-				seen[pid] = true
-				pids = append(pids, pid)
-			}
+	for _, pid := range m.cgroupOf(id).Pids() {
+		if !zombie(pid) {
+			pids = append(pids, pid)
 		}
 	}
 	return pids

@@ -15,14 +15,14 @@ import (
 // DATA_DIR/disks/ID.tar, shared by every memory fork and memory snapshot of
 // it, and removed once no sandbox or snapshot names it.
 
-func (m *Manager) disksDir() string { return filepath.Join(m.cfg.DataDir, "disks") }
+func (s *storageOwner) disksDir() string { return filepath.Join(s.dataDir, "disks") }
 
 // newDisk makes a disk from a tar (a hard link where it can, else a copy).
-func (m *Manager) newDisk(from string) (string, error) {
-	if err := os.MkdirAll(m.disksDir(), 0o700); err != nil {
+func (s *storageOwner) newDisk(from string) (string, error) {
+	if err := os.MkdirAll(s.disksDir(), 0o700); err != nil {
 		return "", err
 	}
-	path := filepath.Join(m.disksDir(), newID("dk_")+".tar")
+	path := filepath.Join(s.disksDir(), newID("dk_")+".tar")
 	if err := os.Link(from, path); err == nil {
 		return path, nil
 	}
@@ -44,15 +44,15 @@ func (m *Manager) newDisk(from string) (string, error) {
 }
 
 // releaseDisk removes a disk nothing names any more.
-func (m *Manager) releaseDisk(ctx context.Context, disk string) {
+func (s *storageOwner) releaseDisk(ctx context.Context, disk string) {
 	if disk == "" {
 		return
 	}
-	used, err := m.cfg.Store.DiskInUse(ctx, disk)
+	used, err := s.host.DiskInUse(ctx, disk)
 	if err != nil || used {
 		return
 	}
 	if err := os.Remove(disk); err != nil && !os.IsNotExist(err) {
-		m.log.Warn("remove a disk", "disk", disk, "err", err)
+		s.log.Warn("remove a disk", "disk", disk, "err", err)
 	}
 }

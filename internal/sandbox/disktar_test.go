@@ -192,7 +192,7 @@ func TestCaptureNotRestorable(t *testing.T) {
 			if _, err := m.Fork(ctx, sb.ID, api.ForkRequest{}, func(api.ForkEvent) error { return nil }); err == nil || !strings.Contains(err.Error(), tc.says) {
 				t.Errorf("fork: %v, want an error with %q", err, tc.says)
 			}
-			if imgs, _ := os.ReadDir(m.imagesDir()); len(imgs) != 0 {
+			if imgs, _ := os.ReadDir(m.images.root); len(imgs) != 0 {
 				t.Errorf("images after the failed captures: %v", imgs)
 			}
 			got, err := m.cfg.Store.Sandbox(ctx, sb.ID)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,7 +16,9 @@ import (
 	"time"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/follow"
 	"sbx.dev/sbx/internal/runsc"
+	"sbx.dev/sbx/internal/store"
 	"sbx.dev/sbx/internal/wire/agentwire"
 )
 
@@ -28,6 +31,116 @@ import (
 // within a budget, outlives sbxd, and writes the exit file a restarted sbxd
 // reads. While sbxd runs, the shim tells it of the pid and the end at once
 // (a channel per exec), so nothing polls the store for an exec.
+
+// execOwner owns the execs and their output: starting them through init,
+// the shims that copy their output out, their ends, their re-attaches after
+// a resume or a restart, and the readers of their output. Its table has its
+// own lock; it sees the rest of the manager only through execHost.
+type execOwner struct {
+	host       execHost
+	log        *slog.Logger
+	table      execTable
+	head, tail int64 // output kept of each stream: its head and tail (0: all)
+}
+
+// execHost is what the exec owner needs of the rest of the manager.
+type execHost interface {
+	// the store's execs, and its sandboxes
+	Sandbox(ctx context.Context, ref string) (*store.Sandbox, error)
+	CreateExec(ctx context.Context, e *api.Exec, activity time.Time) error
+	UpdateExec(ctx context.Context, e *api.Exec, activity time.Time) error
+	Exec(ctx context.Context, sandboxID, execID string) (*api.Exec, error)
+	Execs(ctx context.Context, sandboxID string) ([]*api.Exec, error)
+	// the runtime's shims
+	StartExec(id string, o runsc.ShimExec) (*runsc.Shim, error)
+	// claims (claims.go): a start claims shared, an exec's end whole
+	startClaim(ctx context.Context, id string) (release func(), err error)
+	claim(ctx context.Context, id, op string) (release func(), err error)
+	// the sandbox, ready or why not (running), after a create in flight (whenReady)
+	running(ctx context.Context, ref string) (*store.Sandbox, error)
+	whenReady(ctx context.Context, ref string) (*store.Sandbox, error)
+	defaults(sb *store.Sandbox) api.TemplateDefaults
+	checkRoom(what string) error
+	dataDirError(err error) error
+	execDir(sandboxID, execID string) string
+	runtimeLog(id string) string
+	watchDir(dir string) (follow.Source, func(), error)
+	agentCall(ctx context.Context, ref string, stdin io.Reader, stdout io.Writer, args ...string) error
+	touch(ctx context.Context, id string)
+	now() time.Time
+	// the sandbox's own end (watch.go): whether its process ended, and
+	// recording that it ended, with its execs (under the caller's claim)
+	processGone(ctx context.Context, id string) bool
+	recordEnd(ctx context.Context, sb *store.Sandbox)
+}
+
+// execHost, as the manager gives it.
+type managerExecHost struct {
+	*store.Store
+	m *Manager
+}
+
+func (h managerExecHost) StartExec(id string, o runsc.ShimExec) (*runsc.Shim, error) {
+	return h.m.cfg.Runtime.StartExec(id, o)
+}
+func (h managerExecHost) startClaim(ctx context.Context, id string) (func(), error) {
+	return h.m.claims.start(ctx, id)
+}
+func (h managerExecHost) claim(ctx context.Context, id, op string) (func(), error) {
+	return h.m.claim(ctx, id, op)
+}
+func (h managerExecHost) running(ctx context.Context, ref string) (*store.Sandbox, error) {
+	return h.m.running(ctx, ref)
+}
+func (h managerExecHost) whenReady(ctx context.Context, ref string) (*store.Sandbox, error) {
+	return h.m.whenReady(ctx, ref)
+}
+func (h managerExecHost) defaults(sb *store.Sandbox) api.TemplateDefaults { return h.m.defaults(sb) }
+func (h managerExecHost) checkRoom(what string) error                     { return h.m.checkRoom(what) }
+func (h managerExecHost) dataDirError(err error) error                    { return h.m.dataDirError(err) }
+func (h managerExecHost) execDir(sandboxID, execID string) string {
+	return h.m.execDir(sandboxID, execID)
+}
+func (h managerExecHost) runtimeLog(id string) string { return h.m.runtimeLog(id) }
+func (h managerExecHost) watchDir(dir string) (follow.Source, func(), error) {
+	return h.m.files.Watch(dir)
+}
+func (h managerExecHost) agentCall(ctx context.Context, ref string, stdin io.Reader, stdout io.Writer, args ...string) error {
+	return h.m.agentCall(ctx, ref, stdin, stdout, args...)
+}
+func (h managerExecHost) touch(ctx context.Context, id string) { h.m.touch(ctx, id) }
+func (h managerExecHost) now() time.Time                       { return h.m.now() }
+func (h managerExecHost) processGone(ctx context.Context, id string) bool {
+	return h.m.processGone(ctx, id)
+}
+func (h managerExecHost) recordEnd(ctx context.Context, sb *store.Sandbox) { h.m.recordEnd(ctx, sb) }
+
+// The facade: what server calls, and what the manager's other parts ask.
+
+// Exec: see execOwner.exec.
+func (m *Manager) Exec(ctx context.Context, ref string, req api.ExecRequest) (*api.Exec, error) {
+	return m.execs.exec(ctx, ref, req)
+}
+
+// Execs: see execOwner.list.
+func (m *Manager) Execs(ctx context.Context, ref string) ([]api.Exec, error) {
+	return m.execs.list(ctx, ref)
+}
+
+// GetExec: see execOwner.get.
+func (m *Manager) GetExec(ctx context.Context, ref, execID string) (*api.Exec, error) {
+	return m.execs.get(ctx, ref, execID)
+}
+
+// Output: see execOwner.output.
+func (m *Manager) Output(ctx context.Context, ref, execID string, following bool, emit func(api.ExecEvent) error) error {
+	return m.execs.output(ctx, ref, execID, following, emit)
+}
+
+// Signal: see execOwner.signal.
+func (m *Manager) Signal(ctx context.Context, ref, execID string, sig int) error {
+	return m.execs.signal(ctx, ref, execID, sig)
+}
 
 // execRun is an exec this sbxd is watching: running, or ended and not yet
 // stored (a full disk).
@@ -64,7 +177,7 @@ func (r *execRun) ended() bool {
 type execTable struct {
 	mu      sync.Mutex
 	m       map[string]*execRun
-	changed chan struct{} // closed and replaced on every change
+	changed follow.Broadcast // at every change
 }
 
 func (t *execTable) get(id string) (*execRun, bool) {
@@ -94,24 +207,10 @@ func (t *execTable) remove(r *execRun) {
 	t.broadcast()
 }
 
-// watch returns a channel closed at the next change.
-func (t *execTable) watch() <-chan struct{} {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.changed == nil {
-		t.changed = make(chan struct{})
-	}
-	return t.changed
-}
+// watch returns a channel closed at the next change (a follow.Source).
+func (t *execTable) watch() <-chan struct{} { return t.changed.Wait() }
 
-func (t *execTable) broadcast() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.changed != nil {
-		close(t.changed)
-	}
-	t.changed = make(chan struct{})
-}
+func (t *execTable) broadcast() { t.changed.Notify() }
 
 // running reports whether sandbox id has an exec running now.
 func (t *execTable) running(id string) bool {
@@ -164,10 +263,7 @@ func checkExecRequest(req api.ExecRequest) (time.Duration, error) {
 	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
 		return 0, api.Errorf(api.ErrInvalid, "cmd: give a command to run")
 	}
-	timeout, err := api.ParseDuration("timeout", req.Timeout)
-	if err != nil {
-		return 0, err
-	}
+	timeout := req.Timeout.D() // checked at the edge: api.ExecRequest.Validate
 	for i, a := range req.Cmd {
 		if strings.IndexByte(a, 0) >= 0 {
 			return 0, api.Errorf(api.ErrInvalid, "cmd: argument %d holds a NUL byte, which no program can receive", i)
@@ -196,32 +292,36 @@ func checkExecRequest(req api.ExecRequest) (time.Duration, error) {
 // Exec starts a command in a ready sandbox and returns at once with the
 // exec recorded as running (a detached one once its pid is known). Use
 // Output to read what it writes and when it ends.
-func (m *Manager) Exec(ctx context.Context, ref string, req api.ExecRequest) (*api.Exec, error) {
+func (x *execOwner) exec(ctx context.Context, ref string, req api.ExecRequest) (*api.Exec, error) {
 	timeout, err := checkExecRequest(req)
 	if err != nil {
 		return nil, err
 	}
-	if err := m.checkRoom("exec"); err != nil {
+	if err := x.host.checkRoom("exec"); err != nil {
 		return nil, err
 	}
-	sb, err := m.whenReady(ctx, ref)
+	sb, err := x.host.whenReady(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
 	// Starting is serialized with the sandbox's lifecycle (a delete or stop
 	// in between would pull the ground away); running is not.
-	unlock := m.lock(sb.ID)
-	defer unlock()
-	if sb, err = m.running(ctx, sb.ID); err != nil {
+	unlock, err := x.host.startClaim(ctx, sb.ID)
+	if err != nil {
 		return nil, err
 	}
-	e := api.Exec{ID: newID("ex_"), SandboxID: sb.ID, Cmd: req.Cmd, State: api.ExecRunning, StartedAt: m.now(), Detached: req.Detach}
-	dir := m.execDir(sb.ID, e.ID)
+	release := sync.OnceFunc(unlock)
+	defer release()
+	if sb, err = x.host.running(ctx, sb.ID); err != nil {
+		return nil, err
+	}
+	e := api.Exec{ID: newID("ex_"), SandboxID: sb.ID, Cmd: req.Cmd, State: api.ExecRunning, StartedAt: x.host.now(), Detached: req.Detach}
+	dir := x.host.execDir(sb.ID, e.ID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, m.dataDirError(fmt.Errorf("exec in %s: %w", sb.ID, err))
+		return nil, x.host.dataDirError(fmt.Errorf("exec in %s: %w", sb.ID, err))
 	}
 	// what the exec does not say, its template's defaults do
-	def := m.defaults(sb)
+	def := x.host.defaults(sb)
 	start := agentwire.StartRequest{ID: e.ID, Argv: req.Cmd, Env: append(slices.Clip(def.Env), req.Env...), Cwd: cmp.Or(req.Cwd, def.WorkDir), User: cmp.Or(req.User, def.User)}
 	if req.User != "" && req.Cwd == "" && def.WorkDir != "" && req.User != def.User {
 		start.Cwd = "" // another user's working directory is not the default one's
@@ -233,17 +333,22 @@ func (m *Manager) Exec(ctx context.Context, ref string, req api.ExecRequest) (*a
 	if err != nil {
 		return nil, err
 	}
-	if err := m.cfg.Store.CreateExec(ctx, &e, m.now()); err != nil {
+	if err := x.host.CreateExec(ctx, &e, x.host.now()); err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, m.dataDirError(fmt.Errorf("exec in %s: %w", sb.ID, err))
+		return nil, x.host.dataDirError(fmt.Errorf("exec in %s: %w", sb.ID, err))
 	}
 	run := &execRun{dir: dir, done: make(chan struct{}), exec: e}
-	if err := m.startCopier(run, []string{runsc.AgentPath, "start"}, request, [2]int64{}); err != nil {
-		m.finishExec(context.WithoutCancel(ctx), run, -1)
+	if err := x.startCopier(run, []string{runsc.AgentPath, "start"}, request, [2]int64{}); err != nil {
+		x.finishExec(context.WithoutCancel(ctx), run, -1)
 		return nil, fmt.Errorf("exec in %s: start: %w", sb.ID, err)
 	}
 	if req.Detach {
-		m.waitPid(run, 5*time.Second)
+		// the start is over: the wait for its pid holds no claim, or a
+		// copier that ended at once would wait for it to end the exec
+		// (copierEnded claims the sandbox whole); a stop meanwhile waits
+		// for the pid itself (awaitStarts)
+		release()
+		x.waitPid(run, 5*time.Second)
 	}
 	return run.snapshot(), nil
 }
@@ -266,16 +371,16 @@ var errNoSpace = errors.New("no space left on device")
 // startCopier starts the shim of an exec: a `runsc exec` of the agent's
 // argv (start, or attach after a restore), with stdin as its request and
 // offsets where its output resumes. The run is watched from then on.
-func (m *Manager) startCopier(run *execRun, argv []string, stdin []byte, offsets [2]int64) error {
-	sh, err := m.cfg.Runtime.StartExec(run.exec.SandboxID, runsc.ShimExec{
+func (x *execOwner) startCopier(run *execRun, argv []string, stdin []byte, offsets [2]int64) error {
+	sh, err := x.host.StartExec(run.exec.SandboxID, runsc.ShimExec{
 		Dir: run.dir, Args: argv, Stdin: stdin, Offsets: offsets,
-		RuntimeLog: m.runtimeLog(run.exec.SandboxID), Head: m.cfg.OutputHead, Tail: m.cfg.OutputTail,
+		RuntimeLog: x.host.runtimeLog(run.exec.SandboxID), Head: x.head, Tail: x.tail, Stall: copierStall,
 	})
 	if err != nil {
 		return err
 	}
 	run.attaches++
-	m.execs.put(run)
+	x.table.put(run)
 	go func() {
 		lost := ""
 		for ev := range sh.Events {
@@ -284,11 +389,11 @@ func (m *Manager) startCopier(run *execRun, argv []string, stdin []byte, offsets
 				run.mu.Lock()
 				run.exec.Pid = ev.Pid
 				run.mu.Unlock()
-				m.execs.broadcast()
+				x.table.broadcast()
 			case ev.Exit != nil:
 				// the end is known now; the shim may take a while longer
 				// (its exit file waits for room on a full disk)
-				m.finishExec(context.Background(), run, *ev.Exit)
+				x.finishExec(context.Background(), run, *ev.Exit)
 			case ev.Lost != "":
 				lost = ev.Lost
 			}
@@ -300,10 +405,15 @@ func (m *Manager) startCopier(run *execRun, argv []string, stdin []byte, offsets
 		if c, ok := runsc.ReadExit(run.dir); ok {
 			code = c
 		}
-		m.copierEnded(run, code, lost)
+		x.copierEnded(run, code, lost)
 	}()
 	return nil
 }
+
+// copierStall is how long a copier may say nothing (frame.Alive comes
+// every 5 s) before its shim gives it up and a new one is attached: root
+// inside can stop a copier, and its exec would wait for ever.
+const copierStall = 30 * time.Second
 
 // runtimeLog is where runsc's own messages about a sandbox go.
 func (m *Manager) runtimeLog(id string) string {
@@ -315,50 +425,65 @@ func (m *Manager) runtimeLog(id string) string {
 // the hibernation image until a resume attaches again; or the copier
 // failed while the command may still run, and a new one is tried once;
 // else the exec is lost.
-func (m *Manager) copierEnded(run *execRun, code int, lost string) {
+func (x *execOwner) copierEnded(run *execRun, code int, lost string) {
 	ctx := context.Background()
 	if code >= 0 {
-		m.finishExec(ctx, run, code)
+		x.finishExec(ctx, run, code)
 		return
 	}
 	// A copier also ends when its sandbox is stopped or deleted: decide
 	// once that is over, from what it left.
-	unlock := m.lock(run.exec.SandboxID)
+	unlock, err := x.host.claim(ctx, run.exec.SandboxID, "exec-end")
+	if err != nil {
+		return
+	}
 	defer unlock()
-	sb, err := m.cfg.Store.Sandbox(ctx, run.exec.SandboxID)
+	if run.ended() {
+		return // ended while this waited for the claim (the sandbox's end, a boot from its disk)
+	}
+	sb, err := x.host.Sandbox(ctx, run.exec.SandboxID)
 	switch {
 	case err != nil:
-		m.execs.remove(run) // deleted with its sandbox
+		x.table.remove(run) // deleted with its sandbox
 		return
 	case sb.State == api.StateStopping || sb.State == api.StateStopped:
-		m.execs.remove(run)
+		x.table.remove(run)
+		return
+	case sb.State == api.StateReady && x.host.processGone(ctx, sb.ID):
+		// the sandbox itself ended (the kernel stopped it at its memory
+		// limit): say so now, with this exec, not when the watcher comes
+		// round and a new copier has failed to attach
+		x.host.recordEnd(ctx, sb)
+		if !run.ended() {
+			x.finishExec(ctx, run, -1)
+		}
 		return
 	case sb.State == api.StateReady && run.attaches < 3:
-		m.log.Warn("an exec's copier ended early; attaching again", "exec", run.exec.ID, "reason", lost)
-		if err := m.reattach(ctx, run); err == nil {
+		x.log.Warn("an exec's copier ended early; attaching again", "exec", run.exec.ID, "reason", lost)
+		if err := x.reattach(ctx, run); err == nil {
 			return
 		}
 	}
-	m.log.Warn("exec lost", "exec", run.exec.ID, "sandbox", run.exec.SandboxID, "reason", lost)
-	m.finishExec(ctx, run, -1)
+	x.log.Warn("exec lost", "exec", run.exec.ID, "sandbox", run.exec.SandboxID, "reason", lost)
+	x.finishExec(ctx, run, -1)
 }
 
 // reattach starts copying an exec's output out of a ready sandbox again,
 // from where the last copy stopped: after a resume, or a restart of sbxd
 // that found its copier gone.
-func (m *Manager) reattach(ctx context.Context, run *execRun) error {
+func (x *execOwner) reattach(ctx context.Context, run *execRun) error {
 	off := runsc.ReadOffsets(run.dir)
 	args := []string{runsc.AgentPath, "attach", "--framed", "--id", run.exec.ID,
 		"--stdout-offset", fmt.Sprint(off[0]), "--stderr-offset", fmt.Sprint(off[1])}
-	return m.startCopier(run, args, nil, off)
+	return x.startCopier(run, args, nil, off)
 }
 
 // loseExecs records the running execs of a sandbox that booted from its
 // disk instead of its memory, or that ended on its own: their commands are
 // gone. Those a copier follows are ended through it (its end is then
 // known to its followers); the copier would only attach again.
-func (m *Manager) loseExecs(ctx context.Context, sandboxID string) {
-	execs, err := m.cfg.Store.Execs(ctx, sandboxID)
+func (x *execOwner) loseExecs(ctx context.Context, sandboxID string) {
+	execs, err := x.host.Execs(ctx, sandboxID)
 	if err != nil {
 		return
 	}
@@ -366,34 +491,34 @@ func (m *Manager) loseExecs(ctx context.Context, sandboxID string) {
 		if e.State != api.ExecRunning {
 			continue
 		}
-		run, watched := m.execs.get(e.ID)
+		run, watched := x.table.get(e.ID)
 		if !watched {
-			run = &execRun{dir: m.execDir(sandboxID, e.ID), done: make(chan struct{}), exec: *e}
+			run = &execRun{dir: x.host.execDir(sandboxID, e.ID), done: make(chan struct{}), exec: *e}
 		}
 		if !run.ended() {
-			m.finishExec(ctx, run, -1)
+			x.finishExec(ctx, run, -1)
 		}
 	}
 }
 
 // reattachAll re-attaches every running exec of a ready sandbox that no
 // copier follows.
-func (m *Manager) reattachAll(ctx context.Context, sandboxID string) {
-	execs, err := m.cfg.Store.Execs(ctx, sandboxID)
+func (x *execOwner) reattachAll(ctx context.Context, sandboxID string) {
+	execs, err := x.host.Execs(ctx, sandboxID)
 	if err != nil {
-		m.log.Error("list execs to re-attach", "sandbox", sandboxID, "err", err)
+		x.log.Error("list execs to re-attach", "sandbox", sandboxID, "err", err)
 		return
 	}
 	for _, e := range execs {
 		if e.State != api.ExecRunning {
 			continue
 		}
-		if _, watched := m.execs.get(e.ID); watched {
+		if _, watched := x.table.get(e.ID); watched {
 			continue
 		}
-		run := &execRun{dir: m.execDir(sandboxID, e.ID), done: make(chan struct{}), exec: *e}
-		if err := m.reattach(ctx, run); err != nil {
-			m.log.Error("re-attach to an exec", "exec", e.ID, "err", err)
+		run := &execRun{dir: x.host.execDir(sandboxID, e.ID), done: make(chan struct{}), exec: *e}
+		if err := x.reattach(ctx, run); err != nil {
+			x.log.Error("re-attach to an exec", "exec", e.ID, "err", err)
 		}
 	}
 }
@@ -403,29 +528,29 @@ const startWait = 5 * time.Second
 
 // awaitStarts waits (bounded, by limit in all) until every exec of sandbox
 // id being started has its process under init, or has ended. A stop does
-// so first, with the sandbox's lock held (no exec can begin meanwhile): an
+// so first, holding the sandbox's claim (no exec can begin meanwhile): an
 // exec's start goes through a `runsc exec`, which gVisor does not bring
 // back on a restore, so an exec caught between its start and init's
 // spawn would be lost ("exec not found" after the resume). Execs already
 // running are not waited for; they are under init.
-func (m *Manager) awaitStarts(id string, limit time.Duration) {
+func (x *execOwner) awaitStarts(id string, limit time.Duration) {
 	deadline := time.Now().Add(limit)
-	for _, run := range m.execs.starting(id) {
+	for _, run := range x.table.starting(id) {
 		left := time.Until(deadline)
 		if left <= 0 {
-			m.log.Warn("stop: an exec is still starting; it may be lost", "sandbox", id, "exec", run.exec.ID)
+			x.log.Warn("stop: an exec is still starting; it may be lost", "sandbox", id, "exec", run.exec.ID)
 			continue
 		}
-		m.waitPid(run, left)
+		x.waitPid(run, left)
 	}
 }
 
 // waitPid waits (bounded) until the exec's pid inside the sandbox is
 // known, or the exec has ended.
-func (m *Manager) waitPid(run *execRun, limit time.Duration) {
+func (x *execOwner) waitPid(run *execRun, limit time.Duration) {
 	deadline := time.After(limit)
 	for {
-		changed := m.execs.watch()
+		changed := x.table.watch()
 		run.mu.Lock()
 		pid := run.exec.Pid
 		run.mu.Unlock()
@@ -445,8 +570,8 @@ func (m *Manager) waitPid(run *execRun, limit time.Duration) {
 // finishExec records how an exec ended; code -1 means sbx cannot know.
 // The end is known at once to everyone following the exec; if the store
 // cannot take it (a full disk), it is kept and stored as soon as it can.
-func (m *Manager) finishExec(ctx context.Context, run *execRun, code int) {
-	end := m.now()
+func (x *execOwner) finishExec(ctx context.Context, run *execRun, code int) {
+	end := x.host.now()
 	run.mu.Lock()
 	if run.exec.Pid == 0 && run.dir != "" {
 		run.exec.Pid = readPid(run.dir)
@@ -466,29 +591,29 @@ func (m *Manager) finishExec(ctx context.Context, run *execRun, code int) {
 	default:
 		close(run.done)
 	}
-	m.execs.put(run) // followers see the end before the store does
-	if err := m.cfg.Store.UpdateExec(context.WithoutCancel(ctx), &e, end); err != nil {
-		m.log.Error("record exec end; keeping it until the store takes it", "exec", e.ID, "err", err)
-		go m.storeExecEnd(run)
+	x.table.put(run) // followers see the end before the store does
+	if err := x.host.UpdateExec(context.WithoutCancel(ctx), &e, end); err != nil {
+		x.log.Error("record exec end; keeping it until the store takes it", "exec", e.ID, "err", err)
+		go x.storeExecEnd(run)
 		return
 	}
-	m.execs.remove(run)
+	x.table.remove(run)
 }
 
 // storeExecEnd retries storing an exec's end until the store takes it, or
 // its sandbox is gone.
-func (m *Manager) storeExecEnd(run *execRun) {
+func (x *execOwner) storeExecEnd(run *execRun) {
 	for {
 		time.Sleep(time.Second)
 		e := run.snapshot()
-		err := m.cfg.Store.UpdateExec(context.Background(), e, *e.EndedAt)
+		err := x.host.UpdateExec(context.Background(), e, *e.EndedAt)
 		if err == nil {
-			m.log.Info("recorded an exec's end after a failure to", "exec", e.ID)
-			m.execs.remove(run)
+			x.log.Info("recorded an exec's end after a failure to", "exec", e.ID)
+			x.table.remove(run)
 			return
 		}
-		if _, serr := m.cfg.Store.Sandbox(context.Background(), e.SandboxID); errors.Is(serr, api.ErrNotFound) {
-			m.execs.remove(run)
+		if _, serr := x.host.Sandbox(context.Background(), e.SandboxID); errors.Is(serr, api.ErrNotFound) {
+			x.table.remove(run)
 			return
 		}
 	}
@@ -507,13 +632,13 @@ func readPid(dir string) int {
 // recoverExecs picks up the execs a previous sbxd left running: ended ones
 // are recorded from their exit file, those whose shim still runs are
 // watched again, and those whose copier is gone get a new one.
-func (m *Manager) recoverExecs(ctx context.Context) error {
-	execs, err := m.cfg.Store.Execs(ctx, "")
+func (x *execOwner) recoverExecs(ctx context.Context) error {
+	execs, err := x.host.Execs(ctx, "")
 	if err != nil {
 		return fmt.Errorf("recover execs: %w", err)
 	}
 	for _, e := range execs {
-		dir := m.execDir(e.SandboxID, e.ID)
+		dir := x.host.execDir(e.SandboxID, e.ID)
 		run := &execRun{dir: dir, done: make(chan struct{}), exec: *e}
 		if run.exec.Pid == 0 {
 			// the pid init gave it, if it got that far: an exec known to
@@ -523,12 +648,12 @@ func (m *Manager) recoverExecs(ctx context.Context) error {
 		}
 		shim := runsc.ReadShimPid(dir)
 		if code, ok := runsc.ReadExit(dir); ok && !shim.Alive() {
-			m.finishExec(ctx, run, code)
+			x.finishExec(ctx, run, code)
 			continue
 		}
 		if shim.Alive() {
 			// not our child: its end is seen by polling, and read from files
-			m.execs.put(run)
+			x.table.put(run)
 			go func() {
 				for shim.Alive() {
 					time.Sleep(100 * time.Millisecond)
@@ -537,49 +662,49 @@ func (m *Manager) recoverExecs(ctx context.Context) error {
 				if c, ok := runsc.ReadExit(dir); ok {
 					code = c
 				}
-				m.copierEnded(run, code, "its shim ended while sbxd was away")
+				x.copierEnded(run, code, "its shim ended while sbxd was away")
 			}()
 			continue
 		}
-		sb, err := m.cfg.Store.Sandbox(ctx, e.SandboxID)
+		sb, err := x.host.Sandbox(ctx, e.SandboxID)
 		switch {
 		case err != nil:
-			m.finishExec(ctx, run, -1)
+			x.finishExec(ctx, run, -1)
 		case sb.State == api.StateReady:
-			if err := m.reattach(ctx, run); err != nil {
-				m.log.Error("re-attach to an exec", "exec", e.ID, "err", err)
-				m.finishExec(ctx, run, -1)
+			if err := x.reattach(ctx, run); err != nil {
+				x.log.Error("re-attach to an exec", "exec", e.ID, "err", err)
+				x.finishExec(ctx, run, -1)
 			}
 		case sb.State == api.StateStopped:
 			// frozen in the image; a resume attaches again
 		default:
-			m.finishExec(ctx, run, -1)
+			x.finishExec(ctx, run, -1)
 		}
 	}
 	return nil
 }
 
 // Execs lists a sandbox's execs, oldest first.
-func (m *Manager) Execs(ctx context.Context, ref string) ([]api.Exec, error) {
-	sb, err := m.cfg.Store.Sandbox(ctx, ref)
+func (x *execOwner) list(ctx context.Context, ref string) ([]api.Exec, error) {
+	sb, err := x.host.Sandbox(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	execs, err := m.cfg.Store.Execs(ctx, sb.ID)
+	execs, err := x.host.Execs(ctx, sb.ID)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]api.Exec, 0, len(execs))
 	for _, e := range execs {
-		out = append(out, *m.liveExec(e))
+		out = append(out, *x.liveExec(e))
 	}
 	return out, nil
 }
 
 // liveExec prefers the in-memory view of an exec (it knows the pid, and an
 // end the store does not have yet).
-func (m *Manager) liveExec(e *api.Exec) *api.Exec {
-	run, ok := m.execs.get(e.ID)
+func (x *execOwner) liveExec(e *api.Exec) *api.Exec {
+	run, ok := x.table.get(e.ID)
 	if !ok {
 		return e
 	}
@@ -591,25 +716,25 @@ func (m *Manager) liveExec(e *api.Exec) *api.Exec {
 }
 
 // GetExec returns one exec of a sandbox.
-func (m *Manager) GetExec(ctx context.Context, ref, execID string) (*api.Exec, error) {
-	sb, err := m.cfg.Store.Sandbox(ctx, ref)
+func (x *execOwner) get(ctx context.Context, ref, execID string) (*api.Exec, error) {
+	sb, err := x.host.Sandbox(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	e, err := m.cfg.Store.Exec(ctx, sb.ID, execID)
+	e, err := x.host.Exec(ctx, sb.ID, execID)
 	if err != nil {
 		return nil, err
 	}
-	return m.liveExec(e), nil
+	return x.liveExec(e), nil
 }
 
 // execState returns an exec's current state: the watched run's, else the
 // store's.
-func (m *Manager) execState(ctx context.Context, sandboxID, execID string) (*api.Exec, error) {
-	if run, ok := m.execs.get(execID); ok {
+func (x *execOwner) execState(ctx context.Context, sandboxID, execID string) (*api.Exec, error) {
+	if run, ok := x.table.get(execID); ok {
 		return run.snapshot(), nil
 	}
-	return m.cfg.Store.Exec(context.WithoutCancel(ctx), sandboxID, execID)
+	return x.host.Exec(context.WithoutCancel(ctx), sandboxID, execID)
 }
 
 // Output sends an exec's output from the start: what was kept, then, with
@@ -618,51 +743,61 @@ func (m *Manager) execState(ctx context.Context, sandboxID, execID string) (*api
 // exec has ended). It returns when emit fails (the client went away). It
 // learns of an exec's end from the exec table, and reads only the files
 // while the exec runs.
-func (m *Manager) Output(ctx context.Context, ref, execID string, follow bool, emit func(api.ExecEvent) error) error {
-	sb, err := m.cfg.Store.Sandbox(ctx, ref)
+func (x *execOwner) output(ctx context.Context, ref, execID string, following bool, emit func(api.ExecEvent) error) error {
+	sb, err := x.host.Sandbox(ctx, ref)
 	if err != nil {
 		return err
 	}
-	if _, err := m.cfg.Store.Exec(ctx, sb.ID, execID); err != nil {
+	if _, err := x.host.Exec(ctx, sb.ID, execID); err != nil {
 		return err
 	}
-	dir := m.execDir(sb.ID, execID)
+	dir := x.host.execDir(sb.ID, execID)
 	streams := []*tail{{name: "stdout", path: filepath.Join(dir, "stdout")}, {name: "stderr", path: filepath.Join(dir, "stderr")}}
 	defer func() {
 		for _, s := range streams {
 			s.close()
 		}
 	}()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		changed := m.execs.watch()
-		cur, err := m.execState(ctx, sb.ID, execID)
+	// woken by the exec table (its end) and by the files (its output: the
+	// shim writes them), never by a poll
+	sources := []follow.Source{x.table.watch}
+	if following {
+		src, stop, err := x.host.watchDir(dir)
+		if err == nil {
+			defer stop()
+			sources = append(sources, src)
+		} else if cur, serr := x.execState(ctx, sb.ID, execID); serr != nil {
+			return serr // deleted meanwhile, with its sandbox
+		} else if cur.State == api.ExecRunning {
+			if _, statErr := os.Stat(dir); errors.Is(statErr, os.ErrNotExist) {
+				// only a delete removes a sandbox's files: its record
+				// goes in a moment, and with it the exec's
+				return api.Errorf(api.ErrNotFound, "exec %s: its sandbox %s is being deleted", execID, sb.ID)
+			}
+			return fmt.Errorf("follow the output of %s: %w", execID, err)
+		} // an exec that ended long ago may have no directory left: nothing grows
+	}
+	return follow.Follow(ctx, func() (bool, time.Time, error) {
+		cur, err := x.execState(ctx, sb.ID, execID)
 		if err != nil {
-			return err
+			return false, time.Time{}, err
 		}
 		// Whatever was written before the end is in the files by then.
 		ended := cur.State != api.ExecRunning
 		n, err := drain(streams, emit)
 		if err != nil {
-			return err
+			return false, time.Time{}, err
 		}
-		if ended {
-			return emit(api.ExecEvent{Event: "exit", Exec: cur})
+		switch {
+		case ended:
+			return true, time.Time{}, emit(api.ExecEvent{Event: "exit", Exec: cur})
+		case n > 0:
+			return false, time.Now(), nil // more may be there already
+		case !following:
+			return true, time.Time{}, nil
 		}
-		if n > 0 {
-			continue
-		}
-		if !follow {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-changed:
-		case <-tick.C:
-		}
-	}
+		return false, time.Time{}, nil
+	}, sources...)
 }
 
 // tail reads a growing file from where it left off.
@@ -721,18 +856,18 @@ func drain(streams []*tail, emit func(api.ExecEvent) error) (int, error) {
 // command and what it started in its group. An unknown sandbox or exec is
 // api.ErrNotFound; an exec that has ended, or a sandbox that is not
 // running, api.ErrConflict; a bad signal api.ErrInvalid.
-func (m *Manager) Signal(ctx context.Context, ref, execID string, sig int) error {
+func (x *execOwner) signal(ctx context.Context, ref, execID string, sig int) error {
 	if sig == 0 {
 		sig = 15
 	}
 	if sig < 1 || sig > 64 {
 		return api.Errorf(api.ErrInvalid, "signal: %d is not a signal number (1 to 64)", sig)
 	}
-	sb, err := m.cfg.Store.Sandbox(ctx, ref)
+	sb, err := x.host.Sandbox(ctx, ref)
 	if err != nil {
 		return err
 	}
-	e, err := m.GetExec(ctx, sb.ID, execID)
+	e, err := x.get(ctx, sb.ID, execID)
 	if err != nil {
 		return err
 	}
@@ -741,10 +876,10 @@ func (m *Manager) Signal(ctx context.Context, ref, execID string, sig int) error
 	}
 	ctx, cancel := context.WithTimeout(ctx, inspectTimeout)
 	defer cancel()
-	err = m.agentCall(ctx, sb.ID, nil, io.Discard, "kill", "--id", e.ID, "--signal", fmt.Sprint(sig))
+	err = x.host.agentCall(ctx, sb.ID, nil, io.Discard, "kill", "--id", e.ID, "--signal", fmt.Sprint(sig))
 	if err != nil && strings.Contains(err.Error(), "no process of it is left") {
 		// it ended as the signal went; say how, once its end is known
-		if cur, gerr := m.GetExec(context.WithoutCancel(ctx), sb.ID, e.ID); gerr == nil && cur.State != api.ExecRunning {
+		if cur, gerr := x.get(context.WithoutCancel(ctx), sb.ID, e.ID); gerr == nil && cur.State != api.ExecRunning {
 			return execEnded(cur)
 		}
 		return api.Errorf(api.ErrConflict, "exec %s in %s has no process left to signal; it is ending", e.ID, sb.ID)
@@ -752,7 +887,7 @@ func (m *Manager) Signal(ctx context.Context, ref, execID string, sig int) error
 	if err != nil {
 		return fmt.Errorf("signal exec %s in %s: %w", e.ID, sb.ID, err)
 	}
-	m.touch(ctx, sb.ID)
+	x.host.touch(ctx, sb.ID)
 	return nil
 }
 

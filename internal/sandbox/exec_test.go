@@ -1,9 +1,14 @@
 package sandbox
 
 import (
+	"context"
+	"errors"
+	"os"
+	"strings"
 	"testing"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/runsc"
 )
 
 // TestExecTableStarting: a stop waits for the execs of its sandbox whose
@@ -35,5 +40,89 @@ func TestExecTableStarting(t *testing.T) {
 	starting.mu.Unlock()
 	if got := tab.starting("sb_a"); len(got) != 0 {
 		t.Errorf("starting(sb_a) after its pid came = %d execs, want none", len(got))
+	}
+}
+
+// TestOutputOfDeletedSandbox: following the output of an exec whose
+// sandbox a delete is removing (its files gone, its record not yet) says
+// not found, as the finished delete would, not a watch error (CI's
+// TestConcurrentClients met this between a delete and an exec).
+func TestOutputOfDeletedSandbox(t *testing.T) {
+	ctx := context.Background()
+	m, _ := newTestManager(t, 0)
+	sb, err := m.Create(ctx, api.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := m.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sleep", "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(m.execDir(sb.ID, e.ID)); err != nil {
+		t.Fatal(err)
+	}
+	err = m.Output(ctx, sb.ID, e.ID, true, func(api.ExecEvent) error { return nil })
+	if !errors.Is(err, api.ErrNotFound) || !strings.Contains(err.Error(), "being deleted") {
+		t.Errorf("output of an exec whose files a delete removed: %v, want not found: being deleted", err)
+	}
+}
+
+// TestCopierEndsWithItsSandbox: a copier that ends because its whole
+// sandbox ended (the kernel stopped it at its memory limit) records the
+// sandbox's end with the exec's, at once, instead of attaching a new
+// copier to a sandbox that is gone and leaving it "ready" until the
+// watcher comes round (CI's TestLimits saw an exec lost in a sandbox still
+// called ready). A copier that ends while its sandbox runs attaches again.
+func TestCopierEndsWithItsSandbox(t *testing.T) {
+	ctx := context.Background()
+	m, _ := newTestManager(t, 0)
+	rt := m.cfg.Runtime.(*fakeRuntime)
+	start := func() (*api.Sandbox, *execRun) {
+		sb, err := m.Create(ctx, api.CreateRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := m.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sleep", "1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		run, ok := m.execs.table.get(e.ID)
+		if !ok {
+			t.Fatal("the exec is not in the table")
+		}
+		return sb, run
+	}
+
+	// the sandbox runs: the copier's end is not the sandbox's
+	sb, run := start()
+	m.watcher.add(sb.ID, runsc.Proc{Pid: os.Getpid(), Start: runsc.ProcessStart(os.Getpid())})
+	m.execs.copierEnded(run, -1, "the copier ended without an exit code")
+	if got, _ := m.Get(ctx, sb.ID); got.State != api.StateReady {
+		t.Errorf("a copier's end in a running sandbox made it %s (%q)", got.State, got.Reason)
+	}
+
+	// the sandbox's process is gone, and runsc agrees
+	sb, run = start()
+	m.watcher.add(sb.ID, runsc.Proc{Pid: os.Getpid(), Start: "gone"}) // not this process's start: gone
+	rt.mu.Lock()
+	delete(rt.running, sb.ID)
+	rt.mu.Unlock()
+	m.execs.copierEnded(run, -1, "the copier ended without an exit code")
+	got, err := m.Get(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != api.StateError || !strings.Contains(got.Reason, "ended unexpectedly") {
+		t.Errorf("after its process ended the sandbox is %s (%q), want error: ended unexpectedly", got.State, got.Reason)
+	}
+	x, err := m.GetExec(ctx, sb.ID, run.exec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.State != api.ExecLost {
+		t.Errorf("the exec of a sandbox that ended is %s, want lost", x.State)
+	}
+	if _, watched := m.watcher.get(sb.ID); watched {
+		t.Error("a sandbox that ended is still watched")
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/runsc"
+	"sbx.dev/sbx/internal/store"
 	"sbx.dev/sbx/internal/wire/agentwire"
 )
 
@@ -133,11 +134,11 @@ func decodeList[T any](b []byte, max int, what string) ([]T, error) {
 
 // inspect runs an agent call whose whole answer sbxd reads, within
 // maxAnswer bytes and inspectTimeout.
-func (m *Manager) inspect(ctx context.Context, ref string, args ...string) ([]byte, error) {
+func (f *sandboxFiles) inspect(ctx context.Context, ref string, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, inspectTimeout)
 	defer cancel()
 	out := &boundedBuffer{max: maxAnswer}
-	err := m.agentCall(ctx, ref, nil, out, args...)
+	err := f.agentCall(ctx, ref, nil, out, args...)
 	if errors.Is(err, errAnswerTooLarge) || out.Len() >= maxAnswer {
 		return nil, api.Errorf(api.ErrUnavailable, "%s: the sandbox answered more than %d MiB; its agent may have been replaced from inside", args[0], maxAnswer>>20)
 	}
@@ -153,19 +154,19 @@ var fileCommands = map[string]bool{"get": true, "put": true, "untar": true, "sta
 // agentCall runs the agent in a running sandbox and maps its exit codes to
 // the API's error kinds. A file subcommand is run for the sandbox's default
 // user.
-func (m *Manager) agentCall(ctx context.Context, ref string, stdin io.Reader, stdout io.Writer, args ...string) error {
-	sb, err := m.whenReady(ctx, ref)
+func (f *sandboxFiles) agentCall(ctx context.Context, ref string, stdin io.Reader, stdout io.Writer, args ...string) error {
+	sb, err := f.host.whenReady(ctx, ref)
 	if err != nil {
 		return err
 	}
-	if u := m.defaultUser(sb); u != "" && fileCommands[args[0]] {
+	if u := f.host.defaultUser(sb); u != "" && fileCommands[args[0]] {
 		args = append([]string{args[0], "--user", u}, args[1:]...)
 	}
 	stderr := &boundedBuffer{max: maxAgentStderr}
-	code, err := m.cfg.Runtime.Exec(ctx, sb.ID, runsc.ExecOptions{Args: append([]string{runsc.AgentPath}, args...)}, stdin, stdout, stderr)
+	code, err := f.host.runAgent(ctx, sb.ID, runsc.ExecOptions{Args: append([]string{runsc.AgentPath}, args...)}, stdin, stdout, stderr)
 	if err != nil {
 		// Deleted or stopped meanwhile: say that, not how runsc failed.
-		if _, rerr := m.running(context.WithoutCancel(ctx), sb.ID); rerr != nil {
+		if _, rerr := f.host.running(context.WithoutCancel(ctx), sb.ID); rerr != nil {
 			return rerr
 		}
 		return fmt.Errorf("%s in %s: %w", args[0], sb.ID, err)
@@ -191,7 +192,7 @@ func (m *Manager) agentCall(ctx context.Context, ref string, stdin io.Reader, st
 // ReadFile streams a file of the sandbox to w. Nothing is written to w
 // before the agent has started sending the file, so an error before the
 // first byte can still be answered as an error.
-func (m *Manager) ReadFile(ctx context.Context, ref, p string, asTar bool, w io.Writer) error {
+func (f *sandboxFiles) read(ctx context.Context, ref, p string, asTar bool, w io.Writer) error {
 	p, err := checkPath(p)
 	if err != nil {
 		return err
@@ -200,30 +201,30 @@ func (m *Manager) ReadFile(ctx context.Context, ref, p string, asTar bool, w io.
 	if asTar {
 		args = []string{"get", "--tar", p}
 	}
-	defer m.transfer(ctx, ref)()
-	return m.agentCall(ctx, ref, nil, w, args...)
+	defer f.transfer(ctx, ref)()
+	return f.agentCall(ctx, ref, nil, w, args...)
 }
 
 // transfer marks a sandbox active while bytes move through the file API,
 // from the first byte (a long upload is activity all along), and touches it
 // at the end.
-func (m *Manager) transfer(ctx context.Context, ref string) (done func()) {
-	sb, err := m.cfg.Store.Sandbox(ctx, ref)
+func (f *sandboxFiles) transfer(ctx context.Context, ref string) (done func()) {
+	sb, err := f.host.Sandbox(ctx, ref)
 	if err != nil {
 		return func() {}
 	}
-	release := m.leases.take(sb.ID)
-	m.touch(ctx, sb.ID)
+	release := f.host.lease(sb.ID)
+	f.host.touch(ctx, sb.ID)
 	return func() {
 		release()
-		m.touch(context.WithoutCancel(ctx), sb.ID)
+		f.host.touch(context.WithoutCancel(ctx), sb.ID)
 	}
 }
 
 // WriteFile writes size bytes from r to path p in the sandbox. The file
 // lands whole or not at all: the agent writes a temporary file and renames
 // it only once all size bytes have arrived.
-func (m *Manager) WriteFile(ctx context.Context, ref, p string, r io.Reader, size int64, mode string) error {
+func (f *sandboxFiles) write(ctx context.Context, ref, p string, r io.Reader, size int64, mode string) error {
 	p, err := checkPath(p)
 	if err != nil {
 		return err
@@ -237,28 +238,28 @@ func (m *Manager) WriteFile(ctx context.Context, ref, p string, r io.Reader, siz
 	if _, err := strconv.ParseUint(mode, 8, 32); err != nil {
 		return api.Errorf(api.ErrInvalid, "mode: %q is not an octal file mode", mode)
 	}
-	defer m.transfer(ctx, ref)()
-	return m.agentCall(ctx, ref, r, io.Discard, "put", "--size", strconv.FormatInt(size, 10), "--mode", mode, p)
+	defer f.transfer(ctx, ref)()
+	return f.agentCall(ctx, ref, r, io.Discard, "put", "--size", strconv.FormatInt(size, 10), "--mode", mode, p)
 }
 
 // WriteTar extracts a tar stream under directory p in the sandbox.
-func (m *Manager) WriteTar(ctx context.Context, ref, p string, r io.Reader) error {
+func (f *sandboxFiles) writeTar(ctx context.Context, ref, p string, r io.Reader) error {
 	p, err := checkPath(p)
 	if err != nil {
 		return err
 	}
-	defer m.transfer(ctx, ref)()
-	return m.agentCall(ctx, ref, r, io.Discard, "untar", p)
+	defer f.transfer(ctx, ref)()
+	return f.agentCall(ctx, ref, r, io.Discard, "untar", p)
 }
 
 // Stat describes one file of the sandbox (the link itself for a symlink).
 // Inspection: it does not count as activity.
-func (m *Manager) Stat(ctx context.Context, ref, p string) (*api.FileInfo, error) {
+func (f *sandboxFiles) stat(ctx context.Context, ref, p string) (*api.FileInfo, error) {
 	p, err := checkPath(p)
 	if err != nil {
 		return nil, err
 	}
-	out, err := m.inspect(ctx, ref, "stat", p)
+	out, err := f.inspect(ctx, ref, "stat", p)
 	if err != nil {
 		return nil, err
 	}
@@ -272,7 +273,7 @@ func (m *Manager) Stat(ctx context.Context, ref, p string) (*api.FileInfo, error
 // ReadDir lists a directory of the sandbox, sorted by name: the names after
 // after ("" from the start), at most limit of them (0: all, within the
 // bound of an agent's answer). Inspection: no activity.
-func (m *Manager) ReadDir(ctx context.Context, ref, p, after string, limit int) ([]api.FileInfo, error) {
+func (f *sandboxFiles) readDir(ctx context.Context, ref, p, after string, limit int) ([]api.FileInfo, error) {
 	p, err := checkPath(p)
 	if err != nil {
 		return nil, err
@@ -287,7 +288,7 @@ func (m *Manager) ReadDir(ctx context.Context, ref, p, after string, limit int) 
 	if limit > 0 {
 		args = append(args, "--limit", strconv.Itoa(limit))
 	}
-	out, err := m.inspect(ctx, ref, append(args, "--", p)...)
+	out, err := f.inspect(ctx, ref, append(args, "--", p)...)
 	if err != nil {
 		return nil, err
 	}
@@ -305,7 +306,7 @@ func (m *Manager) ReadDir(ctx context.Context, ref, p, after string, limit int) 
 // MkdirAll makes directory p in the sandbox and any missing parents, with
 // mode's permission bits ("" is 0755), owned by the sandbox's default user.
 // An existing directory is no error; a file in the way is api.ErrConflict.
-func (m *Manager) MkdirAll(ctx context.Context, ref, p, mode string) error {
+func (f *sandboxFiles) mkdirAll(ctx context.Context, ref, p, mode string) error {
 	p, err := checkPath(p)
 	if err != nil {
 		return err
@@ -316,15 +317,15 @@ func (m *Manager) MkdirAll(ctx context.Context, ref, p, mode string) error {
 	if n, err := strconv.ParseUint(mode, 8, 32); err != nil || n > 0o7777 {
 		return api.Errorf(api.ErrInvalid, "mode: %q is not an octal file mode", mode)
 	}
-	defer m.transfer(ctx, ref)()
-	return m.agentCall(ctx, ref, nil, io.Discard, "mkdir", "--mode", mode, p)
+	defer f.transfer(ctx, ref)()
+	return f.agentCall(ctx, ref, nil, io.Discard, "mkdir", "--mode", mode, p)
 }
 
 // Remove removes file p in the sandbox (a symlink itself, or an empty
 // directory); with recursive a directory and all it holds, and then a
 // missing p is no error. A missing p is api.ErrNotFound, a directory that
 // is not empty api.ErrConflict.
-func (m *Manager) Remove(ctx context.Context, ref, p string, recursive bool) error {
+func (f *sandboxFiles) remove(ctx context.Context, ref, p string, recursive bool) error {
 	p, err := checkPath(p)
 	if err != nil {
 		return err
@@ -336,14 +337,14 @@ func (m *Manager) Remove(ctx context.Context, ref, p string, recursive bool) err
 	if recursive {
 		args = []string{"rm", "-r", p}
 	}
-	defer m.transfer(ctx, ref)()
-	return m.agentCall(ctx, ref, nil, io.Discard, args...)
+	defer f.transfer(ctx, ref)()
+	return f.agentCall(ctx, ref, nil, io.Discard, args...)
 }
 
 // Rename renames from to to in the sandbox, as rename(2): a file at to is
 // replaced. A missing from is api.ErrNotFound; a directory at to that is
 // not empty api.ErrConflict.
-func (m *Manager) Rename(ctx context.Context, ref, from, to string) error {
+func (f *sandboxFiles) rename(ctx context.Context, ref, from, to string) error {
 	from, err := checkPath(from)
 	if err != nil {
 		return err
@@ -351,6 +352,94 @@ func (m *Manager) Rename(ctx context.Context, ref, from, to string) error {
 	if to, err = checkPath(to); err != nil {
 		return err
 	}
-	defer m.transfer(ctx, ref)()
-	return m.agentCall(ctx, ref, nil, io.Discard, "mv", from, to)
+	defer f.transfer(ctx, ref)()
+	return f.agentCall(ctx, ref, nil, io.Discard, "mv", from, to)
+}
+
+// sandboxFiles owns the file API of running sandboxes: every read, write,
+// listing and change goes through the sandbox's agent (a runsc exec), whose
+// exit codes map to the API's kinds; bytes moving count as activity. It sees
+// the rest of the manager only through filesHost.
+type sandboxFiles struct{ host filesHost }
+
+// filesHost is what the file API needs of the rest of the manager.
+type filesHost interface {
+	Sandbox(ctx context.Context, ref string) (*store.Sandbox, error)
+	whenReady(ctx context.Context, ref string) (*store.Sandbox, error)
+	running(ctx context.Context, ref string) (*store.Sandbox, error)
+	defaultUser(sb *store.Sandbox) string
+	// runAgent runs a command (the agent) in sandbox id
+	runAgent(ctx context.Context, id string, o runsc.ExecOptions, stdin io.Reader, stdout, stderr io.Writer) (int, error)
+	// lease keeps sandbox id active until its release (the reaper's)
+	lease(id string) (release func())
+	touch(ctx context.Context, id string)
+}
+
+// filesHost, as the manager gives it.
+type managerFilesHost struct {
+	*store.Store
+	m *Manager
+}
+
+func (h managerFilesHost) whenReady(ctx context.Context, ref string) (*store.Sandbox, error) {
+	return h.m.whenReady(ctx, ref)
+}
+func (h managerFilesHost) running(ctx context.Context, ref string) (*store.Sandbox, error) {
+	return h.m.running(ctx, ref)
+}
+func (h managerFilesHost) defaultUser(sb *store.Sandbox) string { return h.m.defaultUser(sb) }
+func (h managerFilesHost) runAgent(ctx context.Context, id string, o runsc.ExecOptions, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	return h.m.cfg.Runtime.Exec(ctx, id, o, stdin, stdout, stderr)
+}
+func (h managerFilesHost) lease(id string) func()               { return h.m.reaper.leases.take(id) }
+func (h managerFilesHost) touch(ctx context.Context, id string) { h.m.touch(ctx, id) }
+
+// The facade.
+
+// ReadFile: see sandboxFiles.read.
+func (m *Manager) ReadFile(ctx context.Context, ref, p string, asTar bool, w io.Writer) error {
+	return m.fs.read(ctx, ref, p, asTar, w)
+}
+
+// WriteFile: see sandboxFiles.write.
+func (m *Manager) WriteFile(ctx context.Context, ref, p string, r io.Reader, size int64, mode string) error {
+	return m.fs.write(ctx, ref, p, r, size, mode)
+}
+
+// WriteTar: see sandboxFiles.writeTar.
+func (m *Manager) WriteTar(ctx context.Context, ref, p string, r io.Reader) error {
+	return m.fs.writeTar(ctx, ref, p, r)
+}
+
+// Stat: see sandboxFiles.stat.
+func (m *Manager) Stat(ctx context.Context, ref, p string) (*api.FileInfo, error) {
+	return m.fs.stat(ctx, ref, p)
+}
+
+// ReadDir: see sandboxFiles.readDir.
+func (m *Manager) ReadDir(ctx context.Context, ref, p, after string, limit int) ([]api.FileInfo, error) {
+	return m.fs.readDir(ctx, ref, p, after, limit)
+}
+
+// MkdirAll: see sandboxFiles.mkdirAll.
+func (m *Manager) MkdirAll(ctx context.Context, ref, p, mode string) error {
+	return m.fs.mkdirAll(ctx, ref, p, mode)
+}
+
+// Remove: see sandboxFiles.remove.
+func (m *Manager) Remove(ctx context.Context, ref, p string, recursive bool) error {
+	return m.fs.remove(ctx, ref, p, recursive)
+}
+
+// Rename: see sandboxFiles.rename.
+func (m *Manager) Rename(ctx context.Context, ref, from, to string) error {
+	return m.fs.rename(ctx, ref, from, to)
+}
+
+func (m *Manager) agentCall(ctx context.Context, ref string, stdin io.Reader, stdout io.Writer, args ...string) error {
+	return m.fs.agentCall(ctx, ref, stdin, stdout, args...)
+}
+
+func (m *Manager) inspect(ctx context.Context, ref string, args ...string) ([]byte, error) {
+	return m.fs.inspect(ctx, ref, args...)
 }

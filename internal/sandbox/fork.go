@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
 	"sync"
 
@@ -23,24 +24,13 @@ import (
 // fails, none is left and the error names the cause. The parent keeps
 // running. The fork goes on when emit fails (the client left).
 func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emit func(api.ForkEvent) error) ([]api.Sandbox, error) {
-	count := req.Count
-	if count == 0 {
-		count = 1
-	}
-	if count < 1 || count > api.MaxForks {
-		return nil, api.Errorf(api.ErrInvalid, "count: %d is out of range: a fork makes 1 to %d sandboxes per call; grow a wider tree by forking the children", req.Count, api.MaxForks)
-	}
+	// the count, the name's use, the ttl and the delay are checked at the
+	// edge (api.ForkRequest.Validate); the name's spelling is the store's
+	count := max(req.Count, 1)
 	if req.Name != "" {
-		if count > 1 {
-			return nil, api.Errorf(api.ErrInvalid, "name: only a single fork can be named")
-		}
 		if err := ValidName(req.Name); err != nil {
 			return nil, err
 		}
-	}
-	ttl, err := api.ParseDuration("ttl", req.TTL)
-	if err != nil {
-		return nil, err
 	}
 	if err := checkMeta(req.Meta); err != nil {
 		return nil, err
@@ -59,11 +49,12 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 		}
 	}
 	// storage.go: refused past the storage budget before any child is told of
-	if err := m.captureRoom(ctx, kindFork, parent.ID, req.Memory); err != nil {
+	if err := m.storage.captureRoom(ctx, kindFork, parent.ID, req.Memory); err != nil {
 		return nil, err
 	}
-	if req.TTL == "" { // not given: the parent's; "0" is none
-		ttl = parent.TTL
+	ttl := parent.TTL // not given: the parent's; 0 is none
+	if req.TTL != nil {
+		ttl = req.TTL.D()
 	}
 	meta, err := mergeMeta(parent.Meta, req.Meta)
 	if err != nil {
@@ -74,7 +65,7 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 		return nil, err
 	}
 	// Records first: names are claimed and ids exist before anyone is told.
-	// Each child is locked before its record exists and until the fork
+	// Each child is claimed before its record exists and until the fork
 	// ends (an all-or-nothing undo included), so a delete, stop or capture
 	// of a child still being made waits for it; else the boot would go on
 	// after a delete and leave a sandbox no record names.
@@ -99,9 +90,17 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 		if i == 0 {
 			c.Name = req.Name
 		}
-		release = append(release, m.lock(c.ID))
+		r, _ := m.claims.tryClaim(c.ID, "create") // a new id: nothing holds it
+		release = append(release, r)
 		children[i], ids[i] = c, c.ID
 	}
+	// released however the fork ends, a panic included: a claim left
+	// behind would hold every later delete or stop of the children
+	defer func() {
+		for _, r := range release {
+			r()
+		}
+	}()
 	err = m.cfg.Store.Update(ctx, func(tx *store.Store) error {
 		for _, c := range children {
 			if err := tx.CreateSandbox(ctx, c); err != nil {
@@ -111,9 +110,6 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 		return nil
 	})
 	if err != nil {
-		for _, r := range release {
-			r()
-		}
 		return nil, err
 	}
 	ctx = context.WithoutCancel(ctx)
@@ -127,9 +123,6 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 
 	start := m.now()
 	out, size, err := m.fork(ctx, parent, children, rootfs, req.Memory, req.Monitor, send)
-	for _, r := range release {
-		r()
-	}
 	m.captureEvent(ctx, parent.ID, "forked", start, size, err, map[string]any{"children": ids, "memory": req.Memory})
 	if err != nil {
 		return nil, fmt.Errorf("fork %s: %w", parent.ID, err)
@@ -137,7 +130,7 @@ func (m *Manager) Fork(ctx context.Context, ref string, req api.ForkRequest, emi
 	return out, nil
 }
 
-// fork captures parent and boots the children, which the caller holds locked.
+// fork captures parent and boots the children, which the caller claims.
 func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*store.Sandbox, rootfs string, withMemory, monitor bool, send func(api.ForkEvent)) ([]api.Sandbox, int64, error) {
 	undo := func() {
 		for _, c := range children {
@@ -146,9 +139,15 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 			}
 		}
 	}
-	// Capture the parent under its lock: no other capture, stop or delete
+	// Capture the parent under its claim: no other capture, stop or delete
 	// of it meanwhile. The children boot from the image after.
-	unlock := m.lock(parent.ID)
+	claimed, err := m.claim(ctx, parent.ID, kindFork)
+	if err != nil {
+		undo()
+		return nil, 0, err
+	}
+	unlock := sync.OnceFunc(claimed) // early, once captured; deferred for a panic
+	defer unlock()
 	if _, err := m.running(ctx, parent.ID); err != nil {
 		unlock()
 		undo()
@@ -158,7 +157,7 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 	for i, c := range children {
 		ids[i] = c.ID
 	}
-	c, err := m.beginCapture(ctx, kindFork, parent.ID, withMemory, map[string]any{"children": ids})
+	c, err := m.journal.beginCapture(ctx, kindFork, parent.ID, withMemory, map[string]any{"children": ids})
 	if err != nil {
 		unlock()
 		undo()
@@ -172,14 +171,14 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 		return nil, 0, err
 	}
 	// from here on the journal entry concerns the children only
-	c.step(ctx, "captured")
+	c.step(ctx, stepCaptured)
 	// what the children will be is fixed: a caller ordering its own steps
 	// after the fork (sbx hunt) may go on while they boot
 	send(api.ForkEvent{Event: "sandbox.captured"})
 	img := c.img
 	closed := false
 	defer func() {
-		_ = m.removeImage(img)
+		_ = m.images.remove(img)
 		if !closed {
 			c.abandon(ctx)
 		}
@@ -195,10 +194,10 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 
 	b := bootSpec{rootfs: rootfs, monitor: monitor}
 	if withMemory {
-		b.image, b.from = m.imageMem(img), img
+		b.image, b.from = m.images.mem(img), img
 	} else {
 		// One disk for all the children: the parent's disk as of now.
-		disk, err := m.newDisk(m.imageDisk(img))
+		disk, err := m.storage.newDisk(m.images.disk(img))
 		if err != nil {
 			undo()
 			return nil, 0, err
@@ -246,7 +245,7 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 	out := make([]api.Sandbox, len(children))
 	for i, child := range children {
 		m.watch(ctx, child.ID)
-		out[i] = *toAPI(child)
+		out[i] = *m.toAPI(child)
 	}
 	for i := range out {
 		send(api.ForkEvent{Event: "sandbox.ready", Sandbox: &out[i]})
@@ -257,8 +256,16 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 
 // mergeMeta is a child's metadata: the parent's, with the fork's keys
 // added or replacing the parent's. The result is held to the same limits
-// as a create's.
+// as a create's. The fleet's object (api.MetaObject) is the parent's own:
+// a child is not what that object asked for.
 func mergeMeta(parent, fork map[string]string) (map[string]string, error) {
+	_, obj := parent[api.MetaObject]
+	if _, uid := parent[api.MetaObjectUID]; obj || uid || parent[api.MetaPool] != "" {
+		parent = maps.Clone(parent)
+		delete(parent, api.MetaObject)
+		delete(parent, api.MetaObjectUID)
+		delete(parent, api.MetaPool) // a pool's sandbox is no one's to fork, but never pass it on
+	}
 	if len(fork) == 0 {
 		return parent, nil
 	}

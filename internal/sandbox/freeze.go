@@ -6,17 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 	"unicode/utf8"
-
-	"github.com/fsnotify/fsnotify"
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/atomicfile"
@@ -50,9 +48,88 @@ import (
 // or without a verdict (a checkpoint written without /.sbx/freeze), is
 // dropped with an event.
 
-func (m *Manager) freezeRoot() string             { return filepath.Join(m.cfg.DataDir, "freeze") }
-func (m *Manager) freezeDir(id string) string     { return filepath.Join(m.freezeRoot(), id) }
-func (m *Manager) slotDir(id, slot string) string { return filepath.Join(m.freezeDir(id), slot) }
+// freezeOwner owns the freezes' records: it arms each boot's slot, watches
+// it (slotWatcher, freezeslots.go), settles what gVisor and the sandbox
+// left in it, and records a freeze as a snapshot, or its failure as an
+// event, and confirms either to the sandbox. Its one lock is the
+// slotWatcher's, over its maps; it sees the rest of the manager only
+// through freezeHost.
+type freezeOwner struct {
+	host    freezeHost
+	log     *slog.Logger
+	dataDir string      // DATA_DIR: the slots are in DATA_DIR/freeze
+	images  imageFiles  // where a recorded freeze's image goes
+	slots   slotWatcher // the watches on running sandboxes' slots
+}
+
+// freezeHost is what the freeze owner needs of the rest of the manager.
+type freezeHost interface {
+	// the store's sandboxes and snapshots
+	Sandbox(ctx context.Context, ref string) (*store.Sandbox, error)
+	SnapshotNameTaken(ctx context.Context, name string) (bool, error)
+	Update(ctx context.Context, fn func(tx *store.Store) error) error
+	// the runtime: a sandbox's state, and the resume of one paused by a
+	// stop's capture (letFreezeTell)
+	runtimeState(ctx context.Context, id string) (runsc.State, error)
+	runtimeResume(ctx context.Context, id string) error
+	// claims (claims.go): a settle claims the sandbox whole
+	claim(ctx context.Context, id, op string) (release func(), err error)
+	// the journal (journal.go): its capture gate, and an entry of its own
+	enterGate() error
+	leaveGate()
+	beginJournal(ctx context.Context, kind, entry, id string, detail map[string]any) (*inFlight, error)
+	// a capture's event and record (snapshot.go), the freeze quota and the
+	// storage budget (quota.go)
+	captureEvent(ctx context.Context, id, typ string, start time.Time, size int64, err error, extra map[string]any)
+	snapshotRecord(sb *store.Sandbox, name, img string, memory bool, size int64, paused time.Duration) *store.Snapshot
+	freezeAllowed(ctx context.Context, sb *store.Sandbox, size int64) error
+	sandboxDir(id string) string
+	now() time.Time
+}
+
+// freezeHost, as the manager gives it.
+type managerFreezeHost struct {
+	*store.Store
+	m *Manager
+}
+
+func (h managerFreezeHost) runtimeState(ctx context.Context, id string) (runsc.State, error) {
+	return h.m.cfg.Runtime.State(ctx, id)
+}
+func (h managerFreezeHost) runtimeResume(ctx context.Context, id string) error {
+	return h.m.cfg.Runtime.Resume(ctx, id)
+}
+func (h managerFreezeHost) claim(ctx context.Context, id, op string) (func(), error) {
+	return h.m.claim(ctx, id, op)
+}
+func (h managerFreezeHost) enterGate() error { return h.m.journal.gate.enter() }
+func (h managerFreezeHost) leaveGate()       { h.m.journal.gate.inflight.Done() }
+func (h managerFreezeHost) beginJournal(ctx context.Context, kind, entry, id string, detail map[string]any) (*inFlight, error) {
+	return h.m.journal.begin(ctx, kind, entry, id, detail)
+}
+func (h managerFreezeHost) captureEvent(ctx context.Context, id, typ string, start time.Time, size int64, err error, extra map[string]any) {
+	h.m.captureEvent(ctx, id, typ, start, size, err, extra)
+}
+func (h managerFreezeHost) snapshotRecord(sb *store.Sandbox, name, img string, memory bool, size int64, paused time.Duration) *store.Snapshot {
+	return h.m.snapshotRecord(sb, name, img, memory, size, paused)
+}
+func (h managerFreezeHost) freezeAllowed(ctx context.Context, sb *store.Sandbox, size int64) error {
+	return h.m.storage.freezeAllowed(ctx, sb, size)
+}
+func (h managerFreezeHost) sandboxDir(id string) string { return h.m.sandboxDir(id) }
+func (h managerFreezeHost) now() time.Time              { return h.m.now() }
+
+// start starts the slots' watcher: a verdict written into a slot settles
+// its sandbox's slots, one settle at a time per sandbox.
+func (f *freezeOwner) start(ctx context.Context) error {
+	return f.slots.start(func(id string) {
+		f.slots.kick(id, func(id string) { f.settleFreezes(context.WithoutCancel(ctx), id) })
+	})
+}
+
+func (f *freezeOwner) freezeRoot() string             { return filepath.Join(f.dataDir, "freeze") }
+func (f *freezeOwner) freezeDir(id string) string     { return filepath.Join(f.freezeRoot(), id) }
+func (f *freezeOwner) slotDir(id, slot string) string { return filepath.Join(f.freezeDir(id), slot) }
 
 // slotMeta is what sbxd notes in a slot when it arms it: the name its
 // freeze is recorded as, and the disk the boot's checkpoint names.
@@ -87,23 +164,23 @@ func freezeName(sb *store.Sandbox, slot string) string {
 // makes the slot of the boot about to start. It returns the slot, the
 // spec's annotations and environment for it. from is the image the boot
 // restores ("" for a boot from the template).
-func (m *Manager) armFreeze(ctx context.Context, sb *store.Sandbox, from string) (string, map[string]string, []string, error) {
-	m.settleFreezesLocked(ctx, sb, false)
-	m.pruneConfirms(sb.ID)
+func (f *freezeOwner) armFreeze(ctx context.Context, sb *store.Sandbox, from string) (string, map[string]string, []string, error) {
+	f.settleFreezesLocked(ctx, sb, false)
+	f.pruneConfirms(sb.ID)
 	slot := newID("im_")
 	name := freezeName(sb, slot)
-	if taken, err := m.cfg.Store.SnapshotNameTaken(ctx, name); err == nil && taken {
+	if taken, err := f.host.SnapshotNameTaken(ctx, name); err == nil && taken {
 		name = "freeze-" + strings.TrimPrefix(slot, "im_")
 	}
-	dir := m.slotDir(sb.ID, slot)
+	dir := f.slotDir(sb.ID, slot)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", nil, nil, fmt.Errorf("freeze slot: %w", err)
 	}
-	meta, _ := json.Marshal(slotMeta{Name: name, Sandbox: sb.ID, Disk: sb.Disk, Armed: m.now().UTC()})
+	meta, _ := json.Marshal(slotMeta{Name: name, Sandbox: sb.ID, Disk: sb.Disk, Armed: f.host.now().UTC()})
 	if err := os.WriteFile(filepath.Join(dir, slotMetaFile), meta, 0o600); err != nil {
 		return "", nil, nil, fmt.Errorf("freeze slot: %w", err)
 	}
-	if err := atomicfile.WriteString(filepath.Join(m.freezeDir(sb.ID), currentFile), slot+"\n", 0o600); err != nil {
+	if err := atomicfile.WriteString(filepath.Join(f.freezeDir(sb.ID), currentFile), slot+"\n", 0o600); err != nil {
 		return "", nil, nil, fmt.Errorf("freeze slot: %w", err)
 	}
 	ann := map[string]string{
@@ -128,8 +205,8 @@ func (m *Manager) armFreeze(ctx context.Context, sb *store.Sandbox, from string)
 }
 
 // currentSlot is the slot of sandbox id's running boot ("" if none).
-func (m *Manager) currentSlot(id string) string {
-	b, err := os.ReadFile(filepath.Join(m.freezeDir(id), currentFile))
+func (f *freezeOwner) currentSlot(id string) string {
+	b, err := os.ReadFile(filepath.Join(f.freezeDir(id), currentFile))
 	if err != nil {
 		return ""
 	}
@@ -140,16 +217,19 @@ func (m *Manager) currentSlot(id string) string {
 	return s
 }
 
-// settleFreezes settles sandbox id's slots under its lock: called when the
+// settleFreezes settles sandbox id's slots under its claim: called when the
 // console shim has written a verdict.
-func (m *Manager) settleFreezes(ctx context.Context, id string) {
-	unlock := m.lock(id)
+func (f *freezeOwner) settleFreezes(ctx context.Context, id string) {
+	unlock, err := f.host.claim(ctx, id, kindFreeze)
+	if err != nil {
+		return
+	}
 	defer unlock()
-	sb, err := m.cfg.Store.Sandbox(ctx, id)
+	sb, err := f.host.Sandbox(ctx, id)
 	if err != nil {
 		return // deleted: the delete settled them
 	}
-	m.settleFreezesLocked(ctx, sb, true)
+	f.settleFreezesLocked(ctx, sb, true)
 }
 
 // verdictWait is how long a used slot of a sandbox that ended waits for
@@ -159,23 +239,23 @@ const verdictWait = time.Second
 // settleFreezesLocked looks at sb's slots: a freeze gVisor finished and the
 // sandbox told of is recorded, or its failure is; unless running (its runsc
 // sandbox is gone, or about to boot anew), the rest are cleared, as they
-// can no longer be. The caller holds sb's lock.
-func (m *Manager) settleFreezesLocked(ctx context.Context, sb *store.Sandbox, running bool) {
-	ents, err := os.ReadDir(m.freezeDir(sb.ID))
+// can no longer be. The caller claims sb.
+func (f *freezeOwner) settleFreezesLocked(ctx context.Context, sb *store.Sandbox, running bool) {
+	ents, err := os.ReadDir(f.freezeDir(sb.ID))
 	if err != nil {
 		return
 	}
-	cur := m.currentSlot(sb.ID)
+	cur := f.currentSlot(sb.ID)
 	var proc runsc.Proc
 	if running && cur != "" {
-		proc = m.sandboxProc(ctx, sb.ID)
+		proc = f.sandboxProc(ctx, sb.ID)
 	}
 	for _, e := range ents {
 		slot := e.Name()
 		if !e.IsDir() || !freezewire.ValidSlot(slot) {
 			continue
 		}
-		dir := m.slotDir(sb.ID, slot)
+		dir := f.slotDir(sb.ID, slot)
 		live := running && slot == cur
 		var seen runsc.Proc // the boot's process, for a slot of the running boot
 		if live {
@@ -193,14 +273,14 @@ func (m *Manager) settleFreezesLocked(ctx context.Context, sb *store.Sandbox, ru
 		}
 		switch {
 		case out == slotWhole && told:
-			m.recordFreeze(ctx, sb, slot, v)
+			f.recordFreeze(ctx, sb, slot, v)
 		case out == slotFailed && told:
-			m.failedFreeze(ctx, sb, slot, v, gvisorWhy)
+			f.failedFreeze(ctx, sb, slot, v, gvisorWhy)
 		case live && out == slotOpen:
 			if told {
 				// a line before gVisor is done (or of a freeze never asked):
 				// look again once the slot's files are let go
-				m.awaitSlot(ctx, sb.ID, slot, proc)
+				f.awaitSlot(ctx, sb.ID, slot, proc)
 			}
 			// else armed: its verdict will come
 		case live && told:
@@ -210,14 +290,14 @@ func (m *Manager) settleFreezesLocked(ctx context.Context, sb *store.Sandbox, ru
 			// straight to /proc/gvisor/checkpoint is dropped when the boot
 			// ends, unless a verdict comes
 		case !slotUsed(dir):
-			m.freezes.unwatch(sb.ID, slot)
+			f.slots.unwatch(sb.ID, slot)
 			_ = os.RemoveAll(dir) // armed and never used
 		case out == slotFailed:
-			m.dropSlot(ctx, sb, slot, "a checkpoint failed with no word from the sandbox's init ("+orDefault(gvisorWhy, "gVisor gave no reason")+")")
+			f.dropSlot(ctx, sb, slot, "a checkpoint failed with no word from the sandbox's init ("+orDefault(gvisorWhy, "gVisor gave no reason")+")")
 		case !told:
-			m.dropSlot(ctx, sb, slot, "a checkpoint was written into it with no word from the sandbox's init (written to /proc/gvisor/checkpoint without /.sbx/freeze, or the sandbox ended mid-freeze), so whether it is whole is unknown")
+			f.dropSlot(ctx, sb, slot, "a checkpoint was written into it with no word from the sandbox's init (written to /proc/gvisor/checkpoint without /.sbx/freeze, or the sandbox ended mid-freeze), so whether it is whole is unknown")
 		default:
-			m.dropSlot(ctx, sb, slot, "the sandbox ended before sbxd saw gVisor finish writing it (its init's word alone is no proof), so whether it is whole is unknown")
+			f.dropSlot(ctx, sb, slot, "the sandbox ended before sbxd saw gVisor finish writing it (its init's word alone is no proof), so whether it is whole is unknown")
 		}
 	}
 }
@@ -370,8 +450,8 @@ func holdsFiles(proc runsc.Proc, dir string) (held, ok bool) {
 }
 
 // sandboxProc is sandbox id's runsc sandbox process ({} if none runs).
-func (m *Manager) sandboxProc(ctx context.Context, id string) runsc.Proc {
-	st, err := m.cfg.Runtime.State(ctx, id)
+func (f *freezeOwner) sandboxProc(ctx context.Context, id string) runsc.Proc {
+	st, err := f.host.runtimeState(ctx, id)
 	if err != nil || !st.Live() || st.Pid <= 0 {
 		return runsc.Proc{}
 	}
@@ -386,14 +466,14 @@ const slotAwait = 15 * time.Minute
 // awaitSlot watches, in the background, for the boot's process proc to
 // let the slot's files go, and then settles the sandbox's slots again.
 // One watch per slot.
-func (m *Manager) awaitSlot(ctx context.Context, id, slot string, proc runsc.Proc) {
+func (f *freezeOwner) awaitSlot(ctx context.Context, id, slot string, proc runsc.Proc) {
 	key := id + "/" + slot
-	if !m.freezes.startAwait(key) {
+	if !f.slots.startAwait(key) {
 		return
 	}
-	dir := m.slotDir(id, slot)
+	dir := f.slotDir(id, slot)
 	go func() {
-		defer m.freezes.endAwait(key)
+		defer f.slots.endAwait(key)
 		pause := 10 * time.Millisecond
 		for deadline := time.Now().Add(slotAwait); time.Now().Before(deadline); {
 			time.Sleep(pause)
@@ -404,8 +484,8 @@ func (m *Manager) awaitSlot(ctx context.Context, id, slot string, proc runsc.Pro
 			if held, ok := holdsFiles(proc, dir); held && ok {
 				continue
 			}
-			m.freezes.endAwait(key)
-			m.settleFreezes(context.WithoutCancel(ctx), id)
+			f.slots.endAwait(key)
+			f.settleFreezes(context.WithoutCancel(ctx), id)
 			return
 		}
 	}()
@@ -425,18 +505,18 @@ const tellWait = 5 * time.Second
 // tells a moment later; without that the freeze would be dropped as cut
 // short. A freeze written without init (root writing to gVisor's file) has
 // no verdict to wait for: tellWait bounds it.
-func (m *Manager) letFreezeTell(ctx context.Context, id string) {
-	slot := m.currentSlot(id)
+func (f *freezeOwner) letFreezeTell(ctx context.Context, id string) {
+	slot := f.currentSlot(id)
 	if slot == "" {
 		return
 	}
-	dir := m.slotDir(id, slot)
-	out, _ := slotOutcome(dir, m.sandboxProc(ctx, id))
+	dir := f.slotDir(id, slot)
+	out, _ := slotOutcome(dir, f.sandboxProc(ctx, id))
 	if _, told := readVerdict(dir); told || out == slotOpen || out == slotUnseen {
 		return
 	}
-	if err := m.cfg.Runtime.Resume(ctx, id); err != nil {
-		m.log.Warn("stop: let the sandbox tell of its freeze", "sandbox", id, "err", err)
+	if err := f.host.runtimeResume(ctx, id); err != nil {
+		f.log.Warn("stop: let the sandbox tell of its freeze", "sandbox", id, "err", err)
 		return
 	}
 	for deadline := time.Now().Add(tellWait); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
@@ -448,9 +528,9 @@ func (m *Manager) letFreezeTell(ctx context.Context, id string) {
 
 // noteSlot notes what gVisor left in running sandbox id's slot, before
 // its process goes (a delete): a freeze done by then can still be kept.
-func (m *Manager) noteSlot(ctx context.Context, id string) {
-	if slot := m.currentSlot(id); slot != "" {
-		_, _ = slotOutcome(m.slotDir(id, slot), m.sandboxProc(ctx, id))
+func (f *freezeOwner) noteSlot(ctx context.Context, id string) {
+	if slot := f.currentSlot(id); slot != "" {
+		_, _ = slotOutcome(f.slotDir(id, slot), f.sandboxProc(ctx, id))
 	}
 }
 
@@ -469,7 +549,7 @@ func readVerdict(dir string) (freezewire.Verdict, bool) {
 	}
 	v, err := freezewire.Parse(append([]byte(freezewire.Prefix), b...))
 	if err != nil || v.Slot != filepath.Base(dir) {
-		return freezewire.Verdict{Slot: filepath.Base(dir), Reason: "the sandbox's word on it could not be read"}, true
+		return freezewire.Verdict{Record: freezewire.Record{Slot: filepath.Base(dir), Reason: "the sandbox's word on it could not be read"}}, true
 	}
 	return v, true
 }
@@ -484,36 +564,36 @@ func readSlotMeta(dir string) slotMeta {
 
 // dropSlot removes a slot whose freeze cannot be kept, with an event, and
 // tells the sandbox.
-func (m *Manager) dropSlot(ctx context.Context, sb *store.Sandbox, slot, why string) {
-	m.freezes.unwatch(sb.ID, slot)
-	dir := m.slotDir(sb.ID, slot)
+func (f *freezeOwner) dropSlot(ctx context.Context, sb *store.Sandbox, slot, why string) {
+	f.slots.unwatch(sb.ID, slot)
+	dir := f.slotDir(sb.ID, slot)
 	name := readSlotMeta(dir).Name
 	_ = os.RemoveAll(dir)
-	m.captureEvent(ctx, sb.ID, "frozen", m.now(), 0, errors.New("freeze dropped: "+why), map[string]any{"name": name, "slot": slot})
-	m.confirmFreeze(sb.ID, slot, freezewire.Confirm{Result: freezewire.Failed, Reason: "sbxd dropped it: " + why})
+	f.host.captureEvent(ctx, sb.ID, "frozen", f.host.now(), 0, errors.New("freeze dropped: "+why), map[string]any{"name": name, "slot": slot})
+	f.confirmFreeze(sb.ID, slot, freezewire.Confirm{Result: freezewire.Failed, Reason: "sbxd dropped it: " + why})
 }
 
 // failedFreeze records a freeze gVisor could not write: an event saying
 // why, which the sandbox is told too; its files go.
-func (m *Manager) failedFreeze(ctx context.Context, sb *store.Sandbox, slot string, v freezewire.Verdict, gvisorWhy string) {
-	m.freezes.unwatch(sb.ID, slot)
-	dir := m.slotDir(sb.ID, slot)
+func (f *freezeOwner) failedFreeze(ctx context.Context, sb *store.Sandbox, slot string, v freezewire.Verdict, gvisorWhy string) {
+	f.slots.unwatch(sb.ID, slot)
+	dir := f.slotDir(sb.ID, slot)
 	name := readSlotMeta(dir).Name
-	why := m.whyFreezeFailed(dir, gvisorWhy)
+	why := f.whyFreezeFailed(dir, gvisorWhy)
 	_ = os.RemoveAll(dir)
-	m.captureEvent(ctx, sb.ID, "frozen", orNow(v.Triggered, m.now()), 0, errors.New(why), freezeDetail(name, slot, v))
-	m.confirmFreeze(sb.ID, slot, freezewire.Confirm{Result: freezewire.Failed, Reason: why})
+	f.host.captureEvent(ctx, sb.ID, "frozen", orNow(v.Triggered, f.host.now()), 0, errors.New(why), freezeDetail(name, slot, v))
+	f.confirmFreeze(sb.ID, slot, freezewire.Confirm{Result: freezewire.Failed, Reason: why})
 }
 
 // whyFreezeFailed is the cause of a failed freeze: gVisor's own error, and
 // a disk that is (nearly) full.
-func (m *Manager) whyFreezeFailed(dir, gvisorWhy string) string {
+func (f *freezeOwner) whyFreezeFailed(dir, gvisorWhy string) string {
 	why := "gVisor could not write the checkpoint"
 	switch {
 	case strings.Contains(gvisorWhy, "no space left on device"):
 		// the cause is all that matters of an error that may dump an
 		// object and a stack first
-		return why + fmt.Sprintf(": no space left on device (the disk of sbxd's data dir, %s)", m.cfg.DataDir)
+		return why + fmt.Sprintf(": no space left on device (the disk of sbxd's data dir, %s)", f.dataDir)
 	case len(gvisorWhy) > 300:
 		why += ": " + clipText(gvisorWhy, 300) + " (sbxd --runsc-debug-log DIR records gVisor's whole error)"
 	case gvisorWhy != "":
@@ -525,7 +605,7 @@ func (m *Manager) whyFreezeFailed(dir, gvisorWhy string) string {
 	if err := syscall.Statfs(dir, &fs); err == nil {
 		free := int64(fs.Bavail) * fs.Bsize
 		if free < minFree || fs.Bavail*50 < fs.Blocks {
-			return why + fmt.Sprintf(" (no space left on device: the disk of sbxd's data dir, %s, has %s free)", m.cfg.DataDir, fmtBytes(free))
+			return why + fmt.Sprintf(" (no space left on device: the disk of sbxd's data dir, %s, has %s free)", f.dataDir, fmtBytes(free))
 		}
 	}
 	return why
@@ -533,8 +613,8 @@ func (m *Manager) whyFreezeFailed(dir, gvisorWhy string) string {
 
 // confirmDir is where sbxd confirms sandbox id's freezes: in its etc dir,
 // which the sandbox sees read-only (freezewire.ConfirmDir).
-func (m *Manager) confirmDir(id string) string {
-	return filepath.Join(m.sandboxDir(id), "etc", freezewire.ConfirmSubdir)
+func (f *freezeOwner) confirmDir(id string) string {
+	return filepath.Join(f.host.sandboxDir(id), "etc", freezewire.ConfirmSubdir)
 }
 
 // keepConfirms is how many confirmations a sandbox keeps: those of its
@@ -543,8 +623,8 @@ func (m *Manager) confirmDir(id string) string {
 const keepConfirms = 16
 
 // pruneConfirms removes all but the newest keepConfirms confirmations.
-func (m *Manager) pruneConfirms(id string) {
-	ents, err := os.ReadDir(m.confirmDir(id))
+func (f *freezeOwner) pruneConfirms(id string) {
+	ents, err := os.ReadDir(f.confirmDir(id))
 	if err != nil || len(ents) <= keepConfirms {
 		return
 	}
@@ -560,25 +640,25 @@ func (m *Manager) pruneConfirms(id string) {
 	}
 	sort.Slice(cs, func(i, j int) bool { return cs[i].mod.After(cs[j].mod) })
 	for _, c := range cs[min(keepConfirms, len(cs)):] {
-		_ = os.Remove(filepath.Join(m.confirmDir(id), c.name))
+		_ = os.Remove(filepath.Join(f.confirmDir(id), c.name))
 	}
 }
 
 // confirmFreeze tells the sandbox what became of its freeze in slot, in a
 // file only sbxd writes. Best effort: a sandbox that is gone has no use
 // for it.
-func (m *Manager) confirmFreeze(id, slot string, c freezewire.Confirm) {
-	if _, err := os.Stat(filepath.Join(m.sandboxDir(id), "etc")); err != nil {
+func (f *freezeOwner) confirmFreeze(id, slot string, c freezewire.Confirm) {
+	if _, err := os.Stat(filepath.Join(f.host.sandboxDir(id), "etc")); err != nil {
 		return
 	}
-	dir := m.confirmDir(id)
+	dir := f.confirmDir(id)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		m.log.Warn("confirm a freeze to its sandbox", "sandbox", id, "err", err)
+		f.log.Warn("confirm a freeze to its sandbox", "sandbox", id, "err", err)
 		return
 	}
 	b, _ := json.Marshal(c)
 	if err := atomicfile.WriteBytes(filepath.Join(dir, slot), b, 0o600); err != nil {
-		m.log.Warn("confirm a freeze to its sandbox", "sandbox", id, "err", err)
+		f.log.Warn("confirm a freeze to its sandbox", "sandbox", id, "err", err)
 	}
 }
 
@@ -619,75 +699,75 @@ func freezeDetail(name, slot string, v freezewire.Verdict) map[string]any {
 // completed, and the snapshot is recorded in the transaction that closes
 // the journal entry. If it cannot be, the event says why and nothing is
 // left half made.
-func (m *Manager) recordFreeze(ctx context.Context, sb *store.Sandbox, slot string, v freezewire.Verdict) {
-	m.freezes.unwatch(sb.ID, slot)
-	dir := m.slotDir(sb.ID, slot)
+func (f *freezeOwner) recordFreeze(ctx context.Context, sb *store.Sandbox, slot string, v freezewire.Verdict) {
+	f.slots.unwatch(sb.ID, slot)
+	dir := f.slotDir(sb.ID, slot)
 	meta := readSlotMeta(dir)
 	if meta.Name == "" {
 		meta.Name = "freeze-" + strings.TrimPrefix(slot, "im_")
 	}
-	if err := m.captures.enter(); err != nil {
+	if err := f.host.enterGate(); err != nil {
 		return // sbxd is shutting down: the next start records it
 	}
-	defer m.captures.inflight.Done()
-	start := orNow(v.Triggered, m.now())
+	defer f.host.leaveGate()
+	start := orNow(v.Triggered, f.host.now())
 	detail := freezeDetail(meta.Name, slot, v)
 	fail := func(err error) {
 		_ = os.RemoveAll(dir)
-		_ = m.removeImage(slot)
-		m.captureEvent(ctx, sb.ID, "frozen", start, 0, err, detail)
-		m.confirmFreeze(sb.ID, slot, freezewire.Confirm{Result: freezewire.Failed, Reason: "gVisor wrote it, but sbxd could not keep it: " + err.Error()})
+		_ = f.images.remove(slot)
+		f.host.captureEvent(ctx, sb.ID, "frozen", start, 0, err, detail)
+		f.confirmFreeze(sb.ID, slot, freezewire.Confirm{Result: freezewire.Failed, Reason: "gVisor wrote it, but sbxd could not keep it: " + err.Error()})
 	}
 	if err := verifyCheckpoint(dir); err != nil {
 		fail(fmt.Errorf("the freeze's image is not whole: %w", err))
 		return
 	}
-	sn := m.snapshotRecord(sb, meta.Name, slot, true, 0, 0)
+	sn := f.host.snapshotRecord(sb, meta.Name, slot, true, 0, 0)
 	sn.Disk = meta.Disk // what the boot's checkpoint names
 	if !v.Triggered.IsZero() && !v.Done.IsZero() {
 		sn.Paused = v.Done.Sub(v.Triggered)
 	}
-	if taken, _ := m.cfg.Store.SnapshotNameTaken(ctx, sn.Name); taken {
+	if taken, _ := f.host.SnapshotNameTaken(ctx, sn.Name); taken {
 		sn.Name = "freeze-" + strings.TrimPrefix(slot, "im_")
 		detail["name"] = sn.Name
 	}
 	// quota.go: a freeze past its sandbox's quota or sbxd's storage budget is not kept
-	if err := m.freezeAllowed(ctx, sb, diskUsage(dir)); err != nil {
+	if err := f.host.freezeAllowed(ctx, sb, diskUsage(dir)); err != nil {
 		fail(err)
 		return
 	}
 	jd := map[string]any{"name": sn.Name, "snapshot": sn, "memory": true}
-	c, err := m.journal(ctx, kindFreeze, slot, sb.ID, jd)
+	c, err := f.host.beginJournal(ctx, kindFreeze, slot, sb.ID, jd)
 	if err != nil {
 		fail(err)
 		return
 	}
 	crashPoint("freeze:journaled")
 	// the slot becomes the image: memory/ is gVisor's three files
-	img := m.imageDir(slot)
+	img := f.images.dir(slot)
 	if err := os.MkdirAll(img, 0o700); err != nil {
 		c.abandon(ctx)
 		fail(err)
 		return
 	}
-	for _, f := range []string{freezewire.VerdictFile, slotMetaFile, freezewire.DoneFile} {
-		_ = os.Rename(filepath.Join(dir, f), filepath.Join(img, f))
+	for _, file := range []string{freezewire.VerdictFile, slotMetaFile, freezewire.DoneFile} {
+		_ = os.Rename(filepath.Join(dir, file), filepath.Join(img, file))
 	}
-	if err := moveDir(dir, m.imageMem(slot)); err != nil {
+	if err := moveDir(dir, f.images.mem(slot)); err != nil {
 		c.abandon(ctx)
 		fail(fmt.Errorf("move the freeze into its image: %w", err))
 		return
 	}
-	c.step(ctx, "moved")
+	c.step(ctx, stepMoved)
 	crashPoint("freeze:moved")
-	size, err := m.completeImage(slot, true)
+	size, err := f.images.complete(slot, true)
 	if err != nil {
 		c.abandon(ctx)
 		fail(err)
 		return
 	}
 	sn.Size = size
-	err = m.cfg.Store.Update(ctx, func(tx *store.Store) error {
+	err = f.host.Update(ctx, func(tx *store.Store) error {
 		if err := tx.CreateSnapshot(ctx, sn); err != nil {
 			return err
 		}
@@ -698,8 +778,8 @@ func (m *Manager) recordFreeze(ctx context.Context, sb *store.Sandbox, slot stri
 		fail(fmt.Errorf("record the freeze: %w", err))
 		return
 	}
-	m.captureEvent(ctx, sb.ID, "frozen", start, size, nil, detail)
-	m.confirmFreeze(sb.ID, slot, freezewire.Confirm{Result: freezewire.Frozen, Name: sn.Name})
+	f.host.captureEvent(ctx, sb.ID, "frozen", start, size, nil, detail)
+	f.confirmFreeze(sb.ID, slot, freezewire.Confirm{Result: freezewire.Frozen, Name: sn.Name})
 }
 
 // moveDir renames from to to; across file systems it copies, then removes.
@@ -743,202 +823,57 @@ func copyFile(from, to string) error {
 // reconcileFreeze finishes recording a freeze whose image was moved into
 // place (sbxd saw gVisor finish it, whole): it is completed and recorded. One
 // cut short before that is left to its slot (settled with its sandbox).
-func (m *Manager) reconcileFreeze(ctx context.Context, c *inFlight, in *store.Intent) (string, string) {
+func (f *freezeOwner) reconcileFreeze(ctx context.Context, c *inFlight, in *store.Intent) (string, string) {
 	var sn store.Snapshot
 	if raw, ok := in.Detail["snapshot"]; ok {
 		b, _ := json.Marshal(raw)
 		_ = json.Unmarshal(b, &sn)
 	}
 	if sn.Name == "" || sn.ID != in.ID {
-		_ = m.removeImage(in.ID)
+		_ = f.images.remove(in.ID)
 		return "dropped", "the journal entry does not say what to record"
 	}
-	if _, err := os.Stat(m.imageMem(in.ID)); err != nil {
+	if _, err := os.Stat(f.images.mem(in.ID)); err != nil {
 		return "left to its slot", "the freeze was not moved into its image yet; it is recorded when its sandbox's slots are next looked at"
 	}
-	if !m.imageComplete(in.ID) {
-		size, err := m.completeImage(in.ID, true)
+	if !f.images.isComplete(in.ID) {
+		size, err := f.images.complete(in.ID, true)
 		if err != nil {
-			return "error", fmt.Sprintf("the freeze's image cannot be completed: %v; it stays in %s", err, m.imageDir(in.ID))
+			return "error", fmt.Sprintf("the freeze's image cannot be completed: %v; it stays in %s", err, f.images.dir(in.ID))
 		}
 		sn.Size = size
 	}
-	if verifyCheckpoint(m.imageMem(in.ID)) != nil {
-		_ = m.removeImage(in.ID)
+	if verifyCheckpoint(f.images.mem(in.ID)) != nil {
+		_ = f.images.remove(in.ID)
 		return "dropped", "the freeze's image is not whole"
 	}
-	if taken, _ := m.cfg.Store.SnapshotNameTaken(ctx, sn.Name); taken {
+	if taken, _ := f.host.SnapshotNameTaken(ctx, sn.Name); taken {
 		sn.Name = "freeze-" + strings.TrimPrefix(in.ID, "im_")
 	}
-	err := m.cfg.Store.Update(ctx, func(tx *store.Store) error {
+	err := f.host.Update(ctx, func(tx *store.Store) error {
 		if err := tx.CreateSnapshot(ctx, &sn); err != nil {
 			return err
 		}
 		return c.closeIn(ctx, tx)
 	})
 	if err != nil {
-		return "error", fmt.Sprintf("the freeze's image is complete but cannot be recorded: %v; it stays in %s", err, m.imageDir(in.ID))
+		return "error", fmt.Sprintf("the freeze's image is complete but cannot be recorded: %v; it stays in %s", err, f.images.dir(in.ID))
 	}
-	m.confirmFreeze(in.SandboxID, in.ID, freezewire.Confirm{Result: freezewire.Frozen, Name: sn.Name})
+	f.confirmFreeze(in.SandboxID, in.ID, freezewire.Confirm{Result: freezewire.Frozen, Name: sn.Name})
 	return "snapshot kept", "the freeze's image was whole: the snapshot " + sn.Name + " is kept"
-}
-
-// slotWatcher watches the slots of running sandboxes (inotify) for the
-// verdict the console shim writes, so that a freeze is recorded at once.
-type slotWatcher struct {
-	mu     sync.Mutex
-	w      *fsnotify.Watcher
-	bySlot map[string]string    // sandbox/slot -> its directory
-	byDir  map[string][2]string // a slot's directory -> sandbox, slot
-	// awaiting are the slots awaitSlot watches; settling the sandboxes a
-	// settle runs or is due for (true: due again once it ends), so that a
-	// flood of verdicts costs one settle at a time.
-	awaiting map[string]bool
-	settling map[string]bool
-}
-
-func (w *slotWatcher) startAwait(key string) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.awaiting[key] {
-		return false
-	}
-	if w.awaiting == nil {
-		w.awaiting = map[string]bool{}
-	}
-	w.awaiting[key] = true
-	return true
-}
-
-func (w *slotWatcher) endAwait(key string) {
-	w.mu.Lock()
-	delete(w.awaiting, key)
-	w.mu.Unlock()
-}
-
-// kick runs settle(id) in the background, once at a time per sandbox: a
-// kick while one runs makes it run once more after.
-func (w *slotWatcher) kick(id string, settle func(id string)) {
-	w.mu.Lock()
-	if w.settling == nil {
-		w.settling = map[string]bool{}
-	}
-	if _, running := w.settling[id]; running {
-		w.settling[id] = true
-		w.mu.Unlock()
-		return
-	}
-	w.settling[id] = false
-	w.mu.Unlock()
-	go func() {
-		for {
-			settle(id)
-			w.mu.Lock()
-			if !w.settling[id] {
-				delete(w.settling, id)
-				w.mu.Unlock()
-				return
-			}
-			w.settling[id] = false
-			w.mu.Unlock()
-		}
-	}()
-}
-
-// start starts watching slots (fsnotify); fn is called with a sandbox's
-// id when a verdict arrives in one of its slots, and with every watched
-// sandbox's when the kernel dropped events (its queue overflowed).
-func (w *slotWatcher) start(fn func(id string)) error {
-	fw, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("watch freezes: %w", err)
-	}
-	w.mu.Lock()
-	w.w = fw
-	w.bySlot = map[string]string{}
-	w.byDir = map[string][2]string{}
-	w.mu.Unlock()
-	go func() {
-		for {
-			select {
-			case ev, ok := <-fw.Events:
-				if !ok {
-					return
-				}
-				// the shim renames a verdict into place (Create); a write in
-				// place is a Write
-				if filepath.Base(ev.Name) != freezewire.VerdictFile || !ev.Has(fsnotify.Create) && !ev.Has(fsnotify.Write) {
-					continue
-				}
-				w.mu.Lock()
-				who, ok := w.byDir[filepath.Dir(ev.Name)]
-				w.mu.Unlock()
-				if ok {
-					fn(who[0])
-				}
-			case err, ok := <-fw.Errors:
-				if !ok {
-					return
-				}
-				if errors.Is(err, fsnotify.ErrEventOverflow) {
-					w.mu.Lock()
-					var ids []string
-					for _, who := range w.byDir {
-						ids = append(ids, who[0])
-					}
-					w.mu.Unlock()
-					for _, id := range ids {
-						fn(id)
-					}
-				}
-			}
-		}
-	}()
-	return nil
-}
-
-// watch watches sandbox id's slot.
-func (w *slotWatcher) watch(id, slot, dir string) error {
-	dir = filepath.Clean(dir)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.w == nil {
-		return nil
-	}
-	if err := w.w.Add(dir); err != nil {
-		return fmt.Errorf("watch the freeze slot %s: %w", dir, err)
-	}
-	w.bySlot[id+"/"+slot] = dir
-	w.byDir[dir] = [2]string{id, slot}
-	return nil
-}
-
-// unwatch stops watching a slot (one gone is forgotten by the kernel).
-func (w *slotWatcher) unwatch(id, slot string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	dir, ok := w.bySlot[id+"/"+slot]
-	if !ok {
-		return
-	}
-	delete(w.bySlot, id+"/"+slot)
-	delete(w.byDir, dir)
-	if w.w != nil {
-		_ = w.w.Remove(dir)
-	}
 }
 
 // watchFreezes watches the slot of running sandbox id and settles what is
 // there already (a verdict written before the watch).
-func (m *Manager) watchFreezes(ctx context.Context, id string) {
-	slot := m.currentSlot(id)
+func (f *freezeOwner) watchFreezes(ctx context.Context, id string) {
+	slot := f.currentSlot(id)
 	if slot == "" {
 		return
 	}
-	if err := m.freezes.watch(id, slot, m.slotDir(id, slot)); err != nil {
-		m.log.Warn("cannot watch a freeze slot", "sandbox", id, "err", err)
+	if err := f.slots.watch(id, slot, f.slotDir(id, slot)); err != nil {
+		f.log.Warn("cannot watch a freeze slot", "sandbox", id, "err", err)
 	}
-	if _, ok := readVerdict(m.slotDir(id, slot)); ok {
-		go m.settleFreezes(context.WithoutCancel(ctx), id)
+	if _, ok := readVerdict(f.slotDir(id, slot)); ok {
+		go f.settleFreezes(context.WithoutCancel(ctx), id)
 	}
 }

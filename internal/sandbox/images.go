@@ -19,15 +19,20 @@ const (
 	completeFile = "COMPLETE"
 )
 
-func (m *Manager) imagesDir() string          { return filepath.Join(m.cfg.DataDir, "images") }
-func (m *Manager) imageDir(id string) string  { return filepath.Join(m.imagesDir(), id) }
-func (m *Manager) imageDisk(id string) string { return filepath.Join(m.imageDir(id), diskTar) }
-func (m *Manager) imageMem(id string) string  { return filepath.Join(m.imageDir(id), memoryDir) }
+// imageFiles owns the images' files under DATA_DIR/images: one directory
+// an image, complete once its COMPLETE marker is synced. It needs nothing
+// of the rest of the manager: which image is whose is the store's, and the
+// journal's (journal.go) while one is being written.
+type imageFiles struct{ root string }
 
-// newImage makes an empty image directory.
-func (m *Manager) newImage(withMemory bool) (string, error) {
+func (f imageFiles) dir(id string) string  { return filepath.Join(f.root, id) }
+func (f imageFiles) disk(id string) string { return filepath.Join(f.dir(id), diskTar) }
+func (f imageFiles) mem(id string) string  { return filepath.Join(f.dir(id), memoryDir) }
+
+// make makes an empty image directory.
+func (f imageFiles) make(withMemory bool) (string, error) {
 	id := newID("im_")
-	dir := m.imageDir(id)
+	dir := f.dir(id)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
@@ -39,11 +44,11 @@ func (m *Manager) newImage(withMemory bool) (string, error) {
 	return id, nil
 }
 
-// completeImage syncs every file of an image (unless !durable), then
+// complete syncs every file of an image (unless !durable), then
 // writes and syncs its COMPLETE marker: the image must be on disk before
 // anyone relies on it.
-func (m *Manager) completeImage(id string, durable bool) (size int64, err error) {
-	dir := m.imageDir(id)
+func (f imageFiles) complete(id string, durable bool) (size int64, err error) {
+	dir := f.dir(id)
 	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -77,18 +82,18 @@ func (m *Manager) completeImage(id string, durable bool) (size int64, err error)
 	return size, syncDir(dir)
 }
 
-// imageComplete reports whether an image was completed.
-func (m *Manager) imageComplete(id string) bool {
-	_, err := os.Stat(filepath.Join(m.imageDir(id), completeFile))
+// isComplete reports whether an image was completed.
+func (f imageFiles) isComplete(id string) bool {
+	_, err := os.Stat(filepath.Join(f.dir(id), completeFile))
 	return id != "" && err == nil
 }
 
-// removeImage removes an image directory; a missing one is fine.
-func (m *Manager) removeImage(id string) error {
+// remove removes an image directory; a missing one is fine.
+func (f imageFiles) remove(id string) error {
 	if id == "" {
 		return nil
 	}
-	return os.RemoveAll(m.imageDir(id))
+	return os.RemoveAll(f.dir(id))
 }
 
 func writeSynced(path string, b []byte) error {
@@ -121,10 +126,10 @@ func fileExists(p string) bool {
 	return err == nil
 }
 
-// imageSize is the bytes an image's files hold.
-func (m *Manager) imageSize(id string) (int64, error) {
+// size is the bytes an image's files hold.
+func (f imageFiles) size(id string) (int64, error) {
 	var size int64
-	err := filepath.WalkDir(m.imageDir(id), func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(f.dir(id), func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -136,12 +141,12 @@ func (m *Manager) imageSize(id string) (int64, error) {
 	return size, err
 }
 
-// cloneImage makes a new complete image holding the same files as img (hard
+// clone makes a new complete image holding the same files as img (hard
 // links: a copy that costs no space and shares nothing that changes, since
 // an image is never written once complete).
-func (m *Manager) cloneImage(img string) (string, error) {
+func (f imageFiles) clone(img string) (string, error) {
 	id := newID("im_")
-	src, dst := m.imageDir(img), m.imageDir(id)
+	src, dst := f.dir(img), f.dir(id)
 	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -157,5 +162,5 @@ func (m *Manager) cloneImage(img string) (string, error) {
 		_ = os.RemoveAll(dst)
 		return "", fmt.Errorf("copy image %s: %w", img, err)
 	}
-	return id, syncDir(m.imagesDir())
+	return id, syncDir(f.root)
 }

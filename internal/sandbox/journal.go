@@ -2,8 +2,10 @@ package sandbox
 
 import (
 	"context"
+	"log/slog"
 	"maps"
 	"sync"
+	"time"
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/runsc"
@@ -53,9 +55,41 @@ func (g *captureGate) close() {
 	g.mu.Unlock()
 }
 
+// journal owns the journal of operations under way (the store's intents)
+// and the gate a clean shutdown closes. It sees the rest of the manager
+// only through journalHost.
+type journal struct {
+	host  journalHost
+	log   *slog.Logger
+	gate  captureGate
+	files imageFiles // where a capture's image is made
+}
+
+// journalHost is what the journal needs of the rest of the manager.
+type journalHost interface {
+	AddIntent(ctx context.Context, in *store.Intent) error
+	StepIntent(ctx context.Context, id, step string, at time.Time) error
+	SetIntentDetail(ctx context.Context, id string, detail map[string]any) error
+	DeleteIntent(ctx context.Context, id string) error
+	// captureRoom: room on the disk and in --storage-max for a capture (storage.go)
+	captureRoom(ctx context.Context, kind, id string, memory bool) error
+	now() time.Time
+}
+
+// journalHost, as the manager gives it.
+type managerJournalHost struct {
+	*store.Store
+	m *Manager
+}
+
+func (h managerJournalHost) captureRoom(ctx context.Context, kind, id string, memory bool) error {
+	return h.m.storage.captureRoom(ctx, kind, id, memory)
+}
+func (h managerJournalHost) now() time.Time { return h.m.now() }
+
 // inFlight is one journaled operation under way.
 type inFlight struct {
-	m    *Manager
+	j    *journal
 	kind string
 	// img is the entry's id: the image a capture writes, or for a resume or
 	// a delete an id of its own.
@@ -70,31 +104,31 @@ type inFlight struct {
 // refuses while sbxd shuts down. The caller must call end when done, and
 // close the journal entry: finish or abandon, or close it in the
 // transaction that records the outcome (closeIn).
-func (m *Manager) beginCapture(ctx context.Context, kind, id string, memory bool, detail map[string]any) (*inFlight, error) {
+func (j *journal) beginCapture(ctx context.Context, kind, id string, memory bool, detail map[string]any) (*inFlight, error) {
 	// in the gate first: a clean shutdown waits for a capture asked before
 	// it (a stop accepted just before SIGTERM was refused while its room
 	// was measured, and stayed ready: TestCleanShutdown)
-	if err := m.captures.enter(); err != nil {
+	if err := j.gate.enter(); err != nil {
 		return nil, err
 	}
 	// storage.go: room on the disk and in --storage-max for what it may write
-	if err := m.captureRoom(ctx, kind, id, memory); err != nil {
-		m.captures.inflight.Done()
+	if err := j.host.captureRoom(ctx, kind, id, memory); err != nil {
+		j.gate.inflight.Done()
 		return nil, err
 	}
-	img, err := m.newImage(memory)
+	img, err := j.files.make(memory)
 	if err != nil {
-		m.captures.inflight.Done()
+		j.gate.inflight.Done()
 		return nil, err
 	}
 	if detail == nil {
 		detail = map[string]any{}
 	}
 	detail["memory"] = memory
-	c, err := m.journal(ctx, kind, img, id, detail)
+	c, err := j.begin(ctx, kind, img, id, detail)
 	if err != nil {
-		_ = m.removeImage(img)
-		m.captures.inflight.Done()
+		_ = j.files.remove(img)
+		j.gate.inflight.Done()
 		return nil, err
 	}
 	crashPoint(kind + ":before-image")
@@ -103,36 +137,36 @@ func (m *Manager) beginCapture(ctx context.Context, kind, id string, memory bool
 
 // beginOp journals an operation that writes no image (a resume, a delete).
 // Resumes are captures for a clean shutdown's sake: it waits for them.
-func (m *Manager) beginOp(ctx context.Context, kind, id string, detail map[string]any) (*inFlight, error) {
-	if err := m.captures.enter(); err != nil {
+func (j *journal) beginOp(ctx context.Context, kind, id string, detail map[string]any) (*inFlight, error) {
+	if err := j.gate.enter(); err != nil {
 		if kind != kindDelete {
 			return nil, err
 		}
-		m.captures.inflight.Add(1) // a delete is never refused
+		j.gate.inflight.Add(1) // a delete is never refused
 	}
-	c, err := m.journal(ctx, kind, newID("op_"), id, detail)
+	c, err := j.begin(ctx, kind, newID("op_"), id, detail)
 	if err != nil {
-		m.captures.inflight.Done()
+		j.gate.inflight.Done()
 		return nil, err
 	}
 	return c, nil
 }
 
-func (m *Manager) journal(ctx context.Context, kind, entry, id string, detail map[string]any) (*inFlight, error) {
+func (j *journal) begin(ctx context.Context, kind, entry, id string, detail map[string]any) (*inFlight, error) {
 	if detail == nil {
 		detail = map[string]any{}
 	}
-	in := &store.Intent{ID: entry, Kind: kind, SandboxID: id, Step: "journaled", Detail: detail, StartedAt: m.now()}
-	if err := m.cfg.Store.AddIntent(context.WithoutCancel(ctx), in); err != nil {
+	in := &store.Intent{ID: entry, Kind: kind, SandboxID: id, Step: string(stepJournaled), Detail: detail, StartedAt: j.host.now()}
+	if err := j.host.AddIntent(context.WithoutCancel(ctx), in); err != nil {
 		return nil, err
 	}
-	return &inFlight{m: m, kind: kind, img: entry, detail: detail}, nil
+	return &inFlight{j: j, kind: kind, img: entry, detail: detail}, nil
 }
 
 // step records the step the operation reached.
-func (c *inFlight) step(ctx context.Context, step string) {
-	if err := c.m.cfg.Store.StepIntent(context.WithoutCancel(ctx), c.img, step, c.m.now()); err != nil {
-		c.m.log.Error("journal a step", "entry", c.img, "step", step, "err", err)
+func (c *inFlight) step(ctx context.Context, s step) {
+	if err := c.j.host.StepIntent(context.WithoutCancel(ctx), c.img, string(s), c.j.host.now()); err != nil {
+		c.j.log.Error("journal a step", "entry", c.img, "step", s, "err", err)
 	}
 }
 
@@ -147,8 +181,8 @@ func (c *inFlight) watched(ctx context.Context) context.Context {
 		c.detail["procs"] = append(procs, p)
 		d := maps.Clone(c.detail)
 		c.mu.Unlock()
-		if err := c.m.cfg.Store.SetIntentDetail(context.WithoutCancel(ctx), c.img, d); err != nil {
-			c.m.log.Error("journal a capture process", "entry", c.img, "pid", p.Pid, "err", err)
+		if err := c.j.host.SetIntentDetail(context.WithoutCancel(ctx), c.img, d); err != nil {
+			c.j.log.Error("journal a capture process", "entry", c.img, "pid", p.Pid, "err", err)
 		}
 	})
 }
@@ -161,8 +195,8 @@ func (c *inFlight) setDetail(ctx context.Context, kv map[string]any) {
 	}
 	d := maps.Clone(c.detail)
 	c.mu.Unlock()
-	if err := c.m.cfg.Store.SetIntentDetail(context.WithoutCancel(ctx), c.img, d); err != nil {
-		c.m.log.Error("journal a detail", "entry", c.img, "err", err)
+	if err := c.j.host.SetIntentDetail(context.WithoutCancel(ctx), c.img, d); err != nil {
+		c.j.log.Error("journal a detail", "entry", c.img, "err", err)
 	}
 }
 
@@ -173,8 +207,8 @@ func (c *inFlight) finish(ctx context.Context) { c.close(ctx) }
 func (c *inFlight) abandon(ctx context.Context) { c.close(ctx) }
 
 func (c *inFlight) close(ctx context.Context) {
-	if err := c.m.cfg.Store.DeleteIntent(context.WithoutCancel(ctx), c.img); err != nil {
-		c.m.log.Error("close a journal entry", "entry", c.img, "err", err)
+	if err := c.j.host.DeleteIntent(context.WithoutCancel(ctx), c.img); err != nil {
+		c.j.log.Error("close a journal entry", "entry", c.img, "err", err)
 	}
 }
 
@@ -185,15 +219,15 @@ func (c *inFlight) closeIn(ctx context.Context, tx *store.Store) error {
 }
 
 // end marks the operation no longer in flight (for a clean shutdown).
-func (c *inFlight) end() { c.once.Do(c.m.captures.inflight.Done) }
+func (c *inFlight) end() { c.once.Do(c.j.gate.inflight.Done) }
 
 // Shutdown stops taking new captures and waits, until ctx ends, for those
 // in flight. Sandboxes keep running.
 func (m *Manager) Shutdown(ctx context.Context) error {
-	m.captures.close()
+	m.journal.gate.close()
 	done := make(chan struct{})
 	go func() {
-		m.captures.inflight.Wait()
+		m.journal.gate.inflight.Wait()
 		close(done)
 	}()
 	select {

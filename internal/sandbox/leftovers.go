@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"sbx.dev/sbx/internal/cgroup"
 )
 
 // removeLeftovers removes what no record names: a crash at any instant may
@@ -77,9 +79,9 @@ func (m *Manager) removeLeftovers(ctx context.Context) error {
 		}
 	}
 	removeUnnamed(m.sandboxesDir(), func(name string) bool { return known[name] })
-	removeUnnamed(m.freezeRoot(), func(name string) bool { return known[name] })
-	removeUnnamed(m.imagesDir(), func(name string) bool { return images[name] })
-	removeUnnamed(m.disksDir(), func(name string) bool { return disks[filepath.Join(m.disksDir(), name)] })
+	removeUnnamed(m.freezes.freezeRoot(), func(name string) bool { return known[name] })
+	removeUnnamed(m.images.root, func(name string) bool { return images[name] })
+	removeUnnamed(m.storage.disksDir(), func(name string) bool { return disks[filepath.Join(m.storage.disksDir(), name)] })
 	return nil
 }
 
@@ -98,19 +100,10 @@ func removeUnnamed(dir string, keep func(name string) bool) {
 
 // cgroupIDs lists the sandboxes that have a cgroup of this daemon.
 func (m *Manager) cgroupIDs() []string {
-	seen := map[string]bool{}
 	var ids []string
-	ctrls, _ := os.ReadDir("/sys/fs/cgroup")
-	for _, c := range ctrls {
-		ents, err := os.ReadDir(filepath.Join("/sys/fs/cgroup", c.Name(), "sbx-"+m.cfg.Tag))
-		if err != nil {
-			continue
-		}
-		for _, e := range ents {
-			if e.IsDir() && strings.HasPrefix(e.Name(), "sb_") && !seen[e.Name()] {
-				seen[e.Name()] = true
-				ids = append(ids, e.Name())
-			}
+	for _, name := range cgroup.Host.Group(cgroup.Parent(m.cfg.Tag)).Children() {
+		if strings.HasPrefix(name, "sb_") {
+			ids = append(ids, name)
 		}
 	}
 	return ids

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,14 +11,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
-	"strconv"
+	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"sbx.dev/sbx/api"
-	"sbx.dev/sbx/internal/metrics"
+	"sbx.dev/sbx/internal/follow"
+	"sbx.dev/sbx/internal/store"
 )
 
 // The log streams of a sandbox. All of them live in the sandbox's directory
@@ -43,8 +41,57 @@ const (
 	StreamRuntime = "runtime"
 )
 
-// logPoll is how often a followed log is looked at for more.
-const logPoll = 50 * time.Millisecond
+// logsOwner owns the reading of a sandbox's logs and events: the console,
+// runtime, events and exec streams, and the events feed, followed through
+// internal/follow. It writes nothing; it sees the rest of the manager only
+// through logsHost.
+type logsOwner struct{ host logsHost }
+
+// logsHost is what the logs owner needs of the rest of the manager.
+type logsHost interface {
+	Sandbox(ctx context.Context, ref string) (*store.Sandbox, error)
+	Exec(ctx context.Context, sandboxID, execID string) (*api.Exec, error)
+	Events(ctx context.Context, sandboxID string, after int64) ([]api.Event, error)
+	DeletedByName(ctx context.Context, name string) (string, error)
+	// Changed is closed at the next committed event (the store's feed)
+	Changed() <-chan struct{}
+	sandboxDir(id string) string
+	execDir(sandboxID, execID string) string
+	// output is the exec owner's: an exec's output, and its end
+	output(ctx context.Context, sandboxID, execID string, following bool, emit func(api.ExecEvent) error) error
+	execsChanged() <-chan struct{}
+	fileWatcher() *follow.Files
+	now() time.Time
+}
+
+// logsHost, as the manager gives it.
+type managerLogsHost struct {
+	*store.Store
+	m *Manager
+}
+
+func (h managerLogsHost) sandboxDir(id string) string { return h.m.sandboxDir(id) }
+func (h managerLogsHost) execDir(sandboxID, execID string) string {
+	return h.m.execDir(sandboxID, execID)
+}
+func (h managerLogsHost) output(ctx context.Context, sandboxID, execID string, following bool, emit func(api.ExecEvent) error) error {
+	return h.m.execs.output(ctx, sandboxID, execID, following, emit)
+}
+func (h managerLogsHost) execsChanged() <-chan struct{} { return h.m.execs.table.watch() }
+func (h managerLogsHost) fileWatcher() *follow.Files    { return &h.m.files }
+func (h managerLogsHost) now() time.Time                { return h.m.now() }
+
+// The facade.
+
+// Logs: see logsOwner.logs.
+func (m *Manager) Logs(ctx context.Context, ref, stream string, follow bool, tail int, emit func(api.LogEvent) error) error {
+	return m.logs.logs(ctx, ref, stream, follow, tail, emit)
+}
+
+// Events: see logsOwner.events.
+func (m *Manager) Events(ctx context.Context, ref string, after int64, following bool, emit func(api.Event) error) error {
+	return m.logs.events(ctx, ref, after, following, emit)
+}
 
 // Logs sends one of a sandbox's log streams (StreamConsole when stream is
 // empty): the last tail lines (all of it when tail is 0), then, with
@@ -52,20 +99,20 @@ const logPoll = 50 * time.Millisecond
 // exec) the exec ends. Reading a log is inspection: it is not activity.
 // An unknown stream or a negative tail is api.ErrInvalid; an unknown
 // sandbox or exec, api.ErrNotFound.
-func (m *Manager) Logs(ctx context.Context, ref, stream string, follow bool, tail int, emit func(api.LogEvent) error) error {
+func (l *logsOwner) logs(ctx context.Context, ref, stream string, follow bool, tail int, emit func(api.LogEvent) error) error {
 	if tail < 0 {
 		return api.Errorf(api.ErrInvalid, "tail: %d is not a count of lines", tail)
 	}
-	sb, err := m.cfg.Store.Sandbox(ctx, ref)
+	sb, err := l.host.Sandbox(ctx, ref)
 	if err != nil {
 		return err
 	}
 	if stream == "" {
 		stream = StreamConsole
 	}
-	dir := m.sandboxDir(sb.ID)
+	dir := l.host.sandboxDir(sb.ID)
 	gone := func() (bool, error) {
-		cur, err := m.cfg.Store.Sandbox(context.WithoutCancel(ctx), sb.ID)
+		cur, err := l.host.Sandbox(context.WithoutCancel(ctx), sb.ID)
 		if errors.Is(err, api.ErrNotFound) {
 			return true, nil
 		}
@@ -77,138 +124,99 @@ func (m *Manager) Logs(ctx context.Context, ref, stream string, follow bool, tai
 	switch {
 	case stream == StreamConsole:
 		files := []*logFile{{stream: StreamConsole, path: filepath.Join(dir, "console.log")}}
-		return followLogs(ctx, files, follow, tail, gone, m.now, emit)
+		return followLogs(ctx, l.host.fileWatcher(), files, follow, tail, gone, l.host.now, emit, l.host.Changed)
 	case stream == StreamRuntime:
 		files := []*logFile{
 			{stream: StreamRuntime, path: filepath.Join(dir, "console.log"), match: isRuntimeLine},
 			{stream: StreamRuntime, path: filepath.Join(dir, "runsc.log"), objects: true},
 		}
-		return followLogs(ctx, files, follow, tail, gone, m.now, emit)
+		return followLogs(ctx, l.host.fileWatcher(), files, follow, tail, gone, l.host.now, emit, l.host.Changed)
 	case stream == StreamEvents:
-		return m.eventLog(ctx, sb.ID, follow, tail, gone, emit)
+		return l.eventLog(ctx, sb.ID, follow, tail, gone, emit)
 	case strings.HasPrefix(stream, "exec/"):
 		execID := strings.TrimPrefix(stream, "exec/")
 		if execID == "" || strings.Contains(execID, "/") {
 			return api.Errorf(api.ErrInvalid, "stream %q: name an exec as exec/EXEC_ID (the execs of %s are listed by its execs)", stream, sb.ID)
 		}
-		return m.execLog(ctx, sb.ID, execID, follow, tail, emit)
+		return l.execLog(ctx, sb.ID, execID, follow, tail, emit)
 	default:
 		return api.Errorf(api.ErrInvalid, "stream %q: the streams are console, events, runtime and exec/EXEC_ID", stream)
 	}
 }
 
 // execLog sends an exec's output as a log stream.
-func (m *Manager) execLog(ctx context.Context, sandboxID, execID string, follow bool, tail int, emit func(api.LogEvent) error) error {
+func (l *logsOwner) execLog(ctx context.Context, sandboxID, execID string, follow bool, tail int, emit func(api.LogEvent) error) error {
 	prefix := "exec/" + execID + "/"
 	if tail == 0 {
 		// All of it: Output knows how an exec's output ends.
-		return m.Output(ctx, sandboxID, execID, follow, func(ev api.ExecEvent) error {
+		return l.host.output(ctx, sandboxID, execID, follow, func(ev api.ExecEvent) error {
 			if ev.Event != "stdout" && ev.Event != "stderr" {
 				return nil
 			}
-			now := m.now()
+			now := l.host.now()
 			return eachLine(ev.Data, func(line []byte) error {
 				return emit(api.LogEvent{Stream: prefix + ev.Event, Data: line, Time: now})
 			})
 		})
 	}
-	if _, err := m.cfg.Store.Exec(ctx, sandboxID, execID); err != nil {
+	if _, err := l.host.Exec(ctx, sandboxID, execID); err != nil {
 		return err
 	}
-	dir := m.execDir(sandboxID, execID)
+	dir := l.host.execDir(sandboxID, execID)
 	files := []*logFile{
 		{stream: prefix + "stdout", path: filepath.Join(dir, "stdout")},
 		{stream: prefix + "stderr", path: filepath.Join(dir, "stderr")},
 	}
 	ended := func() (bool, error) {
-		e, err := m.cfg.Store.Exec(context.WithoutCancel(ctx), sandboxID, execID)
+		e, err := l.host.Exec(context.WithoutCancel(ctx), sandboxID, execID)
 		if err != nil {
 			return false, err
 		}
 		return e.State != api.ExecRunning, nil
 	}
-	return followLogs(ctx, files, follow, tail, ended, m.now, emit)
+	return followLogs(ctx, l.host.fileWatcher(), files, follow, tail, ended, l.host.now, emit, l.host.execsChanged, l.host.Changed)
 }
 
-// eventLog sends a sandbox's events as lines.
-func (m *Manager) eventLog(ctx context.Context, sandboxID string, follow bool, tail int, gone func() (bool, error), emit func(api.LogEvent) error) error {
-	evs, err := m.cfg.Store.Events(ctx, sandboxID, 0)
-	if err != nil {
-		return err
-	}
-	var after int64
-	if n := len(evs); n > 0 {
-		after = evs[n-1].Seq
-	}
-	if tail > 0 && len(evs) > tail {
-		evs = evs[len(evs)-tail:]
-	}
-	for {
-		for _, ev := range evs {
-			if err := emit(api.LogEvent{Stream: StreamEvents, Data: []byte(EventLine(ev) + "\n"), Time: ev.Time}); err != nil {
-				return err
-			}
-			after = ev.Seq
-		}
-		if !follow {
-			return nil
-		}
-		done, err := gone()
+// eventLog sends a sandbox's events as lines: the last tail (all when
+// tail is 0), then, with follow, those recorded until the sandbox is gone.
+func (l *logsOwner) eventLog(ctx context.Context, sandboxID string, following bool, tail int, gone func() (bool, error), emit func(api.LogEvent) error) error {
+	var after int64 // the last event sent
+	if tail > 0 {
+		evs, err := l.host.Events(ctx, sandboxID, 0)
 		if err != nil {
 			return err
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(4 * logPoll):
-		}
-		if evs, err = m.cfg.Store.Events(ctx, sandboxID, after); err != nil {
-			return err
-		}
-		if done && len(evs) == 0 {
-			return nil
+		if len(evs) > tail {
+			after = evs[len(evs)-tail-1].Seq // those before the last tail count as sent
 		}
 	}
+	return follow.Follow(ctx, func() (bool, time.Time, error) {
+		done := true
+		if following {
+			var err error
+			if done, err = gone(); err != nil {
+				return false, time.Time{}, err
+			}
+		}
+		// read after gone: what was recorded before the sandbox went is sent
+		evs, err := l.host.Events(ctx, sandboxID, after)
+		if err != nil {
+			return false, time.Time{}, err
+		}
+		for _, ev := range evs {
+			if err := emit(api.LogEvent{Stream: StreamEvents, Data: []byte(EventLine(ev) + "\n"), Time: ev.Time}); err != nil {
+				return false, time.Time{}, err
+			}
+			after = ev.Seq
+		}
+		return done, time.Time{}, nil
+	}, l.host.Changed)
 }
 
 // EventLine writes an event as one line: "TIME TYPE key=value ...", the
 // time in UTC, the detail sorted by key, values quoted when they would not
 // read as one word.
-func EventLine(ev api.Event) string {
-	var b strings.Builder
-	b.WriteString(ev.Time.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
-	b.WriteString(" ")
-	b.WriteString(ev.Type)
-	keys := make([]string, 0, len(ev.Detail))
-	for k := range ev.Detail {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		fmt.Fprintf(&b, " %s=%s", k, detailValue(ev.Detail[k]))
-	}
-	return b.String()
-}
-
-func detailValue(v any) string {
-	switch v := v.(type) {
-	case string:
-		if v == "" || strings.ContainsAny(v, " \t\n\"=") {
-			return strconv.Quote(v)
-		}
-		return v
-	case float64:
-		return strconv.FormatFloat(v, 'f', -1, 64)
-	case nil:
-		return "null"
-	default:
-		b, err := json.Marshal(v)
-		if err != nil {
-			return fmt.Sprint(v)
-		}
-		return string(b)
-	}
-}
+func EventLine(ev api.Event) string { return ev.Line(time.UTC, nil) }
 
 // runtimeLine matches runsc's own log lines (glog format:
 // "W0102 15:04:05.000000   1234 file.go:12] ...") and the errors runsc
@@ -239,16 +247,18 @@ type logFile struct {
 
 // partialWait is how long the start of a line waits for its end before it
 // is sent as it is, so that a prompt without a newline still shows.
-const partialWait = 4 * logPoll
+const partialWait = 200 * time.Millisecond
 
 // maxPartial bounds the start of a line held back: a longer line is sent
 // in pieces of this size rather than grow sbxd's memory.
 const maxPartial = chunkSize
 
 // followLogs sends the files of a stream: the last tail lines of each
-// (all when tail is 0), then with follow what they gain, polling, until
-// ctx ends or ended reports true (whatever was written before is sent).
-func followLogs(ctx context.Context, files []*logFile, follow bool, tail int, ended func() (bool, error), now func() time.Time, emit func(api.LogEvent) error) error {
+// (all when tail is 0), then, following, what they gain, until ctx ends or
+// ended reports true (whatever was written before is sent). It looks again
+// when a file's directory changes (told by w) and when one of wakes does:
+// the sources whatever ended reads tells (the store, the execs).
+func followLogs(ctx context.Context, w *follow.Files, files []*logFile, following bool, tail int, ended func() (bool, error), now func() time.Time, emit func(api.LogEvent) error, wakes ...follow.Source) error {
 	defer func() {
 		for _, f := range files {
 			if f.f != nil {
@@ -256,41 +266,50 @@ func followLogs(ctx context.Context, files []*logFile, follow bool, tail int, en
 			}
 		}
 	}()
-	tick := time.NewTicker(logPoll)
-	defer tick.Stop()
-	for {
-		done := true
-		if follow {
-			var err error
-			if done, err = ended(); err != nil {
-				return err
-			}
-		}
-		n := 0
+	sources := slices.Clone(wakes)
+	if following {
+		dirs := map[string]bool{}
 		for _, f := range files {
-			got, err := f.drain(tail, now, emit)
+			dir := filepath.Dir(f.path)
+			if dirs[dir] {
+				continue
+			}
+			dirs[dir] = true
+			src, stop, err := w.Watch(dir)
 			if err != nil {
-				return err
+				return fmt.Errorf("follow %s: %w", f.stream, err)
 			}
-			n += got
-		}
-		for _, f := range files {
-			if err := f.flush(done, now, emit); err != nil {
-				return err
-			}
-		}
-		if done {
-			return nil
-		}
-		if n > 0 {
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
+			defer stop()
+			sources = append(sources, src)
 		}
 	}
+	return follow.Follow(ctx, func() (bool, time.Time, error) {
+		done := true
+		if following {
+			var err error
+			if done, err = ended(); err != nil {
+				return false, time.Time{}, err
+			}
+		}
+		for _, f := range files {
+			if _, err := f.drain(tail, now, emit); err != nil {
+				return false, time.Time{}, err
+			}
+		}
+		var again time.Time // when the first line held back has waited enough
+		for _, f := range files {
+			if err := f.flush(done, now, emit); err != nil {
+				return false, time.Time{}, err
+			}
+			if len(f.partial) > 0 {
+				at := time.Now().Add(partialWait - now().Sub(f.partialAt))
+				if again.IsZero() || at.Before(again) {
+					again = at
+				}
+			}
+		}
+		return done, again, nil
+	}, sources...)
 }
 
 // drain sends what f has gained since it was last read and returns how
@@ -589,158 +608,45 @@ func tailStartMatching(r io.ReaderAt, size int64, n int, match func([]byte) bool
 	return starts[0], nil
 }
 
-// Metrics reports a sandbox's resource use now: CPU time and memory from
-// its cgroup, processes counted in its /proc (running sandboxes only; the
-// agent that counts is left out), disk as the blocks its overlay's upper
-// layer holds on the host. A stopped sandbox reports its disk and zeros.
-// Metrics is inspection: it is not activity. An unknown sandbox is
-// api.ErrNotFound.
-func (m *Manager) Metrics(ctx context.Context, ref string) (*api.Metrics, error) {
-	sb, err := m.cfg.Store.Sandbox(ctx, ref)
-	if err != nil {
-		return nil, err
+// Events sends a sandbox's events after sequence number after (0: from
+// the first): those recorded so far, then, following, new ones as they
+// come, until ctx ends, emit fails, or the sandbox is deleted.
+//
+// A deleted sandbox's events stay readable by its id (how else would one
+// learn why the reaper took it?).
+func (l *logsOwner) events(ctx context.Context, ref string, after int64, following bool, emit func(api.Event) error) error {
+	if after < 0 {
+		return api.Errorf(api.ErrInvalid, "after: %d is not a sequence number (0 or more)", after)
 	}
-	upper := filepath.Join(m.sandboxDir(sb.ID), "upper")
-	out := &api.Metrics{DiskBytes: diskUsage(upper)}
-	if sb.State != api.StateReady {
-		return out, nil
+	id := ref
+	if sb, err := l.host.Sandbox(ctx, ref); err == nil {
+		id = sb.ID
+	} else if evs, eerr := l.host.Events(ctx, ref, 0); eerr == nil && len(evs) > 0 {
+		following = false // nothing more will happen to it
+	} else if gone, gerr := l.host.DeletedByName(ctx, ref); gerr == nil && gone != "" {
+		// the last sandbox of that name, deleted or reaped
+		id, following = gone, false
+	} else {
+		return err
 	}
-	if w, ok := m.watcher.get(sb.ID); ok {
-		out.DiskBytes += openUnder(w.Pid, upper)
-	}
-	cg := m.cgroupsPath(sb.ID)
-	if ns, ok := readCgroupInt("/sys/fs/cgroup/cpuacct", cg, "cpuacct.usage"); ok {
-		out.CPUSeconds = float64(ns) / 1e9
-	} else if us, ok := readCgroupStat("/sys/fs/cgroup", cg, "cpu.stat", "usage_usec"); ok {
-		out.CPUSeconds = float64(us) / 1e6
-	}
-	if b, ok := readCgroupInt("/sys/fs/cgroup/memory", cg, "memory.usage_in_bytes"); ok {
-		out.MemoryBytes = b
-	} else if b, ok := readCgroupInt("/sys/fs/cgroup", cg, "memory.current"); ok {
-		out.MemoryBytes = b
-	}
-	fis, err := m.ReadDir(ctx, sb.ID, "/proc", "", 0)
-	if err != nil {
-		return nil, fmt.Errorf("metrics of %s: count processes: %w", sb.ID, err)
-	}
-	for _, fi := range fis {
-		if _, err := strconv.Atoi(fi.Name); err == nil {
-			out.Processes++
-		}
-	}
-	// The agent listing /proc is one of them.
-	out.Processes = max(0, out.Processes-1)
-	return out, nil
-}
-
-func readCgroupInt(root, cgroup, file string) (int64, bool) {
-	b, err := os.ReadFile(filepath.Join(root, cgroup, file))
-	if err != nil {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	return n, err == nil
-}
-
-func readCgroupStat(root, cgroup, file, key string) (int64, bool) {
-	b, err := os.ReadFile(filepath.Join(root, cgroup, file))
-	if err != nil {
-		return 0, false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(line, " "); ok && k == key {
-			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			return n, err == nil
-		}
-	}
-	return 0, false
-}
-
-// diskUsage is what du says of dir: the bytes of the blocks its files hold.
-func diskUsage(dir string) int64 {
-	var total int64
-	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+	err := follow.Follow(ctx, func() (bool, time.Time, error) {
+		evs, err := l.host.Events(ctx, id, after)
 		if err != nil {
-			return nil
+			return false, time.Time{}, err
 		}
-		fi, err := d.Info()
-		if err != nil {
-			return nil
+		for _, ev := range evs {
+			if err := emit(ev); err != nil {
+				return false, time.Time{}, err
+			}
+			after = ev.Seq
+			if ev.Type == api.EventDeleted || ev.Type == api.EventReaped {
+				following = false // nothing more will happen to it
+			}
 		}
-		total += allocated(fi)
-		return nil
-	})
-	return total
-}
-
-// openUnder is the blocks of the files under dir that process pid holds
-// open: runsc keeps the overlay's file store open and unlinked in the upper
-// dir, so du of the dir alone sees nothing.
-func openUnder(pid int, dir string) int64 {
-	fdDir := fmt.Sprintf("/proc/%d/fd", pid)
-	ents, err := os.ReadDir(fdDir)
-	if err != nil {
-		return 0
+		return !following, time.Time{}, nil
+	}, l.host.Changed)
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return nil // the follower left
 	}
-	var total int64
-	for _, e := range ents {
-		p := filepath.Join(fdDir, e.Name())
-		target, err := os.Readlink(p)
-		if err != nil || !strings.HasPrefix(target, dir+"/") {
-			continue
-		}
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
-			total += allocated(fi)
-		}
-	}
-	return total
-}
-
-// allocated is the bytes of the blocks a file holds (its size where the
-// file system does not say).
-func allocated(fi fs.FileInfo) int64 {
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return st.Blocks * 512
-	}
-	return fi.Size()
-}
-
-// MetricsRegistry is the registry the manager counts captures and reaper
-// actions in, and that sbxd serves at /metrics.
-func (m *Manager) MetricsRegistry() *metrics.Registry {
-	if m.cfg.Metrics != nil {
-		return m.cfg.Metrics
-	}
-	return metrics.Default
-}
-
-// captureKinds names the capture events' kinds in metrics.
-var captureKinds = map[string]string{"snapshot": "snapshot", "stopped": "stop", "forked": "fork", "resumed": "resume"}
-
-// observeCapture counts a capture by kind and outcome and records its duration.
-func (m *Manager) observeCapture(typ string, d time.Duration, err error) {
-	kind, ok := captureKinds[typ]
-	if !ok {
-		kind = typ
-	}
-	outcome := "ok"
-	if err != nil {
-		outcome = "error"
-	}
-	r := m.MetricsRegistry()
-	r.Counter("sbx_captures_total", "Captures (snapshot, stop, fork, resume) by kind and outcome.", "kind", "outcome").Inc(kind, outcome)
-	r.Histogram("sbx_capture_duration_seconds", "How long captures took, by kind and outcome.", metrics.DurationBuckets, "kind", "outcome").
-		Observe(d.Seconds(), kind, outcome)
-}
-
-// observeReaped counts a sandbox the reaper deleted, by why: idle or lifetime.
-func (m *Manager) observeReaped(reason string) {
-	why := "other"
-	switch {
-	case strings.HasPrefix(reason, "idle"):
-		why = "idle"
-	case strings.HasPrefix(reason, "lifetime"):
-		why = "lifetime"
-	}
-	m.MetricsRegistry().Counter("sbx_reaper_actions_total", "Sandboxes the reaper deleted, by why.", "action", "reason").Inc("delete", why)
+	return err
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/follow"
 )
 
 func TestTailStart(t *testing.T) {
@@ -66,7 +67,7 @@ func TestTailStartMatching(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "console.log")
 			os.WriteFile(path, []byte(content), 0o600)
-			got := collect(t, []*logFile{{stream: "runtime", path: path, match: isRuntimeLine}}, false, tc.n, nil)
+			got := collect(t, []*logFile{{stream: "runtime", path: path, match: isRuntimeLine}}, false, tc.n, nil, nil)
 			if got != tc.want {
 				t.Errorf("got %q, want %q", got, tc.want)
 			}
@@ -74,8 +75,9 @@ func TestTailStartMatching(t *testing.T) {
 	}
 }
 
-// collect runs followLogs and returns what it sent, in order.
-func collect(t *testing.T, files []*logFile, follow bool, tail int, ended func() (bool, error)) string {
+// collect runs followLogs and returns what it sent, in order; ended is
+// looked at again when end is told.
+func collect(t *testing.T, files []*logFile, following bool, tail int, ended func() (bool, error), end *follow.Broadcast) string {
 	t.Helper()
 	if ended == nil {
 		ended = func() (bool, error) { return false, nil }
@@ -83,10 +85,10 @@ func collect(t *testing.T, files []*logFile, follow bool, tail int, ended func()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var b strings.Builder
-	err := followLogs(ctx, files, follow, tail, ended, time.Now, func(ev api.LogEvent) error {
+	err := followLogs(ctx, &follow.Files{}, files, following, tail, ended, time.Now, func(ev api.LogEvent) error {
 		b.Write(ev.Data)
 		return nil
-	})
+	}, end.Wait)
 	if err != nil {
 		t.Fatalf("followLogs: %v", err)
 	}
@@ -100,32 +102,34 @@ func TestFollowLogs(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("tail without follow", func(t *testing.T) {
-		got := collect(t, []*logFile{{stream: "console", path: path}}, false, 2, nil)
+		got := collect(t, []*logFile{{stream: "console", path: path}}, false, 2, nil, nil)
 		if want := "old 2\nold 3\n"; got != want {
 			t.Errorf("got %q, want %q", got, want)
 		}
 	})
 	t.Run("missing file is empty", func(t *testing.T) {
-		got := collect(t, []*logFile{{stream: "console", path: filepath.Join(dir, "none")}}, false, 0, nil)
+		got := collect(t, []*logFile{{stream: "console", path: filepath.Join(dir, "none")}}, false, 0, nil, nil)
 		if got != "" {
 			t.Errorf("got %q, want nothing", got)
 		}
 	})
 	t.Run("follow sends what comes until the end, in order", func(t *testing.T) {
 		var done atomic.Bool
+		var end follow.Broadcast
 		go func() {
 			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 			if err != nil {
 				return
 			}
 			for i := range 5 {
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(20 * time.Millisecond) // lines arrive one at a time: the follower is tested on growth
 				f.WriteString("new " + string(rune('a'+i)) + "\n")
 			}
 			f.Close()
 			done.Store(true)
+			end.Notify()
 		}()
-		got := collect(t, []*logFile{{stream: "console", path: path}}, true, 1, func() (bool, error) { return done.Load(), nil })
+		got := collect(t, []*logFile{{stream: "console", path: path}}, true, 1, func() (bool, error) { return done.Load(), nil }, &end)
 		if want := "old 3\nnew a\nnew b\nnew c\nnew d\nnew e\n"; got != want {
 			t.Errorf("got %q, want %q", got, want)
 		}
@@ -133,7 +137,7 @@ func TestFollowLogs(t *testing.T) {
 	t.Run("follow ends with ctx", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 		defer cancel()
-		err := followLogs(ctx, []*logFile{{stream: "console", path: path}}, true, 0,
+		err := followLogs(ctx, &follow.Files{}, []*logFile{{stream: "console", path: path}}, true, 0,
 			func() (bool, error) { return false, nil }, time.Now, func(api.LogEvent) error { return nil })
 		if err != context.DeadlineExceeded {
 			t.Errorf("got %v, want %v", err, context.DeadlineExceeded)
@@ -167,7 +171,7 @@ func TestFollowLogs(t *testing.T) {
 func events(t *testing.T, f *logFile, tail int) []string {
 	t.Helper()
 	var got []string
-	err := followLogs(context.Background(), []*logFile{f}, false, tail, nil, time.Now, func(ev api.LogEvent) error {
+	err := followLogs(context.Background(), nil, []*logFile{f}, false, tail, nil, time.Now, func(ev api.LogEvent) error {
 		got = append(got, string(ev.Data))
 		return nil
 	})

@@ -9,11 +9,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,6 +21,8 @@ import (
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/agent/hooks"
+	"sbx.dev/sbx/internal/cgroup"
+	"sbx.dev/sbx/internal/follow"
 	"sbx.dev/sbx/internal/metrics"
 	"sbx.dev/sbx/internal/netns"
 	"sbx.dev/sbx/internal/runsc"
@@ -101,6 +103,9 @@ type Config struct {
 	Metrics *metrics.Registry
 	// Limits are every sandbox's defaults and maxima (zero: DefaultLimits).
 	Limits Limits
+	// Warm is how many sandboxes of each template a warm pool keeps
+	// booted and unclaimed (pool.go); none by default.
+	Warm map[string]int
 	// StoppedRetention deletes a sandbox that has been stopped for longer
 	// (0: never). The idle reaper never takes a stopped sandbox.
 	StoppedRetention time.Duration
@@ -118,27 +123,35 @@ type Config struct {
 	// OrphanMax bounds the orphan images kept for their grace: past it the
 	// oldest go first, with an event (storage.go). 0: no bound.
 	OrphanMax int64
+	// Node is this sbxd's name in a fleet ("" outside one): every sandbox
+	// says it.
+	Node string
 }
 
 // Manager owns the sandboxes of one daemon. Its parts each guard their own
-// state with their own lock, and none is held across runsc, file or /proc
-// I/O: the per-sandbox lifecycle locks (which serialize the changes of one
-// sandbox, and are held across them on purpose), the running execs, the
-// leases, the process watcher and the capture gate.
+// state with their own mutex, and none is held across a runsc call, a file
+// or /proc read, SQLite or a sleep: the running execs, the leases, the
+// process watcher, the freeze slots. The changes of one sandbox take turns
+// by claims (claims.go), records an operation holds while it runs, not
+// mutexes held through its I/O.
 type Manager struct {
 	cfg Config
 	log *slog.Logger
 	now func() time.Time
 
-	locks    keyedLocks
-	execs    execTable
-	leases   leaseTable
-	conns    connTable
+	claims   claims
+	execs    execOwner    // the execs and their output (exec.go)
+	previews previews     // publications and the connections dialed in (previews.go)
+	reaper   reaper       // the idle reaper and the leases that hold it off (reaper.go)
+	metrics  metricsOwner // resource use and the /metrics registry (metrics.go)
+	logs     logsOwner    // the log streams and the events feed (logs.go)
+	images   imageFiles   // the images' files (images.go)
+	journal  journal      // operations under way, and the shutdown's gate (journal.go)
+	fs       sandboxFiles // the file API (files.go)
+	storage  storageOwner // the storage budget, freeze quotas, disks (storage.go)
+	pool     poolOwner    // the warm pools (pool.go)
 	watcher  watcher
-	captures captureGate
-	// freezes watches the freeze slots of running sandboxes (freeze.go).
-	freezes slotWatcher
-	reaped  atomic.Int64
+	freezes  freezeOwner // the freezes' slots and records (freeze.go)
 	// sweepWake has the image sweep look now.
 	sweepWake chan struct{}
 	// versions are the template versions being made into sandboxes, not
@@ -146,6 +159,8 @@ type Manager struct {
 	versions versionLeases
 	// monitors are the runtime monitors of monitored sandboxes (trace.go).
 	monitors monitorTable
+	// files tells log followers when a log file grows (logs.go).
+	files follow.Files
 }
 
 // New returns a Manager; call Start before using it.
@@ -173,7 +188,22 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Limits = DefaultLimits
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, now: cfg.Now, sweepWake: make(chan struct{}, 1)}
-	for _, d := range []string{m.sandboxesDir(), m.agentDir(), m.imagesDir(), m.freezeRoot()} {
+	m.previews.host = managerPreviewHost{cfg.Store, m}
+	m.execs.host, m.execs.log = managerExecHost{cfg.Store, m}, m.log
+	m.execs.head, m.execs.tail = cfg.OutputHead, cfg.OutputTail
+	m.metrics = metricsOwner{host: managerMetricsHost{cfg.Store, m}, reg: cfg.Metrics}
+	m.logs = logsOwner{host: managerLogsHost{cfg.Store, m}}
+	m.images = imageFiles{root: filepath.Join(cfg.DataDir, "images")}
+	m.journal.host, m.journal.log, m.journal.files = managerJournalHost{cfg.Store, m}, m.log, m.images
+	m.fs = sandboxFiles{host: managerFilesHost{cfg.Store, m}}
+	m.freezes = freezeOwner{host: managerFreezeHost{cfg.Store, m}, log: m.log, dataDir: cfg.DataDir, images: m.images}
+	m.storage = storageOwner{host: managerStorageHost{cfg.Store, m}, log: m.log, dataDir: cfg.DataDir,
+		storageMax: cfg.StorageMax, orphanMax: cfg.OrphanMax, quota: *cfg.FreezeQuota, images: m.images}
+	m.pool = poolOwner{host: managerPoolHost{cfg.Store, m}, log: m.log, want: maps.Clone(cfg.Warm),
+		filling: map[string]int{}, removing: map[string]bool{}, wake: make(chan struct{}, 1)}
+	m.reaper = reaper{host: managerReapHost{cfg.Store, m}, log: m.log, maxLifetime: cfg.MaxLifetime,
+		stoppedRetention: cfg.StoppedRetention, after: cfg.After}
+	for _, d := range []string{m.sandboxesDir(), m.agentDir(), m.images.root, m.freezes.freezeRoot()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
@@ -184,7 +214,10 @@ func New(cfg Config) (*Manager, error) {
 func (m *Manager) sandboxesDir() string         { return filepath.Join(m.cfg.DataDir, "sandboxes") }
 func (m *Manager) sandboxDir(id string) string  { return filepath.Join(m.sandboxesDir(), id) }
 func (m *Manager) agentDir() string             { return filepath.Join(m.cfg.DataDir, "agent") }
-func (m *Manager) cgroupsPath(id string) string { return "/sbx-" + m.cfg.Tag + "/" + id }
+func (m *Manager) cgroupsPath(id string) string { return cgroup.Path(m.cfg.Tag, id) }
+
+// cgroupOf is sandbox id's cgroup on the host.
+func (m *Manager) cgroupOf(id string) cgroup.Group { return cgroup.Host.Group(m.cgroupsPath(id)) }
 
 // Start installs the agent and reconciles the store with what runsc reports,
 // so that sandboxes that kept running while sbxd was away are usable again.
@@ -192,9 +225,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.installAgent(); err != nil {
 		return err
 	}
-	if err := m.freezes.start(func(id string) {
-		m.freezes.kick(id, func(id string) { m.settleFreezes(context.WithoutCancel(ctx), id) })
-	}); err != nil {
+	if err := m.freezes.start(ctx); err != nil {
 		return err
 	}
 	if err := m.reconcileJournal(ctx); err != nil {
@@ -213,21 +244,22 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 	for _, sb := range sbs {
 		running := sb.State == api.StateReady
-		m.settleFreezesLocked(ctx, sb, running)
+		m.freezes.settleFreezesLocked(ctx, sb, running)
 		if running {
-			m.watchFreezes(ctx, sb.ID)
+			m.freezes.watchFreezes(ctx, sb.ID)
 		}
 	}
 	if err := m.removeLeftovers(ctx); err != nil {
 		return fmt.Errorf("start: remove leftovers: %w", err)
 	}
 	go m.collectTemplates(context.WithoutCancel(ctx))
-	if err := m.recoverExecs(ctx); err != nil {
+	if err := m.execs.recoverExecs(ctx); err != nil {
 		return err
 	}
 	go m.watchLoop(context.WithoutCancel(ctx))
 	go m.sweepLoop(context.WithoutCancel(ctx))
-	go m.reapLoop(context.WithoutCancel(ctx))
+	go m.reaper.loop(context.WithoutCancel(ctx))
+	go m.pool.loop(context.WithoutCancel(ctx))
 	return nil
 }
 
@@ -283,12 +315,6 @@ func installFile(dst string, body []byte, mode os.FileMode) error {
 	return os.Rename(tmp, dst)
 }
 
-// transition moves sandbox id between states: compare-and-set in the
-// store, with its event, in one transaction (store.Transition).
-func (m *Manager) transition(ctx context.Context, id string, c store.Change) error {
-	return m.cfg.Store.Transition(context.WithoutCancel(ctx), id, c)
-}
-
 // from is the states a transition may come from.
 func from(states ...api.State) []api.State { return states }
 
@@ -298,8 +324,11 @@ func (m *Manager) event(ctx context.Context, id, typ string, detail map[string]a
 	}
 }
 
-// lock serializes lifecycle changes of one sandbox.
-func (m *Manager) lock(id string) func() { return m.locks.lock(id) }
+// claim claims sandbox id whole for op (claims.go): the operations that
+// change a sandbox take their turns. The wait ends with ctx.
+func (m *Manager) claim(ctx context.Context, id, op string) (release func(), err error) {
+	return m.claims.claim(ctx, id, op)
+}
 
 // Get returns the sandbox whose id or name is ref.
 func (m *Manager) Get(ctx context.Context, ref string) (*api.Sandbox, error) {
@@ -307,15 +336,18 @@ func (m *Manager) Get(ctx context.Context, ref string) (*api.Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
+	if pooled(sb) {
+		return nil, api.Errorf(api.ErrNotFound, "sandbox %s not found", ref) // not a user's yet
+	}
 	return m.withVerdict(sb), nil
 }
 
 // withVerdict is the API view of a sandbox with the reaper's view of it.
 func (m *Manager) withVerdict(sb *store.Sandbox) *api.Sandbox {
-	a := toAPI(sb)
+	a := m.toAPI(sb)
 	now := m.now()
 	if sb.State == api.StateReady || sb.State == api.StateStopped {
-		a.Idle = now.Sub(sb.LastActivity).Round(time.Second).String()
+		a.Idle = api.DurationOf(now.Sub(sb.LastActivity).Round(time.Second))
 		v := m.judgeSandbox(sb)
 		if !v.at.IsZero() {
 			at := v.at
@@ -340,12 +372,15 @@ func (m *Manager) List(ctx context.Context) ([]api.Sandbox, error) {
 	}
 	out := make([]api.Sandbox, 0, len(sbs))
 	for _, sb := range sbs {
+		if pooled(sb) {
+			continue // the warm pool's, not a user's yet
+		}
 		out = append(out, *m.withVerdict(sb))
 	}
 	return out, nil
 }
 
-func toAPI(sb *store.Sandbox) *api.Sandbox {
+func (m *Manager) toAPI(sb *store.Sandbox) *api.Sandbox {
 	a := &api.Sandbox{
 		ID: sb.ID, Name: sb.Name, Template: sb.Template, State: sb.State, Reason: sb.Reason,
 		CreatedAt: sb.CreatedAt, Meta: sb.Meta, CPUs: sb.CPUs, Memory: sb.Memory,
@@ -358,9 +393,19 @@ func toAPI(sb *store.Sandbox) *api.Sandbox {
 		a.Address = "" // loopback only
 	}
 	if sb.TTL > 0 {
-		a.TTL = sb.TTL.String()
+		a.TTL = api.Duration(sb.TTL)
 	}
+	a.Node = m.cfg.Node
 	return a
+}
+
+// Visible is nil unless ref is a warm pool's sandbox, not taken yet: then
+// api.ErrNotFound, as for none (no request may address it).
+func (m *Manager) Visible(ctx context.Context, ref string) error {
+	if sb, err := m.cfg.Store.Sandbox(ctx, ref); err == nil && pooled(sb) {
+		return api.Errorf(api.ErrNotFound, "sandbox %s not found", ref)
+	}
+	return nil
 }
 
 // running returns the sandbox ref if it is running, else an error saying
@@ -370,18 +415,13 @@ func (m *Manager) running(ctx context.Context, ref string) (*store.Sandbox, erro
 	if err != nil {
 		return nil, err
 	}
-	switch sb.State {
-	case api.StateReady:
-		return sb, nil
-	case api.StateStopped:
-		return nil, api.Errorf(api.ErrConflict, "sandbox %s is stopped; resume it first", sb.ID)
-	default:
-		msg := fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State)
-		if sb.Reason != "" {
-			msg += ": " + sb.Reason
-		}
-		return nil, api.Errorf(api.ErrConflict, "%s", msg)
+	if pooled(sb) {
+		return nil, api.Errorf(api.ErrNotFound, "sandbox %s not found", ref) // a warm pool's: no one's yet
 	}
+	if err := requireState(sb, api.StateReady); err != nil {
+		return nil, err
+	}
+	return sb, nil
 }
 
 // creatingWait bounds how long a command waits for a sandbox being made.
@@ -390,27 +430,20 @@ const creatingWait = 2 * time.Minute
 // whenReady is running for a command addressed to a sandbox that may still
 // be being made (a fork announced before it boots, a create in flight): it
 // waits, up to creatingWait, for the create to end, then says what running
-// says. Never call it holding the sandbox's lock.
+// says. Never call it holding the sandbox's claim.
 func (m *Manager) whenReady(ctx context.Context, ref string) (*store.Sandbox, error) {
 	sb, err := m.cfg.Store.Sandbox(ctx, ref)
 	if err != nil || sb.State != api.StateCreating {
 		return m.running(ctx, ref)
 	}
-	// The create holds the sandbox's lock until it has ended.
-	deadline := time.NewTimer(creatingWait)
-	defer deadline.Stop()
-	for {
-		if unlock, ok := m.locks.tryLock(sb.ID); ok {
-			unlock()
-			break
-		}
-		select {
-		case <-ctx.Done():
+	// The create claims the sandbox until it has ended.
+	wctx, cancel := context.WithTimeout(ctx, creatingWait)
+	defer cancel()
+	if err := m.claims.idle(wctx, sb.ID); err != nil {
+		if ctx.Err() != nil {
 			return nil, ctx.Err()
-		case <-deadline.C:
-			return nil, api.Errorf(api.ErrConflict, "sandbox %s is still being created after %s", sb.ID, creatingWait)
-		case <-time.After(20 * time.Millisecond):
 		}
+		return nil, api.Errorf(api.ErrConflict, "sandbox %s is still being created after %s", sb.ID, creatingWait)
 	}
 	return m.running(ctx, sb.ID)
 }

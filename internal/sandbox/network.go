@@ -28,11 +28,7 @@ func parseShape(sh *api.NetShape, network string) (time.Duration, float64, error
 	if sh == nil {
 		return 0, 0, nil
 	}
-	delay, err := api.ParseDuration("netShape.delay", sh.Delay)
-	if err != nil {
-		return 0, 0, err
-	}
-	s := netns.Shape{Delay: delay, Loss: sh.Loss}
+	s := netns.Shape{Delay: sh.Delay.D(), Loss: sh.Loss}
 	if err := s.Check(); err != nil {
 		return 0, 0, api.Errorf(api.ErrInvalid, "netShape: %s", strings.TrimSuffix(err.Error(), ": "+netns.ErrInvalid.Error()))
 	}
@@ -47,11 +43,7 @@ func shapeOf(sb *store.Sandbox) *api.NetShape {
 	if sb.NetDelay == 0 && sb.NetLoss == 0 {
 		return nil
 	}
-	sh := &api.NetShape{Loss: sb.NetLoss}
-	if sb.NetDelay > 0 {
-		sh.Delay = sb.NetDelay.String()
-	}
-	return sh
+	return &api.NetShape{Delay: api.Duration(sb.NetDelay), Loss: sb.NetLoss}
 }
 
 // applyShape shapes sb's traffic as its record says, in its network

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"regexp"
 	"strconv"
@@ -24,29 +25,9 @@ func ValidName(name string) error {
 	return nil
 }
 
-var sizeRE = regexp.MustCompile(`^(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)$`)
-
-// ParseSize parses a user's size ("512M", "1G", "1.5GiB", "4096") for the
-// named field; "" is zero. K, M, G and T are powers of 1024.
-func ParseSize(field, s string) (int64, error) {
-	if s == "" {
-		return 0, nil
-	}
-	m := sizeRE.FindStringSubmatch(strings.ToLower(strings.TrimSpace(s)))
-	if m == nil {
-		return 0, api.Errorf(api.ErrInvalid, "%s: %q is not a size (use a number with an optional unit, like 512M or 2G)", field, s)
-	}
-	n, err := strconv.ParseFloat(m[1], 64)
-	if err != nil {
-		return 0, api.Errorf(api.ErrInvalid, "%s: %q is not a size", field, s)
-	}
-	mult := map[string]float64{"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m[2]]
-	v := n * mult
-	if v > 1<<50 {
-		return 0, api.Errorf(api.ErrInvalid, "%s: %q is too large", field, s)
-	}
-	return int64(v), nil
-}
+// ParseSize parses a user's size ("512M", "1G"): api.ParseSize, the one
+// parser the CLI, the server and the fleet share.
+func ParseSize(field, s string) (int64, error) { return api.ParseSize(field, s) }
 
 // checkMeta checks user metadata: short keys and values, not too many.
 func checkMeta(meta map[string]string) error {
@@ -88,7 +69,7 @@ func hostMemory() int64 {
 }
 
 func checkCPUs(cpus float64, max int) error {
-	if cpus < 0 || cpus > float64(max) {
+	if math.IsNaN(cpus) || cpus < 0 || cpus > float64(max) {
 		return api.Errorf(api.ErrInvalid, "cpus: %v is out of range (0 to %d on this host)", cpus, max)
 	}
 	return nil

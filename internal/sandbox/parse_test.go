@@ -120,3 +120,34 @@ func TestNewID(t *testing.T) {
 		seen[id] = true
 	}
 }
+
+// TestMergeMetaDropsTheFleetsObject: a fork's children keep the parent's
+// meta but for the fleet's object, which names the parent's own Sandbox
+// object (a child mirrored into it would take the parent's place).
+func TestMergeMetaDropsTheFleetsObject(t *testing.T) {
+	parent := map[string]string{"team": "a", api.MetaObject: "web"}
+	for _, fork := range []map[string]string{nil, {"run": "1"}} {
+		got, err := mergeMeta(parent, fork)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := got[api.MetaObject]; ok || got["team"] != "a" {
+			t.Errorf("mergeMeta(%v, %v) = %v, want team kept and %s dropped", parent, fork, got, api.MetaObject)
+		}
+	}
+	if parent[api.MetaObject] != "web" {
+		t.Error("mergeMeta changed the parent's meta")
+	}
+	// nor its uid (the parent's object's, no child's)
+	parent = map[string]string{"team": "a", api.MetaObject: "web", api.MetaObjectUID: "uid-web"}
+	got, err := mergeMeta(parent, map[string]string{"run": "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got[api.MetaObjectUID]; ok || got["team"] != "a" || got["run"] != "1" {
+		t.Errorf("mergeMeta(%v) = %v, want %s dropped too", parent, got, api.MetaObjectUID)
+	}
+	if parent[api.MetaObjectUID] != "uid-web" {
+		t.Error("mergeMeta changed the parent's meta")
+	}
+}

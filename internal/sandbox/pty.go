@@ -97,7 +97,10 @@ func (m *Manager) PTY(ctx context.Context, ref string, cmd, env []string, cwd, u
 // startPTY starts a terminal; starting is serialized with the sandbox's
 // lifecycle, as an exec's is.
 func (m *Manager) startPTY(ctx context.Context, id string, cmd, env []string, cwd string, cols, rows int) (*runsc.Terminal, error) {
-	unlock := m.lock(id)
+	unlock, err := m.claims.start(ctx, id)
+	if err != nil {
+		return nil, err
+	}
 	defer unlock()
 	if _, err := m.running(ctx, id); err != nil {
 		return nil, err

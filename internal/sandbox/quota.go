@@ -33,20 +33,20 @@ var DefaultFreezeQuota = FreezeQuota{MaxCount: 8, MaxBytes: 8 << 30, MinInterval
 // isFreeze reports whether snapshot sn is a freeze (or a crash capture):
 // recordFreeze moves its slot's note and verdict into its image, which no
 // other capture writes.
-func (m *Manager) isFreeze(sn *store.Snapshot) bool {
-	dir := m.imageDir(sn.ID)
+func (s *storageOwner) isFreeze(sn *store.Snapshot) bool {
+	dir := s.images.dir(sn.ID)
 	return fileExists(filepath.Join(dir, slotMetaFile)) || fileExists(filepath.Join(dir, freezewire.VerdictFile))
 }
 
-// freezes returns sandbox id's freeze snapshots, oldest first.
-func (m *Manager) freezesOf(ctx context.Context, id string) ([]*store.Snapshot, error) {
-	sns, err := m.cfg.Store.Snapshots(ctx, id)
+// freezesOf returns sandbox id's freeze snapshots, oldest first.
+func (s *storageOwner) freezesOf(ctx context.Context, id string) ([]*store.Snapshot, error) {
+	sns, err := s.host.Snapshots(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	var out []*store.Snapshot
 	for _, sn := range sns {
-		if m.isFreeze(sn) {
+		if s.isFreeze(sn) {
 			out = append(out, sn)
 		}
 	}
@@ -56,9 +56,9 @@ func (m *Manager) freezesOf(ctx context.Context, id string) ([]*store.Snapshot, 
 // freezeAllowed says whether sb may record one more freeze of size bytes:
 // nil, or an api.ErrConflict error saying which bound it passed and what to
 // do. It is the one check the freeze recorder makes before it journals.
-func (m *Manager) freezeAllowed(ctx context.Context, sb *store.Sandbox, size int64) error {
-	q := *m.cfg.FreezeQuota
-	fzs, err := m.freezesOf(ctx, sb.ID)
+func (s *storageOwner) freezeAllowed(ctx context.Context, sb *store.Sandbox, size int64) error {
+	q := s.quota
+	fzs, err := s.freezesOf(ctx, sb.ID)
 	if err != nil {
 		return fmt.Errorf("freeze quota of %s: %w", sb.ID, err)
 	}
@@ -77,7 +77,7 @@ func (m *Manager) freezeAllowed(ctx context.Context, sb *store.Sandbox, size int
 	}
 	const what = "the freeze is not kept and its image is removed"
 	const todo = "remove freezes (`sbx snapshot rm NAME`, `sbx prune --freezes`) or promote one (`sbx snapshot keep NAME`)"
-	switch now := m.now(); {
+	switch now := s.host.now(); {
 	case q.MaxCount > 0 && count+1 > q.MaxCount:
 		return api.Errorf(api.ErrConflict, "freeze quota of sandbox %s: it has %d freezes already, the most sbxd keeps per sandbox (sbxd --freeze-max-count %d); %s: %s", sb.ID, count, q.MaxCount, what, todo)
 	case q.MaxBytes > 0 && bytes+size > q.MaxBytes:
@@ -85,7 +85,7 @@ func (m *Manager) freezeAllowed(ctx context.Context, sb *store.Sandbox, size int
 	case q.MinInterval > 0 && !last.IsZero() && now.Sub(last) < q.MinInterval:
 		return api.Errorf(api.ErrConflict, "freeze rate limit of sandbox %s: its last freeze was recorded %s ago, and sbxd records at most one per %s (sbxd --freeze-min-interval); %s: freeze again later", sb.ID, now.Sub(last).Round(time.Millisecond), q.MinInterval, what)
 	}
-	if err := m.storageAllows(ctx, "freeze of "+sb.ID, 0); err != nil {
+	if err := s.allows(ctx, "freeze of "+sb.ID, 0); err != nil {
 		return err
 	}
 	return nil

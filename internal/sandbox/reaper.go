@@ -3,7 +3,9 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"sbx.dev/sbx/api"
@@ -67,93 +69,151 @@ func judge(sb *store.Sandbox, now time.Time, busy bool, maxLifetime time.Duratio
 	return v
 }
 
-// busy reports whether a sandbox has a running exec or an open lease.
-func (m *Manager) busy(id string) bool {
-	return m.execs.running(id) || m.leases.held(id)
+// reaper owns the idle reaper: its verdicts, its loop, the leases that keep
+// a sandbox active while they are open, and the count of what it reaped.
+// It sees the rest of the manager only through reapHost.
+type reaper struct {
+	host             reapHost
+	log              *slog.Logger
+	maxLifetime      time.Duration
+	stoppedRetention time.Duration
+	after            func(time.Duration) <-chan time.Time
+
+	leases leaseTable // its own lock (leases.go)
+	reaped atomic.Int64
 }
 
-// Lease marks a sandbox active until release is called: an open PTY or a
+// reapHost is what the reaper needs of the rest of the manager.
+type reapHost interface {
+	Sandboxes(ctx context.Context) ([]*store.Sandbox, error)
+	Sandbox(ctx context.Context, ref string) (*store.Sandbox, error)
+	// execRunning: sandbox id has an exec running now
+	execRunning(id string) bool
+	// tryClaim claims id whole if no other operation does (claims.go)
+	tryClaim(id, op string) (release func(), ok bool)
+	// reapDelete deletes a sandbox the caller claims, with the reaper's event
+	reapDelete(ctx context.Context, id string, reaped *store.Event) error
+	touch(ctx context.Context, id string)
+	observeReaped(reason string)
+	now() time.Time
+}
+
+// busy reports whether a sandbox has a running exec or an open lease.
+func (r *reaper) busy(id string) bool {
+	return r.host.execRunning(id) || r.leases.held(id)
+}
+
+// lease marks a sandbox active until release is called: an open PTY or a
 // preview connection counts as activity for as long as it is open.
-func (m *Manager) Lease(ctx context.Context, ref string) (func(), error) {
-	sb, err := m.cfg.Store.Sandbox(ctx, ref)
+func (r *reaper) lease(ctx context.Context, ref string) (func(), error) {
+	sb, err := r.host.Sandbox(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	release := m.leases.take(sb.ID)
-	m.touch(ctx, sb.ID)
+	release := r.leases.take(sb.ID)
+	r.host.touch(ctx, sb.ID)
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			release()
-			m.touch(context.Background(), sb.ID)
+			r.host.touch(context.Background(), sb.ID)
 		})
 	}, nil
 }
 
-// reapLoop runs the reaper until ctx ends.
-func (m *Manager) reapLoop(ctx context.Context) {
+// loop runs the reaper until ctx ends.
+func (r *reaper) loop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-m.cfg.After(reapInterval):
+		case <-r.after(reapInterval):
 		}
-		m.reapOnce(ctx)
+		r.once(ctx)
 	}
 }
 
-// reapOnce deletes every sandbox the reaper judges due, with an event
-// saying why. Its snapshots stay. Each sandbox is judged under its lock
-// (a sandbox whose lock is held is being changed, which is activity), so
-// nothing that starts meanwhile is cut short.
-func (m *Manager) reapOnce(ctx context.Context) {
-	sbs, err := m.cfg.Store.Sandboxes(ctx)
+// once deletes every sandbox the reaper judges due, with an event saying
+// why. Its snapshots stay. Each sandbox is judged again under its claim
+// (a sandbox another operation claims is being changed, which is
+// activity), so nothing that starts meanwhile is cut short.
+func (r *reaper) once(ctx context.Context) {
+	sbs, err := r.host.Sandboxes(ctx)
 	if err != nil {
-		m.log.Error("reaper: list sandboxes", "err", err)
+		r.log.Error("reaper: list sandboxes", "err", err)
 		return
 	}
 	for _, sb := range sbs {
-		if v := m.judgeSandbox(sb); !v.reap {
+		if v := r.judgeSandbox(sb); !v.reap {
 			continue
 		}
-		unlock, ok := m.locks.tryLock(sb.ID)
+		release, ok := r.host.tryClaim(sb.ID, "reap")
 		if !ok {
 			continue
 		}
-		m.reapLocked(ctx, sb.ID)
-		unlock()
+		r.reapClaimed(ctx, sb.ID)
+		release()
 	}
 }
 
 // judgeSandbox is the reaper's verdict on sb now.
-func (m *Manager) judgeSandbox(sb *store.Sandbox) verdict {
+func (r *reaper) judgeSandbox(sb *store.Sandbox) verdict {
 	switch sb.State {
 	case api.StateReady:
-		return judge(sb, m.now(), m.busy(sb.ID), m.cfg.MaxLifetime)
+		return judge(sb, r.host.now(), r.busy(sb.ID), r.maxLifetime)
 	case api.StateStopped:
-		return judgeStopped(sb, m.now(), m.cfg.MaxLifetime, m.cfg.StoppedRetention)
+		return judgeStopped(sb, r.host.now(), r.maxLifetime, r.stoppedRetention)
 	}
 	return verdict{}
 }
 
-// reapLocked judges sandbox id again under its lock and deletes it if due.
-func (m *Manager) reapLocked(ctx context.Context, id string) {
-	sb, err := m.cfg.Store.Sandbox(ctx, id)
+// reapClaimed judges sandbox id again under its claim and deletes it if due.
+func (r *reaper) reapClaimed(ctx context.Context, id string) {
+	sb, err := r.host.Sandbox(ctx, id)
 	if err != nil {
 		return
 	}
-	v := m.judgeSandbox(sb)
+	v := r.judgeSandbox(sb)
 	if !v.reap {
 		return
 	}
-	m.log.Info("reaping a sandbox", "sandbox", sb.ID, "reason", v.reason)
+	r.log.Info("reaping a sandbox", "sandbox", sb.ID, "reason", v.reason)
 	reaped := &store.Event{Type: "reaped", Detail: map[string]any{"reason": v.reason, "state": string(sb.State)}}
-	if _, err := m.deleteLocked(ctx, sb.ID, DeleteOptions{}, reaped); err != nil {
-		m.log.Error("reaper: delete", "sandbox", sb.ID, "err", err)
+	if err := r.host.reapDelete(ctx, sb.ID, reaped); err != nil {
+		r.log.Error("reaper: delete", "sandbox", sb.ID, "err", err)
 		return
 	}
-	m.countReaped(v.reason)
+	r.reaped.Add(1)
+	r.host.observeReaped(v.reason)
 }
+
+// reapHost, as the manager gives it.
+type managerReapHost struct {
+	*store.Store
+	m *Manager
+}
+
+func (h managerReapHost) execRunning(id string) bool { return h.m.execs.table.running(id) }
+func (h managerReapHost) tryClaim(id, op string) (func(), bool) {
+	return h.m.claims.tryClaim(id, op)
+}
+func (h managerReapHost) reapDelete(ctx context.Context, id string, reaped *store.Event) error {
+	_, err := h.m.deleteLocked(ctx, id, DeleteOptions{}, reaped)
+	return err
+}
+func (h managerReapHost) touch(ctx context.Context, id string) { h.m.touch(ctx, id) }
+func (h managerReapHost) observeReaped(reason string)          { h.m.metrics.observeReaped(reason) }
+func (h managerReapHost) now() time.Time                       { return h.m.now() }
+
+// The facade.
+
+// Lease: see reaper.lease.
+func (m *Manager) Lease(ctx context.Context, ref string) (func(), error) {
+	return m.reaper.lease(ctx, ref)
+}
+
+// judgeSandbox is the reaper's verdict on sb now.
+func (m *Manager) judgeSandbox(sb *store.Sandbox) verdict { return m.reaper.judgeSandbox(sb) }
 
 // judgeStopped decides whether a stopped sandbox is to be deleted at now:
 // never by the idle reaper (a stopped sandbox is what a user chose to
@@ -183,18 +243,9 @@ func judgeStopped(sb *store.Sandbox, now time.Time, maxLifetime, retention time.
 	return v
 }
 
-// countReaped counts a sandbox the reaper deleted (see observeReaped).
-func (m *Manager) countReaped(reason string) {
-	m.reaped.Add(1)
-	m.observeReaped(reason)
-}
-
-// SetTTL changes a sandbox's idle ttl ("0" or "" turns it off).
-func (m *Manager) SetTTL(ctx context.Context, ref, ttl string) (*api.Sandbox, error) {
-	d, err := api.ParseDuration("ttl", ttl)
-	if err != nil {
-		return nil, err
-	}
+// SetTTL changes a sandbox's idle ttl (0 turns it off; the server has
+// checked it, api.TTLRequest.Validate).
+func (m *Manager) SetTTL(ctx context.Context, ref string, d time.Duration) (*api.Sandbox, error) {
 	sb, err := m.cfg.Store.Sandbox(ctx, ref)
 	if err != nil {
 		return nil, err

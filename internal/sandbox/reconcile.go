@@ -44,7 +44,7 @@ func (m *Manager) reconcileJournal(ctx context.Context) error {
 	}
 	for _, in := range intents {
 		m.waitProcs(ctx, in)
-		c := &inFlight{m: m, kind: in.Kind, img: in.ID, detail: in.Detail}
+		c := &inFlight{j: &m.journal, kind: in.Kind, img: in.ID, detail: in.Detail}
 		var decision, reason string
 		switch in.Kind {
 		case kindSnapshot:
@@ -58,7 +58,7 @@ func (m *Manager) reconcileJournal(ctx context.Context) error {
 		case kindDelete:
 			decision, reason = m.reconcileDelete(ctx, c, in)
 		case kindFreeze:
-			decision, reason = m.reconcileFreeze(ctx, c, in)
+			decision, reason = m.freezes.reconcileFreeze(ctx, c, in)
 		default:
 			decision, reason = "dropped", fmt.Sprintf("an operation of unknown kind %q", in.Kind)
 		}
@@ -136,10 +136,10 @@ func (m *Manager) runtimeState(ctx context.Context, id string) (runtimeStatus, e
 // completeImage reports whether image img is complete, its memory (if it
 // has any) included.
 func (m *Manager) completeImageOf(img string, memory bool) bool {
-	if !m.imageComplete(img) {
+	if !m.images.isComplete(img) {
 		return false
 	}
-	return !memory || verifyCheckpoint(m.imageMem(img)) == nil
+	return !memory || verifyCheckpoint(m.images.mem(img)) == nil
 }
 
 func detailString(d map[string]any, k string) string {
@@ -167,18 +167,18 @@ func (m *Manager) reconcileSnapshot(ctx context.Context, c *inFlight, in *store.
 				}
 			}
 		}
-		_ = m.removeImage(in.ID)
+		_ = m.images.remove(in.ID)
 		return "dropped", "the sandbox was deleted"
 	}
 	if !complete {
-		_ = m.removeImage(in.ID)
+		_ = m.images.remove(in.ID)
 		return "snapshot dropped", "the snapshot's image was not complete; the sandbox is as it was"
 	}
 	if taken, _ := m.cfg.Store.SnapshotNameTaken(ctx, name); taken || name == "" {
-		_ = m.removeImage(in.ID)
+		_ = m.images.remove(in.ID)
 		return "snapshot dropped", fmt.Sprintf("the snapshot's name %q was taken meanwhile", name)
 	}
-	size, _ := m.imageSize(in.ID)
+	size, _ := m.images.size(in.ID)
 	sn := m.snapshotRecord(sb, name, in.ID, memory, size, 0)
 	err = m.cfg.Store.Update(ctx, func(tx *store.Store) error {
 		if err := tx.CreateSnapshot(ctx, sn); err != nil {
@@ -187,7 +187,7 @@ func (m *Manager) reconcileSnapshot(ctx context.Context, c *inFlight, in *store.
 		return c.closeIn(ctx, tx)
 	})
 	if err != nil {
-		return "error", fmt.Sprintf("the snapshot's image is complete but cannot be recorded: %v; it stays in %s", err, m.imageDir(in.ID))
+		return "error", fmt.Sprintf("the snapshot's image is complete but cannot be recorded: %v; it stays in %s", err, m.images.dir(in.ID))
 	}
 	reason := "the snapshot's image was complete: the snapshot " + name + " is kept"
 	if memory && sb.State == api.StateReady {
@@ -203,7 +203,7 @@ func (m *Manager) reconcileSnapshot(ctx context.Context, c *inFlight, in *store.
 // adoptOnCopy adopts sandbox id, which runsc lost, as stopped on a copy
 // (hard links) of the complete memory image img.
 func (m *Manager) adoptOnCopy(ctx context.Context, id, img string) error {
-	cp, err := m.cloneImage(img)
+	cp, err := m.images.clone(img)
 	if err != nil {
 		return err
 	}
@@ -212,11 +212,11 @@ func (m *Manager) adoptOnCopy(ctx context.Context, id, img string) error {
 		if err := tx.AddImage(ctx, &store.Image{ID: cp, SandboxID: id, Kind: "hibernation", CreatedAt: m.now()}); err != nil {
 			return err
 		}
-		return tx.Transition(ctx, id, store.Change{From: from(api.StateReady, api.StateStopping), To: api.StateStopped, Image: &cp,
+		return moveIn(ctx, tx, id, moveLostImageKept, store.Change{Image: &cp,
 			Reason: "runsc lost the sandbox while sbxd was away; a complete memory image of it was kept"})
 	})
 	if err != nil {
-		_ = m.removeImage(cp)
+		_ = m.images.remove(cp)
 	}
 	return err
 }
@@ -228,28 +228,28 @@ func (m *Manager) adoptOnCopy(ctx context.Context, id, img string) error {
 func (m *Manager) reconcileStop(ctx context.Context, c *inFlight, in *store.Intent) (string, string) {
 	sb, err := m.cfg.Store.Sandbox(ctx, in.SandboxID)
 	if err != nil {
-		_ = m.removeImage(in.ID)
+		_ = m.images.remove(in.ID)
 		return "dropped", "the sandbox was deleted"
 	}
 	if m.completeImageOf(in.ID, true) {
 		// as a stop does: a freeze the capture came just after is seen,
 		// and told of, before the source goes
-		m.letFreezeTell(ctx, sb.ID)
+		m.freezes.letFreezeTell(ctx, sb.ID)
 		if err := m.destroyRuntimeKeepNetwork(ctx, sb.ID); err != nil {
 			m.log.Warn("reconcile a stop: remove what is left of the source", "sandbox", sb.ID, "err", err)
 		}
-		if err := m.adoptStopped(ctx, c, sb.ID, in.ID, from(api.StateStopping, api.StateReady, api.StateError)); err != nil {
-			return "error", fmt.Sprintf("the stop's image is complete but cannot be recorded: %v; it stays in %s", err, m.imageDir(in.ID))
+		if err := m.adoptStopped(ctx, c, sb.ID, in.ID, moveImageAdopted); err != nil {
+			return "error", fmt.Sprintf("the stop's image is complete but cannot be recorded: %v; it stays in %s", err, m.images.dir(in.ID))
 		}
 		m.retireImage(ctx, sb.Image)
 		return "adopted as stopped", "the stop's image is complete: the sandbox is stopped with its memory; a resume restores it"
 	}
-	_ = m.removeImage(in.ID)
+	_ = m.images.remove(in.ID)
 	// a stop pauses the sandbox for its capture: it runs on
 	m.ensureRunning(ctx, sb.ID)
 	err = m.cfg.Store.Update(ctx, func(tx *store.Store) error {
 		if sb.State == api.StateStopping {
-			if err := tx.Transition(ctx, sb.ID, store.Change{From: from(api.StateStopping), To: api.StateReady}); err != nil {
+			if err := moveIn(ctx, tx, sb.ID, moveStopUndone, store.Change{}); err != nil {
 				return err
 			}
 		}
@@ -281,12 +281,12 @@ func (m *Manager) reconcileFork(ctx context.Context, c *inFlight, in *store.Inte
 		}
 		if err := m.destroy(ctx, id); err != nil {
 			m.log.Error("reconcile a fork: remove a child", "sandbox", id, "err", err)
-			_ = m.transition(ctx, id, store.Change{From: from(api.StateCreating), To: api.StateError, Reason: "an unfinished fork could not remove it: " + err.Error()})
+			_ = m.move(ctx, id, moveUndoFailed, store.Change{Reason: "an unfinished fork could not remove it: " + err.Error()})
 			continue
 		}
 		removed++
 	}
-	_ = m.removeImage(in.ID)
+	_ = m.images.remove(in.ID)
 	return "fork undone", fmt.Sprintf("the fork did not finish; its %d children were removed (a fork is all its children or none)", removed)
 }
 
@@ -308,8 +308,8 @@ func (m *Manager) reconcileResume(ctx context.Context, c *inFlight, in *store.In
 	}
 	newDisk := detailString(in.Detail, "disk")
 	if st == runtimeRunning && m.probe(ctx, sb.ID) == nil {
-		memory := in.Step == "restoring"
-		change := store.Change{From: from(api.StateStopped), To: api.StateReady, MemoryRestored: ptr(memory), ResumeReason: ptr(""), Image: ptr("")}
+		memory := step(in.Step) == stepRestoring
+		change := store.Change{MemoryRestored: ptr(memory), ResumeReason: ptr(""), Image: ptr("")}
 		if !memory {
 			change.ResumeReason = ptr(detailString(in.Detail, "reason"))
 			if newDisk != "" {
@@ -325,7 +325,7 @@ func (m *Manager) reconcileResume(ctx context.Context, c *inFlight, in *store.In
 		m.log.Warn("reconcile a resume: remove what was restored", "sandbox", sb.ID, "err", err)
 	}
 	if newDisk != "" && newDisk != sb.Disk {
-		m.releaseDisk(ctx, newDisk)
+		m.storage.releaseDisk(ctx, newDisk)
 	}
 	return "kept stopped", "the resume did not finish; the sandbox is stopped with its image: resume it again"
 }
@@ -336,7 +336,7 @@ func (m *Manager) reconcileDelete(ctx context.Context, c *inFlight, in *store.In
 		return "nothing to do", "the sandbox is deleted"
 	}
 	if err := m.destroyRuntime(ctx, in.SandboxID); err != nil {
-		_ = m.transition(ctx, in.SandboxID, store.Change{From: allStates, To: api.StateError, Reason: "delete failed: " + err.Error() + "; delete it again"})
+		_ = m.move(ctx, in.SandboxID, moveDeleteFailed, store.Change{Reason: "delete failed: " + err.Error() + "; delete it again"})
 		return "error", err.Error()
 	}
 	withSnapshots := in.Detail["withSnapshots"] == true
@@ -363,8 +363,8 @@ func (m *Manager) probe(ctx context.Context, id string) error {
 // reconcile brings one stored sandbox in line with runsc's view after a
 // restart (its journaled operations, if any, were reconciled first).
 func (m *Manager) reconcile(ctx context.Context, sb *store.Sandbox) {
-	fail := func(to api.State, reason string) {
-		if err := m.transition(ctx, sb.ID, store.Change{From: from(sb.State), To: to, Reason: reason}); err != nil {
+	fail := func(mv move, reason string) {
+		if err := m.move(ctx, sb.ID, mv, store.Change{Reason: reason}); err != nil {
 			m.log.Error("reconcile: record the state", "sandbox", sb.ID, "err", err)
 		}
 	}
@@ -374,27 +374,27 @@ func (m *Manager) reconcile(ctx context.Context, sb *store.Sandbox) {
 		switch st {
 		case runtimeGone:
 			reason := "runsc no longer knows the sandbox (was the host restarted?)"
-			if oomKilled(m.cgroupsPath(sb.ID)) {
+			if m.cgroupOf(sb.ID).OOMKilled() {
 				reason = "out of memory: the kernel stopped the sandbox while sbxd was away"
 			}
 			if err := m.killCgroup(sb.ID); err == nil {
 				m.removeCgroups(sb.ID)
 			}
-			fail(api.StateLost, reason)
+			fail(moveLost, reason)
 			return
 		case runtimeUnknown:
-			fail(api.StateError, fmt.Sprintf("runsc cannot report the sandbox after a restart of sbxd: %v", err))
+			fail(moveUnanswered, fmt.Sprintf("runsc cannot report the sandbox after a restart of sbxd: %v", err))
 			return
 		case runtimePaused:
 			// A capture left it paused and its journal entry is settled
 			// (a capture without one cannot be running). Let it run.
 			if err := m.cfg.Runtime.Resume(ctx, sb.ID); err != nil {
-				fail(api.StateError, fmt.Sprintf("found paused after a restart of sbxd and will not resume: %v", err))
+				fail(moveUnanswered, fmt.Sprintf("found paused after a restart of sbxd and will not resume: %v", err))
 				return
 			}
 		}
 		if sb.State == api.StateStopping {
-			if err := m.transition(ctx, sb.ID, store.Change{From: from(api.StateStopping), To: api.StateReady}); err != nil {
+			if err := m.move(ctx, sb.ID, moveStopUndone, store.Change{}); err != nil {
 				m.log.Error("reconcile: record the state", "sandbox", sb.ID, "err", err)
 			}
 		}
@@ -415,7 +415,7 @@ func (m *Manager) reconcile(ctx context.Context, sb *store.Sandbox) {
 		// A create that sbxd did not finish: nobody was told of it, so undo it.
 		m.log.Info("removing a sandbox whose creation was interrupted", "sandbox", sb.ID)
 		if err := m.destroy(ctx, sb.ID); err != nil {
-			fail(api.StateError, "an interrupted create could not be undone: "+err.Error())
+			fail(moveUndoFailed, "an interrupted create could not be undone: "+err.Error())
 		}
 	}
 }

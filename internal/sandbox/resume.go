@@ -21,14 +21,17 @@ func (m *Manager) Resume(ctx context.Context, ref string, requireMemory bool) (*
 	if err != nil {
 		return nil, err
 	}
-	unlock := m.lock(sb.ID)
+	unlock, err := m.claim(ctx, sb.ID, kindResume)
+	if err != nil {
+		return nil, err
+	}
 	defer unlock()
 	ctx = context.WithoutCancel(ctx)
 	if sb, err = m.cfg.Store.Sandbox(ctx, sb.ID); err != nil {
 		return nil, err
 	}
-	if sb.State != api.StateStopped {
-		return nil, api.Errorf(api.ErrConflict, "sandbox %s is %s, not stopped; only a stopped sandbox can be resumed", sb.ID, sb.State)
+	if err := requireState(sb, api.StateStopped); err != nil {
+		return nil, err
 	}
 	rootfs, err := m.rootfs(sb)
 	if err != nil {
@@ -36,22 +39,22 @@ func (m *Manager) Resume(ctx context.Context, ref string, requireMemory bool) (*
 	}
 	start := m.now()
 	img := sb.Image
-	c, err := m.beginOp(ctx, kindResume, sb.ID, map[string]any{"image": img})
+	c, err := m.journal.beginOp(ctx, kindResume, sb.ID, map[string]any{"image": img})
 	if err != nil {
 		return nil, err
 	}
 	defer c.end()
 	rctx := c.watched(ctx)
 	var restoreErr error
-	if !m.imageComplete(img) {
+	if !m.images.isComplete(img) {
 		restoreErr = fmt.Errorf("its hibernation image %q is missing or incomplete", img)
 	} else {
 		// Background: runsc returns before every page is loaded; the
 		// sandbox is usable at once and the image stays until it is retired.
-		c.step(ctx, "restoring")
-		restoreErr = m.boot(rctx, sb, bootSpec{rootfs: rootfs, image: m.imageMem(img), from: img, background: true})
+		c.step(ctx, stepRestoring)
+		restoreErr = m.boot(rctx, sb, bootSpec{rootfs: rootfs, image: m.images.mem(img), from: img, background: true})
 	}
-	change := store.Change{From: from(api.StateStopped), To: api.StateReady, MemoryRestored: ptr(restoreErr == nil), ResumeReason: ptr(""), Image: ptr("")}
+	change := store.Change{MemoryRestored: ptr(restoreErr == nil), ResumeReason: ptr(""), Image: ptr("")}
 	if restoreErr != nil {
 		if err := m.destroyRuntimeKeepNetwork(ctx, sb.ID); err != nil {
 			m.log.Warn("resume: remove a failed restore", "sandbox", sb.ID, "err", err)
@@ -67,7 +70,7 @@ func (m *Manager) Resume(ctx context.Context, ref string, requireMemory bool) (*
 		// disk only once the boot worked: the image's memory needs the old.
 		boot := *sb
 		if m.imageDiskExists(img) {
-			disk, err := m.newDisk(m.imageDisk(img))
+			disk, err := m.storage.newDisk(m.images.disk(img))
 			if err != nil {
 				c.abandon(ctx)
 				return nil, fmt.Errorf("resume %s: %w", sb.ID, err)
@@ -76,13 +79,13 @@ func (m *Manager) Resume(ctx context.Context, ref string, requireMemory bool) (*
 			change.Disk = &disk
 		}
 		c.setDetail(ctx, map[string]any{"disk": boot.Disk, "reason": reason})
-		c.step(ctx, "booting-disk")
+		c.step(ctx, stepBootingDisk)
 		if err := m.boot(rctx, &boot, bootSpec{rootfs: rootfs}); err != nil {
 			if derr := m.destroyRuntimeKeepNetwork(ctx, sb.ID); derr != nil {
 				m.log.Warn("resume: remove a failed boot", "sandbox", sb.ID, "err", derr)
 			}
 			if boot.Disk != sb.Disk {
-				m.releaseDisk(ctx, boot.Disk)
+				m.storage.releaseDisk(ctx, boot.Disk)
 			}
 			c.abandon(ctx)
 			m.captureEvent(ctx, sb.ID, "resumed", start, 0, err, map[string]any{"memoryRestored": false})
@@ -102,7 +105,7 @@ func (m *Manager) Resume(ctx context.Context, ref string, requireMemory bool) (*
 // records them lost) and retires the image it came from.
 func (m *Manager) resumed(ctx context.Context, c *inFlight, sb *store.Sandbox, change store.Change) error {
 	err := m.cfg.Store.Update(ctx, func(tx *store.Store) error {
-		if err := tx.Transition(ctx, sb.ID, change); err != nil {
+		if err := moveIn(ctx, tx, sb.ID, moveResumed, change); err != nil {
 			return err
 		}
 		return c.closeIn(ctx, tx)
@@ -112,13 +115,13 @@ func (m *Manager) resumed(ctx context.Context, c *inFlight, sb *store.Sandbox, c
 	}
 	old := sb.Disk
 	if change.Disk != nil && *change.Disk != old {
-		m.releaseDisk(ctx, old)
+		m.storage.releaseDisk(ctx, old)
 	}
 	m.watch(ctx, sb.ID)
 	if *change.MemoryRestored {
-		m.reattachAll(ctx, sb.ID)
+		m.execs.reattachAll(ctx, sb.ID)
 	} else {
-		m.loseExecs(ctx, sb.ID)
+		m.execs.loseExecs(ctx, sb.ID)
 	}
 	m.retireImage(ctx, sb.Image)
 	return nil
@@ -129,7 +132,7 @@ func (m *Manager) resumed(ctx context.Context, c *inFlight, sb *store.Sandbox, c
 func (m *Manager) destroyRuntimeKeepNetwork(ctx context.Context, id string) error {
 	m.unwatch(id)
 	m.cfg.Networks.Release(id) // its next boot shapes it again
-	defer m.conns.closeAll(id)
+	defer m.previews.closeAll(id)
 	err := m.cfg.Runtime.Delete(ctx, id)
 	if kerr := m.killCgroup(id); kerr != nil {
 		return kerr
@@ -144,7 +147,7 @@ func (m *Manager) destroyRuntimeKeepNetwork(ctx context.Context, id string) erro
 func ptr[T any](v T) *T { return &v }
 
 func (m *Manager) imageDiskExists(img string) bool {
-	return img != "" && fileExists(m.imageDisk(img))
+	return img != "" && fileExists(m.images.disk(img))
 }
 
 // retireGrace is how long a restored image is kept: runsc may still be

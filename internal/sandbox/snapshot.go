@@ -39,7 +39,7 @@ func (m *Manager) capture(ctx context.Context, c *inFlight, id string, kind capt
 	img := c.img
 	defer func() {
 		if err != nil {
-			if rerr := m.removeImage(img); rerr != nil {
+			if rerr := m.images.remove(img); rerr != nil {
 				m.log.Error("remove a partial image", "image", img, "err", rerr)
 			}
 			m.ensureRunning(ctx, id)
@@ -49,17 +49,17 @@ func (m *Manager) capture(ctx context.Context, c *inFlight, id string, kind capt
 	rctx := c.watched(ctx)
 	if !(kind.scratch && kind.memory) {
 		max := maxDiskTar(kind.diskLimit)
-		if err := m.cfg.Runtime.TarUpper(rctx, id, m.imageDisk(img), max); err != nil {
+		if err := m.cfg.Runtime.TarUpper(rctx, id, m.images.disk(img), max); err != nil {
 			if errors.Is(err, runsc.ErrTarTooBig) {
 				return 0, 0, api.Errorf(api.ErrConflict, "write disk: its tar passed %s, more than a disk limit of %s allows (the disk's files and %s of headers); nothing was kept: remove files from its disk and capture again", fmtBytes(max), fmtBytes(kind.diskLimit), fmtBytes(diskTarSlack(kind.diskLimit)))
 			}
 			return 0, 0, fmt.Errorf("write disk: %w", err)
 		}
 		// a disk capture that cannot be restored is never a success
-		if err := checkDiskTar(m.imageDisk(img), kind.diskLimit); err != nil {
+		if err := checkDiskTar(m.images.disk(img), kind.diskLimit); err != nil {
 			return 0, 0, err
 		}
-		c.step(ctx, "disk-written")
+		c.step(ctx, stepDiskWritten)
 	}
 	if kind.memory {
 		crashPoint(c.kind + ":writing-memory")
@@ -69,20 +69,20 @@ func (m *Manager) capture(ctx context.Context, c *inFlight, id string, kind capt
 				return 0, 0, fmt.Errorf("pause: %w", err)
 			}
 		}
-		err := m.cfg.Runtime.Checkpoint(rctx, id, m.imageMem(img), true)
+		err := m.cfg.Runtime.Checkpoint(rctx, id, m.images.mem(img), true)
 		paused = time.Since(start)
 		if err != nil {
 			return 0, 0, fmt.Errorf("write memory: %w", err)
 		}
-		if err := verifyCheckpoint(m.imageMem(img)); err != nil {
+		if err := verifyCheckpoint(m.images.mem(img)); err != nil {
 			return 0, 0, err
 		}
-		c.step(ctx, "memory-written")
+		c.step(ctx, stepMemoryWritten)
 	}
-	if size, err = m.completeImage(img, !kind.scratch); err != nil {
+	if size, err = m.images.complete(img, !kind.scratch); err != nil {
 		return 0, 0, err
 	}
-	c.step(ctx, "complete")
+	c.step(ctx, stepComplete)
 	crashPoint(c.kind + ":after-sync")
 	return size, paused, nil
 }
@@ -127,7 +127,7 @@ func (m *Manager) captureEvent(ctx context.Context, id, typ string, start time.T
 		d[k] = v
 	}
 	m.event(ctx, id, typ, d)
-	m.observeCapture(typ, end.Sub(start), err)
+	m.metrics.observeCapture(typ, end.Sub(start), err)
 }
 
 // Snapshot saves a running sandbox's disk, and with req.Memory its
@@ -147,14 +147,17 @@ func (m *Manager) Snapshot(ctx context.Context, ref string, req api.SnapshotRequ
 	if err != nil {
 		return nil, err
 	}
-	unlock := m.lock(sb.ID)
+	unlock, err := m.claim(ctx, sb.ID, kindSnapshot)
+	if err != nil {
+		return nil, err
+	}
 	defer unlock()
 	ctx = context.WithoutCancel(ctx)
 	if sb, err = m.running(ctx, sb.ID); err != nil {
 		return nil, err
 	}
 	start := m.now()
-	c, err := m.beginCapture(ctx, "snapshot", sb.ID, req.Memory, map[string]any{"name": req.Name})
+	c, err := m.journal.beginCapture(ctx, "snapshot", sb.ID, req.Memory, map[string]any{"name": req.Name})
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +177,7 @@ func (m *Manager) Snapshot(ctx context.Context, ref string, req api.SnapshotRequ
 		return c.closeIn(ctx, tx)
 	})
 	if err != nil {
-		_ = m.removeImage(img)
+		_ = m.images.remove(img)
 		c.abandon(ctx)
 		m.captureEvent(ctx, sb.ID, "snapshot", start, 0, err, extra)
 		return nil, err
@@ -199,7 +202,7 @@ func snapshotAPI(sn *store.Snapshot) *api.Snapshot {
 		Memory: sn.Memory, CreatedAt: sn.CreatedAt, Size: sn.Size, Kept: sn.Kept,
 	}
 	if sn.Memory {
-		a.Paused = sn.Paused.Round(time.Millisecond).String()
+		a.Paused = api.DurationOf(sn.Paused.Round(time.Millisecond))
 	}
 	return a
 }
@@ -241,7 +244,7 @@ func (m *Manager) deleteSnapshot(ctx context.Context, sn *store.Snapshot) error 
 	if err := m.cfg.Store.DeleteSnapshot(ctx, sn.Name); err != nil {
 		return err
 	}
-	m.releaseDisk(ctx, sn.Disk)
+	m.storage.releaseDisk(ctx, sn.Disk)
 	m.TemplateChanged(ctx)
-	return m.removeImage(sn.ID)
+	return m.images.remove(sn.ID)
 }

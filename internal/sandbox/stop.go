@@ -19,13 +19,16 @@ func (m *Manager) Stop(ctx context.Context, ref string, wait bool) (*api.Sandbox
 	if err != nil {
 		return nil, err
 	}
-	unlock := m.lock(sb.ID)
+	unlock, err := m.claim(ctx, sb.ID, kindStop)
+	if err != nil {
+		return nil, err
+	}
 	if sb, err = m.running(ctx, sb.ID); err != nil {
 		unlock()
 		return nil, err
 	}
 	ctx = context.WithoutCancel(ctx)
-	if err := m.transition(ctx, sb.ID, store.Change{From: from(api.StateReady), To: api.StateStopping}); err != nil {
+	if err := m.move(ctx, sb.ID, moveStop, store.Change{}); err != nil {
 		unlock()
 		return nil, err
 	}
@@ -37,7 +40,7 @@ func (m *Manager) Stop(ctx context.Context, ref string, wait bool) (*api.Sandbox
 			}
 		}()
 		sb.State = api.StateStopping
-		return toAPI(sb), nil
+		return m.toAPI(sb), nil
 	}
 	defer unlock()
 	if err := m.stop(ctx, sb); err != nil {
@@ -46,18 +49,18 @@ func (m *Manager) Stop(ctx context.Context, ref string, wait bool) (*api.Sandbox
 	return m.Get(ctx, sb.ID)
 }
 
-// stop does a stop of a stopping sandbox under its lock.
+// stop does a stop of a stopping sandbox under its claim.
 func (m *Manager) stop(ctx context.Context, sb *store.Sandbox) error {
 	start := m.now()
 	backToReady := func() {
-		if err := m.transition(ctx, sb.ID, store.Change{From: from(api.StateStopping), To: api.StateReady}); err != nil {
+		if err := m.move(ctx, sb.ID, moveStopUndone, store.Change{}); err != nil {
 			m.log.Error("a failed stop: record the sandbox ready again", "sandbox", sb.ID, "err", err)
 		}
 	}
 	// execs on their way to init get there first (no new one starts: the
-	// lock is held)
-	m.awaitStarts(sb.ID, startWait)
-	c, err := m.beginCapture(ctx, kindStop, sb.ID, true, nil)
+	// stop claims the sandbox)
+	m.execs.awaitStarts(sb.ID, startWait)
+	c, err := m.journal.beginCapture(ctx, kindStop, sb.ID, true, nil)
 	if err != nil {
 		backToReady()
 		return fmt.Errorf("stop %s: %w", sb.ID, err)
@@ -74,10 +77,10 @@ func (m *Manager) stop(ctx context.Context, sb *store.Sandbox) error {
 	}
 	// The image is complete and synced: now, and only now, the source goes,
 	// once it has told of a freeze the capture came just after.
-	m.letFreezeTell(ctx, sb.ID)
+	m.freezes.letFreezeTell(ctx, sb.ID)
 	m.unwatch(sb.ID)
 	if err := m.cfg.Runtime.Delete(ctx, sb.ID); err != nil {
-		_ = m.removeImage(img)
+		_ = m.images.remove(img)
 		c.abandon(ctx)
 		m.ensureRunning(ctx, sb.ID)
 		m.watch(ctx, sb.ID)
@@ -85,8 +88,8 @@ func (m *Manager) stop(ctx context.Context, sb *store.Sandbox) error {
 		m.captureEvent(ctx, sb.ID, "stopped", start, 0, err, extra)
 		return fmt.Errorf("stop %s: %w", sb.ID, err)
 	}
-	c.step(ctx, "source-destroyed")
-	m.conns.closeAll(sb.ID)       // nothing in there answers them now
+	c.step(ctx, stepSourceDestroyed)
+	m.previews.closeAll(sb.ID)    // nothing in there answers them now
 	m.cfg.Networks.Release(sb.ID) // it sends nothing now; its resume shapes it again
 	crashPoint("stop:after-destroy")
 	if err := m.killCgroup(sb.ID); err != nil {
@@ -94,9 +97,9 @@ func (m *Manager) stop(ctx context.Context, sb *store.Sandbox) error {
 	}
 	m.removeCgroups(sb.ID)
 	// a freeze it took before the stop is kept; its slot is done
-	m.settleFreezesLocked(ctx, sb, false)
+	m.freezes.settleFreezesLocked(ctx, sb, false)
 	old := sb.Image
-	if err := m.adoptStopped(ctx, c, sb.ID, img, from(api.StateStopping)); err != nil {
+	if err := m.adoptStopped(ctx, c, sb.ID, img, moveStopped); err != nil {
 		// The journal still says the image is complete and the source gone:
 		// a restart adopts it. Until then the sandbox reads stopping.
 		return fmt.Errorf("stop %s: %w", sb.ID, err)
@@ -109,12 +112,12 @@ func (m *Manager) stop(ctx context.Context, sb *store.Sandbox) error {
 
 // adoptStopped records, in one transaction, that sandbox id is stopped with
 // its memory in the complete image img, and closes the journal entry c.
-func (m *Manager) adoptStopped(ctx context.Context, c *inFlight, id, img string, fromStates []api.State) error {
+func (m *Manager) adoptStopped(ctx context.Context, c *inFlight, id, img string, mv move) error {
 	return m.cfg.Store.Update(ctx, func(tx *store.Store) error {
 		if err := tx.AddImage(ctx, &store.Image{ID: img, SandboxID: id, Kind: "hibernation", CreatedAt: m.now()}); err != nil {
 			return err
 		}
-		if err := tx.Transition(ctx, id, store.Change{From: fromStates, To: api.StateStopped, Image: &img}); err != nil {
+		if err := moveIn(ctx, tx, id, mv, store.Change{Image: &img}); err != nil {
 			return err
 		}
 		return c.closeIn(ctx, tx)

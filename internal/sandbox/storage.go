@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/cgroup"
 	"sbx.dev/sbx/internal/store"
 )
 
@@ -21,6 +23,97 @@ import (
 // --orphan-max. `sbx df` shows what uses the data dir (Storage), `sbx
 // prune` reclaims it (Prune). Freezes belong to their sandbox: a delete
 // takes them, unless asked to keep them or they were promoted (Keep).
+
+// storageOwner owns the storage budget: what the data dir holds and what
+// may be added to it (--storage-max), the orphan images (--orphan-max) and
+// each sandbox's freezes (their quota, quota.go), `sbx df` and `sbx
+// prune`, and the sandboxes' disks (disks.go). It holds no lock: its state
+// is what sbxd was started with; it sees the rest of the manager only
+// through storageHost.
+type storageOwner struct {
+	host       storageHost
+	log        *slog.Logger
+	dataDir    string
+	storageMax int64       // --storage-max (0: no bound)
+	orphanMax  int64       // --orphan-max (0: no bound)
+	quota      FreezeQuota // each sandbox's freezes (quota.go)
+	images     imageFiles  // the images' files, to look in and to remove
+}
+
+// storageHost is what the storage owner needs of the rest of the manager.
+type storageHost interface {
+	// what the store records: sandboxes, snapshots, images, intents, disks
+	Sandboxes(ctx context.Context) ([]*store.Sandbox, error)
+	Snapshots(ctx context.Context, sandboxID string) ([]*store.Snapshot, error)
+	KeepSnapshot(ctx context.Context, name string) error
+	Images(ctx context.Context) ([]*store.Image, error)
+	DeleteImage(ctx context.Context, id string) error
+	Intents(ctx context.Context) ([]*store.Intent, error)
+	DiskInUse(ctx context.Context, disk string) (bool, error)
+	// a snapshot as the API shows it, and its delete with its image and
+	// disk (snapshot.go)
+	GetSnapshot(ctx context.Context, name string) (*api.Snapshot, error)
+	deleteSnapshot(ctx context.Context, sn *store.Snapshot) error
+	// a template version, for when it was made
+	templateVersion(version string) (api.Template, error)
+	// room on the data dir's disk for any new work (limits.go)
+	checkRoom(what string) error
+	// what a capture of a running sandbox may write: its overlay's upper
+	// layer, the files its runsc process holds open there, its memory
+	sandboxDir(id string) string
+	sandboxPid(id string) (int, bool)
+	cgroupOf(id string) cgroup.Group
+	// a sandbox's freeze slots, which count as its own (freeze.go)
+	freezeDir(id string) string
+	// the image sweep, to look again once a delete took freezes (sweep.go)
+	sweepSoon(d time.Duration)
+	event(ctx context.Context, id, typ string, detail map[string]any)
+	now() time.Time
+}
+
+// storageHost, as the manager gives it.
+type managerStorageHost struct {
+	*store.Store
+	m *Manager
+}
+
+func (h managerStorageHost) checkRoom(what string) error     { return h.m.checkRoom(what) }
+func (h managerStorageHost) sandboxDir(id string) string     { return h.m.sandboxDir(id) }
+func (h managerStorageHost) cgroupOf(id string) cgroup.Group { return h.m.cgroupOf(id) }
+func (h managerStorageHost) sandboxPid(id string) (int, bool) {
+	w, ok := h.m.watcher.get(id)
+	return w.Pid, ok
+}
+func (h managerStorageHost) GetSnapshot(ctx context.Context, name string) (*api.Snapshot, error) {
+	return h.m.GetSnapshot(ctx, name)
+}
+func (h managerStorageHost) deleteSnapshot(ctx context.Context, sn *store.Snapshot) error {
+	return h.m.deleteSnapshot(ctx, sn)
+}
+func (h managerStorageHost) templateVersion(version string) (api.Template, error) {
+	return h.m.cfg.Templates.Version(version)
+}
+func (h managerStorageHost) freezeDir(id string) string { return h.m.freezes.freezeDir(id) }
+func (h managerStorageHost) sweepSoon(d time.Duration)  { h.m.sweepSoon(d) }
+func (h managerStorageHost) event(ctx context.Context, id, typ string, detail map[string]any) {
+	h.m.event(ctx, id, typ, detail)
+}
+func (h managerStorageHost) now() time.Time { return h.m.now() }
+
+// The facade: what server calls, and what freeze.go asks.
+
+// Keep: see storageOwner.keep.
+func (m *Manager) Keep(ctx context.Context, name string) (*api.Snapshot, error) {
+	return m.storage.keep(ctx, name)
+}
+
+// Storage: see storageOwner.usage.
+func (m *Manager) Storage(ctx context.Context) (*api.Storage, error) { return m.storage.usage(ctx) }
+
+// Prune: see storageOwner.prune.
+func (m *Manager) Prune(ctx context.Context, req api.PruneRequest) (*api.PruneResult, error) {
+	return m.storage.prune(ctx, req)
+}
 
 // DeleteOptions say what a delete takes besides the sandbox.
 type DeleteOptions = api.DeleteOptions
@@ -40,14 +133,14 @@ func (c *inFlight) flag(k string) bool {
 // freezesGoing returns the freezes of sandbox id that go with it: those not
 // promoted, and not in sns already. With keepFreezes in the delete's
 // journal entry none go, and every freeze of it is marked kept.
-func (m *Manager) freezesGoing(ctx context.Context, c *inFlight, id string, sns []*store.Snapshot) ([]*store.Snapshot, error) {
-	fzs, err := m.freezesOf(ctx, id)
+func (s *storageOwner) freezesGoing(ctx context.Context, c *inFlight, id string, sns []*store.Snapshot) ([]*store.Snapshot, error) {
+	fzs, err := s.freezesOf(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	if c.flag("keepFreezes") {
 		for _, sn := range fzs {
-			if err := m.cfg.Store.KeepSnapshot(ctx, sn.Name); err != nil {
+			if err := s.host.KeepSnapshot(ctx, sn.Name); err != nil {
 				return nil, err
 			}
 		}
@@ -68,10 +161,10 @@ func (m *Manager) freezesGoing(ctx context.Context, c *inFlight, id string, sns 
 
 // removeFreezes removes the freezes of deleted sandbox id, naming them in
 // res, and has the sweep look at what the delete orphaned.
-func (m *Manager) removeFreezes(ctx context.Context, id string, res *api.DeleteResult, fzs []*store.Snapshot) error {
-	defer m.sweepSoon(0)
+func (s *storageOwner) removeFreezes(ctx context.Context, id string, res *api.DeleteResult, fzs []*store.Snapshot) error {
+	defer s.host.sweepSoon(0)
 	for _, sn := range fzs {
-		if err := m.deleteSnapshot(ctx, sn); err != nil {
+		if err := s.host.deleteSnapshot(ctx, sn); err != nil {
 			return fmt.Errorf("delete %s: freeze %s: %w", id, sn.Name, err)
 		}
 		res.Freezes = append(res.Freezes, sn.Name)
@@ -79,14 +172,14 @@ func (m *Manager) removeFreezes(ctx context.Context, id string, res *api.DeleteR
 	return nil
 }
 
-// Keep promotes snapshot name (a freeze, above all): it outlives its
+// keep promotes snapshot name (a freeze, above all): it outlives its
 // sandbox, counts in no freeze quota, and `sbx prune --freezes` leaves it.
 // An unknown name is api.ErrNotFound.
-func (m *Manager) Keep(ctx context.Context, name string) (*api.Snapshot, error) {
-	if err := m.cfg.Store.KeepSnapshot(ctx, name); err != nil {
+func (s *storageOwner) keep(ctx context.Context, name string) (*api.Snapshot, error) {
+	if err := s.host.KeepSnapshot(ctx, name); err != nil {
 		return nil, err
 	}
-	return m.GetSnapshot(ctx, name)
+	return s.host.GetSnapshot(ctx, name)
 }
 
 // du counts the blocks of files on the host, each inode once.
@@ -120,54 +213,51 @@ func (u *du) of(p string) int64 {
 
 // dataDirBytes is what the data dir holds on the host, its template store
 // too (which may be a link to a directory elsewhere).
-func (m *Manager) dataDirBytes() int64 {
+func (s *storageOwner) dataDirBytes() int64 {
 	u := newDU()
-	return u.of(m.templatesDir()+"/") + u.of(m.cfg.DataDir)
+	return u.of(s.templatesDir()+"/") + u.of(s.dataDir)
 }
 
-func (m *Manager) templatesDir() string { return filepath.Join(m.cfg.DataDir, "templates") }
+func (s *storageOwner) templatesDir() string { return filepath.Join(s.dataDir, "templates") }
 
 // freeBytes is what the data dir's file system has free (-1: unknown).
-func (m *Manager) freeBytes() int64 {
+func (s *storageOwner) freeBytes() int64 {
 	var fs syscall.Statfs_t
-	if err := syscall.Statfs(m.cfg.DataDir, &fs); err != nil {
+	if err := syscall.Statfs(s.dataDir, &fs); err != nil {
 		return -1
 	}
 	return int64(fs.Bavail) * fs.Bsize
 }
 
-// storageAllows refuses, with an api.ErrConflict saying what to do, work
+// allows refuses, with an api.ErrConflict saying what to do, work
 // that would take the data dir past --storage-max: need is what it may
 // write (0 for what is written already, a freeze).
-func (m *Manager) storageAllows(ctx context.Context, what string, need int64) error {
-	if m.cfg.StorageMax <= 0 {
+func (s *storageOwner) allows(ctx context.Context, what string, need int64) error {
+	if s.storageMax <= 0 {
 		return nil
 	}
-	used := m.dataDirBytes()
-	if used+need <= m.cfg.StorageMax {
+	used := s.dataDirBytes()
+	if used+need <= s.storageMax {
 		return nil
 	}
 	const todo = "`sbx df` shows what uses it; free some with `sbx prune --orphans --freezes`, `sbx snapshot rm` or `sbx delete`"
 	if need == 0 {
-		return api.Errorf(api.ErrConflict, "%s: sbxd's storage budget is full: its data dir holds %s, more than sbxd --storage-max %s; it is not kept: %s", what, fmtBytes(used), fmtBytes(m.cfg.StorageMax), todo)
+		return api.Errorf(api.ErrConflict, "%s: sbxd's storage budget is full: its data dir holds %s, more than sbxd --storage-max %s; it is not kept: %s", what, fmtBytes(used), fmtBytes(s.storageMax), todo)
 	}
-	return api.Errorf(api.ErrConflict, "%s: sbxd's storage budget is full: its data dir holds %s of sbxd --storage-max %s, and this capture may write up to %s more; nothing was captured and the sandbox runs on: %s", what, fmtBytes(used), fmtBytes(m.cfg.StorageMax), fmtBytes(need), todo)
+	return api.Errorf(api.ErrConflict, "%s: sbxd's storage budget is full: its data dir holds %s of sbxd --storage-max %s, and this capture may write up to %s more; nothing was captured and the sandbox runs on: %s", what, fmtBytes(used), fmtBytes(s.storageMax), fmtBytes(need), todo)
 }
 
 // expectedCapture is what a capture of running sandbox id may write: its
 // disk's changes (the blocks its overlay's file store holds), and with
 // memory what its memory cgroup holds.
-func (m *Manager) expectedCapture(id string, memory bool) int64 {
-	upper := filepath.Join(m.sandboxDir(id), "upper")
+func (s *storageOwner) expectedCapture(id string, memory bool) int64 {
+	upper := filepath.Join(s.host.sandboxDir(id), "upper")
 	n := diskUsage(upper)
-	if w, ok := m.watcher.get(id); ok {
-		n += openUnder(w.Pid, upper)
+	if pid, ok := s.host.sandboxPid(id); ok {
+		n += openUnder(pid, upper)
 	}
 	if memory {
-		cg := m.cgroupsPath(id)
-		if b, ok := readCgroupInt("/sys/fs/cgroup/memory", cg, "memory.usage_in_bytes"); ok {
-			n += b
-		} else if b, ok := readCgroupInt("/sys/fs/cgroup", cg, "memory.current"); ok {
+		if b, ok := s.host.cgroupOf(id).MemoryCurrent(); ok {
 			n += b
 		}
 	}
@@ -177,28 +267,28 @@ func (m *Manager) expectedCapture(id string, memory bool) int64 {
 // captureRoom is the check a capture (snapshot, stop, fork) makes before it
 // starts: room on the data dir's disk for what it may write, as for any new
 // work (checkRoom), and within --storage-max.
-func (m *Manager) captureRoom(ctx context.Context, kind, id string, memory bool) error {
-	if err := m.checkRoom(kind); err != nil {
+func (s *storageOwner) captureRoom(ctx context.Context, kind, id string, memory bool) error {
+	if err := s.host.checkRoom(kind); err != nil {
 		return err
 	}
-	need := m.expectedCapture(id, memory)
-	if free := m.freeBytes(); free >= 0 && free-need < minFree {
-		return api.Errorf(api.ErrUnavailable, "%s of %s: sbxd's data dir %s has %s free, and this capture may write up to %s (sbxd keeps %s free); nothing was captured and the sandbox runs on: free some space there (`sbx df`, `sbx prune`)", kind, id, m.cfg.DataDir, fmtBytes(free), fmtBytes(need), fmtBytes(minFree))
+	need := s.expectedCapture(id, memory)
+	if free := s.freeBytes(); free >= 0 && free-need < minFree {
+		return api.Errorf(api.ErrUnavailable, "%s of %s: sbxd's data dir %s has %s free, and this capture may write up to %s (sbxd keeps %s free); nothing was captured and the sandbox runs on: free some space there (`sbx df`, `sbx prune`)", kind, id, s.dataDir, fmtBytes(free), fmtBytes(need), fmtBytes(minFree))
 	}
-	return m.storageAllows(ctx, kind+" of "+id, need)
+	return s.allows(ctx, kind+" of "+id, need)
 }
 
-// Storage says what uses the data dir, by owner: sandboxes (their files,
+// usage says what uses the data dir, by owner: sandboxes (their files,
 // outputs, freeze slots, hibernation images and disks), snapshots,
 // freezes, template versions and orphan images.
-func (m *Manager) Storage(ctx context.Context) (*api.Storage, error) {
-	v, err := m.view(ctx)
+func (s *storageOwner) usage(ctx context.Context) (*api.Storage, error) {
+	v, err := s.view(ctx)
 	if err != nil {
 		return nil, err
 	}
 	u := newDU()
 	out := &api.Storage{
-		DataDir: m.cfg.DataDir, Max: m.cfg.StorageMax, OrphanMax: m.cfg.OrphanMax, Free: max(m.freeBytes(), 0),
+		DataDir: s.dataDir, Max: s.storageMax, OrphanMax: s.orphanMax, Free: max(s.freeBytes(), 0),
 		Totals:    map[string]int64{},
 		Sandboxes: []api.StorageItem{}, Snapshots: []api.StorageItem{}, Freezes: []api.StorageItem{},
 		Templates: []api.StorageItem{}, Orphans: []api.StorageItem{},
@@ -206,9 +296,12 @@ func (m *Manager) Storage(ctx context.Context) (*api.Storage, error) {
 	bySandbox := map[string]*api.StorageItem{}
 	for _, sb := range v.sandboxes {
 		it := &api.StorageItem{Kind: api.StorageSandbox, ID: sb.ID, Name: sb.Name, CreatedAt: sb.CreatedAt}
-		it.Bytes += u.of(m.sandboxDir(sb.ID)) + u.of(m.freezeDir(sb.ID))
+		if t := sb.Meta[api.MetaPool]; t != "" {
+			it.Name = "(warm pool of " + t + ")" // what holds the space, though no list shows it
+		}
+		it.Bytes += u.of(s.host.sandboxDir(sb.ID)) + u.of(s.host.freezeDir(sb.ID))
 		if sb.Image != "" {
-			it.Bytes += u.of(m.imageDir(sb.Image))
+			it.Bytes += u.of(s.images.dir(sb.Image))
 		}
 		bySandbox[sb.ID] = it
 	}
@@ -220,11 +313,11 @@ func (m *Manager) Storage(ctx context.Context) (*api.Storage, error) {
 	// a snapshot's image, and the disk it names unless a sandbox has it
 	for _, sn := range v.snapshots {
 		it := api.StorageItem{Kind: api.StorageSnapshot, ID: sn.ID, Name: sn.Name, SandboxID: sn.SandboxID, CreatedAt: sn.CreatedAt, Kept: sn.Kept}
-		it.Bytes = u.of(m.imageDir(sn.ID))
+		it.Bytes = u.of(s.images.dir(sn.ID))
 		if sn.Disk != "" {
 			it.Bytes += u.of(sn.Disk)
 		}
-		if m.isFreeze(sn) {
+		if s.isFreeze(sn) {
 			it.Kind = api.StorageFreeze
 			out.Freezes = append(out.Freezes, it)
 		} else {
@@ -234,16 +327,16 @@ func (m *Manager) Storage(ctx context.Context) (*api.Storage, error) {
 	for _, sb := range v.sandboxes {
 		for _, im := range v.images {
 			if im.SandboxID == sb.ID && im.OrphanedAt.IsZero() {
-				bySandbox[sb.ID].Bytes += u.of(m.imageDir(im.ID))
+				bySandbox[sb.ID].Bytes += u.of(s.images.dir(im.ID))
 			}
 		}
 		out.Sandboxes = append(out.Sandboxes, *bySandbox[sb.ID])
 	}
-	for _, o := range m.orphans(ctx, v) {
-		o.Bytes = u.of(m.imageDir(o.ID))
+	for _, o := range s.orphans(ctx, v) {
+		o.Bytes = u.of(s.images.dir(o.ID))
 		out.Orphans = append(out.Orphans, o)
 	}
-	tdir := m.templatesDir()
+	tdir := s.templatesDir()
 	// a name is a link to the version it points at
 	names := map[string][]string{}
 	if ents, err := os.ReadDir(filepath.Join(tdir, "names")); err == nil {
@@ -257,7 +350,7 @@ func (m *Manager) Storage(ctx context.Context) (*api.Storage, error) {
 		for _, e := range ents {
 			ver := strings.Replace(e.Name(), "-", ":", 1)
 			it := api.StorageItem{Kind: api.StorageTemplate, ID: ver, Name: strings.Join(names[ver], ","), Bytes: u.of(filepath.Join(tdir, "versions", e.Name()))}
-			if t, err := m.cfg.Templates.Version(ver); err == nil {
+			if t, err := s.host.templateVersion(ver); err == nil {
 				it.CreatedAt = t.CreatedAt
 			}
 			out.Templates = append(out.Templates, it)
@@ -275,7 +368,7 @@ func (m *Manager) Storage(ctx context.Context) (*api.Storage, error) {
 		}
 	}
 	out.Totals[api.StorageTemplate] += tmplRest
-	out.Totals[api.StorageOther] = u.of(m.cfg.DataDir) // the database, runsc's state, the agent, leftovers
+	out.Totals[api.StorageOther] = u.of(s.dataDir) // the database, runsc's state, the agent, leftovers
 	for _, n := range out.Totals {
 		out.Used += n
 	}
@@ -290,19 +383,19 @@ type view struct {
 	intents   []*store.Intent
 }
 
-func (m *Manager) view(ctx context.Context) (*view, error) {
+func (s *storageOwner) view(ctx context.Context) (*view, error) {
 	var v view
 	var err error
-	if v.sandboxes, err = m.cfg.Store.Sandboxes(ctx); err != nil {
+	if v.sandboxes, err = s.host.Sandboxes(ctx); err != nil {
 		return nil, fmt.Errorf("storage: %w", err)
 	}
-	if v.snapshots, err = m.cfg.Store.Snapshots(ctx, ""); err != nil {
+	if v.snapshots, err = s.host.Snapshots(ctx, ""); err != nil {
 		return nil, fmt.Errorf("storage: %w", err)
 	}
-	if v.images, err = m.cfg.Store.Images(ctx); err != nil {
+	if v.images, err = s.host.Images(ctx); err != nil {
 		return nil, fmt.Errorf("storage: %w", err)
 	}
-	if v.intents, err = m.cfg.Store.Intents(ctx); err != nil {
+	if v.intents, err = s.host.Intents(ctx); err != nil {
 		return nil, fmt.Errorf("storage: %w", err)
 	}
 	return &v, nil
@@ -313,7 +406,7 @@ func (m *Manager) view(ctx context.Context) (*view, error) {
 // once its retire time has passed: runsc may read it until then), and dirs
 // no record names (left by a crash) once untrackedGrace has passed and no
 // capture in flight names them.
-func (m *Manager) orphans(ctx context.Context, v *view) []api.StorageItem {
+func (s *storageOwner) orphans(ctx context.Context, v *view) []api.StorageItem {
 	live := map[string]bool{}
 	for _, sb := range v.sandboxes {
 		live[sb.ID] = true
@@ -333,19 +426,19 @@ func (m *Manager) orphans(ctx context.Context, v *view) []api.StorageItem {
 		if owned[im.ID] && im.OrphanedAt.IsZero() {
 			continue
 		}
-		retiring := live[im.SandboxID] && (im.RetireAt.IsZero() || m.now().Before(im.RetireAt))
+		retiring := live[im.SandboxID] && (im.RetireAt.IsZero() || s.host.now().Before(im.RetireAt))
 		if !im.OrphanedAt.IsZero() && !owned[im.ID] && !retiring {
 			out = append(out, api.StorageItem{Kind: api.StorageOrphan, ID: im.ID, SandboxID: im.SandboxID, CreatedAt: im.CreatedAt})
 		}
 		owned[im.ID] = true
 	}
-	ents, _ := os.ReadDir(m.imagesDir())
+	ents, _ := os.ReadDir(s.images.root)
 	for _, e := range ents {
 		if !e.IsDir() || owned[e.Name()] {
 			continue
 		}
 		fi, err := e.Info()
-		if err != nil || m.now().Sub(fi.ModTime()) < untrackedGrace {
+		if err != nil || s.host.now().Sub(fi.ModTime()) < untrackedGrace {
 			continue
 		}
 		out = append(out, api.StorageItem{Kind: api.StorageOrphan, ID: e.Name(), CreatedAt: fi.ModTime()})
@@ -356,11 +449,11 @@ func (m *Manager) orphans(ctx context.Context, v *view) []api.StorageItem {
 
 // removeOrphan removes an orphan image and its record, with an event in
 // the stream of the sandbox it came from.
-func (m *Manager) removeOrphan(ctx context.Context, o api.StorageItem, typ string, detail map[string]any) error {
-	if err := m.removeImage(o.ID); err != nil {
+func (s *storageOwner) removeOrphan(ctx context.Context, o api.StorageItem, typ string, detail map[string]any) error {
+	if err := s.images.remove(o.ID); err != nil {
 		return fmt.Errorf("remove orphan image %s: %w", o.ID, err)
 	}
-	if err := m.cfg.Store.DeleteImage(ctx, o.ID); err != nil {
+	if err := s.host.DeleteImage(ctx, o.ID); err != nil {
 		return fmt.Errorf("remove orphan image %s: %w", o.ID, err)
 	}
 	if o.SandboxID != "" {
@@ -368,43 +461,37 @@ func (m *Manager) removeOrphan(ctx context.Context, o api.StorageItem, typ strin
 		for k, v := range detail {
 			d[k] = v
 		}
-		m.event(ctx, o.SandboxID, typ, d)
+		s.host.event(ctx, o.SandboxID, typ, d)
 	}
-	m.log.Info("removed an orphan image", "image", o.ID, "sandbox", o.SandboxID, "bytes", o.Bytes, "why", typ)
+	s.log.Info("removed an orphan image", "image", o.ID, "sandbox", o.SandboxID, "bytes", o.Bytes, "why", typ)
 	return nil
 }
 
-// Prune removes what nobody asked to keep, and says what: orphan images
+// prune removes what nobody asked to keep, and says what: orphan images
 // (before their grace ends), freezes not promoted (with req.Freezes), only
 // those older than req.OlderThan if given. With req.DryRun it only says.
 // A bad duration is api.ErrInvalid.
-func (m *Manager) Prune(ctx context.Context, req api.PruneRequest) (*api.PruneResult, error) {
-	var older time.Duration
-	if req.OlderThan != "" {
-		var err error
-		if older, err = api.ParseDuration("olderThan", req.OlderThan); err != nil {
-			return nil, err
-		}
-	}
+func (s *storageOwner) prune(ctx context.Context, req api.PruneRequest) (*api.PruneResult, error) {
+	older := req.OlderThan.D() // checked at the edge: api.PruneRequest.Validate
 	if !req.Orphans && !req.Freezes {
 		req.Orphans = true
 	}
 	ctx = context.WithoutCancel(ctx)
-	v, err := m.view(ctx)
+	v, err := s.view(ctx)
 	if err != nil {
 		return nil, err
 	}
-	now := m.now()
+	now := s.host.now()
 	oldEnough := func(t time.Time) bool { return older == 0 || now.Sub(t) >= older }
 	res := &api.PruneResult{Removed: []api.StorageItem{}, DryRun: req.DryRun}
 	if req.Orphans {
-		for _, o := range m.orphans(ctx, v) {
+		for _, o := range s.orphans(ctx, v) {
 			if !oldEnough(o.CreatedAt) {
 				continue
 			}
-			o.Bytes = newDU().of(m.imageDir(o.ID))
+			o.Bytes = newDU().of(s.images.dir(o.ID))
 			if !req.DryRun {
-				if err := m.removeOrphan(ctx, o, EventPruned, map[string]any{"reason": "sbx prune --orphans"}); err != nil {
+				if err := s.removeOrphan(ctx, o, EventPruned, map[string]any{"reason": "sbx prune --orphans"}); err != nil {
 					return res, err
 				}
 			}
@@ -414,15 +501,15 @@ func (m *Manager) Prune(ctx context.Context, req api.PruneRequest) (*api.PruneRe
 	}
 	if req.Freezes {
 		for _, sn := range v.snapshots {
-			if sn.Kept || !m.isFreeze(sn) || !oldEnough(sn.CreatedAt) {
+			if sn.Kept || !s.isFreeze(sn) || !oldEnough(sn.CreatedAt) {
 				continue
 			}
-			it := api.StorageItem{Kind: api.StorageFreeze, ID: sn.ID, Name: sn.Name, SandboxID: sn.SandboxID, CreatedAt: sn.CreatedAt, Bytes: newDU().of(m.imageDir(sn.ID))}
+			it := api.StorageItem{Kind: api.StorageFreeze, ID: sn.ID, Name: sn.Name, SandboxID: sn.SandboxID, CreatedAt: sn.CreatedAt, Bytes: newDU().of(s.images.dir(sn.ID))}
 			if !req.DryRun {
-				if err := m.deleteSnapshot(ctx, sn); err != nil && !errors.Is(err, api.ErrNotFound) {
+				if err := s.host.deleteSnapshot(ctx, sn); err != nil && !errors.Is(err, api.ErrNotFound) {
 					return res, fmt.Errorf("prune freeze %s: %w", sn.Name, err)
 				}
-				m.event(ctx, sn.SandboxID, EventPruned, map[string]any{"snapshot": sn.Name, "bytes": it.Bytes, "reason": "sbx prune --freezes"})
+				s.host.event(ctx, sn.SandboxID, EventPruned, map[string]any{"snapshot": sn.Name, "bytes": it.Bytes, "reason": "sbx prune --freezes"})
 			}
 			res.Removed = append(res.Removed, it)
 			res.Reclaimed += it.Bytes
@@ -437,14 +524,14 @@ const (
 	EventSwept  = api.EventSwept
 )
 
-// sweepStorage is the sweep's part for storage: orphans past --orphan-max
+// sweep is the sweep's part for storage: orphans past --orphan-max
 // go, oldest first, each with an event; a freeze that outlived its
 // sandbox without being kept (a crash between the delete and its
 // freezes) goes too.
-func (m *Manager) sweepStorage(ctx context.Context) {
-	v, err := m.view(ctx)
+func (s *storageOwner) sweep(ctx context.Context) {
+	v, err := s.view(ctx)
 	if err != nil {
-		m.log.Error("sweep storage", "err", err)
+		s.log.Error("sweep storage", "err", err)
 		return
 	}
 	live := map[string]bool{}
@@ -452,30 +539,30 @@ func (m *Manager) sweepStorage(ctx context.Context) {
 		live[sb.ID] = true
 	}
 	for _, sn := range v.snapshots {
-		if !sn.Kept && !live[sn.SandboxID] && m.isFreeze(sn) {
-			if err := m.deleteSnapshot(ctx, sn); err != nil {
-				m.log.Error("sweep a freeze whose sandbox is gone", "snapshot", sn.Name, "err", err)
+		if !sn.Kept && !live[sn.SandboxID] && s.isFreeze(sn) {
+			if err := s.host.deleteSnapshot(ctx, sn); err != nil {
+				s.log.Error("sweep a freeze whose sandbox is gone", "snapshot", sn.Name, "err", err)
 				continue
 			}
-			m.event(ctx, sn.SandboxID, EventSwept, map[string]any{"snapshot": sn.Name, "reason": "a freeze goes with its sandbox, which is deleted"})
+			s.host.event(ctx, sn.SandboxID, EventSwept, map[string]any{"snapshot": sn.Name, "reason": "a freeze goes with its sandbox, which is deleted"})
 		}
 	}
-	if m.cfg.OrphanMax <= 0 {
+	if s.orphanMax <= 0 {
 		return
 	}
-	orph := m.orphans(ctx, v)
+	orph := s.orphans(ctx, v)
 	var total int64
 	for i := range orph {
-		orph[i].Bytes = newDU().of(m.imageDir(orph[i].ID))
+		orph[i].Bytes = newDU().of(s.images.dir(orph[i].ID))
 		total += orph[i].Bytes
 	}
 	for _, o := range orph {
-		if total <= m.cfg.OrphanMax {
+		if total <= s.orphanMax {
 			return
 		}
-		reason := fmt.Sprintf("orphan images held %s, more than sbxd --orphan-max %s: the oldest go first, before their grace ends", fmtBytes(total), fmtBytes(m.cfg.OrphanMax))
-		if err := m.removeOrphan(ctx, o, EventSwept, map[string]any{"reason": reason}); err != nil {
-			m.log.Error("sweep orphans past their budget", "err", err)
+		reason := fmt.Sprintf("orphan images held %s, more than sbxd --orphan-max %s: the oldest go first, before their grace ends", fmtBytes(total), fmtBytes(s.orphanMax))
+		if err := s.removeOrphan(ctx, o, EventSwept, map[string]any{"reason": reason}); err != nil {
+			s.log.Error("sweep orphans past their budget", "err", err)
 			continue
 		}
 		total -= o.Bytes

@@ -3,8 +3,6 @@ package sandbox
 import (
 	"context"
 	"time"
-
-	"sbx.dev/sbx/api"
 )
 
 // DefaultOrphanGrace is how long an image without its sandbox is kept.
@@ -44,7 +42,7 @@ func (m *Manager) sweepSoon(d time.Duration) {
 // orphaned for longer than the grace period.
 func (m *Manager) sweep(ctx context.Context) {
 	defer m.collectTemplates(ctx)
-	defer m.sweepStorage(ctx) // storage.go: orphans past --orphan-max, freezes left by their sandbox
+	defer m.storage.sweep(ctx) // storage.go: orphans past --orphan-max, freezes left by their sandbox
 	if !m.cfg.Store.ReserveHeld() {
 		if err := m.cfg.Store.Replenish(); err == nil {
 			m.log.Info("the database's reserve of space is back")
@@ -56,7 +54,7 @@ func (m *Manager) sweep(ctx context.Context) {
 		return
 	}
 	for _, im := range ims {
-		if err := m.removeImage(im.ID); err != nil {
+		if err := m.images.remove(im.ID); err != nil {
 			m.log.Error("sweep orphaned image", "image", im.ID, "err", err)
 			continue
 		}
@@ -65,51 +63,5 @@ func (m *Manager) sweep(ctx context.Context) {
 			continue
 		}
 		m.log.Info("swept orphaned image", "image", im.ID, "sandbox", im.SandboxID, "orphaned", im.OrphanedAt)
-	}
-}
-
-// Events sends a sandbox's events after sequence number after (0: from
-// the first): those recorded so far, then, with follow, new ones as they
-// come, until ctx ends, emit fails, or the sandbox is deleted.
-//
-// A deleted sandbox's events stay readable by its id (how else would one
-// learn why the reaper took it?).
-func (m *Manager) Events(ctx context.Context, ref string, after int64, follow bool, emit func(api.Event) error) error {
-	if after < 0 {
-		return api.Errorf(api.ErrInvalid, "after: %d is not a sequence number (0 or more)", after)
-	}
-	id := ref
-	if sb, err := m.cfg.Store.Sandbox(ctx, ref); err == nil {
-		id = sb.ID
-	} else if evs, eerr := m.cfg.Store.Events(ctx, ref, 0); eerr == nil && len(evs) > 0 {
-		follow = false // nothing more will happen to it
-	} else if gone, gerr := m.cfg.Store.DeletedByName(ctx, ref); gerr == nil && gone != "" {
-		// the last sandbox of that name, deleted or reaped
-		id, follow = gone, false
-	} else {
-		return err
-	}
-	for {
-		evs, err := m.cfg.Store.Events(ctx, id, after)
-		if err != nil {
-			return err
-		}
-		for _, ev := range evs {
-			if err := emit(ev); err != nil {
-				return err
-			}
-			after = ev.Seq
-			if ev.Type == api.EventDeleted || ev.Type == api.EventReaped {
-				follow = false // nothing more will happen to it
-			}
-		}
-		if !follow {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(200 * time.Millisecond):
-		}
 	}
 }

@@ -53,16 +53,31 @@ func (v *versionLeases) held(version string) bool {
 // resolveTemplate returns the version name points at now, held until
 // release is called (once the sandbox's record holds it).
 func (m *Manager) resolveTemplate(name string) (api.Template, func(), error) {
-	// Resolved and leased at once, under the lock Collect's inUse takes:
-	// else a rebuild and a collection between the two could remove the
-	// version. Resolve reads a link and a small file; nothing else waits.
-	m.versions.mu.Lock()
-	defer m.versions.mu.Unlock()
-	t, err := m.cfg.Templates.Resolve(name)
-	if err != nil {
-		return api.Template{}, nil, err
+	// Resolved, leased, then resolved again, with no lock held across the
+	// reads: a collection that judged the version unheld before the lease
+	// (a rebuild moved the name meanwhile) may be removing it, and the
+	// second read sees that: the name moved, or the version is gone. Then
+	// again, with the name's version of now.
+	for try := 0; ; try++ {
+		t, err := m.cfg.Templates.Resolve(name)
+		if err != nil {
+			return api.Template{}, nil, err
+		}
+		m.versions.mu.Lock()
+		release := m.versions.takeLocked(t.Version)
+		m.versions.mu.Unlock()
+		again, err := m.cfg.Templates.Resolve(name)
+		if err == nil && again.Version == t.Version {
+			return t, release, nil
+		}
+		release()
+		if err != nil {
+			return api.Template{}, nil, err
+		}
+		if try == 8 {
+			return api.Template{}, nil, api.Errorf(api.ErrConflict, "template %s: it is being rebuilt, again and again; try again", name)
+		}
 	}
-	return t, m.versions.takeLocked(t.Version), nil
 }
 
 // rootfs returns the root filesystem of a sandbox's template version, free

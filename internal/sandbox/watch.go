@@ -1,17 +1,17 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/cgroup"
 	"sbx.dev/sbx/internal/runsc"
 	"sbx.dev/sbx/internal/store"
 )
@@ -81,6 +81,24 @@ func (m *Manager) watch(ctx context.Context, id string) {
 		return
 	}
 	m.watcher.add(id, runsc.Proc{Pid: st.Pid, Start: runsc.ProcessStart(st.Pid)})
+	// At the sandbox's memory limit the kernel kills one process of its
+	// cgroup: let it be the sandbox itself, so that it stops whole and is
+	// reported out of memory (DESIGN §3). Left to the kernel's choice, it
+	// took as often one of runsc's small helpers, and the sandbox went on
+	// called ready while its execs were lost (TestLimits, in CI). The
+	// copiers' runsc exec are exempt (runsc/shim.go).
+	preferOOMKill(st.Pid)
+}
+
+// preferOOMKill makes pid the first the kernel kills at its cgroup's
+// memory limit, if it is a runsc sandbox process (never another's: a pid
+// reused, or a test's own).
+func preferOOMKill(pid int) {
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || !bytes.HasPrefix(cmdline, []byte("runsc-sandbox\x00")) {
+		return
+	}
+	_ = os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid), []byte("1000"), 0)
 }
 
 func (m *Manager) unwatch(id string) { m.watcher.remove(id) }
@@ -103,18 +121,46 @@ func (m *Manager) watchLoop(ctx context.Context) {
 
 // sandboxEnded records why a running sandbox's process went away.
 func (m *Manager) sandboxEnded(ctx context.Context, id string) {
-	unlock := m.lock(id)
+	unlock, err := m.claim(ctx, id, "ended")
+	if err != nil {
+		return
+	}
 	defer unlock()
 	sb, err := m.cfg.Store.Sandbox(ctx, id)
 	if err != nil || sb.State != api.StateReady {
 		return // deleted or changed on purpose meanwhile
 	}
-	if st, err := m.cfg.Runtime.State(ctx, id); err == nil && st.Live() {
+	if m.runtimeLive(ctx, id) {
 		m.watch(ctx, id) // a restore replaced the process under the same id
 		return
 	}
+	m.recordEnd(ctx, sb)
+}
+
+// runtimeLive reports whether runsc says sandbox id's process runs.
+func (m *Manager) runtimeLive(ctx context.Context, id string) bool {
+	st, err := m.cfg.Runtime.State(ctx, id)
+	return err == nil && st.Live()
+}
+
+// processGone reports whether sandbox id's watched process has ended and
+// runsc agrees: a failed `runsc state` alone proves nothing.
+func (m *Manager) processGone(ctx context.Context, id string) bool {
+	p, ok := m.watcher.get(id)
+	if !ok || p.Alive() {
+		return false
+	}
+	st, err := m.cfg.Runtime.State(ctx, id)
+	return (err == nil && !st.Live()) || errors.Is(err, runsc.ErrNotExist)
+}
+
+// recordEnd records why ready sandbox sb, which the caller claims, ended
+// on its own, and loses its execs: their commands ended with it.
+func (m *Manager) recordEnd(ctx context.Context, sb *store.Sandbox) {
+	id := sb.ID
+	m.unwatch(id)
 	reason, event := "the sandbox's runsc process ended unexpectedly", "exited"
-	if oomKilled(m.cgroupsPath(id)) {
+	if m.cgroupOf(id).OOMKilled() {
 		limit := "its memory limit"
 		if sb.Memory > 0 {
 			limit = "its memory limit of " + fmtBytes(sb.Memory)
@@ -122,8 +168,8 @@ func (m *Manager) sandboxEnded(ctx context.Context, id string) {
 		reason, event = "out of memory: the sandbox used "+limit+" and the kernel stopped it; delete it and create it with a larger memory limit", "oom"
 	}
 	m.log.Warn("sandbox ended on its own", "sandbox", id, "reason", reason)
-	err = m.cfg.Store.Update(ctx, func(tx *store.Store) error {
-		if err := tx.Transition(ctx, id, store.Change{From: []api.State{api.StateReady}, To: api.StateError, Reason: reason}); err != nil {
+	err := m.cfg.Store.Update(ctx, func(tx *store.Store) error {
+		if err := moveIn(ctx, tx, id, moveEnded, store.Change{Reason: reason}); err != nil {
 			return err
 		}
 		return tx.AddEvent(ctx, id, event, map[string]any{"reason": reason, "memoryLimit": sb.Memory})
@@ -132,31 +178,7 @@ func (m *Manager) sandboxEnded(ctx context.Context, id string) {
 		m.log.Error("record the end of a sandbox", "sandbox", id, "err", err)
 		return
 	}
-	m.loseExecs(ctx, id) // their commands ended with it
-}
-
-// oomKilled reports whether the kernel's OOM killer acted in a cgroup.
-func oomKilled(cgroupsPath string) bool {
-	// cgroup v1
-	if b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", cgroupsPath, "memory.oom_control")); err == nil {
-		return counter(string(b), "oom_kill") > 0
-	}
-	// cgroup v2
-	if b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", cgroupsPath, "memory.events")); err == nil {
-		return counter(string(b), "oom_kill") > 0
-	}
-	return false
-}
-
-func counter(text, key string) int64 {
-	for _, line := range strings.Split(text, "\n") {
-		f := strings.Fields(line)
-		if len(f) == 2 && f[0] == key {
-			n, _ := strconv.ParseInt(f[1], 10, 64)
-			return n
-		}
-	}
-	return 0
+	m.execs.loseExecs(ctx, id) // their commands ended with it
 }
 
 // removeCgroups removes a sandbox's own cgroups (runsc leaves them when a
@@ -164,9 +186,6 @@ func counter(text, key string) int64 {
 // empty; while a process or a sandbox remains, the kernel refuses, and that
 // is fine.
 func (m *Manager) removeCgroups(id string) {
-	ctrls, _ := os.ReadDir("/sys/fs/cgroup")
-	for _, c := range ctrls {
-		_ = syscall.Rmdir(filepath.Join("/sys/fs/cgroup", c.Name(), m.cgroupsPath(id)))
-		_ = syscall.Rmdir(filepath.Join("/sys/fs/cgroup", c.Name(), "sbx-"+m.cfg.Tag))
-	}
+	m.cgroupOf(id).Remove()
+	cgroup.Host.Group(cgroup.Parent(m.cfg.Tag)).Remove()
 }

@@ -34,10 +34,8 @@ func (s *Server) listFilter(r *http.Request) (listFilter, error) {
 		f.meta[k] = v
 	}
 	for _, st := range q["state"] {
-		switch api.State(st) {
-		case api.StateCreating, api.StateReady, api.StateStopping, api.StateStopped, api.StateError, api.StateLost:
-		default:
-			return f, api.Errorf(api.ErrInvalid, "state: %q is not a state (creating, ready, stopping, stopped, error, lost)", st)
+		if !api.State(st).Valid() {
+			return f, api.Errorf(api.ErrInvalid, "state: %q is not a state (%s)", st, stateList())
 		}
 		if f.states == nil {
 			f.states = map[api.State]bool{}
@@ -66,4 +64,13 @@ func (f listFilter) match(sb api.Sandbox) bool {
 		return false
 	}
 	return true
+}
+
+// stateList is api.States for a message: "creating, ready, ...".
+func stateList() string {
+	s := make([]string, len(api.States))
+	for i, st := range api.States {
+		s[i] = string(st)
+	}
+	return strings.Join(s, ", ")
 }

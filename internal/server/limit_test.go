@@ -59,6 +59,8 @@ func dialT(t *testing.T, addr string) net.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
+	// a read or write that hangs fails the test (tests set nearer deadlines)
+	c.SetDeadline(time.Now().Add(30 * time.Second))
 	return c
 }
 
@@ -134,8 +136,9 @@ func TestConnLimiterSheds(t *testing.T) {
 }
 
 func TestConnLimiterRefuses(t *testing.T) {
-	hold := make(chan struct{})
+	hold, entered := make(chan struct{}), make(chan struct{}, 2)
 	addr, lim := limitedServer(t, 2, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
 		<-hold
 		io.WriteString(w, "ok")
 	}))
@@ -147,7 +150,13 @@ func TestConnLimiterRefuses(t *testing.T) {
 		busy = append(busy, c)
 	}
 	waitOpen(t, lim, 2)
-	time.Sleep(50 * time.Millisecond) // both requests read: active
+	for range 2 { // both requests read: active
+		select {
+		case <-entered:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the two requests did not reach the handler")
+		}
+	}
 	x := dialT(t, addr)
 	x.SetReadDeadline(time.Now().Add(5 * time.Second))
 	b, _ := io.ReadAll(x)
@@ -254,7 +263,7 @@ func TestBodyTimeout(t *testing.T) {
 			for i := range 4 {
 				fmt.Fprintf(w, "chunk %d\n", i)
 				w.(http.Flusher).Flush()
-				time.Sleep(2 * d)
+				time.Sleep(2 * d) // tested: a response paced slower than the timeout goes on
 			}
 		})
 		c := dialT(t, addr)

@@ -26,17 +26,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 	err := s.m.Logs(r.Context(), r.PathValue("id"), q.Get("stream"), boolParam(r, "follow"), tail, func(ev api.LogEvent) error {
 		return out.send("log", ev)
 	})
-	switch {
-	case s.closing() && out.started:
-		_ = out.send("error", api.StreamErrorBody{Error: errShuttingDown.Error(), Code: unavailableCode})
-	case err != nil && !out.started:
-		s.fail(w, r, err)
-	case err != nil && r.Context().Err() == nil:
-		_, code := api.StatusOf(err)
-		_ = out.send("error", map[string]string{"error": err.Error(), "code": code})
-	case err == nil:
-		_ = out.send("eof", map[string]string{})
-	}
+	s.endFollow(w, r, out, err)
 }
 
 // sandboxMetrics answers a sandbox's resource use.
@@ -61,7 +51,7 @@ func (s *Server) registry() *metrics.Registry {
 }
 
 // sandboxStates are the states /metrics always reports, zero or not.
-var sandboxStates = []api.State{api.StateCreating, api.StateReady, api.StateStopping, api.StateStopped, api.StateError, api.StateLost}
+var sandboxStates = api.States
 
 // prometheus serves sbxd's metrics in the Prometheus text format: sandboxes
 // by state (read now), captures, reaper actions and API requests (counted
@@ -84,6 +74,19 @@ func (s *Server) prometheus(w http.ResponseWriter, r *http.Request) {
 	g.Reset()
 	for st, n := range byState {
 		g.Set(float64(n), string(st))
+	}
+	pools, err := s.m.Pools(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	size := reg.Gauge("sbx_warm_pool_size", "Sandboxes each warm pool keeps booted and unclaimed (sbxd --warm).", "template")
+	ready := reg.Gauge("sbx_warm_pool_ready", "Sandboxes of each warm pool ready to be taken now.", "template")
+	size.Reset()
+	ready.Reset()
+	for t, p := range pools {
+		size.Set(float64(p[0]), t)
+		ready.Set(float64(p[1]), t)
 	}
 	var b bytes.Buffer
 	if err := reg.WriteText(&b); err != nil {

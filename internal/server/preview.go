@@ -8,9 +8,6 @@ import (
 	"sbx.dev/sbx/api"
 )
 
-// maxPreviewTTL bounds how long a private preview's token lives.
-const maxPreviewTTL = 30 * 24 * time.Hour
-
 // defaultPreviewTTL is a private preview's token lifetime when none is asked.
 const defaultPreviewTTL = time.Hour
 
@@ -44,22 +41,9 @@ func (s *Server) preview(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if req.Port < 1 || req.Port > 65535 {
-		s.fail(w, r, api.Errorf(api.ErrInvalid, "port: %d is not a TCP port (1-65535)", req.Port))
-		return
-	}
-	ttl := defaultPreviewTTL
-	if req.TTL != "" {
-		if !req.Private {
-			s.fail(w, r, api.Errorf(api.ErrInvalid, "ttl: only a private preview expires; add private"))
-			return
-		}
-		d, err := api.ParseDuration("ttl", req.TTL)
-		if err != nil || d <= 0 || d > maxPreviewTTL {
-			s.fail(w, r, api.Errorf(api.ErrInvalid, "ttl: %q is not a duration between 1s and %s", req.TTL, maxPreviewTTL))
-			return
-		}
-		ttl = d
+	ttl := defaultPreviewTTL // decode checked the port and ttl (api.PreviewRequest.Validate)
+	if req.TTL != nil {
+		ttl = req.TTL.D()
 	}
 	// a name is resolved by the manager; preview hosts carry the id
 	id, since, err := s.m.Publish(r.Context(), r.PathValue("id"), req.Port, req.Private)

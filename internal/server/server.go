@@ -39,7 +39,7 @@ type Manager interface {
 	Stop(ctx context.Context, ref string, wait bool) (*api.Sandbox, error)
 	Resume(ctx context.Context, ref string, requireMemory bool) (*api.Sandbox, error)
 	Events(ctx context.Context, ref string, after int64, follow bool, emit func(api.Event) error) error
-	SetTTL(ctx context.Context, ref, ttl string) (*api.Sandbox, error)
+	SetTTL(ctx context.Context, ref string, ttl time.Duration) (*api.Sandbox, error)
 	SetPersistent(ctx context.Context, ref string, persistent bool) (*api.Sandbox, error)
 	// Lifecycle and reach (ports.go, logs.go, pty.go in internal/sandbox).
 	Ports(ctx context.Context, ref string) ([]api.Port, error)
@@ -52,6 +52,8 @@ type Manager interface {
 	PTY(ctx context.Context, ref string, cmd, env []string, cwd, user string, cols, rows int) (master *os.File, wait func() (int, error), err error)
 	Logs(ctx context.Context, ref, stream string, follow bool, tail int, emit func(api.LogEvent) error) error
 	Metrics(ctx context.Context, ref string) (*api.Metrics, error)
+	// Pools are the warm pools: per template, the size kept and how many are ready.
+	Pools(ctx context.Context) (map[string][2]int, error)
 	Exec(ctx context.Context, ref string, req api.ExecRequest) (*api.Exec, error)
 	Execs(ctx context.Context, ref string) ([]api.Exec, error)
 	GetExec(ctx context.Context, ref, execID string) (*api.Exec, error)
@@ -66,6 +68,9 @@ type Manager interface {
 	Remove(ctx context.Context, ref, path string, recursive bool) error
 	Rename(ctx context.Context, ref, from, to string) error
 	Creating(ctx context.Context, ref string) bool
+	// Visible is nil unless ref is a sandbox no request may address: a warm
+	// pool's, not taken yet (api.ErrNotFound, as for none).
+	Visible(ctx context.Context, ref string) error
 	// Trace is what runtime monitoring kept of a monitored sandbox (trace.go).
 	Trace(ctx context.Context, ref string) (*api.Trace, error)
 	// Templates: a removal says what still holds the version; a change
@@ -140,44 +145,62 @@ func (s *Server) closing() bool { return s.base.Err() != nil }
 // errShuttingDown is what a stream cut by Close says.
 var errShuttingDown = api.Errorf(api.ErrUnavailable, "sbxd is shutting down; follow again once it is back (what the stream followed goes on)")
 
+// visible refuses, as not found, a request to a sandbox that is not a
+// user's yet (a warm pool's): its id shows in the storage report, and a
+// command run in it would be in the sandbox the next create is given.
+func (s *Server) visible(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := s.m.Visible(r.Context(), r.PathValue("id")); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		h(w, r)
+	}
+}
+
 // Handler returns the API's handler. With a token, every request must carry
 // it as a bearer token (the TCP listener); without, none is asked (the unix
 // socket, whose mode is what guards it).
 func (s *Server) Handler(token string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", s.health)
+	// a fleet's controller serves the nodes; one sbxd has none
+	mux.HandleFunc("GET /v1/nodes", s.notAFleet)
+	mux.HandleFunc("GET /v1/nodes/{name}", s.notAFleet)
+	mux.HandleFunc("POST /v1/nodes/{name}/cordon", s.notAFleet)
+	mux.HandleFunc("POST /v1/nodes/{name}/uncordon", s.notAFleet)
 	mux.HandleFunc("GET /v1/sandboxes", s.list)
 	mux.HandleFunc("POST /v1/sandboxes", s.create)
-	mux.HandleFunc("GET /v1/sandboxes/{id}", s.get)
-	mux.HandleFunc("DELETE /v1/sandboxes/{id}", s.delete)
-	mux.HandleFunc("POST /v1/sandboxes/{id}/exec", s.exec)
-	mux.HandleFunc("GET /v1/sandboxes/{id}/execs", s.execs)
-	mux.HandleFunc("GET /v1/sandboxes/{id}/execs/{exec}", s.getExec)
-	mux.HandleFunc("GET /v1/sandboxes/{id}/execs/{exec}/output", s.output)
-	mux.HandleFunc("POST /v1/sandboxes/{id}/execs/{exec}/signal", s.signal)
-	mux.HandleFunc("GET /v1/sandboxes/{id}/files", s.readFile)
-	mux.HandleFunc("PUT /v1/sandboxes/{id}/files", s.writeFile)
-	mux.HandleFunc("DELETE /v1/sandboxes/{id}/files", s.removeFile)
-	mux.HandleFunc("POST /v1/sandboxes/{id}/fs/mkdir", s.mkdir)
-	mux.HandleFunc("POST /v1/sandboxes/{id}/fs/rename", s.rename)
-	mux.HandleFunc("GET /v1/sandboxes/{id}/fs/stat", s.stat)
-	mux.HandleFunc("GET /v1/sandboxes/{id}/fs/ls", s.readDir)
-	mux.HandleFunc("POST /v1/sandboxes/{id}/snapshots", s.snapshot)
-	mux.HandleFunc("POST /v1/sandboxes/{id}/fork", s.fork)
-	mux.HandleFunc("POST /v1/sandboxes/{id}/stop", s.stop)
-	mux.HandleFunc("POST /v1/sandboxes/{id}/resume", s.resume)
-	mux.HandleFunc("GET /v1/sandboxes/{id}/events", s.events)
-	mux.HandleFunc("POST /v1/sandboxes/{id}/ttl", s.setTTL)
-	mux.HandleFunc("POST /v1/sandboxes/{id}/persist", s.setPersistent)
-	mux.HandleFunc("GET /v1/sandboxes/{id}/logs", s.logs)
-	mux.HandleFunc("GET /v1/sandboxes/{id}/metrics", s.sandboxMetrics)
-	mux.HandleFunc("GET /v1/sandboxes/{id}/ports", s.ports)
-	mux.HandleFunc("GET /v1/sandboxes/{id}/trace", s.trace)
-	mux.HandleFunc("POST /v1/sandboxes/{id}/preview", s.preview)
-	mux.HandleFunc("GET /v1/sandboxes/{id}/preview", s.previews)
-	mux.HandleFunc("DELETE /v1/sandboxes/{id}/preview/{port}", s.unpreview)
-	mux.HandleFunc("GET /v1/sandboxes/{id}/exec/pty", s.pty)
-	mux.HandleFunc("GET /v1/sandboxes/{id}/execs/{exec}/attach", s.attach)
+	mux.HandleFunc("GET /v1/sandboxes/{id}", s.visible(s.get))
+	mux.HandleFunc("DELETE /v1/sandboxes/{id}", s.visible(s.delete))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/exec", s.visible(s.exec))
+	mux.HandleFunc("GET /v1/sandboxes/{id}/execs", s.visible(s.execs))
+	mux.HandleFunc("GET /v1/sandboxes/{id}/execs/{exec}", s.visible(s.getExec))
+	mux.HandleFunc("GET /v1/sandboxes/{id}/execs/{exec}/output", s.visible(s.output))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/execs/{exec}/signal", s.visible(s.signal))
+	mux.HandleFunc("GET /v1/sandboxes/{id}/files", s.visible(s.readFile))
+	mux.HandleFunc("PUT /v1/sandboxes/{id}/files", s.visible(s.writeFile))
+	mux.HandleFunc("DELETE /v1/sandboxes/{id}/files", s.visible(s.removeFile))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/fs/mkdir", s.visible(s.mkdir))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/fs/rename", s.visible(s.rename))
+	mux.HandleFunc("GET /v1/sandboxes/{id}/fs/stat", s.visible(s.stat))
+	mux.HandleFunc("GET /v1/sandboxes/{id}/fs/ls", s.visible(s.readDir))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/snapshots", s.visible(s.snapshot))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/fork", s.visible(s.fork))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/stop", s.visible(s.stop))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/resume", s.visible(s.resume))
+	mux.HandleFunc("GET /v1/sandboxes/{id}/events", s.visible(s.events))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/ttl", s.visible(s.setTTL))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/persist", s.visible(s.setPersistent))
+	mux.HandleFunc("GET /v1/sandboxes/{id}/logs", s.visible(s.logs))
+	mux.HandleFunc("GET /v1/sandboxes/{id}/metrics", s.visible(s.sandboxMetrics))
+	mux.HandleFunc("GET /v1/sandboxes/{id}/ports", s.visible(s.ports))
+	mux.HandleFunc("GET /v1/sandboxes/{id}/trace", s.visible(s.trace))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/preview", s.visible(s.preview))
+	mux.HandleFunc("GET /v1/sandboxes/{id}/preview", s.visible(s.previews))
+	mux.HandleFunc("DELETE /v1/sandboxes/{id}/preview/{port}", s.visible(s.unpreview))
+	mux.HandleFunc("GET /v1/sandboxes/{id}/exec/pty", s.visible(s.pty))
+	mux.HandleFunc("GET /v1/sandboxes/{id}/execs/{exec}/attach", s.visible(s.attach))
 	mux.HandleFunc("GET /metrics", s.prometheus)
 	mux.HandleFunc("GET /v1/snapshots", s.snapshots)
 	mux.HandleFunc("GET /v1/snapshots/{name}", s.getSnapshot)
@@ -257,6 +280,11 @@ func (s *Server) logged(next http.Handler) http.Handler {
 	})
 }
 
+// notAFleet answers the fleet's routes: this sbxd is one machine.
+func (s *Server) notAFleet(w http.ResponseWriter, r *http.Request) {
+	writeError(w, api.Errorf(api.ErrNotFound, "%s: this sbxd is one machine, not a fleet: it has no nodes; point --host (SBX_HOST) at the fleet's controller (sbx-controller)", r.URL.Path))
+}
+
 // fail answers err with its kind's status; errors of no kind are logged.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, _ := api.StatusOf(err)
@@ -267,10 +295,10 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 func writeError(w http.ResponseWriter, err error) {
-	status, code := api.StatusOf(err)
+	status, _ := api.StatusOf(err)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: err.Error()}})
+	_ = json.NewEncoder(w).Encode(api.Envelope(err))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -289,7 +317,13 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 		if errors.As(err, &tooBig) {
 			return api.Errorf(api.ErrTooLarge, "request body is larger than %d bytes", maxJSONBody)
 		}
+		if fe := api.DecodeError(err); fe != err {
+			return fe // a field that did not read names itself
+		}
 		return api.Errorf(api.ErrInvalid, "request body: %v", err)
+	}
+	if v, ok := v.(interface{ Validate() error }); ok {
+		return v.Validate() // the request's fields, checked as the client checks them
 	}
 	return nil
 }
@@ -400,8 +434,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	e, err := s.m.Exec(r.Context(), id, req)
 	if err != nil {
 		if out != nil {
-			_, code := api.StatusOf(err)
-			_ = out.send("error", api.ExecEvent{Event: "error", Error: err.Error(), Code: code})
+			_ = out.send("error", api.ExecEvent{Event: "error", ErrorBody: api.Envelope(err)})
 			return
 		}
 		s.fail(w, r, err)
@@ -432,22 +465,18 @@ func (s *Server) stream(r *http.Request, out *sse, id, execID string, follow boo
 	})
 	switch {
 	case !exited && s.closing():
-		msg := fmt.Sprintf("sbxd is shutting down; exec %s goes on in sandbox %s: follow its output again once sbxd is back", execID, id)
-		_ = out.send("error", api.ExecEvent{Event: "error", Error: msg, Code: unavailableCode})
+		cut := api.Errorf(api.ErrUnavailable, "sbxd is shutting down; exec %s goes on in sandbox %s: follow its output again once sbxd is back", execID, id)
+		_ = out.send("error", api.ExecEvent{Event: "error", ErrorBody: api.Envelope(cut)})
 	case err != nil && r.Context().Err() != nil:
 		// the client left
 	case err != nil && !out.started:
 		s.fail(out.w, r, err)
 	case err != nil:
-		_, code := api.StatusOf(err)
-		_ = out.send("error", api.ExecEvent{Event: "error", Error: err.Error(), Code: code})
+		_ = out.send("error", api.ExecEvent{Event: "error", ErrorBody: api.Envelope(err)})
 	case !exited:
 		_ = out.send("eof", api.ExecEvent{Event: "eof"})
 	}
 }
-
-// unavailableCode is the wire code of api.ErrUnavailable.
-var _, unavailableCode = api.StatusOf(api.ErrUnavailable)
 
 // signal sends a signal to an exec's process group.
 func (s *Server) signal(w http.ResponseWriter, r *http.Request) {
@@ -659,8 +688,7 @@ func (s *Server) progressStream(w http.ResponseWriter, r *http.Request, op func(
 	case err != nil && !out.started:
 		s.fail(w, r, err)
 	case err != nil:
-		_, code := api.StatusOf(err)
-		_ = out.send("error", api.Progress{Event: "error", Error: err.Error(), Code: code})
+		_ = out.send("error", api.Progress{Event: "error", ErrorBody: api.Envelope(err)})
 	case len(missing) > 0:
 		_ = out.send("missing", api.Progress{Event: "missing", Missing: missing})
 	default:
@@ -727,8 +755,7 @@ func (s *Server) putLayer(w http.ResponseWriter, r *http.Request) {
 	case err != nil && !out.started:
 		s.fail(w, r, err)
 	case err != nil:
-		_, code := api.StatusOf(err)
-		_ = out.send("error", api.Progress{Event: "error", Error: err.Error(), Code: code})
+		_ = out.send("error", api.Progress{Event: "error", ErrorBody: api.Envelope(err)})
 	default:
 		msg := "stored"
 		if existed {
@@ -803,8 +830,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	case err != nil && !out.started:
 		s.fail(w, r, err)
 	case err != nil:
-		_, code := api.StatusOf(err)
-		_ = out.send("error", api.ForkEvent{Event: "error", Error: err.Error(), Code: code})
+		_ = out.send("error", api.ForkEvent{Event: "error", ErrorBody: api.Envelope(err)})
 	}
 }
 
@@ -853,14 +879,21 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	err := s.m.Events(r.Context(), id, after, boolParam(r, "follow"), func(ev api.Event) error {
 		return out.send("event", ev)
 	})
+	s.endFollow(w, r, out, err)
+}
+
+// endFollow ends a stream of events or logs: "eof" when it sent all, an
+// "error" event (the envelope) when it failed after its first event or sbxd
+// is shutting down, an error response when it failed before; nothing when
+// the client left.
+func (s *Server) endFollow(w http.ResponseWriter, r *http.Request, out *sse, err error) {
 	switch {
 	case s.closing() && out.started:
-		_ = out.send("error", api.StreamErrorBody{Error: errShuttingDown.Error(), Code: unavailableCode})
+		_ = out.send("error", api.Envelope(errShuttingDown))
 	case err != nil && !out.started:
 		s.fail(w, r, err)
 	case err != nil && r.Context().Err() == nil:
-		_, code := api.StatusOf(err)
-		_ = out.send("error", map[string]string{"error": err.Error(), "code": code})
+		_ = out.send("error", api.Envelope(err))
 	case err == nil:
 		_ = out.send("eof", map[string]string{})
 	}
@@ -872,7 +905,7 @@ func (s *Server) setTTL(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	sb, err := s.m.SetTTL(r.Context(), r.PathValue("id"), req.TTL)
+	sb, err := s.m.SetTTL(r.Context(), r.PathValue("id"), req.TTL.D())
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -23,6 +23,16 @@ type fakeManager struct {
 	gotReq  api.CreateRequest
 	// published ports of sb_aaaaaaaaaa (named "web"): true if private
 	published map[int]bool
+	// hidden is a sandbox Visible refuses (a warm pool's)
+	hidden string
+}
+
+// Visible: the fake has no warm pool; a test of a pooled id sets hidden.
+func (f *fakeManager) Visible(ctx context.Context, ref string) error {
+	if f.hidden != "" && ref == f.hidden {
+		return api.Errorf(api.ErrNotFound, "sandbox %s not found", ref)
+	}
+	return nil
 }
 
 func (f *fakeManager) resolve(ref string) (string, error) {
@@ -80,9 +90,6 @@ func (f *fakeManager) Get(ctx context.Context, ref string) (*api.Sandbox, error)
 
 func (f *fakeManager) Create(ctx context.Context, req api.CreateRequest) (*api.Sandbox, error) {
 	f.gotReq = req
-	if req.TTL == "soon" {
-		return nil, api.Errorf(api.ErrInvalid, "ttl: %q is not a duration", req.TTL)
-	}
 	return &api.Sandbox{ID: "sb_bbbbbbbbbb"}, nil
 }
 
@@ -132,7 +139,7 @@ func TestErrors(t *testing.T) {
 		msg    string
 	}{
 		{"unknown sandbox", "GET", "/v1/sandboxes/nope", "", 404, "not_found", "sandbox nope not found"},
-		{"bad field", "POST", "/v1/sandboxes", `{"ttl":"soon"}`, 400, "invalid", "ttl"},
+		{"bad field", "POST", "/v1/sandboxes", `{"ttl":"soon"}`, 400, "invalid", `ttl: "soon" is not a duration`},
 		{"bad json", "POST", "/v1/sandboxes", `{"ttl":`, 400, "invalid", "request body"},
 		{"unknown field", "POST", "/v1/sandboxes", `{"colour":"red"}`, 400, "invalid", "colour"},
 		{"too large", "POST", "/v1/sandboxes", `{"name":"` + strings.Repeat("x", 2<<20) + `"}`, 413, "too_large", "larger than"},
@@ -216,5 +223,34 @@ func TestExecDetach(t *testing.T) {
 	json.Unmarshal([]byte(body), &e)
 	if e.ID != "ex_1" || e.Pid != 7 {
 		t.Errorf("exec = %+v", e)
+	}
+}
+
+// TestPooledIsNotAddressable: every route of a sandbox refuses, as not
+// found, one that Visible hides (a warm pool's, not taken), before its
+// handler runs.
+func TestPooledIsNotAddressable(t *testing.T) {
+	ts := newTestServer(t, &fakeManager{hidden: "sb_pooledxxxx"}, "")
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/v1/sandboxes/sb_pooledxxxx"},
+		{"POST", "/v1/sandboxes/sb_pooledxxxx/exec"},
+		{"GET", "/v1/sandboxes/sb_pooledxxxx/files?path=/x"},
+		{"POST", "/v1/sandboxes/sb_pooledxxxx/fork"},
+		{"POST", "/v1/sandboxes/sb_pooledxxxx/stop"},
+		{"DELETE", "/v1/sandboxes/sb_pooledxxxx"},
+		{"GET", "/v1/sandboxes/sb_pooledxxxx/events"},
+	} {
+		req, err := http.NewRequest(c.method, ts.URL+c.path, strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("%s %s: %d, want 404", c.method, c.path, resp.StatusCode)
+		}
 	}
 }

@@ -1,42 +1,15 @@
 package store
 
-import "sync"
+import "sbx.dev/sbx/internal/follow"
 
 // feed tells followers that the store recorded an event. Every change of a
 // sandbox's state (its creation, a transition, its deletion) records one, so
 // a follower that re-reads the sandboxes when told misses no state.
-type feed struct {
-	mu sync.Mutex
-	ch chan struct{} // closed and dropped at the next event
-}
-
-func (f *feed) wait() <-chan struct{} {
-	if f == nil {
-		return nil
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.ch == nil {
-		f.ch = make(chan struct{})
-	}
-	return f.ch
-}
-
-func (f *feed) notify() {
-	if f == nil {
-		return
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.ch != nil {
-		close(f.ch)
-		f.ch = nil
-	}
-}
+type feed = follow.Broadcast
 
 // Changed returns a channel that is closed once an event is recorded (and
 // committed) after the call: a sandbox was created, changed state or was
 // deleted. Changes coalesce; a follower re-reads what it follows when the
 // channel closes, then calls Changed again before it reads, or it may miss
 // one.
-func (s *Store) Changed() <-chan struct{} { return s.feed.wait() }
+func (s *Store) Changed() <-chan struct{} { return s.feed.Wait() }

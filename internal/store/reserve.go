@@ -19,13 +19,54 @@ import (
 // write fails for lack of space; the write is then tried again. The
 // reserve comes back once there is room for it (Replenish).
 
-// reserve is the space kept back for the database.
+// reserve is the space kept back for the database. Its state changes
+// under mu, which is held only for that: the file's I/O (fallocate, sync,
+// removal) runs with the state busy and no lock held, and a release that
+// meets it busy waits for busy to end (done), then looks again: a write
+// failing for space while a replenish takes the last room must still get
+// the reserve.
 type reserve struct {
 	path string
 	size int64
 
-	mu   sync.Mutex
-	held bool
+	mu    sync.Mutex
+	state int32         // reserveAbsent, reserveHeld or reserveBusy
+	done  chan struct{} // closed when the busy state ends
+}
+
+const (
+	reserveAbsent int32 = iota
+	reserveHeld
+	reserveBusy // being made or given up
+)
+
+// begin moves the reserve from state from to busy; if it is busy, it
+// returns the channel closed when that ends.
+func (r *reserve) begin(from int32) (ok bool, busy <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch r.state {
+	case from:
+		r.state, r.done = reserveBusy, make(chan struct{})
+		return true, nil
+	case reserveBusy:
+		return false, r.done
+	}
+	return false, nil
+}
+
+// end leaves the busy state for to.
+func (r *reserve) end(to int32) {
+	r.mu.Lock()
+	r.state = to
+	close(r.done)
+	r.mu.Unlock()
+}
+
+func (r *reserve) load() int32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state
 }
 
 // KeepReserve makes (or keeps) a reserve of size bytes at path, for the
@@ -45,20 +86,22 @@ func (s *Store) Replenish() error {
 
 // ReserveHeld reports whether the reserve is in place.
 func (s *Store) ReserveHeld() bool {
-	if s.res == nil {
-		return false
-	}
-	s.res.mu.Lock()
-	defer s.res.mu.Unlock()
-	return s.res.held
+	return s.res != nil && s.res.load() == reserveHeld
 }
 
 func (r *reserve) replenish() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.held {
-		return nil
+	if ok, _ := r.begin(reserveAbsent); !ok {
+		return nil // held, or another is making or releasing it
 	}
+	if err := r.make(); err != nil {
+		r.end(reserveAbsent)
+		return err
+	}
+	r.end(reserveHeld)
+	return nil
+}
+
+func (r *reserve) make() error {
 	// only when there is plenty of room: taking it back must not be what
 	// fills the disk again
 	var fs syscall.Statfs_t
@@ -79,19 +122,23 @@ func (r *reserve) replenish() error {
 		_ = os.Remove(r.path)
 		return err
 	}
-	r.held = true
 	return nil
 }
 
 // release gives the reserve up; it reports whether there was one.
 func (r *reserve) release() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.held {
-		return false
+	for {
+		ok, busy := r.begin(reserveHeld)
+		if ok {
+			gone := os.Remove(r.path) == nil
+			r.end(reserveAbsent)
+			return gone
+		}
+		if busy == nil {
+			return false // none held
+		}
+		<-busy // being made (or given up by another): look again after
 	}
-	r.held = false
-	return os.Remove(r.path) == nil
 }
 
 // IsFull reports whether err says the disk (or the database) is full.

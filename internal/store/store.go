@@ -64,7 +64,7 @@ func (s *Store) update(ctx context.Context, fn func(tx *Store) error) error {
 		return fmt.Errorf("store: commit: %w", err)
 	}
 	if t.wrote { // only once it is committed can a reader see it
-		s.feed.notify()
+		s.feed.Notify()
 	}
 	return nil
 }
@@ -425,6 +425,32 @@ func (s *Store) DiskInUse(ctx context.Context, disk string) (bool, error) {
 	return n > 0, err
 }
 
+// ErrNotPooled says a sandbox is not a warm pool's ready one any more.
+var ErrNotPooled = errors.New("not ready in the warm pool any more")
+
+// TakePooled gives ready sandbox id, booted for a warm pool, what a create
+// asks: its name, ttl and meta, and now as its creation and last activity.
+// A taken name is api.ErrConflict; a sandbox that is not ready any more
+// (deleted, ended) or no longer the pool's (another create took it) is
+// ErrNotPooled, and it is left as it is.
+func (s *Store) TakePooled(ctx context.Context, id, name string, ttl time.Duration, meta map[string]string, now time.Time) error {
+	m, _ := json.Marshal(meta)
+	res, err := s.q.ExecContext(ctx, `UPDATE sandboxes SET name = ?, ttl_ns = ?, meta = ?, created_at = ?, last_activity = ?
+		WHERE id = ? AND state = ? AND json_extract(meta, '$."'||?||'"') IS NOT NULL`,
+		nullable(name), int64(ttl), string(m), now.UnixNano(), now.UnixNano(), id, string(api.StateReady), api.MetaPool)
+	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: sandboxes.name") {
+		return api.Errorf(api.ErrConflict, "name %q is taken", name)
+	}
+	if err != nil {
+		return fmt.Errorf("take pooled sandbox %s: %w", id, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("pooled sandbox %s: %w", id, ErrNotPooled)
+	}
+	s.changed()
+	return nil
+}
+
 // SetTTL records a sandbox's idle ttl.
 func (s *Store) SetTTL(ctx context.Context, id string, ttl time.Duration) error {
 	_, err := s.q.ExecContext(ctx, `UPDATE sandboxes SET ttl_ns = ? WHERE id = ?`, int64(ttl), id)
@@ -636,7 +662,7 @@ func (s *Store) AddEvent(ctx context.Context, sandboxID, typ string, detail map[
 // changed tells the feed now, or at the commit of the transaction s is.
 func (s *Store) changed() {
 	if s.db != nil {
-		s.feed.notify()
+		s.feed.Notify()
 	} else {
 		s.wrote = true
 	}

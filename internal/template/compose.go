@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -277,4 +278,9 @@ func copyMeta(src, dst string, fi fs.FileInfo) error {
 		}
 	}
 	return lutimes(dst, fi.ModTime())
+}
+
+func lutimes(full string, mtime time.Time) error {
+	ts := []unix.Timespec{unix.NsecToTimespec(mtime.UnixNano()), unix.NsecToTimespec(mtime.UnixNano())}
+	return unix.UtimesNanoAt(unix.AT_FDCWD, full, ts, unix.AT_SYMLINK_NOFOLLOW)
 }

@@ -56,8 +56,6 @@ type Store struct {
 	mu    sync.Mutex
 	locks map[string]chan struct{} // one per name: builds and imports of a name take turns
 
-	critMu sync.Mutex // with the flock on .lock: see critical
-
 	limits ImportLimits // guarded by mu
 }
 
@@ -314,10 +312,12 @@ func (s *Store) lock(ctx context.Context, name string) (unlock func(), err error
 }
 
 // critical runs f holding the store's lock, in this process and across
-// processes. f must be short: no rootfs is built, copied or deleted under it.
+// processes: the flock of .lock, taken on an open file of its own, which
+// excludes another open of it in this process as in another (flock(2)
+// locks belong to the open file). No mutex is held: a caller waits in
+// flock, and a process that dies drops its lock with its files. f must be
+// short, metadata only: no rootfs is built, copied or deleted under it.
 func (s *Store) critical(f func() error) error {
-	s.critMu.Lock()
-	defer s.critMu.Unlock()
 	lf, err := os.OpenFile(filepath.Join(s.dir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("templates: open lock: %w", err)

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -714,5 +715,41 @@ APT::Architecture "amd64";
 	}
 	if diff := cmp.Diff(want, filterAptOptions(dump)); diff != "" {
 		t.Errorf("filterAptOptions (-want +got):\n%s", diff)
+	}
+}
+
+// TestCriticalExcludes: critical's flock alone (no mutex) lets one caller
+// at a time in, within this process as across processes.
+func TestCriticalExcludes(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in, most atomic.Int32
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 20; j++ {
+				err := s.critical(func() error {
+					n := in.Add(1)
+					if n > most.Load() {
+						most.Store(n)
+					}
+					time.Sleep(100 * time.Microsecond) // a window for another to come in
+					in.Add(-1)
+					return nil
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if most.Load() != 1 {
+		t.Errorf("%d callers were in critical at once, want 1", most.Load())
 	}
 }

@@ -262,8 +262,7 @@ class SSE:
                 except ValueError as e:
                     raise SbxError("decode %r event: %s" % (name, e)) from e
                 if name == "error":
-                    doc = doc if isinstance(doc, dict) else {}
-                    raise stream_error(str(doc.get("code") or ""), str(doc.get("error") or ""))
+                    raise stream_error(*error_event(doc))
                 yield name, doc
                 name, data, seen = "", [], False
                 continue
@@ -281,6 +280,18 @@ class SSE:
     def close(self) -> None:
         """close drops the stream's connection."""
         self.resp.close()
+
+
+def error_event(doc: Any) -> Tuple[str, str]:
+    """error_event is the code and message of an ``error`` event's data: the one
+    error envelope, ``{"error": {"code": ..., "message": ...}}`` (alone or in the
+    stream's frame), or the flat ``{"error": MESSAGE, "code": CODE}`` of an sbxd
+    older than it."""
+    doc = doc if isinstance(doc, dict) else {}
+    err = doc.get("error")
+    if isinstance(err, dict):
+        return str(err.get("code") or ""), str(err.get("message") or "")
+    return str(doc.get("code") or ""), str(err or "")
 
 
 def broken_stream(op: str, sandbox_id: str, sse: SSE, **kw: Any) -> StreamError:

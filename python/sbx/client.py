@@ -764,9 +764,10 @@ class Sandbox:
         ``net_delay=0`` alone gives them none.
         """
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise Invalid("fork %s: want at least 1 child, got %r" % (self.id, count))
+            # the messages of api.CheckForkCount and api.ForkRequest.Validate
+            raise Invalid("count %r is out of range: a fork makes at least 1 sandbox" % (count,))
         if count > 1 and name:
-            raise Invalid("fork %s: only a single child can be named" % self.id)
+            raise Invalid("name: only a single fork can be named")
         req: Dict[str, Any] = {}
         if memory:
             req["memory"] = True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Union
@@ -58,8 +59,9 @@ def duration_wire(d: Optional[Duration], what: str) -> Optional[str]:
         except ValueError:
             if _DURATION.match(s):
                 return s
+            # api.ParseDuration's message, the value quoted as Go quotes it
             raise Invalid(
-                "%s: %r is not a duration (use seconds, like 90, or a number with a unit, like 90s, 30m or 2h)" % (what, d)
+                "%s: %s is not a duration (use seconds, like 90, or a number with a unit, like 90s, 30m or 2h)" % (what, json.dumps(d))
             ) from None
         return duration_wire(v, what)
     raise Invalid("%s: %r is not a duration (give seconds, a timedelta, or a string like 90s or 2h)" % (what, d))
@@ -132,6 +134,7 @@ class SandboxInfo:
     last_activity: Optional[_dt.datetime] = None
     reap_at: Optional[_dt.datetime] = None
     reap_reason: str = ""
+    node: str = ""  # the fleet node that holds it ("" outside a fleet)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -161,6 +164,7 @@ class SandboxInfo:
             last_activity=parse_time(d.get("lastActivity")),
             reap_at=parse_time(d.get("reapAt")),
             reap_reason=d.get("reapReason", ""),
+            node=d.get("node", ""),
             raw=d,
         )
 
@@ -308,6 +312,7 @@ class SnapshotInfo:
     paused: str = ""
     created_at: Optional[_dt.datetime] = None
     kept: bool = False
+    node: str = ""  # the fleet node that holds it (through a fleet's controller only)
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "SnapshotInfo":
@@ -322,6 +327,7 @@ class SnapshotInfo:
             paused=d.get("paused", ""),
             created_at=parse_time(d.get("createdAt")),
             kept=bool(d.get("kept")),
+            node=d.get("node", ""),
         )
 
 

@@ -145,11 +145,20 @@ def test_sbxd_killed_mid_read_to_and_mid_logs_follow(own_daemon, tmp_path):
 # --- interrupts ------------------------------------------------------------------------------
 
 
+def _sigint_default():
+    """Run in the child before it execs: SIGINT back to its default, so that
+    Python installs its KeyboardInterrupt handler there even when this test
+    runs with SIGINT ignored (a background job of a shell without job
+    control, which is how a CI harness may start `make test`)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _script(daemon, body, tmp_path):
     path = tmp_path / "attack.py"
     path.write_text("import sys, time\nsys.path.insert(0, %r)\nimport sbx\nc = sbx.Client(%r)\n" % (PYDIR, daemon.host)
                     + textwrap.dedent(body))
-    return subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_sigint_default)
 
 
 def test_keyboard_interrupt_during_snapshot_fork_leaves_nothing(daemon, client, sb, tmp_path):
@@ -538,7 +547,8 @@ def test_plugin_keyboard_interrupt_leaves_nothing(daemon, client, base, tmp_path
     before = {s.name for s in client.snapshots()}
     p = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "sbx.pytest_plugin", "-p", "no:cacheprovider",
                           "--sbx-template", base, "--sbx-runs", "3"],
-                         cwd=str(proj), env=plugin_env(daemon), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                         cwd=str(proj), env=plugin_env(daemon), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         preexec_fn=_sigint_default)
     try:
         deadline = time.monotonic() + 300
         while not client.list(meta={"sbx.pytest": "rate"}):
@@ -733,7 +743,7 @@ def test_plugin_keyboard_interrupt_during_a_create(daemon, client, base, tmp_pat
     before = {s.name for s in client.snapshots()}
     p = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "sbx.pytest_plugin", "-p", "no:cacheprovider",
                           "--sbx-template", base], cwd=str(proj), env=plugin_env(daemon),
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_sigint_default)
     try:
         deadline = time.monotonic() + 300
         seen_test = 0

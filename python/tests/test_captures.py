@@ -81,10 +81,12 @@ def test_disk_fork_boots_fresh(client, sb):
 
 def test_fork_bad_input(sb):
     for bad in (0, -1, "2", True):
-        with pytest.raises(sbx.Invalid):
+        with pytest.raises(sbx.Invalid) as e:
             sb.fork(count=bad)
-    with pytest.raises(sbx.Invalid):
+        assert "count %r is out of range: a fork makes at least 1 sandbox" % (bad,) in str(e.value)
+    with pytest.raises(sbx.Invalid) as e:
         sb.fork(count=2, name="two-named")
+    assert "name: only a single fork can be named" in str(e.value)
     with pytest.raises(sbx.Invalid):
         sb.fork(ttl="whenever")
 

@@ -59,6 +59,10 @@ ABSENT = {
     "GET /v1/sandboxes/{id}/execs/{exec}/attach": "a WebSocket re-attach of a terminal; Process.wait follows an exec's output",
     "POST /v1/templates/{name}/image": "importing container images (config plus layers) is `sbx template import`'s job",
     "PUT /v1/layers/{digest}": "the layers of an image import, see above",
+    "GET /v1/nodes": "a fleet's nodes are its operator's (`sbx node ls`); a sandbox says its node (SandboxInfo.node)",
+    "GET /v1/nodes/{name}": "see GET /v1/nodes",
+    "POST /v1/nodes/{name}/cordon": "cordoning is the fleet operator's (`sbx node cordon`)",
+    "POST /v1/nodes/{name}/uncordon": "see cordon",
 }
 
 CLASSES = {"Client": sbx.Client, "Sandbox": sbx.Sandbox, "Process": sbx.Process, "Files": sbx.Files, "Snapshot": sbx.Snapshot}

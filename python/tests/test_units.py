@@ -9,6 +9,7 @@ import threading
 import pytest
 
 import sbx
+from sbx._http import error_event
 from sbx.errors import error_from_body
 from sbx.types import duration_wire
 
@@ -66,6 +67,22 @@ def test_error_kinds(status, code, cls):
     # a body that is not the API's still gets the kind of its status, quoting the body
     e = error_from_body(status, "Reason", b"<html>proxy error</html>")
     assert type(e) is cls and "proxy error" in e.message and str(status) in e.message
+
+
+@pytest.mark.parametrize(
+    "doc,want",
+    [
+        ({"error": {"code": "not_found", "message": "gone"}}, ("not_found", "gone")),
+        ({"event": "error", "error": {"code": "conflict", "message": "taken"}}, ("conflict", "taken")),
+        # the flat shape of an sbxd older than the one envelope
+        ({"error": "gone", "code": "not_found"}, ("not_found", "gone")),
+        ({"error": "boom"}, ("", "boom")),
+        ({}, ("", "")),
+        ("not a dict", ("", "")),
+    ],
+)
+def test_error_event(doc, want):
+    assert error_event(doc) == want
 
 
 def test_error_kinds_match_api_errors_go():

@@ -20,17 +20,22 @@ import (
 	"k8s.io/client-go/dynamic"
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/fleet/kube"
 	"sbx.dev/sbx/internal/fleet/v1alpha1"
 )
 
-// Source is what the agent reads of sbxd: *sandbox.Manager has it.
+// Source is what the agent reads of sbxd, and how it makes the sandboxes
+// bound to its node: *sandbox.Manager has it.
 type Source interface {
 	// Changed is closed at the next change of any sandbox's state.
 	Changed() <-chan struct{}
 	List(ctx context.Context) ([]api.Sandbox, error)
+	Create(ctx context.Context, req api.CreateRequest) (*api.Sandbox, error)
+	// Delete deletes sandbox ref, as `sbx rm` does; withSnapshots is
+	// false here (a sandbox's snapshots outlive it).
+	Delete(ctx context.Context, ref string, withSnapshots bool) (*api.DeleteResult, error)
 }
 
 // Defaults of Config.
@@ -40,7 +45,6 @@ const (
 	DefaultPublishEvery  = 30 * time.Second
 	DefaultResync        = 30 * time.Second
 	maxBackoff           = 30 * time.Second
-	requestTimeout       = 10 * time.Second
 )
 
 // Config is what an Agent needs; zero durations take the defaults.
@@ -81,25 +85,19 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Source == nil {
 		return nil, errors.New("fleet: no source of sandboxes")
 	}
-	rc, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+	rc, err := kube.Config(cfg.Kubeconfig, "sbxd/"+cfg.Facts.Version+" (node "+cfg.Node+")")
 	if err != nil {
-		return nil, api.Errorf(api.ErrInvalid, "fleet: kubeconfig %s: %v", cfg.Kubeconfig, err)
+		return nil, err
 	}
-	rc.Timeout = requestTimeout
-	rc.QPS, rc.Burst = 50, 100
-	rc.UserAgent = "sbxd/" + cfg.Facts.Version + " (node " + cfg.Node + ")"
 	return newWith(cfg, rc)
 }
 
 func newWith(cfg Config, rc *rest.Config) (*Agent, error) {
-	dyn, err := dynamic.NewForConfig(rc)
+	c, err := kube.NewClients(rc)
 	if err != nil {
-		return nil, fmt.Errorf("fleet: %w", err)
+		return nil, err
 	}
-	coord, err := coordclient.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("fleet: %w", err)
-	}
+	dyn, coord := c.Dynamic, c.Coord
 	if cfg.Namespace == "" {
 		cfg.Namespace = v1alpha1.DefaultNamespace
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 
 	"sbx.dev/sbx/api"
@@ -23,6 +26,10 @@ import (
 // compares the whole list, so a change it missed, or one made by someone
 // else to the objects, is put right at the next pass.
 func (a *Agent) mirror(ctx context.Context) {
+	// the objects asking something of this node (bound to it, or being
+	// deleted) hurry the next pass, as sbxd's own changes do
+	asked := make(chan struct{}, 1)
+	go a.watchAsked(ctx, asked)
 	fails := 0
 	for {
 		changed := a.cfg.Source.Changed() // before the List, or a change between is missed
@@ -44,7 +51,61 @@ func (a *Agent) mirror(ctx context.Context) {
 			return
 		case <-changed:
 			t.Stop()
+		case <-asked:
+			t.Stop()
 		case <-t.C:
+		}
+	}
+}
+
+// watchAsked watches the namespace's Sandbox objects and pokes asked (at
+// most one poke waits) at each one that asks something of this node: one
+// bound here and not made yet, or one of its own being deleted; and each
+// time the watch is set up again, since what came meanwhile was missed.
+// The agent's own writes of its objects do not poke, so passes settle.
+func (a *Agent) watchAsked(ctx context.Context, asked chan<- struct{}) {
+	poke := func() {
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+	}
+	rc := a.dyn.Resource(v1alpha1.SandboxesResource).Namespace(a.cfg.Namespace)
+	fails := 0
+	for ctx.Err() == nil {
+		w, err := rc.Watch(ctx, metav1.ListOptions{})
+		if err == nil {
+			began := time.Now()
+			unhook := context.AfterFunc(ctx, w.Stop)
+			poke()
+			for ev := range w.ResultChan() {
+				if ev.Type == watch.Error {
+					break
+				}
+				u, ok := ev.Object.(*unstructured.Unstructured)
+				if ok && (ev.Type == watch.Added || ev.Type == watch.Modified) &&
+					(boundHere(u, a.cfg.Node) || (u.GetDeletionTimestamp() != nil && u.GetLabels()[v1alpha1.LabelNode] == a.cfg.Node)) {
+					poke()
+				}
+			}
+			unhook()
+			w.Stop()
+			if time.Since(began) > time.Second {
+				fails = 0
+				continue
+			}
+			// a watch that ends at once, again and again, waits as a
+			// failure does
+		}
+		if ctx.Err() == nil {
+			fails++
+			t := time.NewTimer(backoff(fails, maxBackoff))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
 		}
 	}
 }
@@ -54,26 +115,69 @@ func (a *Agent) mirrorOnce(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list sandboxes: %w", err)
 	}
-	a.sandboxes.Store(int64(len(sbs)))
 	rc := a.dyn.Resource(v1alpha1.SandboxesResource).Namespace(a.cfg.Namespace)
-	list, err := rc.List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelNode + "=" + a.cfg.Node})
+	// every object of the namespace: those labelled this node's (made
+	// here, mirrored), and those bound to it that it has not made yet
+	list, err := rc.List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("list sandbox objects: %w", err)
 	}
 	have := map[string]*unstructured.Unstructured{}
+	var bound []*unstructured.Unstructured
 	for i := range list.Items {
-		have[list.Items[i].GetName()] = &list.Items[i]
+		u := &list.Items[i]
+		switch {
+		case u.GetLabels()[v1alpha1.LabelNode] == a.cfg.Node:
+			have[u.GetName()] = u
+		case boundHere(u, a.cfg.Node):
+			bound = append(bound, u)
+		}
 	}
 	var errs []error
+	// objects deleted (kubectl delete): their sandboxes go first, then the
+	// finalizer, and the object with it
+	gone, err := a.deleteAsked(ctx, rc, have, sbs)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	sbs = slices.DeleteFunc(sbs, func(sb api.Sandbox) bool { return gone[sb.ID] })
+	if made, err := a.makeBound(ctx, rc, bound, sbs); err != nil {
+		errs = append(errs, err)
+	} else {
+		sbs = append(sbs, made...)
+	}
+	a.sandboxes.Store(int64(len(sbs)))
 	for _, sb := range sbs {
-		name := v1alpha1.ObjectName(sb.ID)
+		name := objectName(sb)
 		old := have[name]
+		if name != v1alpha1.ObjectName(sb.ID) {
+			// the object it was made for, and no other of that name (one
+			// asked again after the first went has another uid): this
+			// node's already, or bound here and waiting, or its mirror
+			// whose label was changed (kubectl label; taken back)
+			uid := sb.Meta[v1alpha1.MetaObjectUID]
+			if old == nil || string(old.GetUID()) != uid {
+				old = nil
+				if u, err := rc.Get(ctx, name, metav1.GetOptions{}); err == nil && string(u.GetUID()) == uid &&
+					(boundHere(u, a.cfg.Node) || statusID(u) == sb.ID) {
+					old = u
+				}
+			}
+			if old == nil { // gone: the sandbox lives on, mirrored by its id
+				name = v1alpha1.ObjectName(sb.ID)
+				old = have[name]
+			}
+		}
 		delete(have, name)
-		if err := a.putSandbox(ctx, rc, sb, old); err != nil {
+		if err := a.putSandbox(ctx, rc, name, sb, old); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	for name, u := range have { // sandboxes that are gone
+		if err := dropFinalizer(ctx, rc, u); err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		uid := u.GetUID()
 		err := rc.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 		if err != nil && !kerrors.IsNotFound(err) {
@@ -83,10 +187,205 @@ func (a *Agent) mirrorOnce(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// deleteAsked deletes the sandbox of every object of have that is being
+// deleted, then lets the object go (drops the finalizer), and removes it
+// from have. It returns the ids of the sandboxes so deleted, or found gone
+// already. An object whose sandbox could not be deleted keeps its
+// finalizer, and is tried again at the next pass.
+func (a *Agent) deleteAsked(ctx context.Context, rc dynamic.ResourceInterface, have map[string]*unstructured.Unstructured, sbs []api.Sandbox) (map[string]bool, error) {
+	gone := map[string]bool{}
+	var errs []error
+	for name, u := range have {
+		if u.GetDeletionTimestamp() == nil {
+			continue
+		}
+		id := statusID(u)
+		// only the sandbox this very object mirrors: an object that names
+		// another's id in its status (written by hand) deletes nothing
+		if id != "" && slices.ContainsFunc(sbs, func(sb api.Sandbox) bool { return sb.ID == id && mirrors(u, sb) }) {
+			if _, err := a.cfg.Source.Delete(ctx, id, false); err != nil && !errors.Is(err, api.ErrNotFound) {
+				errs = append(errs, fmt.Errorf("delete sandbox %s, whose object %s is deleted: %w", id, name, err))
+				continue
+			}
+			a.log.Info("fleet: deleted a sandbox whose object was deleted", "object", name, "sandbox", id)
+			gone[id] = true
+		}
+		delete(have, name)
+		if err := dropFinalizer(ctx, rc, u); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return gone, errors.Join(errs...)
+}
+
+// mirrors reports whether u is sb's own object: the one it was made for
+// (by name and uid), or the one named after its id.
+func mirrors(u *unstructured.Unstructured, sb api.Sandbox) bool {
+	if n := sb.Meta[v1alpha1.MetaObject]; n != "" && n == u.GetName() {
+		return string(u.GetUID()) == sb.Meta[v1alpha1.MetaObjectUID]
+	}
+	return u.GetName() == v1alpha1.ObjectName(sb.ID)
+}
+
+// dropFinalizer takes the agent's finalizer off u, if it has it, so that a
+// deletion of u completes.
+func dropFinalizer(ctx context.Context, rc dynamic.ResourceInterface, u *unstructured.Unstructured) error {
+	fs := u.GetFinalizers()
+	if !slices.Contains(fs, v1alpha1.Finalizer) {
+		return nil
+	}
+	u = u.DeepCopy()
+	u.SetFinalizers(slices.DeleteFunc(fs, func(f string) bool { return f == v1alpha1.Finalizer }))
+	if _, err := rc.Update(ctx, u, metav1.UpdateOptions{}); err != nil && !kerrors.IsNotFound(err) {
+		return fmt.Errorf("let sandbox object %s go (drop its finalizer): %w", u.GetName(), err)
+	}
+	return nil
+}
+
+// statusID is the sbx id u's status names, if any.
+func statusID(u *unstructured.Unstructured) string {
+	id, _, _ := unstructured.NestedString(u.Object, "status", "id")
+	return id
+}
+
+// objectName is the name of sb's Sandbox object: the one it was made for,
+// else its id's.
+func objectName(sb api.Sandbox) string {
+	if n := sb.Meta[v1alpha1.MetaObject]; n != "" {
+		return n
+	}
+	return v1alpha1.ObjectName(sb.ID)
+}
+
+// boundHere reports whether u is a Sandbox asked for through the apiserver
+// and placed on node, that no agent has taken up yet: spec.nodeName is
+// node, its status says nothing (no id, no state; or lost, which the
+// controller wrote while the node was down before it made it), and it is
+// not being deleted (placement leaves such an object alone too).
+func boundHere(u *unstructured.Unstructured, node string) bool {
+	var sb v1alpha1.Sandbox
+	if v1alpha1.FromUnstructured(u, &sb) != nil {
+		return false
+	}
+	st := api.State(sb.Status.State)
+	return sb.Spec.NodeName == node && sb.Status.ID == "" && (st == "" || st == api.StateLost) && u.GetDeletionTimestamp() == nil
+}
+
+// makeBound makes a sandbox for each object in bound that none of sbs was
+// made for already (a pass before a crash may have made it and not
+// written the object), and returns those it made. A spec sbxd refuses is
+// told in the object's status (state error, with the reason), so it is not
+// tried again: delete it and ask again.
+func (a *Agent) makeBound(ctx context.Context, rc dynamic.ResourceInterface, bound []*unstructured.Unstructured, sbs []api.Sandbox) ([]api.Sandbox, error) {
+	made := map[string]bool{} // name and uid of the objects made for
+	for _, sb := range sbs {
+		if n := sb.Meta[v1alpha1.MetaObject]; n != "" {
+			made[n+"/"+sb.Meta[v1alpha1.MetaObjectUID]] = true
+		}
+	}
+	var out []api.Sandbox
+	var errs []error
+	for _, u := range bound {
+		if made[u.GetName()+"/"+string(u.GetUID())] {
+			continue
+		}
+		var obj v1alpha1.Sandbox
+		if err := v1alpha1.FromUnstructured(u, &obj); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		req, err := createRequest(u.GetName(), string(u.GetUID()), obj.Spec)
+		var sb *api.Sandbox
+		if err == nil {
+			sb, err = a.cfg.Source.Create(ctx, req)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return out, ctx.Err()
+			}
+			if errors.Is(err, api.ErrUnavailable) {
+				// sbxd's, not the spec's (its data dir full, shutting
+				// down): tried again at the next pass
+				a.log.Warn("fleet: a sandbox bound to this node waits: sbxd cannot make it now", "object", u.GetName(), "err", err)
+				continue
+			}
+			a.log.Warn("fleet: a sandbox bound to this node could not be made", "object", u.GetName(), "err", err)
+			if werr := a.refuse(ctx, rc, u, err); werr != nil {
+				errs = append(errs, werr)
+			}
+			continue
+		}
+		a.log.Info("fleet: made a sandbox bound to this node", "object", u.GetName(), "sandbox", sb.ID)
+		out = append(out, *sb)
+	}
+	return out, errors.Join(errs...)
+}
+
+// createRequest is what sbxd is asked to make for the object named name,
+// of uid uid. sbx's own meta keys in the spec are refused, as the API
+// refuses them.
+func createRequest(name, uid string, spec v1alpha1.SandboxSpec) (api.CreateRequest, error) {
+	req := api.CreateRequest{Template: spec.Template, Name: spec.Name, Network: spec.Network, From: spec.From,
+		Meta: maps.Clone(spec.Meta)}
+	if err := api.CheckOwnMeta(req.Meta); err != nil {
+		return req, fmt.Errorf("spec.%w", err)
+	}
+	if req.Meta == nil {
+		req.Meta = map[string]string{}
+	}
+	req.Meta[v1alpha1.MetaObject] = name
+	req.Meta[v1alpha1.MetaObjectUID] = uid
+	if spec.TTL != "" {
+		d, err := api.ParseDuration("spec.ttl", spec.TTL)
+		if err != nil {
+			return req, err
+		}
+		req.TTL = api.Duration(d)
+	}
+	if spec.CPUs != "" {
+		c, err := strconv.ParseFloat(spec.CPUs, 64)
+		if err != nil || c < 0 || math.IsNaN(c) || math.IsInf(c, 0) {
+			return req, api.Errorf(api.ErrInvalid, "spec.cpus: %q is not a number of CPUs", spec.CPUs)
+		}
+		req.CPUs = c
+	}
+	if spec.MemoryBytes > 0 {
+		req.Memory = strconv.FormatInt(spec.MemoryBytes, 10)
+	}
+	if spec.DiskBytes > 0 {
+		req.Disk = strconv.FormatInt(spec.DiskBytes, 10)
+	}
+	return req, nil
+}
+
+// refuse writes into u's status that its node would not make it, and why.
+func (a *Agent) refuse(ctx context.Context, rc dynamic.ResourceInterface, u *unstructured.Unstructured, why error) error {
+	var obj v1alpha1.Sandbox
+	if err := v1alpha1.FromUnstructured(u, &obj); err != nil {
+		return err
+	}
+	msg := "node " + a.cfg.Node + " could not make it: " + why.Error()
+	obj.Status.State, obj.Status.Reason, obj.Status.Node = string(api.StateError), msg, a.cfg.Node
+	_, code := api.StatusOf(why)
+	obj.Status.Conditions = v1alpha1.SetCondition(obj.Status.Conditions, metav1.Condition{
+		Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.RefusedReason(code), Message: msg,
+	}, a.now())
+	st, err := v1alpha1.ToUnstructured(&obj.Status)
+	if err != nil {
+		return err
+	}
+	w := u.DeepCopy()
+	w.Object["status"] = st.Object
+	if _, err := rc.UpdateStatus(ctx, w, metav1.UpdateOptions{}); err != nil && !kerrors.IsConflict(err) {
+		return fmt.Errorf("tell sandbox object %s why it was not made: %w", u.GetName(), err)
+	}
+	return nil
+}
+
 // putSandbox makes the object of sb what it should be, writing only what
 // differs: spec and labels through the object, status through its
 // subresource (a create drops the status).
-func (a *Agent) putSandbox(ctx context.Context, rc dynamic.ResourceInterface, sb api.Sandbox, old *unstructured.Unstructured) error {
+func (a *Agent) putSandbox(ctx context.Context, rc dynamic.ResourceInterface, name string, sb api.Sandbox, old *unstructured.Unstructured) error {
 	var prev []metav1.Condition
 	if old != nil {
 		var cur v1alpha1.Sandbox
@@ -94,19 +393,40 @@ func (a *Agent) putSandbox(ctx context.Context, rc dynamic.ResourceInterface, sb
 			prev = cur.Status.Conditions
 		}
 	}
-	want, err := v1alpha1.ToUnstructured(sandboxObject(a.cfg.Node, a.cfg.Namespace, sb, prev, a.now()))
+	o := sandboxObject(a.cfg.Node, a.cfg.Namespace, sb, prev, a.now())
+	o.Name = name
+	if old != nil {
+		// what the apiserver's side asked for and sbxd does not know
+		var cur v1alpha1.Sandbox
+		if err := v1alpha1.FromUnstructured(old, &cur); err == nil {
+			o.Spec.Image = cur.Spec.Image
+		}
+	}
+	want, err := v1alpha1.ToUnstructured(o)
 	if err != nil {
 		return err
 	}
-	name := want.GetName()
 	if old == nil {
-		if old, err = rc.Create(ctx, want, metav1.CreateOptions{}); err != nil {
+		old, err = rc.Create(ctx, want, metav1.CreateOptions{})
+		if kerrors.IsAlreadyExists(err) {
+			// not among this node's, yet there: its label was changed
+			// (kubectl label). It is taken back if it says it is sb's
+			// mirror; a kubectl delete of it is seen only once labelled.
+			if u, gerr := rc.Get(ctx, name, metav1.GetOptions{}); gerr == nil && statusID(u) == sb.ID {
+				old, err = u, nil
+			}
+		}
+		if err != nil {
 			return fmt.Errorf("create sandbox object %s: %w", name, err)
 		}
 	}
-	if !apierrors.Semantic.DeepEqual(old.Object["spec"], want.Object["spec"]) || !maps.Equal(old.GetLabels(), want.GetLabels()) {
+	if !apierrors.Semantic.DeepEqual(old.Object["spec"], want.Object["spec"]) || !maps.Equal(old.GetLabels(), want.GetLabels()) ||
+		!slices.Contains(old.GetFinalizers(), v1alpha1.Finalizer) {
 		old.Object["spec"] = want.Object["spec"]
 		old.SetLabels(want.GetLabels())
+		if !slices.Contains(old.GetFinalizers(), v1alpha1.Finalizer) {
+			old.SetFinalizers(append(old.GetFinalizers(), v1alpha1.Finalizer))
+		}
 		if old, err = rc.Update(ctx, old, metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("update sandbox object %s: %w", name, err)
 		}
@@ -143,16 +463,21 @@ func sandboxObject(node, namespace string, sb api.Sandbox, prev []metav1.Conditi
 	if sb.State == api.StateStopped {
 		susp.Status, susp.Reason, susp.Message = metav1.ConditionTrue, v1alpha1.ReasonSandboxStopped, "stopped with its memory; sbx resume "+sb.ID
 	}
-	conds := setCondition(setCondition(prev, ready, now), susp, now)
+	conds := v1alpha1.SetCondition(v1alpha1.SetCondition(prev, ready, now), susp, now)
+	if sb.Meta[v1alpha1.MetaObject] != "" { // asked for through the apiserver, and placed
+		conds = v1alpha1.SetCondition(conds, metav1.Condition{Type: v1alpha1.ConditionPlaced, Status: metav1.ConditionTrue,
+			Reason: v1alpha1.ReasonMadeOnNode, Message: "made on node " + node}, now)
+	}
 	return &v1alpha1.Sandbox{
 		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindSandbox},
 		ObjectMeta: metav1.ObjectMeta{
 			Name: v1alpha1.ObjectName(sb.ID), Namespace: namespace,
-			Labels: map[string]string{v1alpha1.LabelNode: node, v1alpha1.LabelSandboxID: v1alpha1.ObjectName(sb.ID)},
+			Labels:     map[string]string{v1alpha1.LabelNode: node, v1alpha1.LabelSandboxID: v1alpha1.ObjectName(sb.ID)},
+			Finalizers: []string{v1alpha1.Finalizer},
 		},
 		Spec: v1alpha1.SandboxSpec{
 			Name: sb.Name, Template: sb.Template, TemplateVersion: sb.TemplateVersion, NodeName: node,
-			OperatingMode: mode, TTL: sb.TTL, Persistent: sb.Persistent, CPUs: cpus, MemoryBytes: sb.Memory,
+			OperatingMode: mode, TTL: ttlString(sb.TTL), Persistent: sb.Persistent, CPUs: cpus, MemoryBytes: sb.Memory,
 			DiskBytes: sb.DiskLimit, Network: sb.Network, Parent: sb.Parent, From: sb.From, Meta: sb.Meta,
 		},
 		Status: v1alpha1.SandboxStatus{
@@ -160,4 +485,12 @@ func sandboxObject(node, namespace string, sb api.Sandbox, prev []metav1.Conditi
 			MemoryRestored: sb.MemoryRestored, ResumeReason: sb.ResumeReason, Conditions: conds,
 		},
 	}
+}
+
+// ttlString is a ttl as the Sandbox resource spells it: "" when none.
+func ttlString(d api.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
 }

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,7 +18,7 @@ func (a *Agent) nodeStatus(old []metav1.Condition) v1alpha1.SandboxNodeStatus {
 		Address: f.Address, Version: f.Version, Capacity: f.capacity(),
 		RunscSHA256: f.RunscSHA256, CPUFeatures: f.CPUFeatures, CacheLineBytes: f.CacheLineBytes,
 		Sandboxes: int(a.sandboxes.Load()),
-		Conditions: setCondition(old, metav1.Condition{
+		Conditions: v1alpha1.SetCondition(old, metav1.Condition{
 			Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAgentPublishing,
 			Message: "the node agent publishes; its Lease says whether it still does",
 		}, a.now()),
@@ -59,21 +58,4 @@ func (a *Agent) publishNode(ctx context.Context) error {
 		return fmt.Errorf("update sandboxnode %s status: %w", a.cfg.Node, err)
 	}
 	return nil
-}
-
-// setCondition returns conds with c in place of its type's condition;
-// the transition time is kept when the status did not change.
-func setCondition(conds []metav1.Condition, c metav1.Condition, now time.Time) []metav1.Condition {
-	out := make([]metav1.Condition, 0, len(conds)+1)
-	c.LastTransitionTime = metav1.NewTime(now.Truncate(time.Second))
-	for _, o := range conds {
-		if o.Type != c.Type {
-			out = append(out, o)
-			continue
-		}
-		if o.Status == c.Status {
-			c.LastTransitionTime = o.LastTransitionTime
-		}
-	}
-	return append(out, c)
 }

@@ -8,9 +8,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,7 +25,10 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/flaky"
 	"sbx.dev/sbx/internal/fleet/v1alpha1"
 )
 
@@ -36,14 +42,14 @@ type fleet struct {
 
 type node struct{ name, tag, socket, addr string }
 
-func repoRoot(t *testing.T) string {
+func repoRoot(t testing.TB) string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
 
 // startFleet brings up a fleet of n nodes, and down again when the test
 // ends, pass or fail; it skips the test when nothing is built to run it.
-func startFleet(t *testing.T, n int) *fleet {
+func startFleet(t testing.TB, n int) *fleet {
 	t.Helper()
 	root := repoRoot(t)
 	if os.Geteuid() != 0 {
@@ -63,9 +69,11 @@ func startFleet(t *testing.T, n int) *fleet {
 		t.Fatal(err)
 	}
 	f := &fleet{root: root, dir: dir, kubectl: filepath.Join(strings.TrimSpace(string(fd)), "kubectl")}
+	// the e2e package's cache: its nodes share it as they share their own
+	// (a template's build is under a lock), and base is built once
 	templates := os.Getenv("SBX_TEST_TEMPLATES")
 	if templates == "" {
-		templates = "/var/tmp/sbx-test-templates-fleet"
+		templates = "/var/tmp/sbx-test-templates-v2"
 	}
 	script := filepath.Join(root, "scripts", "fleet.sh")
 	t.Cleanup(func() {
@@ -126,6 +134,9 @@ func leftovers(tag string) []string {
 			if strings.HasPrefix(l, "-N SBX-"+strings.ToUpper(tag)+"-") {
 				left = append(left, "iptables chain "+table+" "+strings.TrimPrefix(l, "-N "))
 			}
+			if strings.Contains(l, "--comment sbx-"+tag+" ") {
+				left = append(left, "iptables rule "+table+" "+l)
+			}
 		}
 	}
 	cg, _ := filepath.Glob("/sys/fs/cgroup/*/sbx-" + tag)
@@ -135,7 +146,7 @@ func leftovers(tag string) []string {
 	return left
 }
 
-func readEnv(t *testing.T, path string) map[string]string {
+func readEnv(t testing.TB, path string) map[string]string {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -158,9 +169,15 @@ func readEnv(t *testing.T, path string) map[string]string {
 
 // run runs a command with the fleet's env, and returns its stdout; it
 // fails the test if the command fails, unless mayFail.
-func (f *fleet) run(t *testing.T, mayFail bool, name string, args ...string) (string, error) {
+func (f *fleet) run(t testing.TB, mayFail bool, name string, args ...string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	limit := 2 * time.Minute
+	if slices.Contains(args, "template") {
+		// a first build of base, perhaps waiting on another package's
+		// build of it (one build at a time holds the cache's lock)
+		limit = 15 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = os.Environ()
@@ -185,14 +202,15 @@ type cmdError struct {
 }
 
 func (e *cmdError) Error() string { return e.err.Error() + ": " + e.stderr }
+func (e *cmdError) Unwrap() error { return e.err }
 
-func (f *fleet) kube(t *testing.T, args ...string) string {
+func (f *fleet) kube(t testing.TB, args ...string) string {
 	t.Helper()
 	out, _ := f.run(t, false, f.kubectl, args...)
 	return out
 }
 
-func (f *fleet) sbx(t *testing.T, args ...string) string {
+func (f *fleet) sbx(t testing.TB, args ...string) string {
 	t.Helper()
 	out, _ := f.run(t, false, filepath.Join(f.root, "bin", "sbx"), args...)
 	return out
@@ -200,7 +218,7 @@ func (f *fleet) sbx(t *testing.T, args ...string) string {
 
 // waitFor polls cond until it holds or limit passes (no timing assertion:
 // the limit is generous, for a 2-core machine under other tests).
-func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
+func waitFor(t testing.TB, what string, limit time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for !cond() {
@@ -211,7 +229,7 @@ func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
 	}
 }
 
-func (f *fleet) leaseRenewTime(t *testing.T, name string) time.Time {
+func (f *fleet) leaseRenewTime(t testing.TB, name string) time.Time {
 	t.Helper()
 	out := f.kube(t, "get", "lease", name, "-n", v1alpha1.DefaultNamespace, "-o", "jsonpath={.spec.renewTime}")
 	rt, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(out))
@@ -223,7 +241,7 @@ func (f *fleet) leaseRenewTime(t *testing.T, name string) time.Time {
 
 // sandboxRow is the `kubectl get sandboxes` row of sbx sandbox id, as
 // column name to value ("" if it has none).
-func (f *fleet) sandboxRow(t *testing.T, id string) map[string]string {
+func (f *fleet) sandboxRow(t testing.TB, id string) map[string]string {
 	t.Helper()
 	out := f.kube(t, "get", "sandboxes")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
@@ -265,7 +283,7 @@ func (f *fleet) sandboxRow(t *testing.T, id string) map[string]string {
 }
 
 // pid reads a pid file of DIR.
-func (f *fleet) pid(t *testing.T, file string) int {
+func (f *fleet) pid(t testing.TB, file string) int {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(f.dir, file))
 	if err != nil {
@@ -278,7 +296,7 @@ func (f *fleet) pid(t *testing.T, file string) int {
 	return pid
 }
 
-func fileSHA256(t *testing.T, path string) string {
+func fileSHA256(t testing.TB, path string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -352,16 +370,19 @@ func TestFleetNodeAgents(t *testing.T) {
 		}
 	})
 
+	// node 1's own API, for what is a node's: templates, and a sandbox
+	// made there rather than placed
+	n1 := "--host=tcp://" + f.nodes[0].addr
 	t.Run("sandbox mirrored", func(t *testing.T) {
-		if !strings.HasPrefix(f.env["SBX_HOST"], "tcp://"+f.nodes[0].addr) {
-			t.Fatalf("SBX_HOST %q is not node 1's API (tcp://%s)", f.env["SBX_HOST"], f.nodes[0].addr)
+		if f.env["SBX_HOST"] != f.env["SBX_CONTROLLER"] {
+			t.Fatalf("SBX_HOST %q is not the fleet's endpoint, the controller (%s)", f.env["SBX_HOST"], f.env["SBX_CONTROLLER"])
 		}
-		f.sbx(t, "template", "build", "tiny")
+		f.sbx(t, n1, "template", "build", "tiny")
 		var sb api.Sandbox
-		if err := json.Unmarshal([]byte(f.sbx(t, "--json", "new", "--template", "tiny", "--name", "fleet-one")), &sb); err != nil || sb.ID == "" {
+		if err := json.Unmarshal([]byte(f.sbx(t, n1, "--json", "new", "--template", "tiny", "--name", "fleet-one")), &sb); err != nil || sb.ID == "" {
 			t.Fatalf("sbx new: %v (%+v)", err, sb)
 		}
-		t.Cleanup(func() { f.run(t, true, filepath.Join(f.root, "bin", "sbx"), "rm", sb.ID, "--yes") })
+		t.Cleanup(func() { f.run(t, true, filepath.Join(f.root, "bin", "sbx"), n1, "rm", sb.ID, "--yes") })
 		var row map[string]string
 		waitFor(t, sb.ID+" ready in kubectl get sandboxes", 60*time.Second, func() bool {
 			row = f.sandboxRow(t, sb.ID)
@@ -376,7 +397,7 @@ func TestFleetNodeAgents(t *testing.T) {
 		if row["AGE"] == "" || row["AGE"] == "<unknown>" {
 			t.Errorf("kubectl get sandboxes: no AGE (row %v)", row)
 		}
-		f.sbx(t, "stop", sb.ID)
+		f.sbx(t, n1, "stop", sb.ID)
 		waitFor(t, sb.ID+" stopped in kubectl get sandboxes", 90*time.Second, func() bool {
 			row = f.sandboxRow(t, sb.ID)
 			return row != nil && row["STATE"] == "stopped"
@@ -385,7 +406,7 @@ func TestFleetNodeAgents(t *testing.T) {
 		if mode != "Suspended True" {
 			t.Errorf("stopped sandbox: operatingMode and Suspended %q, want \"Suspended True\"", mode)
 		}
-		f.sbx(t, "rm", sb.ID, "--yes")
+		f.sbx(t, n1, "rm", sb.ID, "--yes")
 		waitFor(t, sb.ID+" gone from kubectl get sandboxes", 60*time.Second, func() bool {
 			_, err := f.run(t, true, f.kubectl, "get", "sandbox", v1alpha1.ObjectName(sb.ID))
 			return err != nil && strings.Contains(err.Error(), "NotFound")
@@ -407,8 +428,8 @@ func TestFleetNodeAgents(t *testing.T) {
 			}
 		}
 		t.Cleanup(resume)
-		id := strings.TrimSpace(f.sbx(t, "new", "--template", "tiny"))
-		t.Cleanup(func() { f.run(t, true, filepath.Join(f.root, "bin", "sbx"), "rm", id, "--yes") })
+		id := strings.TrimSpace(f.sbx(t, n1, "new", "--template", "tiny"))
+		t.Cleanup(func() { f.run(t, true, filepath.Join(f.root, "bin", "sbx"), n1, "rm", id, "--yes") })
 		logPath := filepath.Join(f.dir, f.nodes[0].name, "sbxd.log")
 		waitFor(t, "node-1's agent to log a failure and retry", 90*time.Second, func() bool {
 			b, _ := os.ReadFile(logPath)
@@ -422,18 +443,427 @@ func TestFleetNodeAgents(t *testing.T) {
 		if err := syscall.Kill(f.pid(t, f.nodes[0].name+"/sbxd.pid"), 0); err != nil {
 			t.Errorf("node-1's sbxd is gone after the apiserver went away: %v", err)
 		}
-		f.sbx(t, "rm", id, "--yes")
+		f.sbx(t, n1, "rm", id, "--yes")
 	})
 
 	// one sandbox is left running for fleet.sh down to delete
 	t.Run("left for down", func(t *testing.T) {
-		id := strings.TrimSpace(f.sbx(t, "new", "--template", "tiny"))
+		id := strings.TrimSpace(f.sbx(t, n1, "new", "--template", "tiny"))
 		waitFor(t, id+" in kubectl get sandboxes", 60*time.Second, func() bool {
 			row := f.sandboxRow(t, id)
 			return row != nil && row["STATE"] == "ready"
 		})
 		if left := leftovers(f.nodes[0].tag); len(left) == 0 {
 			t.Errorf("a running sandbox of node-1 leaves nothing for leftovers() to see: it could not catch what down leaves")
+		}
+	})
+
+	// the controller: one endpoint for the nodes and every node's sandboxes
+	ctrl := f.env["SBX_CONTROLLER"]
+	if ctrl == "" {
+		t.Fatal("DIR/env has no SBX_CONTROLLER")
+	}
+	victimSandbox := ""
+	t.Run("controller", func(t *testing.T) {
+		var nodes struct{ Nodes []api.Node }
+		waitFor(t, "both nodes ready at the controller", 60*time.Second, func() bool {
+			if err := json.Unmarshal([]byte(f.sbx(t, "--host", ctrl, "--json", "node", "ls")), &nodes); err != nil {
+				t.Fatal(err)
+			}
+			return len(nodes.Nodes) == 2 && nodes.Nodes[0].Ready && nodes.Nodes[1].Ready
+		})
+		if n := nodes.Nodes[0]; n.Name != "node-1" || n.Address == "" || n.Renewed == nil || n.Cordoned {
+			t.Errorf("node-1 at the controller: %+v", n)
+		}
+		// a sandbox on node-2, made through node-2's own API
+		victimSandbox = strings.TrimSpace(f.sbx(t, "--host", "unix://"+f.nodes[1].socket, "new", "--template", "tiny"))
+		var list struct{ Sandboxes []api.Sandbox }
+		waitFor(t, "node-2's sandbox in the controller's list", 60*time.Second, func() bool {
+			if err := json.Unmarshal([]byte(f.sbx(t, "--host", ctrl, "--json", "list")), &list); err != nil {
+				t.Fatal(err)
+			}
+			return slices.ContainsFunc(list.Sandboxes, func(sb api.Sandbox) bool {
+				return sb.ID == victimSandbox && sb.Node == "node-2" && sb.State == api.StateReady
+			})
+		})
+		if !slices.ContainsFunc(list.Sandboxes, func(sb api.Sandbox) bool { return sb.Node == "node-1" }) {
+			t.Errorf("the controller lists no sandbox of node-1: %+v", list.Sandboxes)
+		}
+		// node-2's own sbxd says its node too
+		var info struct{ Sandbox api.Sandbox }
+		if err := json.Unmarshal([]byte(f.sbx(t, "--host", "unix://"+f.nodes[1].socket, "--json", "info", victimSandbox)), &info); err != nil || info.Sandbox.Node != "node-2" {
+			t.Errorf("node-2's info of its sandbox: %+v, %v", info.Sandbox, err)
+		}
+		f.sbx(t, "--host", ctrl, "node", "cordon", "node-1")
+		if got := f.kube(t, "get", "sandboxnode", "node-1", "-o", "jsonpath={.spec.unschedulable}"); got != "true" {
+			t.Errorf("cordoned node-1: spec.unschedulable %q", got)
+		}
+		f.sbx(t, "--host", ctrl, "node", "uncordon", "node-1")
+		if got := f.kube(t, "get", "sandboxnode", "node-1", "-o", "jsonpath={.spec.unschedulable}"); got != "false" {
+			t.Errorf("uncordoned node-1: spec.unschedulable %q", got)
+		}
+		if _, err := f.run(t, true, filepath.Join(f.root, "bin", "sbx"), "--host", ctrl, "node", "cordon", "node-9"); err == nil || !strings.Contains(err.Error(), "no node") {
+			t.Errorf("cordon of an unknown node: %v", err)
+		}
+		// one sbxd is no fleet, and says so
+		if _, err := f.run(t, true, filepath.Join(f.root, "bin", "sbx"), "--host", "unix://"+f.nodes[0].socket, "node", "ls"); err == nil || !strings.Contains(err.Error(), "not a fleet") {
+			t.Errorf("sbx node ls at one sbxd: %v", err)
+		}
+	})
+
+	// the controller as the fleet's one endpoint (SBX_HOST): a create
+	// placed and made by a node, then exec, files, logs, info by name and
+	// rm through it, each going on to that node
+	t.Run("through the controller", func(t *testing.T) {
+		var sb api.Sandbox
+		out := f.sbx(t, "--json", "new", "--template", "tiny", "--name", "fleet-two")
+		if err := json.Unmarshal([]byte(out), &sb); err != nil || sb.ID == "" {
+			t.Fatalf("sbx new through the controller: %v\n%s", err, out)
+		}
+		t.Cleanup(func() { f.run(t, true, filepath.Join(f.root, "bin", "sbx"), "rm", sb.ID, "--yes") })
+		if sb.State != api.StateReady || (sb.Node != "node-1" && sb.Node != "node-2") || sb.Name != "fleet-two" {
+			t.Fatalf("sbx new through the controller: %+v, want ready on a node of the fleet, named fleet-two", sb)
+		}
+		var node string
+		for _, n := range f.nodes {
+			if n.name == sb.Node {
+				node = "--host=unix://" + n.socket
+			}
+		}
+		// the node made it, and says so itself
+		var info struct{ Sandbox api.Sandbox }
+		if err := json.Unmarshal([]byte(f.sbx(t, node, "--json", "info", sb.ID)), &info); err != nil || info.Sandbox.Node != sb.Node || info.Sandbox.Name != "fleet-two" {
+			t.Errorf("%s's own info of %s: %+v, %v", sb.Node, sb.ID, info.Sandbox, err)
+		}
+
+		// exec: stdout, stderr and the exit code, by name
+		stdout, err := f.run(t, true, filepath.Join(f.root, "bin", "sbx"), "exec", "fleet-two", "--", "sh", "-c", "echo out-$((6*7)); echo err-side >&2; exit 3")
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+			t.Errorf("sbx exec through the controller: %v, want exit code 3", err)
+		}
+		if stdout != "out-42\n" || err == nil || !strings.Contains(err.Error(), "err-side") {
+			t.Errorf("sbx exec through the controller: stdout %q, %v; want out-42 and err-side on stderr", stdout, err)
+		}
+
+		// files in and out
+		payload := make([]byte, 256<<10)
+		rand.Read(payload)
+		local := filepath.Join(t.TempDir(), "in")
+		if err := os.WriteFile(local, payload, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f.sbx(t, "scp", local, sb.ID+":/tmp/in")
+		if got := strings.TrimSpace(f.sbx(t, "exec", sb.ID, "--", "sha256sum", "/tmp/in")); !strings.HasPrefix(got, fileSHA256(t, local)) {
+			t.Errorf("the file sent through the controller: sha256 %q, want %s", got, fileSHA256(t, local))
+		}
+		back := filepath.Join(t.TempDir(), "out")
+		f.sbx(t, "scp", "fleet-two:/tmp/in", back)
+		if got, err := os.ReadFile(back); err != nil || !bytes.Equal(got, payload) {
+			t.Errorf("the file fetched through the controller differs (%d bytes, %v)", len(got), err)
+		}
+		if _, err := f.run(t, true, filepath.Join(f.root, "bin", "sbx"), "scp", sb.ID+":/no/such/file", back); err == nil || !strings.Contains(err.Error(), "/no/such/file does not exist") {
+			t.Errorf("scp of a missing file through the controller: %v", err)
+		}
+
+		// a detached exec's output, followed through the controller
+		var ex api.Exec
+		if err := json.Unmarshal([]byte(f.sbx(t, "--json", "exec", "-d", sb.ID, "--", "sh", "-c", "echo first; sleep 1; echo second")), &ex); err != nil || ex.ID == "" {
+			t.Fatalf("sbx exec -d through the controller: %v %+v", err, ex)
+		}
+		if got := f.sbx(t, "logs", sb.ID, "--exec", ex.ID, "--follow"); got != "first\nsecond\n" {
+			t.Errorf("sbx logs --exec --follow through the controller: %q", got)
+		}
+
+		// a memory snapshot through the controller: listed with its node,
+		// and a sandbox made from it on that node, its memory restored
+		f.sbx(t, "snapshot", sb.ID, "fleet-snap", "--memory")
+		t.Cleanup(func() { f.run(t, true, filepath.Join(f.root, "bin", "sbx"), "snapshot", "rm", "fleet-snap") })
+		var sns struct{ Snapshots []api.Snapshot }
+		if err := json.Unmarshal([]byte(f.sbx(t, "--json", "snapshot", "ls")), &sns); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(sns.Snapshots, func(sn api.Snapshot) bool { return sn.Name == "fleet-snap" && sn.Node == sb.Node && sn.Memory }) {
+			t.Errorf("sbx snapshot ls through the controller: %+v, want fleet-snap on %s", sns.Snapshots, sb.Node)
+		}
+		var child api.Sandbox
+		if err := json.Unmarshal([]byte(f.sbx(t, "--json", "new", "--from", "fleet-snap")), &child); err != nil || child.ID == "" {
+			t.Fatalf("sbx new --from through the controller: %v %+v", err, child)
+		}
+		t.Cleanup(func() { f.run(t, true, filepath.Join(f.root, "bin", "sbx"), "rm", child.ID, "--yes") })
+		if child.Node != sb.Node || !child.MemoryRestored || child.State != api.StateReady {
+			t.Errorf("the sandbox from fleet-snap: %+v, want ready on %s with its memory", child, sb.Node)
+		}
+		if got := strings.TrimSpace(f.sbx(t, "exec", child.ID, "--", "sha256sum", "/tmp/in")); !strings.HasPrefix(got, fileSHA256(t, local)) {
+			t.Errorf("the sandbox from fleet-snap lacks the file its parent had: %q", got)
+		}
+		f.sbx(t, "rm", child.ID, "--yes")
+		f.sbx(t, "snapshot", "rm", "fleet-snap")
+		if _, err := f.run(t, true, filepath.Join(f.root, "bin", "sbx"), "new", "--from", "fleet-snap"); err == nil || !strings.Contains(err.Error(), "no snapshot") {
+			t.Errorf("sbx new --from a removed snapshot through the controller: %v", err)
+		}
+
+		// kubectl shows it on its node; rm through the controller ends it
+		if row := f.sandboxRow(t, sb.ID); row == nil || row["NODE"] != sb.Node || row["SBX NAME"] != "fleet-two" {
+			t.Errorf("kubectl get sandboxes: %v, want fleet-two on %s", row, sb.Node)
+		}
+		f.sbx(t, "rm", "fleet-two", "--yes")
+		if _, err := f.run(t, true, filepath.Join(f.root, "bin", "sbx"), "info", sb.ID); err == nil || !(strings.Contains(err.Error(), "not found") || strings.Contains(err.Error(), "no sandbox")) {
+			// "not found" from its node, or "no sandbox ... on any node"
+			// once its agent removed the object
+			t.Errorf("info after rm through the controller: %v, want not found", err)
+		}
+		if _, err := f.run(t, true, filepath.Join(f.root, "bin", "sbx"), node, "info", sb.ID); err == nil {
+			t.Errorf("%s still has %s after rm through the controller", sb.Node, sb.ID)
+		}
+		// a bad create through the controller: the node's refusal, its kind kept
+		if _, err := f.run(t, true, filepath.Join(f.root, "bin", "sbx"), "new", "--template", "no-such-template"); err == nil || !strings.Contains(err.Error(), "no-such-template") {
+			t.Errorf("sbx new of an unknown template through the controller: %v", err)
+		}
+	})
+
+	// the main job through the fleet's endpoint: a hunt of the bundled
+	// flaky test keeps its failure (stopped with memory, on a node), which
+	// resumes with its memory, and its flake rate is measured by forks
+	t.Run("hunt through the controller", func(t *testing.T) {
+		f.sbx(t, n1, "template", "build", "base")
+		dir := t.TempDir()
+		if out, err := exec.Command("cp", "-a", filepath.Join(f.root, "examples", "flaky")+"/.", dir).CombinedOutput(); err != nil {
+			t.Fatalf("copy the example: %v\n%s", err, out)
+		}
+		sbxBin := filepath.Join(f.root, "bin", "sbx")
+		t.Cleanup(func() {
+			f.run(t, true, sbxBin, "rm", "fleet-hunt", "--yes")
+			f.run(t, true, sbxBin, "rm", "fleet-hunt-fork", "--yes")
+			f.run(t, true, sbxBin, "snapshot", "rm", "fleet-hunt")
+		})
+		hunt := exec.Command(sbxBin, "--json", "hunt", "--template", "base", "--runs", "40", "--name", "fleet-hunt", "--", "./test.sh")
+		hunt.Dir = dir
+		hunt.Env = os.Environ()
+		for k, v := range f.env {
+			hunt.Env = append(hunt.Env, k+"="+v)
+		}
+		out, err := hunt.Output()
+		var summary *flaky.HuntSummary
+		for _, l := range strings.Split(string(out), "\n") {
+			var ev flaky.HuntEvent
+			if json.Unmarshal([]byte(l), &ev) == nil && ev.Summary != nil {
+				summary = ev.Summary
+			}
+		}
+		if summary == nil || !summary.Failed || !summary.Stopped || summary.Snapshot == "" {
+			t.Fatalf("sbx hunt through the controller: %v, summary %+v\n%s", err, summary, out)
+		}
+		var info struct{ Sandbox api.Sandbox }
+		if err := json.Unmarshal([]byte(f.sbx(t, "--json", "info", "fleet-hunt")), &info); err != nil || info.Sandbox.State != api.StateStopped || info.Sandbox.Node == "" {
+			t.Fatalf("the hunt's sandbox through the controller: %+v, %v; want stopped on a node", info.Sandbox, err)
+		}
+		if got := f.sbx(t, "resume", "fleet-hunt"); !strings.Contains(got, "memory restored") {
+			t.Errorf("sbx resume of the hunt's failure through the controller: %q", got)
+		}
+		rate := f.sbx(t, "flake-rate", "fleet-hunt", "-n", "6", "--", "cd /work && ./test.sh")
+		if !strings.Contains(rate, "/6 failed") {
+			t.Errorf("sbx flake-rate through the controller: %q", rate)
+		}
+	})
+
+	// kubectl delete sandbox: the node deletes the sandbox, then the
+	// object goes (the agent's finalizer holds it until then)
+	t.Run("kubectl delete", func(t *testing.T) {
+		var sb api.Sandbox
+		if err := json.Unmarshal([]byte(f.sbx(t, "--json", "new", "--template", "tiny")), &sb); err != nil || sb.ID == "" {
+			t.Fatalf("sbx new: %v %+v", err, sb)
+		}
+		t.Cleanup(func() { f.run(t, true, filepath.Join(f.root, "bin", "sbx"), "rm", sb.ID, "--yes") })
+		var obj string
+		waitFor(t, sb.ID+"'s object to carry the finalizer", 60*time.Second, func() bool {
+			out, err := f.run(t, true, f.kubectl, "get", "sandboxes", "-l", v1alpha1.LabelSandboxID+"="+v1alpha1.ObjectName(sb.ID),
+				"-o", "jsonpath={.items[0].metadata.name} {.items[0].metadata.finalizers}")
+			name, fin, _ := strings.Cut(strings.TrimSpace(out), " ")
+			obj = name
+			return err == nil && strings.Contains(fin, v1alpha1.Finalizer)
+		})
+		f.kube(t, "delete", "sandbox", obj, "--wait", "--timeout", "90s")
+		if _, err := f.run(t, true, filepath.Join(f.root, "bin", "sbx"), "info", sb.ID); err == nil {
+			t.Errorf("%s is still in the fleet after kubectl delete sandbox %s", sb.ID, obj)
+		}
+		for _, n := range f.nodes {
+			if n.name != sb.Node {
+				continue
+			}
+			if _, err := f.run(t, true, filepath.Join(f.root, "bin", "sbx"), "--host=unix://"+n.socket, "info", sb.ID); err == nil {
+				t.Errorf("%s still has %s after kubectl delete sandbox %s", n.name, sb.ID, obj)
+			}
+		}
+	})
+
+	// the controller SIGKILLed at a random instant while it places a burst
+	// of Sandboxes and while a create through it waits, then started again
+	// on its port: every object is made, and made once
+	t.Run("controller killed", func(t *testing.T) {
+		const burst = 6
+		var items []string
+		names := map[string]bool{}
+		for i := range burst {
+			name := fmt.Sprintf("burst-%d-%s", i, strconv.FormatInt(time.Now().UnixNano()%1e6, 36))
+			names[name] = true
+			items = append(items, fmt.Sprintf(`{"apiVersion":%q,"kind":"Sandbox","metadata":{"name":%q,"namespace":%q},"spec":{"template":"tiny"}}`,
+				v1alpha1.APIVersion, name, v1alpha1.DefaultNamespace))
+		}
+		manifest := filepath.Join(t.TempDir(), "burst.json")
+		if err := os.WriteFile(manifest, []byte(`{"apiVersion":"v1","kind":"List","items":[`+strings.Join(items, ",")+`]}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			for name := range names {
+				f.run(t, true, f.kubectl, "delete", "sandbox", name, "--wait=false")
+			}
+		})
+		// a create through the controller, in flight when it dies
+		inflight := exec.Command(filepath.Join(f.root, "bin", "sbx"), "new", "--template", "tiny", "--name", "killed-mid-create")
+		inflight.Env = os.Environ()
+		for k, v := range f.env {
+			inflight.Env = append(inflight.Env, k+"="+v)
+		}
+		if err := inflight.Start(); err != nil {
+			t.Fatal(err)
+		}
+		f.kube(t, "create", "-f", manifest)
+		pid := f.pid(t, "controller.pid")
+		time.Sleep(time.Duration(time.Now().UnixNano()%400) * time.Millisecond)
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill the controller: %v", err)
+		}
+		inflightErr := inflight.Wait() // it ends with the controller, made or not
+		waitFor(t, "the controller to die", 30*time.Second, func() bool { return syscall.Kill(pid, 0) != nil })
+		if out, err := exec.Command(filepath.Join(f.root, "scripts", "fleet.sh"), "controller", f.dir).CombinedOutput(); err != nil {
+			t.Fatalf("fleet.sh controller: %v\n%s", err, out)
+		}
+		names["killed-mid-create"] = false // asked by sbx name: the object is req-...
+		// the kill may come before the in-flight create asked for its
+		// object: then it is not made, and the client said it failed
+		asked := func() bool {
+			out, err := f.run(t, true, f.kubectl, "get", "sandboxes", "-o", "jsonpath={.items[*].spec.name}")
+			return err == nil && slices.Contains(strings.Fields(out), "killed-mid-create")
+		}
+		want := burst + 1
+		if !asked() {
+			if inflightErr == nil {
+				t.Errorf("sbx new through the controller succeeded, yet no object asks for killed-mid-create")
+			}
+			t.Logf("the controller died before the in-flight create asked for its object (%v): it is not made", inflightErr)
+			delete(names, "killed-mid-create")
+			want = burst
+		}
+		made := func() map[string][]string { // object or sbx name -> ids, over every node
+			got := map[string][]string{}
+			for _, n := range f.nodes {
+				var list struct{ Sandboxes []api.Sandbox }
+				if err := json.Unmarshal([]byte(f.sbx(t, "--host=unix://"+n.socket, "--json", "list")), &list); err != nil {
+					t.Fatal(err)
+				}
+				for _, sb := range list.Sandboxes {
+					if o := sb.Meta[v1alpha1.MetaObject]; names[o] {
+						got[o] = append(got[o], sb.ID+"@"+n.name)
+					}
+					if sb.Name == "killed-mid-create" {
+						got[sb.Name] = append(got[sb.Name], sb.ID+"@"+n.name)
+					}
+				}
+			}
+			return got
+		}
+		var got map[string][]string
+		waitFor(t, "every object of the burst made after the restart", 3*time.Minute, func() bool {
+			got = made()
+			return len(got) == want
+		})
+		// settled: one more pass of every agent changes nothing
+		time.Sleep(2 * time.Second)
+		got = made()
+		for name, ids := range got {
+			if len(ids) != 1 {
+				t.Errorf("%s was made %d times: %v", name, len(ids), ids)
+			}
+		}
+		for name := range names {
+			if _, ok := got[name]; !ok {
+				t.Errorf("%s was never made", name)
+			}
+		}
+		// placement spreads a burst: the node with more memory free first
+		on := map[string]int{}
+		for _, ids := range got {
+			for _, idAt := range ids {
+				_, n, _ := strings.Cut(idAt, "@")
+				on[n]++
+			}
+		}
+		if len(on) != 2 {
+			t.Errorf("the burst was not spread over both nodes: %v", on)
+		}
+		for _, ids := range got {
+			for _, idAt := range ids {
+				id, _, _ := strings.Cut(idAt, "@")
+				t.Cleanup(func() { f.run(t, true, filepath.Join(f.root, "bin", "sbx"), "rm", id, "--yes") })
+			}
+		}
+	})
+
+	// a memory image restores only where the runsc build, the CPU features
+	// and the cache line allow: a node that reports another runsc sha256,
+	// or fewer CPU features, is refused, and the object says why
+	t.Run("incompatible node refused", func(t *testing.T) {
+		var sn v1alpha1.SandboxNode
+		if err := json.Unmarshal([]byte(f.kube(t, "get", "sandboxnode", "node-1", "-o", "json")), &sn); err != nil {
+			t.Fatal(err)
+		}
+		st := sn.Status
+		cases := []struct {
+			name string
+			img  v1alpha1.SandboxImage
+			why  string
+		}{
+			{"other-runsc", v1alpha1.SandboxImage{Memory: true, RequireMemory: true, RunscSHA256: strings.Repeat("0", 64),
+				CPUFeatures: st.CPUFeatures, CacheLineBytes: st.CacheLineBytes}, "runsc sha256 differs"},
+			{"more-features", v1alpha1.SandboxImage{Memory: true, RequireMemory: true, RunscSHA256: st.RunscSHA256,
+				CPUFeatures: append(slices.Clone(st.CPUFeatures), "sbxfake9000"), CacheLineBytes: st.CacheLineBytes}, "lacks CPU features"},
+		}
+		for _, tc := range cases {
+			name := "needs-" + tc.name
+			obj, err := json.Marshal(v1alpha1.Sandbox{
+				TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindSandbox},
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: v1alpha1.DefaultNamespace},
+				Spec:       v1alpha1.SandboxSpec{Template: "tiny", Image: &tc.img},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			manifest := filepath.Join(t.TempDir(), name+".json")
+			if err := os.WriteFile(manifest, obj, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			f.kube(t, "create", "-f", manifest)
+			t.Cleanup(func() { f.run(t, true, f.kubectl, "delete", "sandbox", name, "--wait=false") })
+			var msg string
+			waitFor(t, name+" to say why it waits", 60*time.Second, func() bool {
+				out, err := f.run(t, true, f.kubectl, "get", "sandbox", name, "-o",
+					`jsonpath={.status.conditions[?(@.type=="Placed")].status}/{.status.conditions[?(@.type=="Placed")].message}`)
+				status, m, _ := strings.Cut(out, "/")
+				msg = m
+				return err == nil && status == "False"
+			})
+			for _, n := range f.nodes {
+				if !strings.Contains(msg, n.name+": ") {
+					t.Errorf("%s: the why does not name %s: %q", name, n.name, msg)
+				}
+			}
+			if strings.Count(msg, tc.why) != len(f.nodes) {
+				t.Errorf("%s: want %q for each node, the why says %q", name, tc.why, msg)
+			}
+			if got := f.kube(t, "get", "sandbox", name, "-o", "jsonpath={.spec.nodeName}{.status.id}"); got != "" {
+				t.Errorf("%s was placed or made: %q", name, got)
+			}
 		}
 	})
 
@@ -452,6 +882,36 @@ func TestFleetNodeAgents(t *testing.T) {
 		waitFor(t, other.name+" to renew again", 60*time.Second, func() bool { return f.leaseRenewTime(t, other.name).After(base) })
 		if got := f.leaseRenewTime(t, victim.name); !got.Equal(dead) {
 			t.Errorf("%s's lease renewed after its agent was killed: %v, then %v", victim.name, dead, got)
+		}
+		// the controller marks its sandboxes lost, with the reason, once its
+		// Lease (15 s) has expired: here within 15 s of the expiry
+		if victimSandbox == "" {
+			t.Fatal("no sandbox on the victim (the controller subtest failed)")
+		}
+		var info struct{ Sandbox api.Sandbox }
+		waitFor(t, victimSandbox+" lost at the controller", time.Until(dead.Add(30*time.Second)), func() bool {
+			if err := json.Unmarshal([]byte(f.sbx(t, "--host", ctrl, "--json", "info", victimSandbox)), &info); err != nil {
+				t.Fatal(err)
+			}
+			return info.Sandbox.State == api.StateLost
+		})
+		if r := info.Sandbox.Reason; !strings.Contains(r, "node "+victim.name+" is down") || !strings.Contains(r, "stopped renewing its Lease") {
+			t.Errorf("lost, but the reason says: %q", r)
+		}
+		if row := f.sandboxRow(t, victimSandbox); row == nil || row["STATE"] != "lost" {
+			t.Errorf("kubectl get sandboxes: %v", row)
+		}
+		var nodes struct{ Nodes []api.Node }
+		if err := json.Unmarshal([]byte(f.sbx(t, "--host", ctrl, "--json", "node", "ls")), &nodes); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes.Nodes {
+			if n.Name == victim.name && (n.Ready || !strings.Contains(n.Reason, "stopped renewing")) {
+				t.Errorf("the dead node at the controller: %+v", n)
+			}
+			if n.Name == other.name && !n.Ready {
+				t.Errorf("the live node at the controller: %+v", n)
+			}
 		}
 	})
 }

@@ -7,6 +7,7 @@ package v1alpha1
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -39,8 +40,18 @@ const (
 	KindSandboxTemplate = "SandboxTemplate"
 	KindSandboxNode     = "SandboxNode"
 
-	LabelNode      = "sbx.dev/node"       // on a Sandbox: the node that holds it
+	LabelNode = "sbx.dev/node" // on a Sandbox: the node that holds it
+	// MetaObject is the sbx meta key that names the Sandbox object a
+	// sandbox was made for: one asked for through the apiserver, placed,
+	// and made by its node's agent (the mirror keeps that object, not one
+	// named after the id). The API refuses it in a user's request.
+	MetaObject     = "sbx.object"         // api.MetaObject
+	MetaObjectUID  = "sbx.object-uid"     // api.MetaObjectUID: the object's uid
 	LabelSandboxID = "sbx.dev/sandbox-id" // on a Sandbox: its sbx id, "_" as "-"
+	// Finalizer is on every Sandbox object a node agent mirrors: deleting
+	// the object (kubectl delete sandbox) deletes its sandbox on the node
+	// first, and the object goes once that is done.
+	Finalizer = "sbx.dev/sandbox"
 
 	// DefaultNamespace holds the Sandboxes and the nodes' Leases.
 	DefaultNamespace = "sbx-system"
@@ -50,12 +61,18 @@ const (
 
 	ConditionReady     = "Ready"     // Sandbox: takes execs; SandboxNode: its agent publishes
 	ConditionSuspended = "Suspended" // Sandbox: stopped (hibernated)
+	// ConditionPlaced is a Sandbox asked for through the apiserver: False
+	// while no node can take it (the message says why, node by node),
+	// True once a node made it.
+	ConditionPlaced = "Placed"
 
 	ReasonSandboxReady    = "SandboxReady"
 	ReasonSandboxNotReady = "SandboxNotReady"
 	ReasonSandboxStopped  = "SandboxStopped"
 	ReasonSandboxRunning  = "SandboxNotSuspended"
 	ReasonAgentPublishing = "NodeAgentPublishing"
+	ReasonUnschedulable   = "Unschedulable" // Placed=False: no node fits
+	ReasonMadeOnNode      = "MadeOnNode"    // Placed=True
 )
 
 // ObjectName is the Kubernetes name of the Sandbox object of sbx sandbox
@@ -92,6 +109,32 @@ type SandboxSpec struct {
 	Parent        string            `json:"parent,omitempty"` // the sbx id forked from
 	From          string            `json:"from,omitempty"`   // the snapshot made from
 	Meta          map[string]string `json:"meta,omitempty"`
+	// Image is the pushed image a sandbox is restored from (a stop image,
+	// a named snapshot, a freeze); nil for a fresh create. Placement reads
+	// it: its layers, and what its memory needs of a node.
+	Image *SandboxImage `json:"image,omitempty"`
+}
+
+// SandboxImage is what placement needs to know of the image a sandbox is
+// restored from, as its manifest recorded it.
+type SandboxImage struct {
+	// Ref is the image in the registry, by digest.
+	Ref string `json:"ref,omitempty"`
+	// Layers are the digests (sha256:...) of its layers: a node that holds
+	// them need not pull them.
+	Layers []string `json:"layers,omitempty"`
+	// Memory says the image holds the sandbox's memory, recorded on a node
+	// with this runsc, these CPU features and this cache line: it restores
+	// only on a node with the same runsc sha256, a superset of the
+	// features and the same cache line.
+	Memory         bool     `json:"memory,omitempty"`
+	RunscSHA256    string   `json:"runscSHA256,omitempty"`
+	CPUFeatures    []string `json:"cpuFeatures,omitempty"`
+	CacheLineBytes int      `json:"cacheLineBytes,omitempty"`
+	// RequireMemory places the sandbox only where its memory restores
+	// (sbx resume --require-memory); without it a node where the memory
+	// cannot restore is taken when no other can, and boots from the disk.
+	RequireMemory bool `json:"requireMemory,omitempty"`
 }
 
 // SandboxStatus is what the node agent saw.
@@ -138,9 +181,13 @@ type SandboxNodeStatus struct {
 	// restores only where its feature set is a subset of these.
 	CPUFeatures []string `json:"cpuFeatures,omitempty"`
 	// CacheLineBytes must match for a memory image to restore.
-	CacheLineBytes int                `json:"cacheLineBytes,omitempty"`
-	Sandboxes      int                `json:"sandboxes"` // how many it holds
-	Conditions     []metav1.Condition `json:"conditions,omitempty"`
+	CacheLineBytes int `json:"cacheLineBytes,omitempty"`
+	// Layers are the digests (sha256:...) of the image layers the node
+	// holds in its store: placement prefers a node that holds an image's
+	// layers, which are then not pulled again.
+	Layers     []string           `json:"layers,omitempty"`
+	Sandboxes  int                `json:"sandboxes"` // how many it holds
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // Capacity is what a node has for sandboxes.
@@ -165,4 +212,59 @@ func FromUnstructured(u *unstructured.Unstructured, obj any) error {
 		return fmt.Errorf("from unstructured %s %s: %w", u.GetKind(), u.GetName(), err)
 	}
 	return nil
+}
+
+// SetCondition returns conds with c in place of its type's condition; the
+// transition time is kept when the status did not change.
+func SetCondition(conds []metav1.Condition, c metav1.Condition, now time.Time) []metav1.Condition {
+	out := make([]metav1.Condition, 0, len(conds)+1)
+	c.LastTransitionTime = metav1.NewTime(now.Truncate(time.Second))
+	for _, o := range conds {
+		if o.Type != c.Type {
+			out = append(out, o)
+			continue
+		}
+		if o.Status == c.Status {
+			c.LastTransitionTime = o.LastTransitionTime
+		}
+	}
+	return append(out, c)
+}
+
+// ReasonRefused begins the Ready condition's reason of a Sandbox its node
+// would not make; sbx's error code follows, in CamelCase: a refused
+// template is RefusedNotFound, a taken name RefusedConflict.
+const ReasonRefused = "Refused"
+
+// RefusedReason is the condition reason of a refusal of sbx error code
+// code ("not_found": "RefusedNotFound").
+func RefusedReason(code string) string {
+	var b strings.Builder
+	b.WriteString(ReasonRefused)
+	for _, w := range strings.Split(code, "_") {
+		if w != "" {
+			b.WriteString(strings.ToUpper(w[:1]) + w[1:])
+		}
+	}
+	return b.String()
+}
+
+// RefusedCode is the sbx error code of a refusal's condition reason, if it
+// is one.
+func RefusedCode(reason string) (string, bool) {
+	rest, ok := strings.CutPrefix(reason, ReasonRefused)
+	if !ok || rest == "" {
+		return "", false
+	}
+	var b strings.Builder
+	for i, r := range rest {
+		if r >= 'A' && r <= 'Z' {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String(), true
 }

@@ -5,16 +5,10 @@
 // PID 1) to read what it writes.
 package agentwire
 
-import (
-	"time"
-
-	"sbx.dev/sbx/internal/wire/freezewire"
-)
-
 // AgentPath is the agent inside every sandbox.
 const AgentPath = "/.sbx/sbx-agent"
 
-// The states of a freeze record.
+// The states of a freeze record (freezewire.Record).
 const (
 	FreezeFreezing    = "freezing"    // asked, no outcome yet
 	FreezeFrozen      = "frozen"      // the original, once sbxd recorded the freeze
@@ -30,40 +24,8 @@ const (
 	FreezeUnconfirmed = "unconfirmed"
 )
 
-// FreezeRecord is what init knows of a freeze, as the freeze command and
-// `sbx-agent freeze --status` print it, and in FreezeRecordFile.
-type FreezeRecord struct {
-	State string `json:"state"`
-	// Name is the snapshot the freeze is recorded as; Sandbox the sandbox
-	// frozen; Copy, in a copy, the copy's own id.
-	Name    string `json:"name,omitempty"`
-	Sandbox string `json:"sandbox,omitempty"`
-	Copy    string `json:"copy,omitempty"`
-	Slot    string `json:"slot,omitempty"`
-	// Pid is the process that asked (the freeze command's parent), UID its
-	// user, Cmd its command line.
-	Pid    int    `json:"pid,omitempty"`
-	UID    int    `json:"uid"`
-	Cmd    string `json:"cmd,omitempty"`
-	Reason string `json:"reason,omitempty"`
-	// FailedAt is when the caller says it failed; Triggered when gVisor was
-	// asked; Done when it had written everything, and the sandbox ran on.
-	FailedAt  time.Time `json:"failedAt,omitzero"`
-	Triggered time.Time `json:"triggered,omitzero"`
-	Done      time.Time `json:"done,omitzero"`
-	// PausedMs is how long the checkpoint took: what the sandbox's
-	// processes saw of it.
-	PausedMs int64  `json:"pausedMs,omitempty"`
-	Error    string `json:"error,omitempty"`
-	// Pids are the sandbox's processes just before the freeze: in a copy,
-	// those that were there at the failing instant (and not those started
-	// since, to look at it).
-	Pids []int `json:"pids,omitempty"`
-	// Crash is the crash the freeze caught, if it was a crash's.
-	Crash *freezewire.Crash `json:"crash,omitempty"`
-}
-
-// FreezeRecordFile is where init keeps the last freeze's record; it is in
+// FreezeRecordFile is where init keeps the last freeze's record (a
+// freezewire.Record); it is in
 // the sandbox's memory (a tmpfs), so a copy has it too.
 const FreezeRecordFile = "/run/sbx/freeze/record.json"
 

@@ -14,6 +14,7 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // The frame types.
@@ -24,7 +25,14 @@ const (
 	Pid byte = 'p'
 	// Exit carries the command's exit code, in decimal; it is the last frame.
 	Exit byte = 'x'
+	// Alive carries nothing: the copier says it is still there, every
+	// AliveEvery, so that a reader can tell a quiet command from a copier
+	// that was stopped or wedged inside the sandbox.
+	Alive byte = 'k'
 )
+
+// AliveEvery is how often a copier sends Alive.
+const AliveEvery = 5 * time.Second
 
 // MaxPayload bounds a frame: a reader never holds more of one in memory.
 const MaxPayload = 64 << 10
@@ -43,7 +51,7 @@ func (fw *Writer) Write(t byte, p []byte) error {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
 	var hdr [5]byte
-	for len(p) > 0 || t == Exit || t == Pid {
+	for len(p) > 0 || t == Exit || t == Pid || t == Alive {
 		n := min(len(p), MaxPayload)
 		hdr[0] = t
 		binary.BigEndian.PutUint32(hdr[1:], uint32(n))
@@ -97,9 +105,9 @@ func Read(r io.Reader, buf []byte) (byte, []byte, error) {
 	switch {
 	case n > MaxPayload:
 		return 0, nil, fmt.Errorf("%w: a frame of %d bytes (at most %d)", ErrCorrupt, n, MaxPayload)
-	case hdr[0] != Stdout && hdr[0] != Stderr && hdr[0] != Pid && hdr[0] != Exit:
+	case hdr[0] != Stdout && hdr[0] != Stderr && hdr[0] != Pid && hdr[0] != Exit && hdr[0] != Alive:
 		return 0, nil, fmt.Errorf("%w: unknown frame type %q", ErrCorrupt, hdr[0])
-	case (hdr[0] == Pid || hdr[0] == Exit) && n > 20:
+	case (hdr[0] == Pid || hdr[0] == Exit) && n > 20, hdr[0] == Alive && n > 0:
 		return 0, nil, fmt.Errorf("%w: a %q frame of %d bytes", ErrCorrupt, hdr[0], n)
 	}
 	if _, err := io.ReadFull(r, buf[:n]); err != nil {

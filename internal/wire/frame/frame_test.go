@@ -73,3 +73,19 @@ func TestCorrupt(t *testing.T) {
 		t.Errorf("negative code: got %v, want ErrCorrupt", err)
 	}
 }
+
+func TestAlive(t *testing.T) {
+	var b bytes.Buffer
+	fw := NewWriter(&b)
+	if err := fw.Write(Alive, nil); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, MaxPayload)
+	typ, p, err := Read(&b, buf)
+	if err != nil || typ != Alive || len(p) != 0 {
+		t.Fatalf("read back %q %q %v, want an empty alive frame", typ, p, err)
+	}
+	if _, _, err := Read(bytes.NewReader([]byte{Alive, 0, 0, 0, 1, 'x'}), buf); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("an alive frame with a payload: %v, want corrupt", err)
+	}
+}

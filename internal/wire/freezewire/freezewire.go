@@ -110,25 +110,57 @@ const (
 	Failed = "failed"
 )
 
-// Verdict is a freeze's outcome, from init. Everything but Slot and
-// Result is what the sandbox says, and shown as such.
-type Verdict struct {
-	Slot   string `json:"slot"`
-	Result string `json:"result"`
-	// Pid and UID are the freeze command's caller and its user.
+// Record is a freeze as init knows it: what the freeze command and
+// `sbx-agent freeze --status` print, what init keeps in the record file
+// (agentwire.FreezeRecordFile), and, as a Verdict, what it tells sbxd.
+// State is one of agentwire's Freeze* states.
+type Record struct {
+	State string `json:"state"`
+	// Name is the snapshot the freeze is recorded as; Sandbox the sandbox
+	// frozen; Copy, in a copy, the copy's own id.
+	Name    string `json:"name,omitempty"`
+	Sandbox string `json:"sandbox,omitempty"`
+	Copy    string `json:"copy,omitempty"`
+	Slot    string `json:"slot,omitempty"`
+	// Pid is the process that asked (the freeze command's parent), UID its
+	// user, Cmd its command line.
 	Pid int    `json:"pid,omitempty"`
 	UID int    `json:"uid"`
 	Cmd string `json:"cmd,omitempty"`
 	// Reason is what the caller said (a test's name).
 	Reason string `json:"reason,omitempty"`
-	// FailedAt is when the caller says its failure happened; Triggered
-	// when init asked gVisor; Done when gVisor answered.
+	// FailedAt is when the caller says it failed; Triggered when gVisor was
+	// asked; Done when it had written everything, and the sandbox ran on.
 	FailedAt  time.Time `json:"failedAt,omitzero"`
 	Triggered time.Time `json:"triggered,omitzero"`
 	Done      time.Time `json:"done,omitzero"`
+	// PausedMs is how long the checkpoint took: what the sandbox's
+	// processes saw of it.
+	PausedMs int64  `json:"pausedMs,omitempty"`
+	Error    string `json:"error,omitempty"`
+	// Pids are the sandbox's processes just before the freeze: in a copy,
+	// those that were there at the failing instant (and not those started
+	// since, to look at it).
+	Pids []int `json:"pids,omitempty"`
 	// Crash is set when the freeze caught a crash (a signal that dumps
 	// core) at its faulting instruction.
 	Crash *Crash `json:"crash,omitempty"`
+}
+
+// Verdict is a freeze's outcome, from init: its record, with Result
+// Frozen or Failed. A control line carries only the slot and what the
+// sandbox says of who asked, why and when (see verdictOnly); everything
+// but Slot and Result is the sandbox's word, and shown as such.
+type Verdict struct {
+	Result string `json:"result"`
+	Record
+}
+
+// verdictOnly leaves of v what a control line carries: init's own
+// bookkeeping (state, names, the pids) stays in the sandbox.
+func verdictOnly(v Verdict) Verdict {
+	v.State, v.Name, v.Sandbox, v.Copy, v.PausedMs, v.Error, v.Pids = "", "", "", "", 0, "", nil
+	return v
 }
 
 // Crash is a crash a freeze caught, as gVisor told init of it: the process
@@ -169,6 +201,7 @@ func ValidSlot(s string) bool { return slotRE.MatchString(s) }
 // Line is v as a control line. Over-long text is cut so that the line
 // stays within MaxLine.
 func Line(v Verdict) []byte {
+	v = verdictOnly(v)
 	v.Cmd = clip(v.Cmd, maxCmd)
 	v.Reason = clip(v.Reason, maxReason)
 	if v.Crash != nil {
@@ -203,6 +236,7 @@ func Parse(line []byte) (Verdict, error) {
 	if v.Result != Frozen && v.Result != Failed {
 		return Verdict{}, fmt.Errorf("freeze line: unknown result %q", v.Result)
 	}
+	v = verdictOnly(v)
 	v.Cmd, v.Reason = Printable(clip(v.Cmd, maxCmd)), Printable(clip(v.Reason, maxReason))
 	if c := v.Crash; c != nil {
 		c.Signal, c.FaultAddr, c.IP = Printable(clip(c.Signal, 16)), Printable(clip(c.FaultAddr, 20)), Printable(clip(c.IP, 20))

@@ -1,6 +1,7 @@
 package freezewire
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -8,7 +9,7 @@ import (
 
 func TestLineParse(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
-	v := Verdict{Slot: "im_abcdefghij", Result: Frozen, Pid: 42, UID: 1000, Cmd: "python3 -m pytest", Reason: "test_x", FailedAt: at, Triggered: at, Done: at.Add(time.Second)}
+	v := Verdict{Result: Frozen, Record: Record{Slot: "im_abcdefghij", Pid: 42, UID: 1000, Cmd: "python3 -m pytest", Reason: "test_x", FailedAt: at, Triggered: at, Done: at.Add(time.Second)}}
 	line := Line(v)
 	if line[0] != ControlByte || line[len(line)-1] != '\n' || len(line) > MaxLine {
 		t.Fatalf("line %q: want a control byte first, a newline last, at most %d bytes", line, MaxLine)
@@ -19,6 +20,24 @@ func TestLineParse(t *testing.T) {
 	}
 	if got.Slot != v.Slot || got.Result != v.Result || got.Pid != 42 || got.Cmd != v.Cmd || !got.Done.Equal(v.Done) {
 		t.Errorf("got %+v, want %+v", got, v)
+	}
+}
+
+// TestLineLeavesBookkeeping: a line carries what the sandbox says of a
+// freeze, not init's own record of it (a list of pids would blow MaxLine).
+func TestLineLeavesBookkeeping(t *testing.T) {
+	pids := make([]int, 2000)
+	v := Verdict{Result: Frozen, Record: Record{State: "frozen", Name: "n", Sandbox: "sb_x", Slot: "im_abcdefghij", Error: "e", Pids: pids, PausedMs: 3, Reason: "r"}}
+	line := Line(v)
+	if len(line) > MaxLine {
+		t.Fatalf("line of %d bytes, over %d", len(line), MaxLine)
+	}
+	got, err := Parse(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Verdict{Result: Frozen, Record: Record{Slot: "im_abcdefghij", Reason: "r"}}); !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v, want %+v", got, want)
 	}
 }
 
@@ -42,7 +61,7 @@ func TestParseRefuses(t *testing.T) {
 // TestLineBounds: long text from the sandbox is cut, never split in the
 // middle of a rune, and control characters cannot reach a terminal.
 func TestLineBounds(t *testing.T) {
-	v := Verdict{Slot: "im_abcdefghij", Result: Failed, Cmd: strings.Repeat("é", 2000), Reason: "a\x1b[2Jb\nc"}
+	v := Verdict{Result: Failed, Record: Record{Slot: "im_abcdefghij", Cmd: strings.Repeat("é", 2000), Reason: "a\x1b[2Jb\nc"}}
 	line := Line(v)
 	if len(line) > MaxLine {
 		t.Fatalf("line of %d bytes, over %d", len(line), MaxLine)

@@ -1,0 +1,130 @@
+// Command sbx-controller is the controller of an sbx fleet on Kubernetes
+// (internal/fleet/controller): it watches the node agents' Leases, marks
+// the sandboxes of a node that stopped renewing lost, and serves the
+// fleet's side of sbx's HTTP API (sbx node ls|cordon|uncordon, sbx list
+// and info across nodes) on a TCP address, with a bearer token.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/fleet/controller"
+	"sbx.dev/sbx/internal/fleet/v1alpha1"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "sbx-controller:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("sbx-controller", flag.ContinueOnError)
+	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "the fleet's kubeconfig")
+	namespace := fs.String("namespace", v1alpha1.DefaultNamespace, "the namespace of the Sandboxes and the nodes' Leases")
+	listen := fs.String("listen", "127.0.0.1:7070", "the TCP address of the fleet's sbx API")
+	tokenFile := fs.String("token-file", "", "file holding the API's bearer token (default: a new one, written to --token-out)")
+	tokenOut := fs.String("token-out", "", "where to write the token made when --token-file is not given")
+	every := fs.Duration("check-every", controller.DefaultCheckEvery, "how often the nodes' Leases are read")
+	nodeTokenFile := fs.String("node-token-file", "", "file holding the node agents' bearer token, with which a request to a sandbox goes on to its node (default: the API's own token, as scripts/fleet.sh shares one)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *kubeconfig == "" {
+		return errors.New("--kubeconfig (or $KUBECONFIG) is needed: the fleet's apiserver")
+	}
+	token, err := readToken(*tokenFile, *tokenOut)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	nodeToken := token
+	if *nodeTokenFile != "" {
+		if nodeToken, err = readToken(*nodeTokenFile, ""); err != nil {
+			return fmt.Errorf("--node-token-file: %w", err)
+		}
+	}
+	c, err := controller.New(controller.Config{Kubeconfig: *kubeconfig, Namespace: *namespace, CheckEvery: *every, Logger: log, NodeToken: nodeToken})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", *listen, err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	go c.Run(ctx)
+	srv := &http.Server{Handler: authorize(token, c.Handler()), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	log.Info("fleet controller serving", "listen", ln.Addr().String())
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// readToken reads the token of file, or makes one and writes it to out.
+func readToken(file, out string) (string, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("--token-file: %w", err)
+		}
+		t := strings.TrimSpace(string(b))
+		if len(t) < 16 {
+			return "", fmt.Errorf("--token-file %s: the token is shorter than 16 characters", file)
+		}
+		return t, nil
+	}
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	t := hex.EncodeToString(b)
+	if out == "" {
+		return "", errors.New("give --token-file, or --token-out for a new token")
+	}
+	if err := os.WriteFile(out, []byte(t+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("--token-out: %w", err)
+	}
+	return t, nil
+}
+
+// authorize lets through the requests that carry the token.
+func authorize(token string, h http.Handler) http.Handler {
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			err := api.Errorf(api.ErrUnauthorized, "the fleet controller wants its bearer token: set SBX_TOKEN")
+			status, _ := api.StatusOf(err)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			_ = json.NewEncoder(w).Encode(api.Envelope(err))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
