@@ -366,9 +366,10 @@ func TestStorageOrphanMax(t *testing.T) {
 	d.must(t, "exec", id, "--", "sh", "-c", "head -c 8000000 /dev/urandom > /tmp/blob")
 	d.must(t, "stop", id, "--wait")
 	d.must(t, "delete", id)
+	// the image goes first, then its event is recorded: wait for both
 	waitFor(t, "the orphan past --orphan-max to be swept", 30*time.Second, func() bool {
 		e, _ := os.ReadDir(filepath.Join(d.dir, "images"))
-		return len(e) == 0
+		return len(e) == 0 && lastEvent(t, d, id).Type == "swept"
 	})
 	ev := lastEvent(t, d, id)
 	if r, _ := ev.Detail["reason"].(string); ev.Type != "swept" || !strings.Contains(r, "sbxd --orphan-max 1.0 MiB") {
