@@ -441,6 +441,14 @@ func (f *freezer) trigger(rec *FreezeRecord, env *bootEnv) (io.ReadWriteCloser, 
 		}
 		rec.Triggered = time.Now()
 		_, err = file.Write([]byte("1"))
+		if errors.Is(err, syscall.ESTALE) {
+			// the sandbox was captured between the check above and the
+			// write, and this is that capture restored: the file, opened
+			// before, triggers nothing here (gVisor patch 06); again, in
+			// this boot
+			file.Close()
+			continue
+		}
 		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
 			return file, err
 		}

@@ -247,6 +247,46 @@ func TestFreezeAttackDuringStop(t *testing.T) {
 	checkNoLeaks(t, d)
 }
 
+// TestFreezeStaleFileAfterResume: the race TestFreezeAttackDuringStop hits
+// by chance, made certain. A process opens gVisor's checkpoint file, the
+// sandbox is stopped with its memory and resumed, and only then does the
+// process write to the file it opened before. That write must trigger
+// nothing (gVisor patch 06: ESTALE): before, it checkpointed the resumed
+// boot, whose one freeze was then used by a write sbx never saw, and the
+// freeze the agent asked for in the same race read "restore" at once and
+// said it was interrupted.
+func TestFreezeStaleFileAfterResume(t *testing.T) {
+	d := ownDaemon(t)
+	id := d.newSandbox(t)
+	h := startHolderTiny(t, d, id)
+	d.must(t, "exec", "-d", id, "--", "sh", "-c",
+		"exec 3>/proc/gvisor/checkpoint; touch /tmp/opened; while [ ! -e /tmp/go ]; do sleep 0.05; done; echo 1 >&3; echo $? > /tmp/rc")
+	waitFor(t, "the checkpoint file to be opened", 20*time.Second, func() bool {
+		return d.sbx(t, "exec", id, "--", "test", "-e", "/tmp/opened").code == 0
+	})
+	d.must(t, "stop", id, "--wait")
+	d.must(t, "resume", id)
+	checkMemory(t, d, id, h)
+	d.must(t, "exec", id, "--", "touch", "/tmp/go")
+	var rc string
+	waitFor(t, "the write on the file opened before the stop", 20*time.Second, func() bool {
+		r := d.sbx(t, "exec", id, "--", "cat", "/tmp/rc")
+		rc = strings.TrimSpace(r.stdout)
+		return r.code == 0 && rc != ""
+	})
+	if rc == "0" {
+		t.Errorf("a write on the checkpoint file opened before the stop was taken after the resume, want refused")
+	}
+	time.Sleep(time.Second) // had it triggered a checkpoint, gVisor writes it in the background
+	// the resumed boot's one freeze is still there, for the freeze command
+	name := freezeIn(t, d, id, "root", "--reason", "after the stale write")
+	waitSnapshot(t, d, name, 10*time.Second)
+	checkMemory(t, d, id, h)
+	checkConsistent(t, d)
+	deleteEverything(t, d)
+	checkNoLeaks(t, d)
+}
+
 // TestFreezeAttackNonRoot: a user who is not root freezes like anyone (the
 // event names them), but nobody inside can write sbxd's word on it; gVisor's
 // file written directly, past /.sbx/freeze, uses the boot's freeze: the
