@@ -18,7 +18,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -82,31 +81,84 @@ type config struct {
 	warm warmPools
 }
 
-// warmPools is the repeatable --warm TEMPLATE=N.
-type warmPools map[string]int
+// warmPools is the repeatable --warm TEMPLATE=N[,cpus=C][,memory=M][,pids=P][,disk=D].
+type warmPools []sandbox.WarmPool
 
 func (w *warmPools) String() string {
 	var s []string
-	for t, n := range *w {
-		s = append(s, fmt.Sprintf("%s=%d", t, n))
+	for _, p := range *w {
+		v := fmt.Sprintf("%s=%d", p.Template, p.N)
+		if p.CPUs != 0 {
+			v += ",cpus=" + strconv.FormatFloat(p.CPUs, 'g', -1, 64)
+		}
+		if p.Memory != "" {
+			v += ",memory=" + p.Memory
+		}
+		if p.Pids != 0 {
+			v += ",pids=" + strconv.Itoa(p.Pids)
+		}
+		if p.Disk != "" {
+			v += ",disk=" + p.Disk
+		}
+		s = append(s, v)
 	}
-	sort.Strings(s)
-	return strings.Join(s, ",")
+	return strings.Join(s, " ")
 }
 
+const warmSyntax = "want TEMPLATE=N[,cpus=C][,memory=M][,pids=P][,disk=D], N from 0 to %d (e.g. --warm base=2 or --warm base=2,memory=1G)"
+
 func (w *warmPools) Set(v string) error {
-	name, n, ok := strings.Cut(v, "=")
+	first, rest, limits := strings.Cut(v, ",")
+	name, n, ok := strings.Cut(first, "=")
 	count, err := strconv.Atoi(n)
 	if !ok || err != nil || count < 0 || count > sandbox.MaxWarm {
-		return fmt.Errorf("%q: want TEMPLATE=N, N from 0 to %d (e.g. --warm base=2)", v, sandbox.MaxWarm)
+		return fmt.Errorf("%q: "+warmSyntax, v, sandbox.MaxWarm)
 	}
 	if err := template.ValidName(name); err != nil {
 		return fmt.Errorf("%q: %w", v, err)
 	}
-	if *w == nil {
-		*w = warmPools{}
+	p := sandbox.WarmPool{Template: name, N: count}
+	if limits {
+		for _, kv := range strings.Split(rest, ",") {
+			k, val, ok := strings.Cut(kv, "=")
+			if !ok || val == "" {
+				return fmt.Errorf("%q: %q is no limit: "+warmSyntax, v, kv, sandbox.MaxWarm)
+			}
+			switch k {
+			case "cpus":
+				c, err := strconv.ParseFloat(val, 64)
+				if err != nil || c <= 0 {
+					return fmt.Errorf("%q: cpus=%s: want a number of CPUs above 0, like 2 or 0.5", v, val)
+				}
+				p.CPUs = c
+			case "memory", "disk":
+				if _, err := sandbox.ParseSize(k, val); err != nil {
+					return fmt.Errorf("%q: %w", v, err)
+				}
+				if k == "memory" {
+					p.Memory = val
+				} else {
+					p.Disk = val
+				}
+			case "pids":
+				n, err := strconv.Atoi(val)
+				if err != nil || n <= 0 {
+					return fmt.Errorf("%q: pids=%s: want a number of processes above 0", v, val)
+				}
+				p.Pids = n
+			default:
+				return fmt.Errorf("%q: %q is no limit of a pool: cpus, memory, pids or disk", v, k)
+			}
+		}
 	}
-	(*w)[name] = count
+	// the same template and limits again: the later size
+	for i, q := range *w {
+		if q.Template == p.Template && q.CPUs == p.CPUs && q.Memory == p.Memory && q.Pids == p.Pids && q.Disk == p.Disk {
+			(*w)[i] = p
+			return nil
+		}
+	}
+	*w = append(*w, p)
 	return nil
 }
 
@@ -175,7 +227,7 @@ func main() {
 	fs.StringVar(&c.outputTail, "output-tail", "1M", "...and then only this much from the end; what is between is dropped, and said so")
 	fs.DurationVar(&c.stoppedRetention, "stopped-retention", 0, "delete a sandbox stopped for longer than this (0: keep stopped sandboxes; the idle reaper never takes them)")
 	fs.Var(&c.egressAllow, "egress-allow", "let sandboxes reach this IPv4 CIDR, though it is link-local or the host's own (repeatable; the most specific rule wins)")
-	fs.Var(&c.warm, "warm", "keep N sandboxes of TEMPLATE booted and unclaimed, so that `sbx new` of it (with the default limits and network) takes one at once (TEMPLATE=N, repeatable; e.g. --warm base=2)")
+	fs.Var(&c.warm, "warm", "keep N sandboxes of TEMPLATE booted and unclaimed, so that `sbx new` of it (with the default network, and the pool's limits) takes one at once (TEMPLATE=N[,cpus=C][,memory=M][,pids=P][,disk=D], repeatable; e.g. --warm base=2 --warm base=2,memory=1G)")
 	fs.Var(&c.egressDeny, "egress-deny", "keep sandboxes from reaching this IPv4 CIDR (repeatable; the most specific rule wins)")
 	fs.IntVar(&c.maxConns, "max-conns", server.DefaultMaxConns, "most connections open at once on the TCP API and on the preview proxy, each (fewer if RLIMIT_NOFILE is low)")
 	fq := sandbox.DefaultFreezeQuota

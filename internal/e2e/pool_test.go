@@ -13,14 +13,21 @@ import (
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
+	"sbx.dev/sbx/internal/cgroup"
 )
 
-// poolReady is how many sandboxes of template's warm pool are ready, from
-// sbxd's /metrics.
+// poolReady is how many sandboxes of template's warm pool (the one with
+// sbxd's default limits) are ready, from sbxd's /metrics.
 func poolReady(t testing.TB, d *daemon, template string) int {
+	return poolReadyLimits(t, d, template, "")
+}
+
+// poolReadyLimits is how many sandboxes of the warm pool of template with
+// limits ("memory=256MiB") are ready.
+func poolReadyLimits(t testing.TB, d *daemon, template, limits string) int {
 	t.Helper()
 	_, b := d.rawAPI(t, "GET", "/metrics", nil)
-	m := regexp.MustCompile(`(?m)^sbx_warm_pool_ready\{template="` + regexp.QuoteMeta(template) + `"\} (\d+)`).FindSubmatch(b)
+	m := regexp.MustCompile(`(?m)^sbx_warm_pool_ready\{template="` + regexp.QuoteMeta(template) + `",limits="` + regexp.QuoteMeta(limits) + `"\} (\d+)`).FindSubmatch(b)
 	if m == nil {
 		return -1
 	}
@@ -120,6 +127,57 @@ func TestWarmPool(t *testing.T) {
 	checkNoLeaks(t, d)
 }
 
+// TestWarmPoolLimits: sbxd --warm tiny=1,memory=256M keeps a sandbox booted
+// with that limit; `sbx new --memory 256M` takes it, and it is what a boot
+// with that limit is (its limit on the host, the memory it sees inside);
+// a create with the defaults is no pool's here and boots.
+func TestWarmPoolLimits(t *testing.T) {
+	d, err := startDaemon([]string{"--warm", "tiny=1,memory=256M"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.stop(true) })
+	ready := func() int { return poolReadyLimits(t, d, "tiny", "memory=256MiB") }
+	waitFor(t, "the pool of memory=256MiB ready", 2*time.Minute, func() bool { return ready() == 1 })
+	pooled := func(id string) bool { return strings.Contains(d.must(t, "--json", "events", id), `"pooled":true`) }
+	memTotal := func(id string) string {
+		return strings.TrimSpace(d.must(t, "exec", id, "--", "sh", "-c", "grep MemTotal /proc/meminfo"))
+	}
+
+	id := d.newSandbox(t, "--template", "tiny", "--memory", "256M", "--name", "lim-"+randHex(2))
+	if !pooled(id) {
+		t.Errorf("a create with the pool's limit booted (its events do not say pooled)")
+	}
+	if sb := d.info(t, id); sb.Memory != 256<<20 {
+		t.Errorf("the sandbox taken from the pool of 256 MiB has memory %d", sb.Memory)
+	}
+	// a fresh boot with the same limit (another network: no pool's)
+	fresh := d.newSandbox(t, "--template", "tiny", "--memory", "256M", "--network", "none")
+	if pooled(fresh) {
+		t.Errorf("a create with --network none was served from the pool")
+	}
+	if got, want := memTotal(id), memTotal(fresh); got != want {
+		t.Errorf("a pooled sandbox of 256 MiB sees %q, a fresh boot of 256 MiB %q", got, want)
+	}
+	if got, want := cgroupMemoryLimit(t, d, id), cgroupMemoryLimit(t, d, fresh); got != want || got == "" {
+		t.Errorf("host memory limit of the pooled sandbox %q, of a fresh boot %q", got, want)
+	}
+	plain := d.newSandbox(t, "--template", "tiny")
+	if pooled(plain) {
+		t.Errorf("a create with the default limits was served from the pool of 256 MiB")
+	}
+	waitFor(t, "the pool filled again", 2*time.Minute, func() bool { return ready() == 1 })
+	for _, x := range []string{id, fresh, plain} {
+		d.must(t, "delete", "--yes", x)
+	}
+	d.kill(syscall.SIGTERM)
+	if err := d.start(nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the unwanted pool removed", time.Minute, func() bool { return len(runscIDs(d)) == 0 })
+	checkNoLeaks(t, d)
+}
+
 // BenchmarkCreateWarm: a create taken from a warm pool (the Go client, to
 // the sandbox's record returned) against raw `runsc run -detach` of the
 // same template. The pool is let fill before each take (not timed). The
@@ -165,4 +223,15 @@ func BenchmarkCreateWarm(b *testing.B) {
 		b.StartTimer()
 	}
 	report(b, "create from a warm pool", sbxT, rawT, goal{under: 50 * time.Millisecond})
+}
+
+// cgroupMemoryLimit is the memory limit the host's cgroup holds sandbox id
+// to, in bytes ("" when there is none to read).
+func cgroupMemoryLimit(t *testing.T, d *daemon, id string) string {
+	t.Helper()
+	n, ok := cgroup.Host.Group(cgroup.Path(d.tag, id)).MemoryMax()
+	if !ok {
+		return ""
+	}
+	return strconv.FormatInt(n, 10)
 }

@@ -118,7 +118,7 @@ func waitFilled(t *testing.T, m *Manager) {
 func TestAttack25DoubleTake(t *testing.T) {
 	ctx := context.Background()
 	m, _ := newTestManager(t, 0)
-	m.pool.want = map[string]int{"tiny": 1}
+	warm(t, m, WarmPool{Template: "tiny", N: 1})
 	fillPool(t, m, "tiny", 1)
 	// the second create's list was read before the first create's take
 	// committed: the same list for both
@@ -160,7 +160,7 @@ func TestAttack25ConcurrentCreates(t *testing.T) {
 	m, _ := newTestManager(t, 0)
 	const pool, creates = 4, 24
 	for round := 0; round < 3; round++ {
-		m.pool.want = map[string]int{"tiny": pool}
+		warm(t, m, WarmPool{Template: "tiny", N: pool})
 		waitFilled(t, m)
 		fillPool(t, m, "tiny", pool)
 		var wg sync.WaitGroup
@@ -181,7 +181,7 @@ func TestAttack25ConcurrentCreates(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
-		m.pool.want = map[string]int{"tiny": 0} // no refills under the next round's count
+		warm(t, m, WarmPool{Template: "tiny", N: 0}) // no refills under the next round's count
 		by := map[string][]int{}
 		for i := range creates {
 			if errs[i] != nil {
@@ -213,7 +213,7 @@ func TestAttack25ConcurrentCreates(t *testing.T) {
 func TestAttack25RemoveDeletesTaken(t *testing.T) {
 	ctx := context.Background()
 	m, _ := newTestManager(t, 0)
-	m.pool.want = map[string]int{"tiny": 1}
+	warm(t, m, WarmPool{Template: "tiny", N: 1})
 	ids := fillPool(t, m, "tiny", 1)
 	x := ids[0]
 
@@ -304,7 +304,7 @@ func waitPoolIdle(t *testing.T, m *Manager) {
 func TestAttack25ExecIntoPooled(t *testing.T) {
 	ctx := context.Background()
 	m, _ := newTestManager(t, 0)
-	m.pool.want = map[string]int{"tiny": 1}
+	warm(t, m, WarmPool{Template: "tiny", N: 1})
 	fillPool(t, m, "tiny", 1)
 	st, err := m.Storage(ctx)
 	if err != nil {
@@ -347,7 +347,7 @@ func TestAttack25ExecIntoPooled(t *testing.T) {
 func TestAttack25ForkOfPooled(t *testing.T) {
 	ctx := context.Background()
 	m, _ := newTestManager(t, 0)
-	m.pool.want = map[string]int{"tiny": 1}
+	warm(t, m, WarmPool{Template: "tiny", N: 1})
 	ids := fillPool(t, m, "tiny", 1)
 	kids, err := m.Fork(ctx, ids[0], api.ForkRequest{Count: 2}, func(api.ForkEvent) error { return nil })
 	if err != nil {
@@ -380,7 +380,7 @@ func TestAttack25ForkOfPooled(t *testing.T) {
 func TestAttack25PoolMetaThroughCreate(t *testing.T) {
 	ctx := context.Background()
 	m, _ := newTestManager(t, 0)
-	m.pool.want = map[string]int{"tiny": 1}
+	warm(t, m, WarmPool{Template: "tiny", N: 1})
 	fillPool(t, m, "tiny", 1)
 	sb, err := m.Create(ctx, api.CreateRequest{Template: "tiny", Name: "sneaky", Meta: map[string]string{api.MetaPool: "tiny"}})
 	if err != nil {
@@ -435,7 +435,7 @@ func TestAttack25OverFill(t *testing.T) {
 		return real.create(ctx, req)
 	}}
 	m.pool.host = h
-	m.pool.want = map[string]int{"tiny": 2}
+	warm(t, m, WarmPool{Template: "tiny", N: 2})
 	m.pool.fill(ctx) // boots 2, one after another
 	deadline := time.Now().Add(5 * time.Second)
 	for len(poolReady(t, m, "tiny")) < 1 {
@@ -491,7 +491,7 @@ func TestAttack25MissingTemplate(t *testing.T) {
 	m.cfg.Templates = goneTemplates{m.cfg.Templates.(fakeTemplates)}
 	var warns atomic.Int32
 	m.pool.log = slog.New(countHandler{&warns})
-	m.pool.want = map[string]int{"gone": 3}
+	warm(t, m, WarmPool{Template: "gone", N: 3})
 	const looks = 20
 	for range looks {
 		m.pool.fill(ctx)
@@ -517,7 +517,7 @@ func TestAttack25MissingTemplate(t *testing.T) {
 func TestAttack25DeletePooled(t *testing.T) {
 	ctx := context.Background()
 	m, _ := newTestManager(t, 0)
-	m.pool.want = map[string]int{"tiny": 2}
+	warm(t, m, WarmPool{Template: "tiny", N: 2})
 	ids := fillPool(t, m, "tiny", 2)
 	if _, err := m.Delete(ctx, ids[0], false); err != nil {
 		t.Fatalf("delete of a pooled sandbox by id: %v", err)
@@ -542,14 +542,14 @@ func TestAttack25DeletePooled(t *testing.T) {
 func TestAttack25LifetimeAndTake(t *testing.T) {
 	ctx := context.Background()
 	m, c := newTestManager(t, time.Hour)
-	m.pool.want = map[string]int{"tiny": 2}
+	warm(t, m, WarmPool{Template: "tiny", N: 2})
 	ids := fillPool(t, m, "tiny", 2)
 	c.add(59 * time.Minute)
 	sb, err := m.Create(ctx, api.CreateRequest{Template: "tiny", Name: "late"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.pool.want = map[string]int{"tiny": 1} // no refill under the count
+	warm(t, m, WarmPool{Template: "tiny", N: 1}) // no refill under the count
 	waitFilled(t, m)
 	c.add(2 * time.Minute)
 	m.reaper.once(ctx)

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -103,9 +102,10 @@ type Config struct {
 	Metrics *metrics.Registry
 	// Limits are every sandbox's defaults and maxima (zero: DefaultLimits).
 	Limits Limits
-	// Warm is how many sandboxes of each template a warm pool keeps
-	// booted and unclaimed (pool.go); none by default.
-	Warm map[string]int
+	// Warm are the warm pools: how many sandboxes of a template, with
+	// which limits, each keeps booted and unclaimed (pool.go); none by
+	// default.
+	Warm []WarmPool
 	// StoppedRetention deletes a sandbox that has been stopped for longer
 	// (0: never). The idle reaper never takes a stopped sandbox.
 	StoppedRetention time.Duration
@@ -199,8 +199,11 @@ func New(cfg Config) (*Manager, error) {
 	m.freezes = freezeOwner{host: managerFreezeHost{cfg.Store, m}, log: m.log, dataDir: cfg.DataDir, images: m.images}
 	m.storage = storageOwner{host: managerStorageHost{cfg.Store, m}, log: m.log, dataDir: cfg.DataDir,
 		storageMax: cfg.StorageMax, orphanMax: cfg.OrphanMax, quota: *cfg.FreezeQuota, images: m.images}
-	m.pool = poolOwner{host: managerPoolHost{cfg.Store, m}, log: m.log, want: maps.Clone(cfg.Warm),
+	m.pool = poolOwner{host: managerPoolHost{cfg.Store, m}, log: m.log,
 		filling: map[string]int{}, removing: map[string]bool{}, wake: make(chan struct{}, 1)}
+	if err := m.setWarm(cfg.Warm); err != nil {
+		return nil, err
+	}
 	m.reaper = reaper{host: managerReapHost{cfg.Store, m}, log: m.log, maxLifetime: cfg.MaxLifetime,
 		stoppedRetention: cfg.StoppedRetention, after: cfg.After}
 	for _, d := range []string{m.sandboxesDir(), m.agentDir(), m.images.root, m.freezes.freezeRoot()} {

@@ -3,9 +3,13 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
+	"runtime"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,16 +19,19 @@ import (
 
 // A warm pool (`sbxd --warm TEMPLATE=N`) keeps N sandboxes of a template
 // booted and unclaimed, so that a create of that template is a record's
-// update instead of a boot. A pooled sandbox is an ordinary one, booted
-// with the daemon's default limits and marked by the meta key api.MetaPool
-// (the template's name): List and Get do not show it, and the reaper
+// update instead of a boot. A pool may have limits of its own (`--warm
+// base=2,memory=1G`): its sandboxes boot with them, and serve the creates
+// that ask for those limits. A pooled sandbox is an ordinary one, marked by
+// the meta key api.MetaPool (its pool's key: the template's name, and its
+// limits after a colon): List and Get do not show it, and the reaper
 // leaves it (it has no ttl). It never ran anything of a user's, so a
 // sandbox taken from the pool is a fresh boot's: its own random state,
 // hostname (its id), clock, no process but init and no file but the
 // template's.
 //
-// A create takes one only when it asks nothing a boot fixes: no snapshot,
-// no monitoring, no shaping, the default network and limits. Then the
+// A create takes one only when it asks nothing a boot fixes but the limits:
+// no snapshot, no monitoring, no shaping, the default network; and its
+// limits, resolved as a boot resolves them, are a pool's. Then the
 // record gets its name, ttl and meta, and now as its creation, in one
 // transaction with its "created" event (pooled: true), under the sandbox's
 // claim; and the pool is refilled in the background. A version of the
@@ -36,10 +43,10 @@ import (
 type poolOwner struct {
 	host poolHost
 	log  *slog.Logger
-	want map[string]int // template name: how many to keep ready
+	want map[string]WarmPool // by key: what to keep ready
 
 	mu       sync.Mutex
-	filling  map[string]int  // template name: boots under way
+	filling  map[string]int  // pool key: boots under way
 	removing map[string]bool // pooled sandboxes being removed
 	wake     chan struct{}   // a take happened: fill now
 }
@@ -54,6 +61,9 @@ type poolHost interface {
 	delete(ctx context.Context, id string) error
 	tryClaim(id, op string) (release func(), ok bool)
 	templateVersion(name string) (string, error)
+	// poolKey names the pool that would serve a create of template
+	// with req's limits
+	poolKey(template string, req api.CreateRequest) (string, error)
 	toAPI(sb *store.Sandbox) *api.Sandbox
 	now() time.Time
 }
@@ -75,27 +85,133 @@ func (h managerPoolHost) templateVersion(name string) (string, error) {
 	t, err := h.m.cfg.Templates.Resolve(name)
 	return t.Version, err
 }
+func (h managerPoolHost) poolKey(template string, req api.CreateRequest) (string, error) {
+	return h.m.poolKey(template, req)
+}
 func (h managerPoolHost) toAPI(sb *store.Sandbox) *api.Sandbox { return h.m.toAPI(sb) }
 func (h managerPoolHost) now() time.Time                       { return h.m.now() }
 
-// MaxWarm bounds one template's pool: each holds a sandbox's memory.
+// MaxWarm bounds one pool: each sandbox holds its memory.
 const MaxWarm = 64
+
+// WarmPool is one warm pool (`sbxd --warm
+// TEMPLATE=N[,cpus=C][,memory=M][,pids=P][,disk=D]`): the template its
+// sandboxes boot from, the limits they boot with (zero: sbxd's defaults, as
+// for a create), and how many it keeps booted and unclaimed.
+type WarmPool struct {
+	Template string
+	N        int
+	CPUs     float64
+	Memory   string // a size as a create asks it ("1G"); "": the default
+	Pids     int
+	Disk     string
+}
+
+// request is the create a boot of the pool asks (without its mark).
+func (w WarmPool) request() api.CreateRequest {
+	return api.CreateRequest{Template: w.Template, CPUs: w.CPUs, Memory: w.Memory, Pids: w.Pids, Disk: w.Disk}
+}
+
+// setWarm sets the pools the manager keeps, each under its key; two that
+// resolve to the same limits are one pool, the later's size. An error
+// names the pool whose limits a boot would refuse.
+func (m *Manager) setWarm(pools []WarmPool) error {
+	want := map[string]WarmPool{}
+	for _, w := range pools {
+		if w.N < 0 || w.N > MaxWarm {
+			return fmt.Errorf("warm pool of %s: %d sandboxes, want 0 to %d", w.Template, w.N, MaxWarm)
+		}
+		key, err := m.poolKey(w.Template, w.request())
+		if err != nil {
+			return fmt.Errorf("warm pool of %s: %w", w.Template, err)
+		}
+		want[key] = w
+	}
+	m.pool.want = want
+	return nil
+}
+
+// poolKey names the pool that serves a create of template with req's
+// limits: the template's name, then after a colon the limits that are not
+// sbxd's defaults, resolved as a boot resolves them (so that a create
+// asking memory=2G, the default, takes from the template's plain pool).
+// An error is the one the boot would give.
+func (m *Manager) poolKey(template string, req api.CreateRequest) (string, error) {
+	mem, err := ParseSize("memory", req.Memory)
+	if err != nil {
+		return "", err
+	}
+	disk, err := ParseSize("disk", req.Disk)
+	if err != nil {
+		return "", err
+	}
+	if err := checkCPUs(req.CPUs, runtime.NumCPU()); err != nil {
+		return "", err
+	}
+	host := hostMemory()
+	mem, pids, disk, err := m.cfg.Limits.resolve(mem, req.Pids, disk, host)
+	if err != nil {
+		return "", err
+	}
+	dmem, dpids, ddisk, err := m.cfg.Limits.resolve(0, 0, 0, host)
+	if err != nil {
+		return "", err
+	}
+	var limits []string
+	if req.CPUs != 0 {
+		limits = append(limits, "cpus="+strconv.FormatFloat(req.CPUs, 'g', -1, 64))
+	}
+	if mem != dmem {
+		limits = append(limits, "memory="+sizeKey(mem))
+	}
+	if pids != dpids {
+		limits = append(limits, "pids="+strconv.Itoa(pids))
+	}
+	if disk != ddisk {
+		limits = append(limits, "disk="+sizeKey(disk))
+	}
+	if len(limits) == 0 {
+		return template, nil
+	}
+	return template + ":" + strings.Join(limits, ","), nil
+}
+
+// sizeKey writes a size exactly and short: 1GiB, 512MiB, 1234567.
+func sizeKey(n int64) string {
+	switch {
+	case n != 0 && n%(1<<30) == 0:
+		return strconv.FormatInt(n>>30, 10) + "GiB"
+	case n != 0 && n%(1<<20) == 0:
+		return strconv.FormatInt(n>>20, 10) + "MiB"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// poolTemplate is the template of the pool named key.
+func poolTemplate(key string) string {
+	t, _, _ := strings.Cut(key, ":")
+	return t
+}
 
 // pooled reports whether sb is a warm pool's, unclaimed.
 func pooled(sb *store.Sandbox) bool { return sb.Meta[api.MetaPool] != "" }
 
 // poolable reports whether a create of req can be served from a pool: it
-// asks nothing that a boot fixes.
+// asks nothing that a boot fixes but its limits (which name the pool).
 func poolable(req api.CreateRequest) bool {
-	return req.From == "" && !req.Monitor && req.Shape == nil && req.Network == "" &&
-		req.CPUs == 0 && req.Memory == "" && req.Pids == 0 && req.Disk == ""
+	return req.From == "" && !req.Monitor && req.Shape == nil && req.Network == ""
 }
 
-// take serves a create of template from its pool: the sandbox taken, or
-// nil when the pool has none ready (the caller boots one).
+// take serves a create of template from the pool of its limits: the
+// sandbox taken, or nil when that pool has none ready (the caller boots
+// one).
 func (p *poolOwner) take(ctx context.Context, template string, req api.CreateRequest) (*api.Sandbox, error) {
-	if p.want[template] == 0 || !poolable(req) {
+	if len(p.want) == 0 || !poolable(req) {
 		return nil, nil
+	}
+	key, err := p.host.poolKey(template, req)
+	if err != nil || p.want[key].N == 0 {
+		return nil, nil // no such pool; or the boot says why
 	}
 	defer p.kick()
 	version, err := p.host.templateVersion(template)
@@ -107,7 +223,7 @@ func (p *poolOwner) take(ctx context.Context, template string, req api.CreateReq
 		return nil, err
 	}
 	for _, sb := range sbs {
-		if sb.Meta[api.MetaPool] != template || sb.State != api.StateReady {
+		if sb.Meta[api.MetaPool] != key || sb.State != api.StateReady {
 			continue
 		}
 		if sb.TemplateVersion != version {
@@ -133,7 +249,7 @@ func (p *poolOwner) take(ctx context.Context, template string, req api.CreateReq
 			return nil, err // a taken name: as a boot would say
 		}
 		sb.Name, sb.TTL, sb.Meta, sb.CreatedAt, sb.LastActivity = req.Name, req.TTL.D(), meta, now, now
-		p.log.Info("create served from the warm pool", "sandbox", sb.ID, "template", template)
+		p.log.Info("create served from the warm pool", "sandbox", sb.ID, "pool", key)
 		return p.host.toAPI(sb), nil
 	}
 	return nil, nil
@@ -185,28 +301,28 @@ func (p *poolOwner) fill(ctx context.Context) {
 	}
 	have := map[string][]*store.Sandbox{}
 	for _, sb := range sbs {
-		t := sb.Meta[api.MetaPool]
-		if t == "" {
+		key := sb.Meta[api.MetaPool]
+		if key == "" {
 			continue
 		}
-		version, verr := p.host.templateVersion(t)
+		version, verr := p.host.templateVersion(poolTemplate(key))
 		switch {
-		case sb.State != api.StateReady && sb.State != api.StateCreating, p.want[t] == 0, verr == nil && sb.TemplateVersion != version:
+		case sb.State != api.StateReady && sb.State != api.StateCreating, p.want[key].N == 0, verr == nil && sb.TemplateVersion != version:
 			go p.remove(context.WithoutCancel(ctx), sb.ID) // ended, not wanted, or stale
 		default:
-			have[t] = append(have[t], sb)
+			have[key] = append(have[key], sb)
 		}
 	}
 	names := make([]string, 0, len(p.want))
-	for t := range p.want {
-		names = append(names, t)
+	for key := range p.want {
+		names = append(names, key)
 	}
 	sort.Strings(names)
 	for _, t := range names {
 		if busy[t] > 0 {
 			continue // its boot tops it up; the next look sees what it made
 		}
-		n, want := len(have[t]), p.want[t]
+		n, want := len(have[t]), p.want[t].N
 		if n > want {
 			for _, sb := range have[t][want:] { // the newest: Sandboxes is oldest first
 				go p.remove(context.WithoutCancel(ctx), sb.ID)
@@ -225,18 +341,19 @@ func (p *poolOwner) fill(ctx context.Context) {
 	}
 }
 
-// boot boots n pooled sandboxes of template, one after another (a pool
+// boot boots n sandboxes of the pool named key, one after another (a pool
 // must not take the machine from the creates it serves).
-func (p *poolOwner) boot(ctx context.Context, template string, n int) {
+func (p *poolOwner) boot(ctx context.Context, key string, n int) {
 	defer func() {
 		p.mu.Lock()
-		p.filling[template] -= n
+		p.filling[key] -= n
 		p.mu.Unlock()
 	}()
+	req := p.want[key].request()
+	req.Meta = map[string]string{api.MetaPool: key}
 	for range n {
-		_, err := p.host.create(ctx, api.CreateRequest{Template: template, Meta: map[string]string{api.MetaPool: template}})
-		if err != nil {
-			p.log.Warn("warm pool: boot", "template", template, "err", err)
+		if _, err := p.host.create(ctx, req); err != nil {
+			p.log.Warn("warm pool: boot", "pool", key, "err", err)
 			return // tried again at the next look
 		}
 	}
@@ -261,16 +378,16 @@ func (p *poolOwner) remove(ctx context.Context, id string) {
 	}
 }
 
-// Pools reports each warm pool: the template, how many it keeps and how
-// many are ready now.
+// Pools reports each warm pool by its key (the template, and its limits
+// after a colon): how many it keeps and how many are ready now.
 func (m *Manager) Pools(ctx context.Context) (map[string][2]int, error) {
 	sbs, err := m.cfg.Store.Sandboxes(ctx)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string][2]int{}
-	for t, n := range m.pool.want {
-		out[t] = [2]int{n, 0}
+	for key, w := range m.pool.want {
+		out[key] = [2]int{w.N, 0}
 	}
 	for _, sb := range sbs {
 		if t := sb.Meta[api.MetaPool]; t != "" && sb.State == api.StateReady {

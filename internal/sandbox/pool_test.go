@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 func TestWarmPool(t *testing.T) {
 	ctx := context.Background()
 	m, _ := newTestManager(t, 0)
-	m.pool.want = map[string]int{"tiny": 2}
+	warm(t, m, WarmPool{Template: "tiny", N: 2})
 	pooledIDs := func() []string {
 		sbs, err := m.cfg.Store.Sandboxes(ctx)
 		if err != nil {
@@ -106,12 +107,117 @@ func TestWarmPool(t *testing.T) {
 		t.Errorf("a create of another template: %+v, %v", other, err)
 	}
 	// no longer wanted: the pool empties
-	m.pool.want = map[string]int{}
+	warm(t, m)
 	deadline := time.Now().Add(10 * time.Second)
 	for len(pooledIDs()) > 0 {
 		m.pool.fill(ctx)
 		if time.Now().After(deadline) {
 			t.Fatalf("a pool no longer wanted still holds %v", pooledIDs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// warm sets m's warm pools, as sbxd's --warm does.
+func warm(t *testing.T, m *Manager, pools ...WarmPool) {
+	t.Helper()
+	if err := m.setWarm(pools); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWarmPoolLimits: a pool with limits of its own boots its sandboxes with
+// them and serves the creates that ask for them, however they write them;
+// a create with other limits, or with the defaults, is not served from it;
+// a limit asked as the default is the plain pool's.
+func TestWarmPoolLimits(t *testing.T) {
+	ctx := context.Background()
+	m, _ := newTestManager(t, 0)
+	warm(t, m, WarmPool{Template: "tiny", N: 1, Memory: "512M", CPUs: 1}, WarmPool{Template: "tiny", N: 1})
+	keys := func() map[string][]string {
+		sbs, err := m.cfg.Store.Sandboxes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string][]string{}
+		for _, sb := range sbs {
+			if pooled(sb) && sb.State == api.StateReady {
+				out[sb.Meta[api.MetaPool]] = append(out[sb.Meta[api.MetaPool]], sb.ID)
+			}
+		}
+		return out
+	}
+	const limited = "tiny:cpus=1,memory=512MiB"
+	fill := func() map[string][]string {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			m.pool.fill(ctx)
+			if k := keys(); len(k[limited]) == 1 && len(k["tiny"]) == 1 {
+				return k
+			} else if time.Now().After(deadline) {
+				t.Fatalf("the pools hold %v, want one in %s and one in tiny", k, limited)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	k := fill()
+	if p, _ := m.Pools(ctx); p[limited] != [2]int{1, 1} || p["tiny"] != [2]int{1, 1} {
+		t.Errorf("Pools = %v, want %s and tiny, each keeping 1 with 1 ready", p, limited)
+	}
+	pooledSb, err := m.cfg.Store.Sandbox(ctx, k[limited][0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pooledSb.Memory != 512<<20 || pooledSb.CPUs != 1 {
+		t.Errorf("the limited pool's sandbox booted with memory %d, cpus %v; want 512 MiB, 1", pooledSb.Memory, pooledSb.CPUs)
+	}
+
+	// the same limits, written another way: from the pool
+	sb, err := m.Create(ctx, api.CreateRequest{Template: "tiny", Memory: "0.5GiB", CPUs: 1, Name: "lim"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.ID != k[limited][0] || sb.Memory != 512<<20 || sb.Name != "lim" {
+		t.Errorf("a create asking the pool's limits: %s (memory %d), want the pooled %s", sb.ID, sb.Memory, k[limited][0])
+	}
+	k = fill()
+	// other limits: a boot; the pools keep theirs
+	for _, req := range []api.CreateRequest{
+		{Template: "tiny", Memory: "512M"},          // no cpus
+		{Template: "tiny", Memory: "256M", CPUs: 1}, // less memory
+		{Template: "tiny", CPUs: 1},                 // the default memory
+	} {
+		cold, err := m.Create(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cold.ID == k[limited][0] || cold.ID == k["tiny"][0] {
+			t.Errorf("a create of %+v was served from a pool", req)
+		}
+	}
+	if now := keys(); !slices.Equal(now[limited], k[limited]) || !slices.Equal(now["tiny"], k["tiny"]) {
+		t.Errorf("creates with other limits took from the pools: %v, then %v", k, now)
+	}
+	// the default memory asked outright: the plain pool's
+	plain, err := m.Create(ctx, api.CreateRequest{Template: "tiny", Memory: "2G"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.ID != k["tiny"][0] {
+		t.Errorf("a create asking memory=2G (the default) booted %s, want the plain pool's %s", plain.ID, k["tiny"][0])
+	}
+
+	// a pool whose limits no boot would take is refused at the start
+	if err := m.setWarm([]WarmPool{{Template: "tiny", N: 1, Memory: "1K"}}); err == nil || !strings.Contains(err.Error(), "memory") {
+		t.Errorf("a pool of memory=1K: %v, want refused naming memory", err)
+	}
+	warm(t, m)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(keys()) > 0 {
+		m.pool.fill(ctx)
+		if time.Now().After(deadline) {
+			t.Fatalf("pools no longer wanted still hold %v", keys())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"sbx.dev/sbx/api"
@@ -80,13 +81,14 @@ func (s *Server) prometheus(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	size := reg.Gauge("sbx_warm_pool_size", "Sandboxes each warm pool keeps booted and unclaimed (sbxd --warm).", "template")
-	ready := reg.Gauge("sbx_warm_pool_ready", "Sandboxes of each warm pool ready to be taken now.", "template")
+	size := reg.Gauge("sbx_warm_pool_size", "Sandboxes each warm pool keeps booted and unclaimed (sbxd --warm): its template, and the limits that are not sbxd's defaults.", "template", "limits")
+	ready := reg.Gauge("sbx_warm_pool_ready", "Sandboxes of each warm pool ready to be taken now.", "template", "limits")
 	size.Reset()
 	ready.Reset()
-	for t, p := range pools {
-		size.Set(float64(p[0]), t)
-		ready.Set(float64(p[1]), t)
+	for key, p := range pools {
+		t, limits, _ := strings.Cut(key, ":")
+		size.Set(float64(p[0]), t, limits)
+		ready.Set(float64(p[1]), t, limits)
 	}
 	var b bytes.Buffer
 	if err := reg.WriteText(&b); err != nil {
