@@ -32,7 +32,7 @@ var floors = [][]string{
 		"freeze",                    // what a Go test inside a sandbox imports; nothing of sbx
 	},
 	3: {"internal/sandbox"},
-	4: {"internal/runsc", "internal/netns", "internal/store", "internal/template", "internal/monitor", "internal/metrics"},
+	4: {"internal/runsc", "internal/netns", "internal/store", "internal/template", "internal/monitor", "internal/metrics", "internal/snapstore"},
 	5: {
 		"api", "internal/wire/...", "internal/atomicfile", "internal/procfs", "internal/cgroup", "internal/follow", "internal/safetar", "internal/safetar/tartest", "internal/fleet/v1alpha1", "internal/fleet/kube",
 		"internal/agent/hooks", // files the manager puts beside the agent in /.sbx; no code of the agent
