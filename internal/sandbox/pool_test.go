@@ -108,14 +108,7 @@ func TestWarmPool(t *testing.T) {
 	}
 	// no longer wanted: the pool empties
 	warm(t, m)
-	deadline := time.Now().Add(10 * time.Second)
-	for len(pooledIDs()) > 0 {
-		m.pool.fill(ctx)
-		if time.Now().After(deadline) {
-			t.Fatalf("a pool no longer wanted still holds %v", pooledIDs())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitEmptied(t, m)
 }
 
 // warm sets m's warm pools, as sbxd's --warm does.
@@ -213,12 +206,32 @@ func TestWarmPoolLimits(t *testing.T) {
 		t.Errorf("a pool of memory=1K: %v, want refused naming memory", err)
 	}
 	warm(t, m)
+	waitEmptied(t, m)
+}
+
+// waitEmptied fills m's pools until no sandbox of any is left, as once no
+// pool wants them.
+func waitEmptied(t *testing.T, m *Manager) {
+	t.Helper()
+	ctx := context.Background()
+	left := func() (ids []string) {
+		sbs, err := m.cfg.Store.Sandboxes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sb := range sbs {
+			if pooled(sb) {
+				ids = append(ids, sb.ID)
+			}
+		}
+		return ids
+	}
 	deadline := time.Now().Add(10 * time.Second)
-	for len(keys()) > 0 {
+	for len(left()) > 0 {
 		m.pool.fill(ctx)
 		if time.Now().After(deadline) {
-			t.Fatalf("pools no longer wanted still hold %v", keys())
+			t.Fatalf("pools no longer wanted still hold %v", left())
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // fill's removals run in the background
 	}
 }
