@@ -270,6 +270,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// held until ServeHTTP returns, which for an upgrade is when the connection closes
 	defer release()
+	// the body is the transport's until it ends: without full duplex the
+	// server reads and closes what is left of it as the answer's header
+	// goes out, and the transport, still reading it, drops the connection
+	// to the app in the middle of its answer (the fleet controller's fork
+	// streams broke so)
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
 }
 

@@ -205,6 +205,12 @@ func (c *Controller) proxy(w http.ResponseWriter, r *http.Request) {
 // answer is every node's; in a fleet whose nodes keep their own, build
 // or import on each (sbx --host ADDRESS template build; sbx node ls).
 func (c *Controller) proxyTemplates(w http.ResponseWriter, r *http.Request) {
+	c.toFirstNode(w, r, "asked for the fleet's templates")
+}
+
+// toFirstNode sends r on to the first ready, uncordoned node (by name);
+// what says what the node is to r.
+func (c *Controller) toFirstNode(w http.ResponseWriter, r *http.Request, what string) {
 	ns, err := c.nodes(r.Context())
 	if err != nil {
 		writeError(w, unavailable(err))
@@ -212,7 +218,7 @@ func (c *Controller) proxyTemplates(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, n := range ns { // sorted by name
 		if n.ready && !n.typed.Spec.Unschedulable {
-			c.forward(w, r, n, r.URL.Path, "asked for the fleet's templates")
+			c.forward(w, r, n, r.URL.Path, what)
 			return
 		}
 	}
@@ -267,6 +273,14 @@ func (c *Controller) forwardOr(w http.ResponseWriter, r *http.Request, n *node, 
 			writeError(w, api.Errorf(api.ErrUnavailable, "node %s, %s, did not answer: %v", n.obj.GetName(), what, err))
 		},
 	}
+	// The request's body is read by the transport while the node's answer
+	// comes back. Without full duplex the server, as the proxy writes the
+	// answer's header, reads what is left of the body itself and closes
+	// it; the transport, still reading it, then fails, and closes the
+	// connection to the node in the middle of its answer ("use of closed
+	// network connection"; the client saw a fork's stream break). So the
+	// body is the transport's until it ends.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	rp.ServeHTTP(w, r)
 }
 

@@ -267,3 +267,61 @@ func TestCreateThroughTheFleet(t *testing.T) {
 		t.Errorf("a create from a snapshot no node holds, through the fleet: %d %s", resp.StatusCode, b)
 	}
 }
+
+// TestProxyStreamWhileBodyComes: a node that answers (a fork's stream)
+// before the request's body has all come, as the transport may still be
+// reading it when the node's header comes back. The answer streams to its
+// end and the node gets the whole body: before, the controller's server
+// read and closed the rest of the body as the proxy wrote the header, the
+// transport failed reading it and dropped the connection to the node in
+// the middle of the answer (CI: "the stream from sbxd broke before its
+// end: unexpected EOF" on a fork through the fleet).
+func TestProxyStreamWhileBodyComes(t *testing.T) {
+	gotBody := make(chan string, 1)
+	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			b = []byte("error: " + err.Error())
+		}
+		gotBody <- string(b)
+		for i := range 3 {
+			io.WriteString(w, "data: event"+string(rune('0'+i))+"\n\n")
+			w.(http.Flusher).Flush()
+		}
+	}))
+	defer node.Close()
+	f := newTestFleet(t, []runtime.Object{nodeAt(t, "n1", node.URL), sandboxObj(t, "sb_aaaaaaaaaa", "n1", "ready", t0)}, lease("n1", t0))
+	srv := httptest.NewServer(f.c.Handler())
+	defer srv.Close()
+
+	pr, pw := io.Pipe()
+	go func() {
+		io.WriteString(pw, `{"memory":true,`)
+		time.Sleep(300 * time.Millisecond) // tested: the rest comes after the node's header
+		io.WriteString(pw, `"count":6}`)
+		pw.Close()
+	}()
+	req, _ := http.NewRequest("POST", srv.URL+"/v1/sandboxes/sb_aaaaaaaaaa/fork", pr)
+	req.ContentLength = int64(len(`{"memory":true,"count":6}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || strings.Count(string(b), "data: event") != 3 {
+		t.Errorf("the stream through the controller: %q, %v; want its 3 events", b, err)
+	}
+	select {
+	case got := <-gotBody:
+		if got != `{"memory":true,"count":6}` {
+			t.Errorf("the node got the body %q", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the node never got the whole body")
+	}
+}
