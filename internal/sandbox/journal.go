@@ -111,6 +111,13 @@ func (j *journal) beginCapture(ctx context.Context, kind, id string, memory bool
 	if err := j.gate.enter(); err != nil {
 		return nil, err
 	}
+	return j.beginCaptureEntered(ctx, kind, id, memory, detail)
+}
+
+// beginCaptureEntered is beginCapture for a caller that entered the gate
+// itself, as it accepted the operation (a stop that answers at once):
+// it leaves the gate if it fails, and the capture's end leaves it after.
+func (j *journal) beginCaptureEntered(ctx context.Context, kind, id string, memory bool, detail map[string]any) (*inFlight, error) {
 	// storage.go: room on the disk and in --storage-max for what it may write
 	if err := j.host.captureRoom(ctx, kind, id, memory); err != nil {
 		j.gate.inflight.Done()

@@ -28,7 +28,16 @@ func (m *Manager) Stop(ctx context.Context, ref string, wait bool) (*api.Sandbox
 		return nil, err
 	}
 	ctx = context.WithoutCancel(ctx)
+	// in the capture gate before it is accepted: a clean shutdown waits for
+	// a stop answered "stopping" (TestCleanShutdown: one whose goroutine
+	// had not reached the gate when SIGTERM came was refused, and stayed
+	// ready)
+	if err := m.journal.gate.enter(); err != nil {
+		unlock()
+		return nil, err
+	}
 	if err := m.move(ctx, sb.ID, moveStop, store.Change{}); err != nil {
+		m.journal.gate.inflight.Done()
 		unlock()
 		return nil, err
 	}
@@ -49,7 +58,8 @@ func (m *Manager) Stop(ctx context.Context, ref string, wait bool) (*api.Sandbox
 	return m.Get(ctx, sb.ID)
 }
 
-// stop does a stop of a stopping sandbox under its claim.
+// stop does a stop of a stopping sandbox under its claim, its caller in
+// the capture gate (which the stop leaves).
 func (m *Manager) stop(ctx context.Context, sb *store.Sandbox) error {
 	start := m.now()
 	backToReady := func() {
@@ -60,7 +70,7 @@ func (m *Manager) stop(ctx context.Context, sb *store.Sandbox) error {
 	// execs on their way to init get there first (no new one starts: the
 	// stop claims the sandbox)
 	m.execs.awaitStarts(sb.ID, startWait)
-	c, err := m.journal.beginCapture(ctx, kindStop, sb.ID, true, nil)
+	c, err := m.journal.beginCaptureEntered(ctx, kindStop, sb.ID, true, nil)
 	if err != nil {
 		backToReady()
 		return fmt.Errorf("stop %s: %w", sb.ID, err)
