@@ -27,7 +27,8 @@ func poolReady(t testing.TB, d *daemon, template string) int {
 func poolReadyLimits(t testing.TB, d *daemon, template, limits string) int {
 	t.Helper()
 	_, b := d.rawAPI(t, "GET", "/metrics", nil)
-	m := regexp.MustCompile(`(?m)^sbx_warm_pool_ready\{template="` + regexp.QuoteMeta(template) + `",limits="` + regexp.QuoteMeta(limits) + `"\} (\d+)`).FindSubmatch(b)
+	// Prometheus writes the labels sorted by name
+	m := regexp.MustCompile(`(?m)^sbx_warm_pool_ready\{limits="` + regexp.QuoteMeta(limits) + `",template="` + regexp.QuoteMeta(template) + `"\} (\d+)`).FindSubmatch(b)
 	if m == nil {
 		return -1
 	}
