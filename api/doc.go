@@ -42,6 +42,8 @@
 //	GET    /v1/snapshots/{name}                        Snapshot
 //	DELETE /v1/snapshots/{name}                        204
 //	POST   /v1/snapshots/{name}/keep                   Snapshot (promoted: outlives its sandbox, in no freeze quota)
+//	POST   /v1/snapshots/{name}/push   PushRequest  -> PushResult (to an OCI registry)
+//	POST   /v1/snapshots/pull          PullRequest  -> 201 PullResult (from one; recorded kept)
 //	GET    /v1/storage                                 Storage (what uses the data dir: sbx df)
 //	POST   /v1/storage/prune        PruneRequest  ->   PruneResult (sbx prune)
 //	POST   /v1/sandboxes/{id}/exec         ExecRequest -> 201 Exec when Detach,

@@ -36,7 +36,9 @@ func newSnapshotCmd(e *env) *cobra.Command {
 			"--memory its processes and memory too (it is paused while they are written).\n" +
 			"A snapshot outlives its sandbox. `sbx snapshot ls` (or `sbx snapshots`) lists them,\n" +
 			"`sbx snapshot info NAME` describes one, `sbx snapshot rm NAME...` removes them,\n" +
-			"`sbx snapshot keep NAME...` promotes a freeze so that it outlives its sandbox.",
+			"`sbx snapshot keep NAME...` promotes a freeze so that it outlives its sandbox;\n" +
+			"`sbx snapshot push NAME REF` sends one to an OCI registry, and `sbx snapshot pull\n" +
+			"REF` records one another sbxd pushed.",
 		Example: "  sbx snapshot web before-upgrade\n  sbx snapshot web live --memory\n  sbx new --from live",
 		Args: func(cmd *cobra.Command, args []string) error {
 			switch {
@@ -45,7 +47,7 @@ func newSnapshotCmd(e *env) *cobra.Command {
 			case cmd.CalledAs() == "snapshots":
 				return nil
 			case len(args) == 0:
-				return usagef("snapshot takes ID NAME, or ls, info NAME, rm NAME..., keep NAME...")
+				return usagef("snapshot takes ID NAME, or ls, info NAME, rm NAME..., keep NAME..., push NAME REF, pull REF")
 			case len(args) != 2:
 				return usagef("snapshot takes a sandbox id and a snapshot name%s", didYouMean(cmd.SuggestionsFor(args[0])))
 			}
@@ -143,7 +145,7 @@ func newSnapshotCmd(e *env) *cobra.Command {
 			}
 			return nil
 		},
-	}, newSnapshotKeepCmd(e)) // keep.go
+	}, newSnapshotKeepCmd(e), newSnapshotPushCmd(e), newSnapshotPullCmd(e)) // keep.go, transfer.go
 	return cmd
 }
 

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -416,6 +417,10 @@ func run(c config) error {
 		Store: st, AgentBinary: c.agent, DefaultTemplate: c.template, Logger: log, OrphanGrace: c.orphans, MaxLifetime: c.lifetime,
 		Metrics: metrics.Default, Limits: c.limits, Warm: c.warm, StoppedRetention: c.stoppedRetention, OutputHead: head, OutputTail: tail,
 		FreezeQuota: &c.freezeQuota, StorageMax: c.storageMaxN, OrphanMax: c.orphanMaxN,
+		HostFacts: sync.OnceValues(func() (sandbox.HostFacts, error) {
+			f, err := agent.ReadFacts(c.runsc, c.dataDir, "", version) // at the first push of a memory image
+			return sandbox.HostFacts{RunscSHA256: f.RunscSHA256, CPUFeatures: f.CPUFeatures, CacheLineBytes: f.CacheLineBytes}, err
+		}),
 	})
 	if err != nil {
 		return err

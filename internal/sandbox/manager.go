@@ -13,9 +13,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"sbx.dev/sbx/api"
@@ -102,6 +104,12 @@ type Config struct {
 	Metrics *metrics.Registry
 	// Limits are every sandbox's defaults and maxima (zero: DefaultLimits).
 	Limits Limits
+	// HostFacts reads what a memory image pushed from here needs of the
+	// host it restores on (nil: a push records none).
+	HostFacts func() (HostFacts, error)
+	// RegistryOptions are added to every registry call of a push or pull
+	// (tests: a transport of their own).
+	RegistryOptions []remote.Option
 	// Warm are the warm pools: how many sandboxes of a template, with
 	// which limits, each keeps booted and unclaimed (pool.go); none by
 	// default.
@@ -138,6 +146,14 @@ type Manager struct {
 	cfg Config
 	log *slog.Logger
 	now func() time.Time
+
+	// xfer is the content store of pushes and pulls (transfer.go), opened
+	// at the first
+	xfer struct {
+		once sync.Once
+		t    *transfers
+		err  error
+	}
 
 	claims   claims
 	execs    execOwner    // the execs and their output (exec.go)

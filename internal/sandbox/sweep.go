@@ -42,6 +42,7 @@ func (m *Manager) sweepSoon(d time.Duration) {
 // orphaned for longer than the grace period.
 func (m *Manager) sweep(ctx context.Context) {
 	defer m.collectTemplates(ctx)
+	defer m.pruneBlobs()       // transfer.go: pulled files no image links any more
 	defer m.storage.sweep(ctx) // storage.go: orphans past --orphan-max, freezes left by their sandbox
 	if !m.cfg.Store.ReserveHeld() {
 		if err := m.cfg.Store.Replenish(); err == nil {

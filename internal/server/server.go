@@ -33,6 +33,10 @@ type Manager interface {
 	// promoted snapshots, what uses the data dir, and pruning it.
 	DeleteWith(ctx context.Context, ref string, o api.DeleteOptions) (*api.DeleteResult, error)
 	Keep(ctx context.Context, name string) (*api.Snapshot, error)
+	// Push and pull (transfer.go in internal/sandbox): a snapshot to and
+	// from an OCI registry.
+	PushSnapshot(ctx context.Context, name string, req api.PushRequest) (*api.PushResult, error)
+	PullSnapshot(ctx context.Context, req api.PullRequest) (*api.PullResult, error)
 	Storage(ctx context.Context) (*api.Storage, error)
 	Prune(ctx context.Context, req api.PruneRequest) (*api.PruneResult, error)
 	Fork(ctx context.Context, ref string, req api.ForkRequest, emit func(api.ForkEvent) error) ([]api.Sandbox, error)
@@ -206,6 +210,8 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("GET /v1/snapshots/{name}", s.getSnapshot)
 	mux.HandleFunc("DELETE /v1/snapshots/{name}", s.deleteSnapshot)
 	mux.HandleFunc("POST /v1/snapshots/{name}/keep", s.keepSnapshot)
+	mux.HandleFunc("POST /v1/snapshots/{name}/push", s.pushSnapshot)
+	mux.HandleFunc("POST /v1/snapshots/pull", s.pullSnapshot)
 	mux.HandleFunc("GET /v1/storage", s.storage)
 	mux.HandleFunc("POST /v1/storage/prune", s.prune)
 	mux.HandleFunc("GET /v1/templates", s.templates)

@@ -18,6 +18,34 @@ func (s *Server) keepSnapshot(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, sn)
 }
 
+func (s *Server) pushSnapshot(w http.ResponseWriter, r *http.Request) {
+	var req api.PushRequest
+	if err := decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	res, err := s.m.PushSnapshot(r.Context(), r.PathValue("name"), req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) pullSnapshot(w http.ResponseWriter, r *http.Request) {
+	var req api.PullRequest
+	if err := decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	res, err := s.m.PullSnapshot(r.Context(), req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, res)
+}
+
 func (s *Server) storage(w http.ResponseWriter, r *http.Request) {
 	st, err := s.m.Storage(r.Context())
 	if err != nil {

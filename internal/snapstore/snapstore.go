@@ -155,15 +155,17 @@ func (s *Store) Prune() (int64, error) {
 	return freed, nil
 }
 
-// Push pushes the regular files under dir as an artifact to ref (a tag or
-// a repository), with m as its config (m.Files is filled in here), and
-// returns the artifact by digest (REPO@sha256:...). A file the registry
-// holds already is not sent again. Each file is also kept in the store, so
-// that a pull of what this node pushed takes nothing from the registry.
-func (s *Store) Push(ctx context.Context, ref string, dir string, m Manifest, opts ...remote.Option) (string, error) {
+// Push pushes the regular files under dir (but those skip says to leave,
+// by their slash-separated path; skip may be nil) as an artifact to ref (a
+// tag or a repository), with m as its config (m.Files is filled in here),
+// and returns the artifact by digest (REPO@sha256:...) and the manifest as
+// pushed. A file the registry holds already is not sent again. Each file is
+// also kept in the store, so that a pull of what this node pushed takes
+// nothing from the registry.
+func (s *Store) Push(ctx context.Context, ref string, dir string, m Manifest, skip func(path string) bool, opts ...remote.Option) (string, Manifest, error) {
 	r, err := name.ParseReference(ref)
 	if err != nil {
-		return "", fmt.Errorf("push: %w", err)
+		return "", m, fmt.Errorf("push: %w", err)
 	}
 	opts = append([]remote.Option{remote.WithContext(ctx)}, opts...)
 	m.Schema = Schema
@@ -180,6 +182,9 @@ func (s *Store) Push(ctx context.Context, ref string, dir string, m Manifest, op
 		if err != nil {
 			return err
 		}
+		if skip != nil && skip(filepath.ToSlash(rel)) {
+			return nil
+		}
 		l, err := newFileLayer(p)
 		if err != nil {
 			return err
@@ -195,15 +200,15 @@ func (s *Store) Push(ctx context.Context, ref string, dir string, m Manifest, op
 		return nil
 	})
 	if err != nil {
-		return "", fmt.Errorf("push %s: %w", dir, err)
+		return "", m, fmt.Errorf("push %s: %w", dir, err)
 	}
 	cfg, err := json.Marshal(m)
 	if err != nil {
-		return "", err
+		return "", m, err
 	}
 	cl := &bytesLayer{b: cfg, mt: ConfigMediaType}
 	if err := remote.WriteLayer(r.Context(), cl, opts...); err != nil {
-		return "", fmt.Errorf("push the manifest: %w", err)
+		return "", m, fmt.Errorf("push the manifest: %w", err)
 	}
 	cd, _ := cl.Digest()
 	man := v1.Manifest{SchemaVersion: 2, MediaType: types.OCIManifestSchema1, ArtifactType: ArtifactType,
@@ -213,13 +218,13 @@ func (s *Store) Push(ctx context.Context, ref string, dir string, m Manifest, op
 	}
 	raw, err := json.Marshal(man)
 	if err != nil {
-		return "", err
+		return "", m, err
 	}
 	if err := remote.Put(r, rawManifest(raw), opts...); err != nil {
-		return "", fmt.Errorf("push %s: %w", ref, err)
+		return "", m, fmt.Errorf("push %s: %w", ref, err)
 	}
 	md, _, _ := v1.SHA256(bytes.NewReader(raw))
-	return r.Context().Digest(md.String()).String(), nil
+	return r.Context().Digest(md.String()).String(), m, nil
 }
 
 // keep links the pushed file p into the store under digest d (best

@@ -132,7 +132,7 @@ func TestPushPull(t *testing.T) {
 	rec, _ := json.Marshal(map[string]any{"cpus": 1})
 	m := Manifest{Name: "snap", Memory: true, RunscSHA256: "abc", CPUFeatures: []string{"avx", "sse2"}, CacheLineBytes: 64,
 		Template: "tiny", TemplateVersion: "sha256:" + strings.Repeat("1", 64), Record: rec}
-	ref, err := a.Push(ctx, r.ref("sbx/snap:one"), src, m)
+	ref, _, err := a.Push(ctx, r.ref("sbx/snap:one"), src, m, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +183,7 @@ func TestPushPull(t *testing.T) {
 
 	// a second image sharing disk.tar: only its own files come
 	files2 := map[string][]byte{"disk.tar": files["disk.tar"], "memory/pages.img": randBytes(10 << 10)}
-	ref2, err := a.Push(ctx, r.ref("sbx/snap:two"), image(t, files2), Manifest{Name: "two"})
+	ref2, _, err := a.Push(ctx, r.ref("sbx/snap:two"), image(t, files2), Manifest{Name: "two"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestPullTampered(t *testing.T) {
 	r := newReg(t)
 	files := map[string][]byte{"disk.tar": randBytes(64 << 10)}
 	a, _ := Open(t.TempDir())
-	ref, err := a.Push(ctx, r.ref("sbx/t:x"), image(t, files), Manifest{Name: "x"})
+	ref, _, err := a.Push(ctx, r.ref("sbx/t:x"), image(t, files), Manifest{Name: "x"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +310,7 @@ func TestPrune(t *testing.T) {
 	r := newReg(t)
 	files := map[string][]byte{"a": randBytes(8 << 10), "b": randBytes(4 << 10)}
 	a, _ := Open(t.TempDir())
-	ref, err := a.Push(ctx, r.ref("sbx/p:1"), image(t, files), Manifest{Name: "p"})
+	ref, _, err := a.Push(ctx, r.ref("sbx/p:1"), image(t, files), Manifest{Name: "p"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,11 +40,12 @@ type Snapshot struct {
 }
 
 // CreateSnapshot inserts a snapshot; a taken name is api.ErrConflict. Its
-// network mode is its sandbox's (sn.Network is set to it).
+// network mode is its sandbox's (sn.Network is set to it), or, of a
+// sandbox this node has not (a snapshot pulled from another), sn.Network.
 func (s *Store) CreateSnapshot(ctx context.Context, sn *Snapshot) error {
 	err := s.q.QueryRowContext(ctx, `INSERT INTO snapshots (name, id, sandbox_id, template, memory, cpus, mem_limit, created_at, size, paused_ns, disk, template_version, pids, disk_limit, network)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, COALESCE((SELECT network FROM sandboxes WHERE id = ?), '')) RETURNING network`,
-		sn.Name, sn.ID, sn.SandboxID, sn.Template, sn.Memory, sn.CPUs, sn.MemLimit, sn.CreatedAt.UnixNano(), sn.Size, int64(sn.Paused), sn.Disk, sn.TemplateVersion, sn.Pids, sn.DiskLimit, sn.SandboxID).Scan(&sn.Network)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, COALESCE((SELECT network FROM sandboxes WHERE id = ?), ?)) RETURNING network`,
+		sn.Name, sn.ID, sn.SandboxID, sn.Template, sn.Memory, sn.CPUs, sn.MemLimit, sn.CreatedAt.UnixNano(), sn.Size, int64(sn.Paused), sn.Disk, sn.TemplateVersion, sn.Pids, sn.DiskLimit, sn.SandboxID, sn.Network).Scan(&sn.Network)
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: snapshots.name") {
 		return api.Errorf(api.ErrConflict, "snapshot name %q is taken", sn.Name)
 	}

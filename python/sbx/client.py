@@ -271,6 +271,19 @@ class Client:
         """snapshots lists every snapshot."""
         return [Snapshot(self, SnapshotInfo.from_json(d)) for d in self._t.call("GET", "/v1/snapshots") or []]
 
+    def pull_snapshot(self, ref: str, name: Optional[str] = None) -> "Snapshot":
+        """pull_snapshot pulls a snapshot another sbxd pushed (ref: a registry reference, by tag or
+        digest) and records it here under name (default: the name it was pushed with). Its files are
+        verified against their digests; those already on this node are not fetched again. A
+        snapshot pushed with memory is recorded here without it (it boots from its disk)."""
+        if not ref:
+            raise Invalid("pull: no ref given")
+        req: Dict[str, Any] = {"ref": ref}
+        if name:
+            req["name"] = name
+        d = self._t.call("POST", "/v1/snapshots/pull", json_body=req) or {}
+        return Snapshot(self, SnapshotInfo.from_json(d.get("snapshot") or {}))
+
     # templates
 
     def templates(self) -> List[TemplateInfo]:
@@ -1343,6 +1356,15 @@ class Snapshot:
     def delete(self) -> None:
         """delete removes the snapshot; NotFound if it is gone."""
         self.client._t.call("DELETE", "/v1/snapshots/" + quote(self.name))
+
+    def push(self, ref: str) -> str:
+        """push sends the snapshot (its disk, and its memory if it has one) to an OCI registry: ref is a
+        repository with a tag or not (127.0.0.1:5000/sbx/flaky:run-7). It returns the artifact by
+        digest, which pull_snapshot of it gets exactly."""
+        if not ref:
+            raise Invalid("push of snapshot %s: no ref given" % self.name)
+        d = self.client._t.call("POST", "/v1/snapshots/" + quote(self.name) + "/push", json_body={"ref": ref}) or {}
+        return str(d.get("ref", ""))
 
     def keep(self) -> "Snapshot":
         """keep promotes the snapshot (a freeze, above all): it outlives its sandbox and counts in no freeze quota; NotFound if it is gone."""

@@ -44,6 +44,8 @@ COVERED = {
     "GET /v1/snapshots/{name}": "Client.snapshot",
     "DELETE /v1/snapshots/{name}": "Snapshot.delete",
     "POST /v1/snapshots/{name}/keep": "Snapshot.keep",
+    "POST /v1/snapshots/{name}/push": "Snapshot.push",
+    "POST /v1/snapshots/pull": "Client.pull_snapshot",
     "GET /v1/storage": "Client.storage",
     "POST /v1/storage/prune": "Client.prune",
     "GET /v1/templates": "Client.templates",

@@ -55,3 +55,76 @@ def test_delete_keep_freezes_and_prune(client):
         fz.delete()
     with pytest.raises(sbx.NotFound):
         fz.keep()
+
+
+@pytest.fixture
+def registry():
+    """registry is the distribution registry `make fleet-tools` builds, on a loopback port of its own."""
+    import os
+    import socket
+    import subprocess
+    import tempfile
+    import urllib.request
+
+    from conftest import BIN
+
+    try:
+        with open(os.path.join(BIN, ".fleet-dir")) as f:
+            tools = f.read().strip()
+    except OSError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("the registry is not built: run `make fleet-tools`")
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    addr = "127.0.0.1:%d" % s.getsockname()[1]
+    s.close()
+    d = tempfile.mkdtemp(prefix="sbx-py-registry-")
+    cfg = os.path.join(d, "registry.yml")
+    with open(cfg, "w") as f:
+        f.write("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s/data\nhttp:\n  addr: %s\n" % (d, addr))
+    p = subprocess.Popen([os.path.join(tools, "registry"), "serve", cfg], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen("http://%s/v2/" % addr, timeout=2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the registry did not come up"
+                time.sleep(0.1)
+        yield addr
+    finally:
+        p.kill()
+        p.wait()
+        import shutil
+
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_push_and_pull_a_snapshot(client, registry):
+    """A snapshot pushed to a registry and pulled back under another name boots with its files; the pull
+    fetches nothing the node holds; a pull under a taken name is refused."""
+    sb = client.create(template="tiny")
+    snap = pulled = None
+    try:
+        assert sb.exec("echo carried > /carried.txt").exit_code == 0
+        snap = sb.snapshot("py-push-" + sb.id[3:])
+        ref = snap.push(registry + "/sbx/py:one")
+        assert "@sha256:" in ref
+        pulled = client.pull_snapshot(ref, name="py-pulled-" + sb.id[3:])
+        assert pulled.name == "py-pulled-" + sb.id[3:] and pulled.info.kept is True
+        with pytest.raises(sbx.Conflict):
+            client.pull_snapshot(ref, name=pulled.name)
+        with pytest.raises(sbx.Invalid):
+            snap.push("")
+        c = client.create(from_snapshot=pulled.name)
+        try:
+            assert c.exec("cat /carried.txt").stdout.strip() == "carried"
+        finally:
+            c.delete()
+    finally:
+        sb.delete()
+        for s in (snap, pulled):
+            if s is not None:
+                s.delete()

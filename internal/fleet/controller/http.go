@@ -50,6 +50,7 @@ func (c *Controller) Handler() http.Handler {
 	mux.HandleFunc("DELETE /v1/sandboxes/{id}", c.proxy)
 	mux.HandleFunc("/v1/sandboxes/{id}/{rest...}", c.proxy)
 	mux.HandleFunc("GET /v1/snapshots", c.listSnapshots)
+	mux.HandleFunc("POST /v1/snapshots/pull", c.pullSnapshot)
 	mux.HandleFunc("/v1/snapshots/{name}", c.proxySnapshot)
 	mux.HandleFunc("/v1/snapshots/{name}/{rest...}", c.proxySnapshot)
 	mux.HandleFunc("/v1/templates", c.proxyTemplates)

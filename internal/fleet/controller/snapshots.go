@@ -117,3 +117,11 @@ func (c *Controller) proxySnapshot(w http.ResponseWriter, r *http.Request) {
 	}
 	c.forward(w, r, n, r.URL.Path, "which holds snapshot "+r.PathValue("name"))
 }
+
+// pullSnapshot sends a pull on to the first ready, uncordoned node, which
+// then holds the snapshot (a create --from it is made there). Placing a
+// pull where its template is, or where its files are already, is the
+// portable snapshots' next step (issue 24).
+func (c *Controller) pullSnapshot(w http.ResponseWriter, r *http.Request) {
+	c.toFirstNode(w, r, "asked to pull a snapshot")
+}

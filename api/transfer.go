@@ -1,0 +1,76 @@
+package api
+
+import (
+	"strings"
+)
+
+// Snapshots carried between sbxds through an OCI registry (issue 24's
+// portable snapshots): POST /v1/snapshots/{name}/push and POST
+// /v1/snapshots/pull.
+
+// PushRequest is the body of POST /v1/snapshots/{name}/push.
+type PushRequest struct {
+	// Ref is where in a registry: a repository, with a tag or not
+	// (127.0.0.1:5000/sbx/flaky:run-7). A registry on loopback or a private
+	// address is spoken to in plain HTTP (go-containerregistry's rule),
+	// others with TLS; with the credentials of the docker config of sbxd's
+	// user.
+	Ref string `json:"ref"`
+}
+
+// PushResult says where a snapshot went.
+type PushResult struct {
+	// Ref is the pushed artifact by digest (REPO@sha256:...): a pull of it
+	// gets exactly this.
+	Ref string `json:"ref"`
+	// Files and Bytes are what the image holds.
+	Files int   `json:"files"`
+	Bytes int64 `json:"bytes"`
+	// Memory says the artifact carries the memory too.
+	Memory bool `json:"memory"`
+}
+
+// PullRequest is the body of POST /v1/snapshots/pull.
+type PullRequest struct {
+	// Ref is the artifact, by tag or digest.
+	Ref string `json:"ref"`
+	// Name is the name it is recorded under here; "" is the name it had.
+	Name string `json:"name,omitempty"`
+}
+
+// PullResult is the snapshot a pull recorded.
+type PullResult struct {
+	Snapshot Snapshot `json:"snapshot"`
+	// Ref is the artifact pulled, by digest.
+	Ref string `json:"ref"`
+	// PulledBytes came from the registry; the rest of the image's files
+	// were on this node already.
+	PulledBytes int64 `json:"pulledBytes"`
+	// MemoryLeft says why the snapshot is recorded here without the
+	// memory its artifact carries ("" when it carried none): it boots from
+	// its disk.
+	MemoryLeft string `json:"memoryLeft,omitempty"`
+}
+
+// maxRef bounds a registry reference.
+const maxRef = 1024
+
+func checkRef(ref string) error {
+	switch {
+	case ref == "":
+		return Errorf(ErrInvalid, "ref: want a registry reference, like 127.0.0.1:5000/sbx/snaps:run-7")
+	case len(ref) > maxRef:
+		return Errorf(ErrInvalid, "ref: %d bytes, more than %d", len(ref), maxRef)
+	case strings.ContainsAny(ref, " \t\r\n"):
+		return Errorf(ErrInvalid, "ref: %q has blanks", ref)
+	case strings.Contains(ref, "://"):
+		return Errorf(ErrInvalid, "ref: %q: a registry reference has no scheme (127.0.0.1:5000/sbx/snaps:run-7)", ref)
+	}
+	return nil
+}
+
+// Validate checks the request's fields.
+func (r *PushRequest) Validate() error { return checkRef(r.Ref) }
+
+// Validate checks the request's fields.
+func (r *PullRequest) Validate() error { return checkRef(r.Ref) }

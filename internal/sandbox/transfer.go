@@ -1,0 +1,307 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/snapstore"
+	"sbx.dev/sbx/internal/store"
+)
+
+// Snapshots carried between sbxds through an OCI registry (issue 24's
+// portable snapshots, internal/snapstore). A push sends a snapshot's image
+// as it is, memory and all, with a manifest saying what a node must be to
+// restore it. A pull fetches what the node lacks into its content store
+// (DATA_DIR/blobs), puts the image together from it, and records the
+// snapshot: an image nothing names yet is no one's, so a crash before the
+// record leaves only an image dir no record names (removed when sbxd
+// starts again, leftovers.go) and store files no image links (pruned by
+// the next pull or sweep).
+//
+// What does not move yet: the memory. A memory image names the disk its
+// sandbox booted on by that node's absolute path (the annotation
+// dev.gvisor.tar.rootfs.upper, which a restore must present unchanged, and
+// runsc opens), so a pulled snapshot is recorded as a disk snapshot, its
+// memory files left in the registry, and boots from its disk; the pull
+// says so (PullResult.MemoryLeft).
+
+// HostFacts are what a memory image needs of the host it restores on, as a
+// push records them: runsc's digest, the CPU's features and cache line.
+type HostFacts struct {
+	RunscSHA256    string
+	CPUFeatures    []string
+	CacheLineBytes int
+}
+
+// transfers owns the node's content store of pushed and pulled files.
+type transfers struct {
+	// mu keeps pulls and the store's prune apart: a pull's fetched file
+	// is linked by no image until the pull assembles it
+	mu    sync.Mutex
+	store *snapstore.Store
+	opts  []remote.Option
+}
+
+// transferRecord is the part of a snapshot's record its artifact carries
+// for sbxd (the manifest's Record).
+type transferRecord struct {
+	SandboxID string    `json:"sandboxId"`
+	CreatedAt time.Time `json:"createdAt"`
+	CPUs      float64   `json:"cpus,omitempty"`
+	MemLimit  int64     `json:"memLimit,omitempty"`
+	Pids      int       `json:"pids,omitempty"`
+	DiskLimit int64     `json:"diskLimit,omitempty"`
+	Network   string    `json:"network,omitempty"`
+	// Disk is the tar its sandbox booted on, on the node that pushed it,
+	// as its memory image names it.
+	Disk string `json:"disk,omitempty"`
+}
+
+func (m *Manager) transferStore() (*transfers, error) {
+	m.xfer.once.Do(func() {
+		st, err := snapstore.Open(filepath.Join(m.cfg.DataDir, "blobs"))
+		m.xfer.err = err
+		m.xfer.t = &transfers{store: st, opts: append([]remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain)}, m.cfg.RegistryOptions...)}
+	})
+	return m.xfer.t, m.xfer.err
+}
+
+// PushSnapshot pushes snapshot name's image to req.Ref.
+func (m *Manager) PushSnapshot(ctx context.Context, name string, req api.PushRequest) (*api.PushResult, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	sn, err := m.cfg.Store.Snapshot(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if !m.images.isComplete(sn.ID) {
+		return nil, api.Errorf(api.ErrUnavailable, "snapshot %s has no complete image on disk", sn.Name)
+	}
+	t, err := m.transferStore()
+	if err != nil {
+		return nil, err
+	}
+	rec, _ := json.Marshal(transferRecord{SandboxID: sn.SandboxID, CreatedAt: sn.CreatedAt, CPUs: sn.CPUs, MemLimit: sn.MemLimit,
+		Pids: sn.Pids, DiskLimit: sn.DiskLimit, Network: sn.Network, Disk: sn.Disk})
+	man := snapstore.Manifest{Name: sn.Name, Memory: sn.Memory, Template: sn.Template, TemplateVersion: sn.TemplateVersion, Record: rec}
+	if sn.Memory && m.cfg.HostFacts != nil {
+		f, err := m.cfg.HostFacts()
+		if err != nil {
+			return nil, fmt.Errorf("push %s: %w", sn.Name, err)
+		}
+		man.RunscSHA256, man.CPUFeatures, man.CacheLineBytes = f.RunscSHA256, f.CPUFeatures, f.CacheLineBytes
+	}
+	// the node's own marker of a whole image is written by the node that
+	// puts it together
+	skip := func(p string) bool { return p == completeFile }
+	ref, pushed, err := t.store.Push(ctx, req.Ref, m.images.dir(sn.ID), man, skip, t.opts...)
+	if err != nil {
+		return nil, registryError("push", req.Ref, err)
+	}
+	res := &api.PushResult{Ref: ref, Files: len(pushed.Files), Memory: sn.Memory}
+	for _, f := range pushed.Files {
+		res.Bytes += f.Size
+	}
+	m.log.Info("pushed a snapshot", "snapshot", sn.Name, "ref", ref, "files", res.Files, "bytes", res.Bytes)
+	return res, nil
+}
+
+// PullSnapshot pulls the snapshot artifact req.Ref and records it under
+// req.Name (or the name it was pushed with).
+func (m *Manager) PullSnapshot(ctx context.Context, req api.PullRequest) (*api.PullResult, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	t, err := m.transferStore()
+	if err != nil {
+		return nil, err
+	}
+	man, ref, err := snapstore.Fetch(ctx, req.Ref, t.opts...)
+	if err != nil {
+		return nil, registryError("pull", req.Ref, err)
+	}
+	var rec transferRecord
+	if len(man.Record) > 0 {
+		if err := json.Unmarshal(man.Record, &rec); err != nil {
+			return nil, api.Errorf(api.ErrInvalid, "pull %s: its record: %v", req.Ref, err)
+		}
+	}
+	name := req.Name
+	if name == "" {
+		name = man.Name
+	}
+	if err := ValidName(name); err != nil {
+		return nil, err
+	}
+	if taken, err := m.cfg.Store.SnapshotNameTaken(ctx, name); err != nil {
+		return nil, err
+	} else if taken {
+		return nil, api.Errorf(api.ErrConflict, "snapshot name %q is taken here: pull it under another (--name)", name)
+	}
+	// the record is the registry's word: held to what this node takes
+	if err := checkNetwork(rec.Network); err != nil {
+		return nil, api.Errorf(api.ErrInvalid, "pull %s: %v", req.Ref, err)
+	}
+	if checkCPUs(rec.CPUs, runtime.NumCPU()) != nil {
+		rec.CPUs = 0 // more than this host has: its default
+	}
+	if _, _, _, err := m.cfg.Limits.resolve(rec.MemLimit, rec.Pids, rec.DiskLimit, hostMemory()); err != nil {
+		return nil, api.Errorf(api.ErrInvalid, "pull %s: its limits do not fit this node: %v", req.Ref, err)
+	}
+	if !sandboxIDRE.MatchString(rec.SandboxID) {
+		rec.SandboxID = ""
+	} else if _, err := m.cfg.Store.Sandbox(ctx, rec.SandboxID); err == nil {
+		rec.SandboxID = "" // a sandbox of this node's: not the one it was taken of
+	}
+	// the disk's changes are changes to one template version: it must be
+	// here, and stay while the record is made
+	if _, err := m.cfg.Templates.Version(man.TemplateVersion); err != nil {
+		return nil, api.Errorf(api.ErrConflict, "pull %s: it is of template %s at version %s, which this node does not have (%v): import or build that template here first",
+			req.Ref, man.Template, shortVersion(man.TemplateVersion), err)
+	}
+	m.versions.mu.Lock()
+	release := m.versions.takeLocked(man.TemplateVersion)
+	m.versions.mu.Unlock()
+	defer release()
+
+	files := man
+	files.Files = nil
+	var left string
+	for _, f := range man.Files {
+		if man.Memory && (f.Path == memoryDir || strings.HasPrefix(f.Path, memoryDir+"/")) {
+			continue
+		}
+		files.Files = append(files.Files, f)
+	}
+	if !hasFile(files, diskTar) {
+		return nil, api.Errorf(api.ErrInvalid, "pull %s: its image has no %s", req.Ref, diskTar)
+	}
+	if man.Memory {
+		left = "its memory does not move between nodes yet (a memory image names its node's disk by path): it is recorded as a disk snapshot and boots from its disk"
+	}
+	if err := m.checkRoom("pull"); err != nil {
+		return nil, err
+	}
+	img := newID("im_")
+	t.mu.Lock()
+	if _, err := t.store.Prune(); err != nil {
+		m.log.Warn("prune the content store", "err", err)
+	}
+	pulled, err := t.store.Pull(ctx, ref, files, m.images.dir(img), t.opts...)
+	t.mu.Unlock()
+	if err != nil {
+		_ = m.images.remove(img)
+		return nil, registryError("pull", req.Ref, err)
+	}
+	crashPoint("pull:assembled")
+	// a disk capture that cannot be restored is never a success
+	if rec.DiskLimit > 0 {
+		if err := checkDiskTar(m.images.disk(img), rec.DiskLimit); err != nil {
+			_ = m.images.remove(img)
+			return nil, api.Errorf(api.ErrInvalid, "pull %s: %v", req.Ref, err)
+		}
+	}
+	size, err := m.images.complete(img, true)
+	if err != nil {
+		_ = m.images.remove(img)
+		return nil, err
+	}
+	sn := &store.Snapshot{
+		Name: name, ID: img, SandboxID: rec.SandboxID, Template: man.Template, Memory: false,
+		CPUs: rec.CPUs, MemLimit: rec.MemLimit, CreatedAt: m.now(), Size: size,
+		TemplateVersion: man.TemplateVersion, Pids: rec.Pids, DiskLimit: rec.DiskLimit, Network: rec.Network,
+	}
+	err = m.cfg.Store.Update(ctx, func(tx *store.Store) error {
+		if err := tx.CreateSnapshot(ctx, sn); err != nil {
+			return err
+		}
+		// the user's, as a kept snapshot is: no sandbox here holds it
+		return tx.KeepSnapshot(ctx, name)
+	})
+	if err != nil {
+		_ = m.images.remove(img)
+		return nil, err
+	}
+	sn.Kept = true
+	m.log.Info("pulled a snapshot", "snapshot", name, "ref", ref, "pulledBytes", pulled, "memoryLeft", left != "")
+	return &api.PullResult{Snapshot: *snapshotAPI(sn), Ref: ref, PulledBytes: pulled, MemoryLeft: left}, nil
+}
+
+// pruneBlobs removes the content store's files no image links any more
+// (a pulled snapshot deleted), if the store was ever made.
+func (m *Manager) pruneBlobs() {
+	if _, err := os.Stat(filepath.Join(m.cfg.DataDir, "blobs")); err != nil {
+		return
+	}
+	t, err := m.transferStore()
+	if err != nil {
+		return
+	}
+	t.mu.Lock()
+	freed, err := t.store.Prune()
+	t.mu.Unlock()
+	if err != nil {
+		m.log.Warn("prune the content store", "err", err)
+	} else if freed > 0 {
+		m.log.Info("pruned the content store", "bytes", freed)
+	}
+}
+
+// sandboxIDRE is what newID("sb_") makes.
+var sandboxIDRE = regexp.MustCompile(`^sb_[a-z2-7]{10}$`)
+
+func hasFile(m snapstore.Manifest, p string) bool {
+	for _, f := range m.Files {
+		if path.Clean(f.Path) == p {
+			return true
+		}
+	}
+	return false
+}
+
+// registryError says what went wrong talking to a registry: one that does
+// not answer is unavailable; one that refuses names why.
+func registryError(verb, ref string, err error) error {
+	var terr *transport.Error
+	var nerr net.Error
+	switch {
+	case hasKind(err):
+		return err
+	case errors.As(err, &terr):
+		switch terr.StatusCode {
+		case 401, 403:
+			return api.Errorf(api.ErrForbidden, "%s %s: the registry refused: %v (sbxd uses its user's docker config for credentials)", verb, ref, err)
+		case 404:
+			return api.Errorf(api.ErrNotFound, "%s %s: the registry has no such artifact: %v", verb, ref, err)
+		}
+		return api.Errorf(api.ErrUnavailable, "%s %s: the registry answered: %v", verb, ref, err)
+	case errors.As(err, &nerr), strings.Contains(err.Error(), "connection refused"):
+		return api.Errorf(api.ErrUnavailable, "%s %s: the registry does not answer: %v", verb, ref, err)
+	case strings.Contains(err.Error(), "could not parse reference"), strings.Contains(err.Error(), "repository can only contain"):
+		return api.Errorf(api.ErrInvalid, "%s %s: %v", verb, ref, err)
+	}
+	return fmt.Errorf("%s %s: %w", verb, ref, err)
+}
+
+// hasKind reports whether err says already what kind of error it is.
+func hasKind(err error) bool {
+	_, code := api.StatusOf(err)
+	return code != "internal" || errors.Is(err, api.ErrInternal)
+}
