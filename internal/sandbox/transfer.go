@@ -184,11 +184,14 @@ func (m *Manager) PullSnapshot(ctx context.Context, req api.PullRequest) (*api.P
 	files := man
 	files.Files = nil
 	var left string
+	// only disk.tar moves: the memory stays (above), and any other file,
+	// COMPLETE above all, is the registry's and no image's (a COMPLETE
+	// hard-linked from the store would be written through by
+	// images.complete, into the store and every image sharing its inode)
 	for _, f := range man.Files {
-		if man.Memory && (f.Path == memoryDir || strings.HasPrefix(f.Path, memoryDir+"/")) {
-			continue
+		if f.Path == diskTar {
+			files.Files = append(files.Files, f)
 		}
-		files.Files = append(files.Files, f)
 	}
 	if !hasFile(files, diskTar) {
 		return nil, api.Errorf(api.ErrInvalid, "pull %s: its image has no %s", req.Ref, diskTar)
