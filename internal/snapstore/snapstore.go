@@ -105,14 +105,20 @@ func (s *Store) path(d string) (string, error) {
 	return filepath.Join(s.dir, "sha256", hexd), nil
 }
 
-// Has reports whether the store holds the file of digest d.
-func (s *Store) Has(d string) bool {
+// Has reports whether the store holds the file of digest d: a regular
+// file (not a symlink, which a pull would link as it is).
+func (s *Store) Has(d string) bool { return s.holds(d, -1) }
+
+// holds reports whether the store holds the file of digest d, of size
+// bytes (any, if size < 0): a file cut short since it was stored is not
+// the digest's.
+func (s *Store) holds(d string, size int64) bool {
 	p, err := s.path(d)
 	if err != nil {
 		return false
 	}
-	_, err = os.Stat(p)
-	return err == nil
+	fi, err := os.Lstat(p)
+	return err == nil && fi.Mode().IsRegular() && (size < 0 || fi.Size() == size)
 }
 
 // Digests are the digests the store holds, as a node publishes them.
@@ -325,7 +331,7 @@ func (s *Store) Pull(ctx context.Context, ref string, m Manifest, dir string, op
 	opts = append([]remote.Option{remote.WithContext(ctx)}, opts...)
 	var pulled int64
 	for _, f := range m.Files {
-		if s.Has(f.Digest) {
+		if s.holds(f.Digest, f.Size) {
 			continue
 		}
 		d, err := v1.NewHash(f.Digest)
@@ -341,8 +347,10 @@ func (s *Store) Pull(ctx context.Context, ref string, m Manifest, dir string, op
 	if _, err := os.Lstat(dir); err == nil {
 		return pulled, fmt.Errorf("pull: %s exists", dir)
 	}
-	tmp := dir + ".pull"
-	if err := os.RemoveAll(tmp); err != nil {
+	// a temp dir of this pull's own: another pull into dir must not take
+	// (or hand over) a half-made one
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), filepath.Base(dir)+".pull-*")
+	if err != nil {
 		return pulled, err
 	}
 	if err := s.assemble(tmp, m); err != nil {
