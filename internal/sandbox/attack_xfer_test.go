@@ -1,20 +1,29 @@
 package sandbox
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/snapstore"
@@ -57,14 +66,14 @@ func TestAttackXferCompleteAliasesStore(t *testing.T) {
 	defer srv.Close()
 	m, _ := newTestManager(t, time.Hour)
 
-	victim := bytes.Repeat([]byte("victim disk "), 1000)
+	victim := tinyTar(t, "victim", 10000)
 	good := hostilePush(t, srv, "sbx/good:1", map[string][]byte{diskTar: victim})
 	res, err := m.PullSnapshot(ctx, api.PullRequest{Ref: good, Name: "good"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// the hostile artifact: COMPLETE is the victim's disk.tar, by digest
-	evil := hostilePush(t, srv, "sbx/evil:1", map[string][]byte{diskTar: []byte("x"), completeFile: victim})
+	evil := hostilePush(t, srv, "sbx/evil:1", map[string][]byte{diskTar: tinyTar(t, "x", 1), completeFile: victim})
 	_, perr := m.PullSnapshot(ctx, api.PullRequest{Ref: evil, Name: "evil"})
 
 	sn, err := m.cfg.Store.Snapshot(ctx, res.Snapshot.Name)
@@ -92,7 +101,7 @@ func TestAttackXferMemoryFilesOfDiskSnapshot(t *testing.T) {
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	defer srv.Close()
 	m, _ := newTestManager(t, time.Hour)
-	ref := hostilePush(t, srv, "sbx/m:1", map[string][]byte{diskTar: []byte("d"), "memory/checkpoint.img": []byte("c"), "other": []byte("o")})
+	ref := hostilePush(t, srv, "sbx/m:1", map[string][]byte{diskTar: tinyTar(t, "d", 1), "memory/checkpoint.img": []byte("c"), "other": []byte("o")})
 	res, err := m.PullSnapshot(ctx, api.PullRequest{Ref: ref, Name: "m"})
 	if err != nil {
 		t.Fatal(err)
@@ -102,5 +111,82 @@ func TestAttackXferMemoryFilesOfDiskSnapshot(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(m.images.dir(sn.ID), p)); err == nil {
 			t.Errorf("a pulled disk snapshot's image holds %s, which no image of this node has", p)
 		}
+	}
+}
+
+// tinyTar is a disk capture of one file of n bytes.
+func tinyTar(t *testing.T, file string, n int) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	if err := tw.WriteHeader(&tar.Header{Name: file, Mode: 0o644, Size: int64(n), Typeflag: tar.TypeReg}); err != nil {
+		t.Fatal(err)
+	}
+	tw.Write(bytes.Repeat([]byte("v"), n))
+	tw.Close()
+	return b.Bytes()
+}
+
+// TestAttackXferUncheckedDisk: checkDiskTar ran only when the record names
+// a disk limit, so a record without one (the registry's choice) had any
+// bytes recorded as a restorable disk snapshot.
+func TestAttackXferUncheckedDisk(t *testing.T) {
+	ctx := context.Background()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	m, _ := newTestManager(t, time.Hour)
+	ref := hostilePush(t, srv, "sbx/u:1", map[string][]byte{diskTar: bytes.Repeat([]byte("not a tar "), 200)})
+	if _, err := m.PullSnapshot(ctx, api.PullRequest{Ref: ref, Name: "u"}); err == nil {
+		t.Error("a disk.tar that is no tar was pulled as a restorable snapshot")
+	}
+}
+
+type rawMan []byte
+
+func (r rawMan) RawManifest() ([]byte, error)        { return r, nil }
+func (r rawMan) MediaType() (types.MediaType, error) { return types.OCIManifestSchema1, nil }
+
+// TestAttackXferHugeDisk: a manifest declaring a disk.tar of a petabyte is
+// fetched as it comes, up to the declared size: the node's disk fills.
+// It must be refused before a byte of it is asked for.
+func TestAttackXferHugeDisk(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	gets := 0
+	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/sha256:"+strings.Repeat("ab", 32)) {
+			mu.Lock()
+			gets++
+			mu.Unlock()
+		}
+		h.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	m, _ := newTestManager(t, time.Hour)
+	huge := int64(1) << 50
+	dd := "sha256:" + strings.Repeat("ab", 32)
+	cfg, _ := json.Marshal(snapstore.Manifest{Schema: snapstore.Schema, Name: "huge", TemplateVersion: "sha256:" + strings.Repeat("1", 64),
+		Files: []snapstore.File{{Path: diskTar, Size: huge, Digest: dd}}})
+	r, err := name.ParseReference(strings.TrimPrefix(srv.URL, "http://") + "/sbx/huge:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := static.NewLayer(cfg, snapstore.ConfigMediaType)
+	if err := remote.WriteLayer(r.Context(), cl); err != nil {
+		t.Fatal(err)
+	}
+	cd, _ := cl.Digest()
+	raw := fmt.Sprintf(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","artifactType":%q,`+
+		`"config":{"mediaType":%q,"size":%d,"digest":%q},"layers":[{"mediaType":%q,"size":%d,"digest":%q}]}`,
+		snapstore.ArtifactType, snapstore.ConfigMediaType, len(cfg), cd, snapstore.FileMediaType, huge, dd)
+	if err := remote.Put(r, rawMan(raw)); err != nil {
+		t.Fatal(err)
+	}
+	_, perr := m.PullSnapshot(ctx, api.PullRequest{Ref: r.String(), Name: "huge"})
+	mu.Lock()
+	defer mu.Unlock()
+	if perr == nil || gets > 0 {
+		t.Errorf("a disk.tar declared %d bytes: %d GETs of it, pull error %v; want it refused before any GET", huge, gets, perr)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -162,7 +163,8 @@ func (m *Manager) PullSnapshot(ctx context.Context, req api.PullRequest) (*api.P
 	if checkCPUs(rec.CPUs, runtime.NumCPU()) != nil {
 		rec.CPUs = 0 // more than this host has: its default
 	}
-	if _, _, _, err := m.cfg.Limits.resolve(rec.MemLimit, rec.Pids, rec.DiskLimit, hostMemory()); err != nil {
+	_, _, diskLimit, err := m.cfg.Limits.resolve(rec.MemLimit, rec.Pids, rec.DiskLimit, hostMemory())
+	if err != nil {
 		return nil, api.Errorf(api.ErrInvalid, "pull %s: its limits do not fit this node: %v", req.Ref, err)
 	}
 	if !sandboxIDRE.MatchString(rec.SandboxID) {
@@ -196,6 +198,22 @@ func (m *Manager) PullSnapshot(ctx context.Context, req api.PullRequest) (*api.P
 	if !hasFile(files, diskTar) {
 		return nil, api.Errorf(api.ErrInvalid, "pull %s: its image has no %s", req.Ref, diskTar)
 	}
+	// the disk's size is the registry's word too: no more than a sandbox
+	// here may write (a record without a limit: this node's maximum), and
+	// room for it, before a byte of it is taken
+	bound := diskLimit
+	if rec.DiskLimit <= 0 && m.cfg.Limits.MaxDisk > 0 {
+		bound = m.cfg.Limits.MaxDisk
+	}
+	if max := maxDiskTar(bound); max > 0 && files.Files[0].Size > max {
+		return nil, api.Errorf(api.ErrInvalid, "pull %s: its %s is %s, more than a sandbox here may have (%s)", req.Ref, diskTar, fmtBytes(files.Files[0].Size), fmtBytes(max))
+	}
+	var sfs syscall.Statfs_t
+	if syscall.Statfs(m.cfg.DataDir, &sfs) == nil {
+		if free := int64(sfs.Bavail) * sfs.Bsize; files.Files[0].Size > free-minFree {
+			return nil, api.Errorf(api.ErrUnavailable, "pull %s: its %s is %s, and sbxd's data dir %s has %s free: free some space there", req.Ref, diskTar, fmtBytes(files.Files[0].Size), m.cfg.DataDir, fmtBytes(free))
+		}
+	}
 	if man.Memory {
 		left = "its memory does not move between nodes yet (a memory image names its node's disk by path): it is recorded as a disk snapshot and boots from its disk"
 	}
@@ -214,12 +232,11 @@ func (m *Manager) PullSnapshot(ctx context.Context, req api.PullRequest) (*api.P
 		return nil, registryError("pull", req.Ref, err)
 	}
 	crashPoint("pull:assembled")
-	// a disk capture that cannot be restored is never a success
-	if rec.DiskLimit > 0 {
-		if err := checkDiskTar(m.images.disk(img), rec.DiskLimit); err != nil {
-			_ = m.images.remove(img)
-			return nil, api.Errorf(api.ErrInvalid, "pull %s: %v", req.Ref, err)
-		}
+	// a disk capture that cannot be restored is never a success: checked
+	// whether or not the record names a limit (the registry's choice)
+	if err := checkDiskTar(m.images.disk(img), rec.DiskLimit); err != nil {
+		_ = m.images.remove(img)
+		return nil, api.Errorf(api.ErrInvalid, "pull %s: %v", req.Ref, err)
 	}
 	size, err := m.images.complete(img, true)
 	if err != nil {
