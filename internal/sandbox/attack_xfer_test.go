@@ -46,7 +46,7 @@ func hostilePush(t *testing.T, srv *httptest.Server, repo string, files map[stri
 		t.Fatal(err)
 	}
 	ref, _, err := st.Push(context.Background(), strings.TrimPrefix(srv.URL, "http://")+"/"+repo, dir,
-		snapstore.Manifest{Name: "evil", TemplateVersion: "sha256:" + strings.Repeat("1", 64)}, nil)
+		snapstore.Manifest{Name: "evil", Template: "tiny", TemplateVersion: "sha256:" + strings.Repeat("1", 64)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestAttackXferHugeDisk(t *testing.T) {
 	m, _ := newTestManager(t, time.Hour)
 	huge := int64(1) << 50
 	dd := "sha256:" + strings.Repeat("ab", 32)
-	cfg, _ := json.Marshal(snapstore.Manifest{Schema: snapstore.Schema, Name: "huge", TemplateVersion: "sha256:" + strings.Repeat("1", 64),
+	cfg, _ := json.Marshal(snapstore.Manifest{Schema: snapstore.Schema, Name: "huge", Template: "tiny", TemplateVersion: "sha256:" + strings.Repeat("1", 64),
 		Files: []snapstore.File{{Path: diskTar, Size: huge, Digest: dd}}})
 	r, err := name.ParseReference(strings.TrimPrefix(srv.URL, "http://") + "/sbx/huge:1")
 	if err != nil {
@@ -188,5 +188,26 @@ func TestAttackXferHugeDisk(t *testing.T) {
 	defer mu.Unlock()
 	if perr == nil || gets > 0 {
 		t.Errorf("a disk.tar declared %d bytes: %d GETs of it, pull error %v; want it refused before any GET", huge, gets, perr)
+	}
+}
+
+// TestAttackXferTemplateName: the manifest's template name was recorded
+// as the registry sent it (escapes, newlines, anything), though only its
+// version was checked.
+func TestAttackXferTemplateName(t *testing.T) {
+	ctx := context.Background()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	m, _ := newTestManager(t, time.Hour)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, diskTar), tinyTar(t, "a", 1), 0o600)
+	st, _ := snapstore.Open(t.TempDir())
+	ref, _, err := st.Push(ctx, strings.TrimPrefix(srv.URL, "http://")+"/sbx/tn:1", dir,
+		snapstore.Manifest{Name: "tn", Template: "\x1b[2J../../evil\n", TemplateVersion: "sha256:" + strings.Repeat("1", 64)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := m.PullSnapshot(ctx, api.PullRequest{Ref: ref}); err == nil {
+		t.Errorf("a pull recorded template name %q", res.Snapshot.Template)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/snapstore"
 	"sbx.dev/sbx/internal/store"
+	"sbx.dev/sbx/internal/template"
 )
 
 // Snapshots carried between sbxds through an OCI registry (issue 24's
@@ -171,6 +172,11 @@ func (m *Manager) PullSnapshot(ctx context.Context, req api.PullRequest) (*api.P
 		rec.SandboxID = ""
 	} else if _, err := m.cfg.Store.Sandbox(ctx, rec.SandboxID); err == nil {
 		rec.SandboxID = "" // a sandbox of this node's: not the one it was taken of
+	}
+	// the template's name is the registry's word: shown in every listing
+	// and event of the snapshot and its sandboxes
+	if err := template.ValidName(man.Template); err != nil {
+		return nil, api.Errorf(api.ErrInvalid, "pull %s: %v", req.Ref, err)
 	}
 	// the disk's changes are changes to one template version: it must be
 	// here, and stay while the record is made
