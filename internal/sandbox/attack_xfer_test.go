@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -209,5 +210,41 @@ func TestAttackXferTemplateName(t *testing.T) {
 	}
 	if res, err := m.PullSnapshot(ctx, api.PullRequest{Ref: ref}); err == nil {
 		t.Errorf("a pull recorded template name %q", res.Snapshot.Template)
+	}
+}
+
+// TestAttackXferRedirectLeak: a registry may redirect a blob GET anywhere
+// the node reaches (a loopback service, a metadata endpoint), and the raw
+// body of a refusal there came back in the pull's error, to sbxd's client.
+func TestAttackXferRedirectLeak(t *testing.T) {
+	ctx := context.Background()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	m, _ := newTestManager(t, time.Hour)
+	disk := tinyTar(t, "a", 10)
+	ref := hostilePush(t, srv, "sbx/rd:1", map[string][]byte{diskTar: disk})
+	internal := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		http.Error(w, "SECRET-TOKEN-of-the-node", http.StatusForbidden)
+	}))
+	defer internal.Close()
+	hex := strings.TrimPrefix(sha(disk), "sha256:")
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if strings.Contains(req.URL.Path, hex) {
+			http.Redirect(w, req, internal.URL+"/latest/meta-data/iam?x=1", http.StatusTemporaryRedirect)
+			return
+		}
+		http.Redirect(w, req, srv.URL+req.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	defer evil.Close()
+	ref = strings.Replace(ref, strings.TrimPrefix(srv.URL, "http://"), strings.TrimPrefix(evil.URL, "http://"), 1)
+	_, err := m.PullSnapshot(ctx, api.PullRequest{Ref: ref, Name: "rd"})
+	if err == nil {
+		t.Fatal("the pull succeeded")
+	}
+	if strings.Contains(err.Error(), "SECRET-TOKEN") {
+		t.Errorf("a redirected blob GET's refusal reads back in the error: %v", err)
+	}
+	if !errors.Is(err, api.ErrForbidden) {
+		t.Errorf("the error %v lost its kind", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path"
 	"path/filepath"
@@ -311,6 +312,7 @@ func registryError(verb, ref string, err error) error {
 	case hasKind(err):
 		return err
 	case errors.As(err, &terr):
+		err = scrubRegistryError(err, terr)
 		switch terr.StatusCode {
 		case 401, 403:
 			return api.Errorf(api.ErrForbidden, "%s %s: the registry refused: %v (sbxd uses its user's docker config for credentials)", verb, ref, err)
@@ -324,6 +326,22 @@ func registryError(verb, ref string, err error) error {
 		return api.Errorf(api.ErrInvalid, "%s %s: %v", verb, ref, err)
 	}
 	return fmt.Errorf("%s %s: %w", verb, ref, err)
+}
+
+// scrubRegistryError drops the raw body of a refusal that is no registry's
+// (no structured errors): a registry may redirect a GET anywhere the node
+// reaches, and what a service there says is not the client's to read.
+func scrubRegistryError(err error, terr *transport.Error) error {
+	if len(terr.Errors) > 0 {
+		return err
+	}
+	bare := fmt.Sprintf("unexpected status code %d %s", terr.StatusCode, http.StatusText(terr.StatusCode))
+	if terr.Request != nil {
+		u := *terr.Request.URL
+		u.RawQuery, u.User, u.Fragment = "", nil, ""
+		bare = fmt.Sprintf("%s %s: %s", terr.Request.Method, u.String(), bare)
+	}
+	return errors.New(strings.Replace(err.Error(), terr.Error(), bare, 1))
 }
 
 // hasKind reports whether err says already what kind of error it is.
