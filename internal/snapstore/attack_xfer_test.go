@@ -176,3 +176,14 @@ func TestAttackXferHang(t *testing.T) {
 		t.Errorf("the hung pull left %d entries in the store", len(ents))
 	}
 }
+
+// TestAttackXferPullNewParent: a pull into a dir whose parent is not made
+// yet still works (the temp dir is made beside it).
+func TestAttackXferPullNewParent(t *testing.T) {
+	r := newReg(t)
+	ref, m := pushed(t, r, "sbx/np:1", map[string][]byte{"disk.tar": []byte("d")})
+	b, _ := Open(t.TempDir())
+	if _, err := b.Pull(context.Background(), ref, m, filepath.Join(t.TempDir(), "a", "b", "im")); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -349,6 +349,9 @@ func (s *Store) Pull(ctx context.Context, ref string, m Manifest, dir string, op
 	}
 	// a temp dir of this pull's own: another pull into dir must not take
 	// (or hand over) a half-made one
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return pulled, err
+	}
 	tmp, err := os.MkdirTemp(filepath.Dir(dir), filepath.Base(dir)+".pull-*")
 	if err != nil {
 		return pulled, err
