@@ -248,3 +248,57 @@ func TestAttackXferRedirectLeak(t *testing.T) {
 		t.Errorf("the error %v lost its kind", err)
 	}
 }
+
+// TestAttackXferSlowPullStallsSweep: a pull holds the content store's lock
+// while it fetches, so a registry that stops mid-blob (and a client that
+// keeps its request open) stalls every other pull past its own context,
+// and the sweep (pruneBlobs), and with it the rest of the node's GC.
+func TestAttackXferSlowPullStallsSweep(t *testing.T) {
+	ctx := context.Background()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	m, _ := newTestManager(t, time.Hour)
+	slowDisk := tinyTar(t, "slow", 64<<10)
+	slow := hostilePush(t, srv, "sbx/slow:1", map[string][]byte{diskTar: slowDisk})
+	fast := hostilePush(t, srv, "sbx/fast:1", map[string][]byte{diskTar: tinyTar(t, "fast", 10)})
+	hex := strings.TrimPrefix(sha(slowDisk), "sha256:")
+	release := make(chan struct{})
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if strings.Contains(req.URL.Path, hex) && req.Method == http.MethodGet {
+			w.Header().Set("Content-Length", fmt.Sprint(len(slowDisk)))
+			w.WriteHeader(200)
+			w.Write(slowDisk[:1000])
+			w.(http.Flusher).Flush()
+			select {
+			case <-req.Context().Done():
+			case <-release:
+			}
+			return
+		}
+		http.Redirect(w, req, srv.URL+req.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	defer hang.Close()
+	slow = strings.Replace(slow, strings.TrimPrefix(srv.URL, "http://"), strings.TrimPrefix(hang.URL, "http://"), 1)
+	sctx, cancel := context.WithCancel(ctx)
+	slowDone := make(chan error, 1)
+	go func() { _, err := m.PullSnapshot(sctx, api.PullRequest{Ref: slow, Name: "slow"}); slowDone <- err }()
+	defer func() { cancel(); close(release); <-slowDone }()
+	time.Sleep(500 * time.Millisecond) // the slow pull is mid-blob
+
+	swept := make(chan struct{})
+	go func() { m.pruneBlobs(); close(swept) }()
+	select {
+	case <-swept:
+	case <-time.After(3 * time.Second):
+		t.Error("the sweep's prune waits on a pull that a registry holds")
+	}
+	fctx, fcancel := context.WithTimeout(ctx, time.Second)
+	defer fcancel()
+	fastDone := make(chan error, 1)
+	go func() { _, err := m.PullSnapshot(fctx, api.PullRequest{Ref: fast, Name: "fast"}); fastDone <- err }()
+	select {
+	case <-fastDone:
+	case <-time.After(4 * time.Second):
+		t.Error("a pull with a 1 s context waits past it on another's registry")
+	}
+}

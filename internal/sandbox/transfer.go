@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -54,9 +53,12 @@ type HostFacts struct {
 
 // transfers owns the node's content store of pushed and pulled files.
 type transfers struct {
-	// mu keeps pulls and the store's prune apart: a pull's fetched file
-	// is linked by no image until the pull assembles it
-	mu    sync.Mutex
+	// sem (one slot) keeps pulls and the store's prune apart: a pull's
+	// fetched file is linked by no image until the pull assembles it. A
+	// channel, not a mutex: a pull holds it while a registry sends, as
+	// long as that takes, so another pull waits only as long as its own
+	// context, and the sweep's prune not at all
+	sem   chan struct{}
 	store *snapstore.Store
 	opts  []remote.Option
 }
@@ -80,7 +82,7 @@ func (m *Manager) transferStore() (*transfers, error) {
 	m.xfer.once.Do(func() {
 		st, err := snapstore.Open(filepath.Join(m.cfg.DataDir, "blobs"))
 		m.xfer.err = err
-		m.xfer.t = &transfers{store: st, opts: append([]remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain)}, m.cfg.RegistryOptions...)}
+		m.xfer.t = &transfers{sem: make(chan struct{}, 1), store: st, opts: append([]remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain)}, m.cfg.RegistryOptions...)}
 	})
 	return m.xfer.t, m.xfer.err
 }
@@ -228,12 +230,16 @@ func (m *Manager) PullSnapshot(ctx context.Context, req api.PullRequest) (*api.P
 		return nil, err
 	}
 	img := newID("im_")
-	t.mu.Lock()
+	select {
+	case t.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("pull %s: waiting for another pull: %w", req.Ref, ctx.Err())
+	}
 	if _, err := t.store.Prune(); err != nil {
 		m.log.Warn("prune the content store", "err", err)
 	}
 	pulled, err := t.store.Pull(ctx, ref, files, m.images.dir(img), t.opts...)
-	t.mu.Unlock()
+	<-t.sem
 	if err != nil {
 		_ = m.images.remove(img)
 		return nil, registryError("pull", req.Ref, err)
@@ -281,9 +287,13 @@ func (m *Manager) pruneBlobs() {
 	if err != nil {
 		return
 	}
-	t.mu.Lock()
+	select {
+	case t.sem <- struct{}{}:
+	default:
+		return // a pull is under way, and prunes before it takes anything
+	}
 	freed, err := t.store.Prune()
-	t.mu.Unlock()
+	<-t.sem
 	if err != nil {
 		m.log.Warn("prune the content store", "err", err)
 	} else if freed > 0 {
