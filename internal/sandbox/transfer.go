@@ -218,7 +218,7 @@ func (m *Manager) PullSnapshot(ctx context.Context, req api.PullRequest) (*api.P
 		return nil, api.Errorf(api.ErrInvalid, "pull %s: its %s is %s, more than a sandbox here may have (%s)", req.Ref, diskTar, fmtBytes(files.Files[0].Size), fmtBytes(max))
 	}
 	var sfs syscall.Statfs_t
-	if syscall.Statfs(m.cfg.DataDir, &sfs) == nil {
+	if !t.store.Has(files.Files[0].Digest) && syscall.Statfs(m.cfg.DataDir, &sfs) == nil {
 		if free := int64(sfs.Bavail) * sfs.Bsize; files.Files[0].Size > free-minFree {
 			return nil, api.Errorf(api.ErrUnavailable, "pull %s: its %s is %s, and sbxd's data dir %s has %s free: free some space there", req.Ref, diskTar, fmtBytes(files.Files[0].Size), m.cfg.DataDir, fmtBytes(free))
 		}
