@@ -10,8 +10,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
 // pushed pushes files and fetches the manifest back.
@@ -185,5 +188,52 @@ func TestAttackXferPullNewParent(t *testing.T) {
 	b, _ := Open(t.TempDir())
 	if _, err := b.Pull(context.Background(), ref, m, filepath.Join(t.TempDir(), "a", "b", "im")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAttackXferPushSpecial: a symlink or a fifo in the pushed directory is
+// refused, not followed or read.
+func TestAttackXferPushSpecial(t *testing.T) {
+	r := newReg(t)
+	a, _ := Open(t.TempDir())
+	for _, mk := range []func(dir string) error{
+		func(dir string) error { return os.Symlink("/etc/passwd", filepath.Join(dir, "disk.tar")) },
+		func(dir string) error { return os.Symlink("/etc", filepath.Join(dir, "memory")) },
+		func(dir string) error { return syscall.Mkfifo(filepath.Join(dir, "disk.tar"), 0o600) },
+	} {
+		dir := t.TempDir()
+		if err := mk(dir); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if _, _, err := a.Push(ctx, r.ref("sbx/sp:1"), dir, Manifest{Name: "x"}, nil); err == nil {
+			t.Errorf("a push of %s succeeded", dir)
+		}
+		cancel()
+	}
+}
+
+// TestAttackXferOddPaths: paths check lets through are linked inside the
+// image or refused, never outside it.
+func TestAttackXferOddPaths(t *testing.T) {
+	r := newReg(t)
+	ref, m := pushed(t, r, "sbx/op:1", map[string][]byte{"disk.tar": []byte("d")})
+	b, _ := Open(t.TempDir())
+	h, _ := v1.NewHash(m.Files[0].Digest)
+	layers := []v1.Descriptor{{MediaType: FileMediaType, Digest: h, Size: m.Files[0].Size}}
+	for _, p := range []string{"a\x00/../../x", "x/", "./x", "a/./b", strings.Repeat("a", 300), "…/..", "..a", "a..", "\u202e.."} {
+		bad := Manifest{Schema: Schema, Files: []File{{Path: p, Size: m.Files[0].Size, Digest: m.Files[0].Digest}}}
+		if bad.check(layers) != nil {
+			continue
+		}
+		root := t.TempDir()
+		dst := filepath.Join(root, "in", "im")
+		b.Pull(context.Background(), ref, bad, dst)
+		filepath.WalkDir(root, func(q string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && !strings.HasPrefix(q, dst+string(filepath.Separator)) {
+				t.Errorf("path %q put %s outside the image", p, q)
+			}
+			return nil
+		})
 	}
 }
