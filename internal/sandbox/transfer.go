@@ -247,7 +247,7 @@ func (m *Manager) PullSnapshot(ctx context.Context, req api.PullRequest) (*api.P
 	crashPoint("pull:assembled")
 	// a disk capture that cannot be restored is never a success: checked
 	// whether or not the record names a limit (the registry's choice)
-	if err := checkDiskTar(m.images.disk(img), rec.DiskLimit); err != nil {
+	if err := checkDiskTar(m.images.disk(img), diskLimit); err != nil {
 		_ = m.images.remove(img)
 		return nil, api.Errorf(api.ErrInvalid, "pull %s: %v", req.Ref, err)
 	}
