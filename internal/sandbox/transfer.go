@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path"
 	"path/filepath"
@@ -345,7 +344,7 @@ func scrubRegistryError(err error, terr *transport.Error) error {
 	if len(terr.Errors) > 0 {
 		return err
 	}
-	bare := fmt.Sprintf("unexpected status code %d %s", terr.StatusCode, http.StatusText(terr.StatusCode))
+	bare := fmt.Sprintf("unexpected status code %d", terr.StatusCode)
 	if terr.Request != nil {
 		u := *terr.Request.URL
 		u.RawQuery, u.User, u.Fragment = "", nil, ""
