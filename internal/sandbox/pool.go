@@ -60,6 +60,8 @@ type poolHost interface {
 	create(ctx context.Context, req api.CreateRequest) (*api.Sandbox, error)
 	delete(ctx context.Context, id string) error
 	tryClaim(id, op string) (release func(), ok bool)
+	// claim waits for sandbox id's claim until ctx ends
+	claim(ctx context.Context, id, op string) (release func(), err error)
 	templateVersion(name string) (string, error)
 	// poolKey names the pool that would serve a create of template
 	// with req's limits
@@ -81,6 +83,9 @@ func (h managerPoolHost) delete(ctx context.Context, id string) error {
 	return h.m.deletePooled(ctx, id)
 }
 func (h managerPoolHost) tryClaim(id, op string) (func(), bool) { return h.m.claims.tryClaim(id, op) }
+func (h managerPoolHost) claim(ctx context.Context, id, op string) (func(), error) {
+	return h.m.claims.claim(ctx, id, op)
+}
 func (h managerPoolHost) templateVersion(name string) (string, error) {
 	t, err := h.m.cfg.Templates.Resolve(name)
 	return t.Version, err
@@ -90,6 +95,9 @@ func (h managerPoolHost) poolKey(template string, req api.CreateRequest) (string
 }
 func (h managerPoolHost) toAPI(sb *store.Sandbox) *api.Sandbox { return h.m.toAPI(sb) }
 func (h managerPoolHost) now() time.Time                       { return h.m.now() }
+
+// takeClaimWait is how long a take waits for a pooled sandbox's claim.
+const takeClaimWait = 250 * time.Millisecond
 
 // MaxWarm bounds one pool: each sandbox holds its memory.
 const MaxWarm = 64
@@ -229,13 +237,19 @@ func (p *poolOwner) take(ctx context.Context, template string, req api.CreateReq
 		if sb.TemplateVersion != version {
 			continue // stale: the fill removes it
 		}
-		release, ok := p.host.tryClaim(sb.ID, "create")
-		if !ok {
-			continue // being taken by another create, or removed
+		// its claim may be held a moment still: by the pool's own boot,
+		// which records it ready before it returns (CI's
+		// TestWarmPoolLimits took that for a busy one, and booted), or by
+		// another take, after which it is no longer the pool's
+		cctx, cancel := context.WithTimeout(ctx, takeClaimWait)
+		release, err := p.host.claim(cctx, sb.ID, "create")
+		cancel()
+		if err != nil {
+			continue // being taken or removed: the next
 		}
 		now := p.host.now()
 		meta := maps.Clone(req.Meta)
-		err := p.host.Update(ctx, func(tx *store.Store) error {
+		err = p.host.Update(ctx, func(tx *store.Store) error {
 			if err := tx.TakePooled(ctx, sb.ID, req.Name, req.TTL.D(), meta, now); err != nil {
 				return err
 			}
