@@ -50,8 +50,10 @@ func newSnapshotPullCmd(e *env) *cobra.Command {
 			"verifies every file against its digest, and records it under its own name, or\n" +
 			"--name. Files this node holds already (another pull of the same disk) are not\n" +
 			"fetched again. The snapshot is of a template version: this node must have it.\n" +
-			"A snapshot's memory does not move between nodes yet: one pushed with memory is\n" +
-			"recorded as a disk snapshot here, and says so.",
+			"A snapshot pushed with memory keeps it where this node can restore it (the same\n" +
+			"runsc build, a CPU with the image's features and cache line): a sandbox made\n" +
+			"from it here has the processes and memory it had. Elsewhere it is recorded as a\n" +
+			"disk snapshot, and the pull says why.",
 		Example: "  sbx snapshot pull 127.0.0.1:5000/sbx/flaky:run-7\n  sbx new --from flaky-1",
 		Args:    exactArgs(1, "a registry reference"),
 		RunE: func(cmd *cobra.Command, args []string) error {

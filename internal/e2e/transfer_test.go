@@ -76,6 +76,7 @@ func TestSnapshotPushPull(t *testing.T) {
 	marker := "moved-" + randHex(4)
 	a.must(t, "exec", id, "--", "sh", "-c", "echo "+marker+" > /kept.txt && mkdir -p /deep/er && echo x > /deep/er/f")
 	a.must(t, "snapshot", id, "disk-"+marker)
+	h := startHolderTiny(t, a, id) // a process and its memory, for the memory snapshot
 	a.must(t, "snapshot", id, "mem-"+marker, "--memory")
 
 	var pushed api.PushResult
@@ -112,25 +113,31 @@ func TestSnapshotPushPull(t *testing.T) {
 		t.Errorf("a refused pull left %d image dirs", n-before)
 	}
 
-	// with memory: pushed whole, recorded here as a disk snapshot
+	// with memory: pushed whole, pulled whole, restored on the other node
+	// with its processes and their memory (a restore names the pulling
+	// node's own disk: gVisor patch 07)
 	var mp api.PushResult
 	a.jsonOut(t, &mp, "snapshot", "push", "mem-"+marker, reg+"/sbx/e2e:mem")
 	if !mp.Memory || mp.Files <= pushed.Files {
 		t.Errorf("the push of a memory snapshot said %+v, want memory and more files than the disk's %d", mp, pushed.Files)
 	}
-	r := b.sbx(t, "snapshot", "pull", reg+"/sbx/e2e:mem")
-	if r.code != 0 || !strings.Contains(r.stderr, "memory does not move") {
-		t.Fatalf("the pull of a memory snapshot: exit %d %q %q, want it recorded saying its memory stays", r.code, r.stdout, r.stderr)
-	}
-	var info struct{ Snapshot *api.Snapshot }
-	b.jsonOut(t, &info, "snapshot", "info", "mem-"+marker)
-	if info.Snapshot == nil || info.Snapshot.Memory || !info.Snapshot.Kept {
-		t.Errorf("the memory snapshot pulled is recorded as %+v, want kept, without memory", info.Snapshot)
+	var mpull api.PullResult
+	b.jsonOut(t, &mpull, "snapshot", "pull", reg+"/sbx/e2e:mem")
+	if !mpull.Snapshot.Memory || mpull.MemoryLeft != "" || !mpull.Snapshot.Kept {
+		t.Fatalf("the pull of a memory snapshot said %+v, want it recorded kept, with its memory", mpull)
 	}
 	m := b.newSandbox(t, "--from", "mem-"+marker)
+	checkMemory(t, b, m, h)
 	if got := strings.TrimSpace(b.must(t, "exec", m, "--", "cat", "/kept.txt")); got != marker {
 		t.Errorf("a sandbox from the pulled memory snapshot reads %q, want %q", got, marker)
 	}
+	checkNetwork(t, b, m, false)
+	if mi := b.info(t, m); !mi.MemoryRestored {
+		t.Errorf("the sandbox from the pulled memory snapshot says memoryRestored false: %+v", mi)
+	}
+	// a second sandbox from it: the image and its disk are this node's
+	m2 := b.newSandbox(t, "--from", "mem-"+marker)
+	checkMemory(t, b, m2, h)
 
 	// bad input, each refused saying why
 	for _, tc := range []struct {

@@ -34,6 +34,12 @@ import (
 // registry may hold any artifact) and returns its ref.
 func hostilePush(t *testing.T, srv *httptest.Server, repo string, files map[string][]byte) string {
 	t.Helper()
+	return hostilePushManifest(t, srv, repo, files, snapstore.Manifest{Name: "evil", Template: "tiny", TemplateVersion: "sha256:" + strings.Repeat("1", 64)})
+}
+
+// hostilePushManifest is hostilePush with a manifest of the caller's.
+func hostilePushManifest(t *testing.T, srv *httptest.Server, repo string, files map[string][]byte, man snapstore.Manifest) string {
+	t.Helper()
 	dir := t.TempDir()
 	for p, b := range files {
 		full := filepath.Join(dir, filepath.FromSlash(p))
@@ -46,8 +52,7 @@ func hostilePush(t *testing.T, srv *httptest.Server, repo string, files map[stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, _, err := st.Push(context.Background(), strings.TrimPrefix(srv.URL, "http://")+"/"+repo, dir,
-		snapstore.Manifest{Name: "evil", Template: "tiny", TemplateVersion: "sha256:" + strings.Repeat("1", 64)}, nil)
+	ref, _, err := st.Push(context.Background(), strings.TrimPrefix(srv.URL, "http://")+"/"+repo, dir, man, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -35,12 +36,14 @@ import (
 // starts again, leftovers.go) and store files no image links (pruned by
 // the next pull or sweep).
 //
-// What does not move yet: the memory. A memory image names the disk its
-// sandbox booted on by that node's absolute path (the annotation
-// dev.gvisor.tar.rootfs.upper, which a restore must present unchanged, and
-// runsc opens), so a pulled snapshot is recorded as a disk snapshot, its
-// memory files left in the registry, and boots from its disk; the pull
-// says so (PullResult.MemoryLeft).
+// The memory moves where it can be restored (memoryFits: the same runsc
+// build, a CPU with the image's features and cache line); elsewhere a pulled
+// snapshot is recorded as a disk snapshot, its memory files left in the
+// registry, and the pull says why (PullResult.MemoryLeft). A memory image
+// names the disk its sandbox booted on by the pushing node's path (the
+// annotation dev.gvisor.tar.rootfs.upper); a restore does not read that
+// tar, and patched runsc lets it be another path (gVisor patch 07), so the
+// pulling node names a disk of its own.
 
 // HostFacts are what a memory image needs of the host it restores on, as a
 // push records them: runsc's digest, the CPU's features and cache line.
@@ -73,7 +76,7 @@ type transferRecord struct {
 	DiskLimit int64     `json:"diskLimit,omitempty"`
 	Network   string    `json:"network,omitempty"`
 	// Disk is the tar its sandbox booted on, on the node that pushed it,
-	// as its memory image names it.
+	// as its memory image names it: a pull names a disk of its own.
 	Disk string `json:"disk,omitempty"`
 }
 
@@ -166,7 +169,7 @@ func (m *Manager) PullSnapshot(ctx context.Context, req api.PullRequest) (*api.P
 	if checkCPUs(rec.CPUs, runtime.NumCPU()) != nil {
 		rec.CPUs = 0 // more than this host has: its default
 	}
-	_, _, diskLimit, err := m.cfg.Limits.resolve(rec.MemLimit, rec.Pids, rec.DiskLimit, hostMemory())
+	memLimit, _, diskLimit, err := m.cfg.Limits.resolve(rec.MemLimit, rec.Pids, rec.DiskLimit, hostMemory())
 	if err != nil {
 		return nil, api.Errorf(api.ErrInvalid, "pull %s: its limits do not fit this node: %v", req.Ref, err)
 	}
@@ -191,20 +194,36 @@ func (m *Manager) PullSnapshot(ctx context.Context, req api.PullRequest) (*api.P
 	m.versions.mu.Unlock()
 	defer release()
 
+	// The disk moves always; the memory where this node can restore it
+	// (memoryFits). Any other file, COMPLETE above all, is the registry's
+	// and no image's: a COMPLETE hard-linked from the store would be
+	// written through by images.complete, into the store and every image
+	// sharing its inode.
+	left := ""
+	memory := man.Memory
+	if memory {
+		if left = m.memoryFits(man); left != "" {
+			memory = false
+		}
+	}
 	files := man
 	files.Files = nil
-	var left string
-	// only disk.tar moves: the memory stays (above), and any other file,
-	// COMPLETE above all, is the registry's and no image's (a COMPLETE
-	// hard-linked from the store would be written through by
-	// images.complete, into the store and every image sharing its inode)
+	var memBytes int64
 	for _, f := range man.Files {
-		if f.Path == diskTar {
+		p := path.Clean(f.Path)
+		switch {
+		case p == diskTar:
+			files.Files = append([]snapstore.File{f}, files.Files...) // first: checked below
+		case memory && path.Dir(p) == memoryDir && p != memoryDir+"/"+completeFile:
 			files.Files = append(files.Files, f)
+			memBytes += f.Size
 		}
 	}
 	if !hasFile(files, diskTar) {
 		return nil, api.Errorf(api.ErrInvalid, "pull %s: its image has no %s", req.Ref, diskTar)
+	}
+	if memory && memBytes == 0 {
+		return nil, api.Errorf(api.ErrInvalid, "pull %s: it says it holds memory, and its image has no %s files", req.Ref, memoryDir)
 	}
 	// the disk's size is the registry's word too: no more than a sandbox
 	// here may write (a record without a limit: this node's maximum), and
@@ -216,14 +235,24 @@ func (m *Manager) PullSnapshot(ctx context.Context, req api.PullRequest) (*api.P
 	if max := maxDiskTar(bound); max > 0 && files.Files[0].Size > max {
 		return nil, api.Errorf(api.ErrInvalid, "pull %s: its %s is %s, more than a sandbox here may have (%s)", req.Ref, diskTar, fmtBytes(files.Files[0].Size), fmtBytes(max))
 	}
-	var sfs syscall.Statfs_t
-	if !t.store.Has(files.Files[0].Digest) && syscall.Statfs(m.cfg.DataDir, &sfs) == nil {
-		if free := int64(sfs.Bavail) * sfs.Bsize; files.Files[0].Size > free-minFree {
-			return nil, api.Errorf(api.ErrUnavailable, "pull %s: its %s is %s, and sbxd's data dir %s has %s free: free some space there", req.Ref, diskTar, fmtBytes(files.Files[0].Size), m.cfg.DataDir, fmtBytes(free))
+	// and the memory's: no more than the sandbox's memory limit holds,
+	// with room for the kernel's own state
+	if memory {
+		if err := checkMemoryImage(memBytes, memLimit); err != nil {
+			return nil, api.Errorf(api.ErrInvalid, "pull %s: %v", req.Ref, err)
 		}
 	}
-	if man.Memory {
-		left = "its memory does not move between nodes yet (a memory image names its node's disk by path): it is recorded as a disk snapshot and boots from its disk"
+	var need int64
+	for _, f := range files.Files {
+		if !t.store.Has(f.Digest) {
+			need += f.Size
+		}
+	}
+	var sfs syscall.Statfs_t
+	if need > 0 && syscall.Statfs(m.cfg.DataDir, &sfs) == nil {
+		if free := int64(sfs.Bavail) * sfs.Bsize; need > free-minFree {
+			return nil, api.Errorf(api.ErrUnavailable, "pull %s: it needs %s here, and sbxd's data dir %s has %s free: free some space there", req.Ref, fmtBytes(need), m.cfg.DataDir, fmtBytes(free))
+		}
 	}
 	if err := m.checkRoom("pull"); err != nil {
 		return nil, err
@@ -255,8 +284,18 @@ func (m *Manager) PullSnapshot(ctx context.Context, req api.PullRequest) (*api.P
 		_ = m.images.remove(img)
 		return nil, err
 	}
+	// A memory image's restore names a disk (the rootfs upper tar), which
+	// it does not read (gVisor patch 07 lets it be another path than the
+	// pushing node's): this node's own, made from the image's disk.
+	var disk string
+	if memory {
+		if disk, err = m.storage.newDisk(m.images.disk(img)); err != nil {
+			_ = m.images.remove(img)
+			return nil, fmt.Errorf("pull %s: %w", req.Ref, err)
+		}
+	}
 	sn := &store.Snapshot{
-		Name: name, ID: img, SandboxID: rec.SandboxID, Template: man.Template, Memory: false,
+		Name: name, ID: img, SandboxID: rec.SandboxID, Template: man.Template, Memory: memory, Disk: disk,
 		CPUs: rec.CPUs, MemLimit: rec.MemLimit, CreatedAt: m.now(), Size: size,
 		TemplateVersion: man.TemplateVersion, Pids: rec.Pids, DiskLimit: rec.DiskLimit, Network: rec.Network,
 	}
@@ -269,10 +308,11 @@ func (m *Manager) PullSnapshot(ctx context.Context, req api.PullRequest) (*api.P
 	})
 	if err != nil {
 		_ = m.images.remove(img)
+		m.storage.releaseDisk(context.WithoutCancel(ctx), disk)
 		return nil, err
 	}
 	sn.Kept = true
-	m.log.Info("pulled a snapshot", "snapshot", name, "ref", ref, "pulledBytes", pulled, "memoryLeft", left != "")
+	m.log.Info("pulled a snapshot", "snapshot", name, "ref", ref, "pulledBytes", pulled, "memory", memory, "memoryLeft", left)
 	return &api.PullResult{Snapshot: *snapshotAPI(sn), Ref: ref, PulledBytes: pulled, MemoryLeft: left}, nil
 }
 
@@ -357,4 +397,61 @@ func scrubRegistryError(err error, terr *transport.Error) error {
 func hasKind(err error) bool {
 	_, code := api.StatusOf(err)
 	return code != "internal" || errors.Is(err, api.ErrInternal)
+}
+
+// maxKernelState bounds what a memory image holds beyond the sandbox's
+// pages: the sentry's own state (tasks, files, sockets, the page map).
+const maxKernelState = 256 << 20
+
+// checkMemoryImage: a memory image of memBytes is no more than a sandbox
+// of memLimit can have written, with its kernel's state.
+func checkMemoryImage(memBytes, memLimit int64) error {
+	if max := memLimit + maxKernelState; memBytes > max {
+		return fmt.Errorf("its memory image is %s, more than a sandbox of %s of memory can have written (%s)", fmtBytes(memBytes), fmtBytes(memLimit), fmtBytes(max))
+	}
+	return nil
+}
+
+// memoryFits says why this node cannot restore a pushed memory image ("" if
+// it can): runsc restores only an image of its own build (its version
+// string says nothing: sbx's runsc has none, so the binary's digest is the
+// build), on a CPU with every feature the image was taken with and the same
+// cache line.
+func (m *Manager) memoryFits(man snapstore.Manifest) string {
+	const boots = ": it is recorded as a disk snapshot and boots from its disk"
+	if m.cfg.HostFacts == nil {
+		return "this node does not know its runsc's digest or CPU" + boots
+	}
+	f, err := m.cfg.HostFacts()
+	if err != nil {
+		return fmt.Sprintf("this node cannot read its runsc's digest or CPU (%v)%s", err, boots)
+	}
+	return memoryFitsHost(man, f)
+}
+
+func memoryFitsHost(man snapstore.Manifest, f HostFacts) string {
+	const boots = ": it is recorded as a disk snapshot and boots from its disk"
+	switch {
+	case man.RunscSHA256 == "":
+		return "its memory image does not say which runsc took it" + boots
+	case man.RunscSHA256 != f.RunscSHA256:
+		return fmt.Sprintf("its memory was taken by another runsc (sha256 %.12s, this node's is %.12s)%s", man.RunscSHA256, f.RunscSHA256, boots)
+	case man.CacheLineBytes != f.CacheLineBytes:
+		return fmt.Sprintf("its memory was taken on a CPU with a %d-byte cache line, this node's is %d bytes%s", man.CacheLineBytes, f.CacheLineBytes, boots)
+	}
+	have := make(map[string]bool, len(f.CPUFeatures))
+	for _, c := range f.CPUFeatures {
+		have[c] = true
+	}
+	var missing []string
+	for _, c := range man.CPUFeatures {
+		if !have[c] {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		return fmt.Sprintf("its memory was taken on a CPU with features this node's lacks (%s)%s", strings.Join(missing, " "), boots)
+	}
+	return ""
 }
