@@ -53,16 +53,10 @@ func newMetricsCmd(e *env) *cobra.Command {
 
 // humanBytes writes n in binary units: 0, 512B, 1.5KiB, 20.0MiB.
 func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%dB", n)
+	if n < 1024 {
+		return size(n)
 	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f%ciB", float64(n)/(float64(div)), "KMGTPE"[exp])
+	return size(n) + "iB"
 }
 
 // promJSON is what `sbx --json metrics` prints for sbxd's own metrics.
