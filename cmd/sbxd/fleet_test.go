@@ -38,7 +38,7 @@ func TestFleetAgentConfig(t *testing.T) {
 			tc.edit(&c)
 			node, err := nodeName(c)
 			if err == nil {
-				_, err = fleetAgent(c, node, nil, nil)
+				_, err = fleetAgent(c, node, nil, nil, nil)
 			}
 			switch {
 			case tc.wantErr == "" && err != nil:

@@ -438,7 +438,7 @@ func run(c config) error {
 	}
 	srv := server.New(server.Config{Manager: mgr, Templates: templates, Logger: log, Version: version})
 	if c.fleetKubeconfig != "" {
-		ag, err := fleetAgent(c, node, mgr, log)
+		ag, err := fleetAgent(c, node, mgr, templates, log)
 		if err != nil {
 			return err
 		}
@@ -494,10 +494,14 @@ func run(c config) error {
 	return nil
 }
 
+// maxPublishedLayers bounds the digests a SandboxNode lists (about 71
+// bytes each, in an object etcd keeps whole).
+const maxPublishedLayers = 2000
+
 // fleetAgent makes the node agent of --fleet-kubeconfig. Only what is
 // wrong here (a kubeconfig that cannot be read, no runsc to digest) stops
 // sbxd; the apiserver being away is logged and retried by the agent.
-func fleetAgent(c config, node string, mgr *sandbox.Manager, log *slog.Logger) (*agent.Agent, error) {
+func fleetAgent(c config, node string, mgr *sandbox.Manager, templates *template.Store, log *slog.Logger) (*agent.Agent, error) {
 	addr := c.fleetAddress
 	if addr == "" && c.listen != "" {
 		addr = "tcp://" + c.listen
@@ -511,6 +515,19 @@ func fleetAgent(c config, node string, mgr *sandbox.Manager, log *slog.Logger) (
 	return agent.New(agent.Config{
 		Kubeconfig: c.fleetKubeconfig, Node: node, Namespace: c.fleetNamespace,
 		Facts: facts, Source: mgr, Logger: log,
+		// what a pull placed here need not fetch: the content store's
+		// files, and the template versions (a pulled snapshot's must be here)
+		Layers: func() []string {
+			held := mgr.HeldLayers(maxPublishedLayers)
+			if ts, err := templates.List(); err == nil {
+				for _, t := range ts {
+					if t.Version != "" && len(held) < maxPublishedLayers {
+						held = append(held, t.Version)
+					}
+				}
+			}
+			return held
+		},
 	})
 }
 

@@ -184,7 +184,7 @@ func (m *Manager) Snapshot(ctx context.Context, ref string, req api.SnapshotRequ
 	}
 	m.touch(ctx, sb.ID)
 	m.captureEvent(ctx, sb.ID, "snapshot", start, size, nil, extra)
-	return snapshotAPI(sn), nil
+	return m.snapshotAPI(sn), nil
 }
 
 // snapshotRecord is the record of a snapshot of sb in image img.
@@ -196,10 +196,10 @@ func (m *Manager) snapshotRecord(sb *store.Sandbox, name, img string, memory boo
 	}
 }
 
-func snapshotAPI(sn *store.Snapshot) *api.Snapshot {
+func (m *Manager) snapshotAPI(sn *store.Snapshot) *api.Snapshot {
 	a := &api.Snapshot{
 		Name: sn.Name, ID: sn.ID, SandboxID: sn.SandboxID, Template: sn.Template,
-		Memory: sn.Memory, CreatedAt: sn.CreatedAt, Size: sn.Size, Kept: sn.Kept,
+		Memory: sn.Memory, CreatedAt: sn.CreatedAt, Size: sn.Size, Kept: sn.Kept, Node: m.cfg.Node,
 	}
 	if sn.Memory {
 		a.Paused = api.DurationOf(sn.Paused.Round(time.Millisecond))
@@ -215,7 +215,7 @@ func (m *Manager) Snapshots(ctx context.Context) ([]api.Snapshot, error) {
 	}
 	out := make([]api.Snapshot, 0, len(sns))
 	for _, sn := range sns {
-		out = append(out, *snapshotAPI(sn))
+		out = append(out, *m.snapshotAPI(sn))
 	}
 	return out, nil
 }
@@ -226,7 +226,7 @@ func (m *Manager) GetSnapshot(ctx context.Context, name string) (*api.Snapshot, 
 	if err != nil {
 		return nil, err
 	}
-	return snapshotAPI(sn), nil
+	return m.snapshotAPI(sn), nil
 }
 
 // DeleteSnapshot removes a snapshot and its image. Sandboxes made from it

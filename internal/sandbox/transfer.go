@@ -313,7 +313,22 @@ func (m *Manager) PullSnapshot(ctx context.Context, req api.PullRequest) (*api.P
 	}
 	sn.Kept = true
 	m.log.Info("pulled a snapshot", "snapshot", name, "ref", ref, "pulledBytes", pulled, "memory", memory, "memoryLeft", left)
-	return &api.PullResult{Snapshot: *snapshotAPI(sn), Ref: ref, PulledBytes: pulled, MemoryLeft: left}, nil
+	return &api.PullResult{Snapshot: *m.snapshotAPI(sn), Ref: ref, PulledBytes: pulled, MemoryLeft: left}, nil
+}
+
+// HeldLayers are the digests of the files this node's content store holds
+// (at most limit): what a pull here does not fetch again. None before the
+// store was first used.
+func (m *Manager) HeldLayers(limit int) []string {
+	if _, err := os.Stat(filepath.Join(m.cfg.DataDir, "blobs")); err != nil {
+		return nil
+	}
+	t, err := m.transferStore()
+	if err != nil {
+		return nil
+	}
+	ds, _ := t.store.Digests()
+	return ds[:min(len(ds), max(limit, 0))]
 }
 
 // pruneBlobs removes the content store's files no image links any more

@@ -58,6 +58,10 @@ type Config struct {
 	Facts     Facts
 	Source    Source
 	Logger    *slog.Logger
+	// Layers, if not nil, are the digests of what the node holds that a
+	// pull placed on it need not fetch (SandboxNodeStatus.Layers), read at
+	// every publish.
+	Layers func() []string
 
 	LeaseDuration time.Duration // the Lease's leaseDurationSeconds
 	RenewEvery    time.Duration // how often the Lease is renewed

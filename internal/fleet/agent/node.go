@@ -14,7 +14,12 @@ import (
 // replaces, whose condition times are kept while they hold.
 func (a *Agent) nodeStatus(old []metav1.Condition) v1alpha1.SandboxNodeStatus {
 	f := a.cfg.Facts
+	var layers []string
+	if a.cfg.Layers != nil {
+		layers = a.cfg.Layers()
+	}
 	return v1alpha1.SandboxNodeStatus{
+		Layers:  layers,
 		Address: f.Address, Version: f.Version, Capacity: f.capacity(),
 		RunscSHA256: f.RunscSHA256, CPUFeatures: f.CPUFeatures, CacheLineBytes: f.CacheLineBytes,
 		Sandboxes: int(a.sandboxes.Load()),

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -64,6 +65,9 @@ type Config struct {
 	// NodeToken is the bearer token the node agents' APIs take: a request
 	// to a sandbox goes on to its node with it.
 	NodeToken string
+	// RegistryOptions are added to how the controller reads a pull's
+	// manifest from its registry (with the user's docker credentials).
+	RegistryOptions []remote.Option
 }
 
 // Controller is the fleet's controller. Run it with Run; serve its API

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,13 +12,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/fleet/placement"
+	"sbx.dev/sbx/internal/fleet/v1alpha1"
+	"sbx.dev/sbx/internal/snapstore"
 )
 
 // A fleet's snapshots are its nodes': each stays on the node that took
-// it (the registry that would carry them between nodes is not here yet).
-// The controller lists every ready node's, sends a request for one on to
-// the node that holds it, and places a create from one on that node.
+// it, or pulled it from a registry (pullSnapshot places a pull). The
+// controller lists every ready node's, sends a request for one on to the
+// node that holds it, and places a create from one on that node.
 
 // nodeAsk bounds one question to a node about its snapshots.
 const nodeAsk = 10 * time.Second
@@ -118,10 +125,83 @@ func (c *Controller) proxySnapshot(w http.ResponseWriter, r *http.Request) {
 	c.forward(w, r, n, r.URL.Path, "which holds snapshot "+r.PathValue("name"))
 }
 
-// pullSnapshot sends a pull on to the first ready, uncordoned node, which
-// then holds the snapshot (a create --from it is made there). Placing a
-// pull where its template is, or where its files are already, is the
-// portable snapshots' next step (issue 24).
+// pullSnapshot places a pull: on a ready, uncordoned node with room for
+// its files where its memory restores (if it has memory), preferring the
+// node that holds most of its files and its template version already (a
+// node's Layers), which then fetches least. The controller reads the
+// artifact's manifest from the registry for that; a registry it cannot
+// read, or a request it cannot parse, goes on to the first ready node,
+// which pulls and says what went wrong. A memory image no node can
+// restore goes where it fits otherwise, and is recorded there as a disk
+// snapshot, saying why.
 func (c *Controller) pullSnapshot(w http.ResponseWriter, r *http.Request) {
-	c.toFirstNode(w, r, "asked to pull a snapshot")
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxPullBody+1))
+	if err != nil {
+		writeError(w, api.Errorf(api.ErrInvalid, "pull: reading the request: %v", err))
+		return
+	}
+	if len(body) > maxPullBody {
+		writeError(w, api.Errorf(api.ErrInvalid, "pull: the request is larger than %d bytes", maxPullBody))
+		return
+	}
+	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	var req api.PullRequest
+	if json.Unmarshal(body, &req) != nil || req.Validate() != nil {
+		c.toFirstNode(w, r, "asked to pull a snapshot")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), nodeAsk)
+	opts := append([]remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain)}, c.cfg.RegistryOptions...)
+	man, ref, err := snapstore.Fetch(ctx, req.Ref, opts...)
+	cancel()
+	if err != nil {
+		c.log.Info("fleet: a pull's manifest could not be read here; the first node pulls", "ref", req.Ref, "err", err)
+		c.toFirstNode(w, r, "asked to pull a snapshot")
+		return
+	}
+	ns, err := c.nodes(r.Context())
+	if err != nil {
+		writeError(w, unavailable(err))
+		return
+	}
+	pr := pullRequestOf(man, ref)
+	var cands []*placement.Node
+	byName := map[string]*node{}
+	for _, n := range ns {
+		v := placement.NewNode(&n.typed)
+		if !n.ready { // the Lease's word over the published condition
+			v.Ready, v.NotReady = false, "not ready: "+n.reason
+		}
+		cands = append(cands, v)
+		byName[v.Name] = n
+	}
+	fit, rejected := placement.Filter(cands, pr)
+	best := placement.Choose(fit, pr)
+	if best == nil {
+		writeError(w, api.Errorf(api.ErrUnavailable, "pull %s: %s (sbx node ls)", req.Ref, placement.Why(rejected)))
+		return
+	}
+	c.log.Info("fleet: placed a pull", "ref", ref, "node", best.Name, "score", fmt.Sprintf("%+v", best.Score(pr)))
+	c.forward(w, r, byName[best.Name], r.URL.Path, "chosen to pull "+req.Ref)
+}
+
+// maxPullBody bounds a pull request's body (a ref and a name).
+const maxPullBody = 64 << 10
+
+// pullRequestOf is what pulling the artifact man (at ref) asks of a node:
+// disk for its files, and for a memory image a node where it restores
+// (preferred, not required: elsewhere it is a disk snapshot). Its layers
+// are its files' digests and its template version.
+func pullRequestOf(man snapstore.Manifest, ref string) placement.Request {
+	img := &v1alpha1.SandboxImage{Ref: ref, Memory: man.Memory, RunscSHA256: man.RunscSHA256,
+		CPUFeatures: man.CPUFeatures, CacheLineBytes: man.CacheLineBytes}
+	var disk int64
+	for _, f := range man.Files {
+		img.Layers = append(img.Layers, f.Digest)
+		disk += max(f.Size, 0)
+	}
+	if man.TemplateVersion != "" {
+		img.Layers = append(img.Layers, man.TemplateVersion)
+	}
+	return placement.Request{DiskBytes: disk, Image: img}
 }

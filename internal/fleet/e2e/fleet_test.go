@@ -622,6 +622,59 @@ func TestFleetNodeAgents(t *testing.T) {
 		}
 	})
 
+	// a memory snapshot taken on node-1 restores on node-2: pushed to the
+	// fleet's registry, pulled through the controller (node-1 cordoned, so
+	// the pull is placed on node-2), and a sandbox made from it there has
+	// the process it had, with its memory
+	t.Run("snapshot moves between nodes", func(t *testing.T) {
+		reg := f.env["REGISTRY"]
+		if reg == "" {
+			t.Fatal("the fleet's env names no REGISTRY")
+		}
+		src := strings.TrimSpace(f.sbx(t, n1, "new", "--template", "tiny"))
+		t.Cleanup(func() { f.run(t, true, filepath.Join(f.root, "bin", "sbx"), n1, "rm", src, "--yes") })
+		f.sbx(t, n1, "exec", "-d", src, "--", "sh", "-c",
+			`T=$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n'); echo "$T $$" > /tmp/first; while :; do echo "$T $$" > /tmp/now; sleep 0.2; done`)
+		var first string
+		waitFor(t, "the holder's first line", 20*time.Second, func() bool {
+			out, err := f.run(t, true, filepath.Join(f.root, "bin", "sbx"), n1, "exec", src, "--", "cat", "/tmp/first")
+			first = strings.TrimSpace(out)
+			return err == nil && len(strings.Fields(first)) == 2
+		})
+		f.sbx(t, n1, "snapshot", src, "moving", "--memory")
+		t.Cleanup(func() { f.run(t, true, filepath.Join(f.root, "bin", "sbx"), n1, "snapshot", "rm", "moving") })
+		var pushed api.PushResult
+		if err := json.Unmarshal([]byte(f.sbx(t, "--json", "snapshot", "push", "moving", reg+"/sbx/moving:1")), &pushed); err != nil || !pushed.Memory {
+			t.Fatalf("push through the controller: %+v %v", pushed, err)
+		}
+		f.sbx(t, "--host", ctrl, "node", "cordon", "node-1")
+		defer f.sbx(t, "--host", ctrl, "node", "uncordon", "node-1")
+		var pulled api.PullResult
+		if err := json.Unmarshal([]byte(f.sbx(t, "--json", "snapshot", "pull", pushed.Ref, "--name", "moved")), &pulled); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.run(t, true, filepath.Join(f.root, "bin", "sbx"), "snapshot", "rm", "moved") })
+		if pulled.Snapshot.Node != "node-2" || !pulled.Snapshot.Memory || pulled.MemoryLeft != "" {
+			t.Fatalf("the pull through the controller: %+v, want on node-2 with its memory", pulled)
+		}
+		var child api.Sandbox
+		if err := json.Unmarshal([]byte(f.sbx(t, "--json", "new", "--from", "moved")), &child); err != nil || child.ID == "" {
+			t.Fatalf("sbx new --from the pulled snapshot: %v %+v", err, child)
+		}
+		t.Cleanup(func() { f.run(t, true, filepath.Join(f.root, "bin", "sbx"), "rm", child.ID, "--yes") })
+		if child.Node != "node-2" || !child.MemoryRestored || child.State != api.StateReady {
+			t.Fatalf("the sandbox from the moved snapshot: %+v, want ready on node-2 with its memory", child)
+		}
+		// the same process (token and pid) writes on, there
+		f.sbx(t, "exec", child.ID, "--", "rm", "-f", "/tmp/now")
+		waitFor(t, "the moved holder writing on", 20*time.Second, func() bool {
+			out, err := f.run(t, true, filepath.Join(f.root, "bin", "sbx"), "exec", child.ID, "--", "cat", "/tmp/now")
+			return err == nil && strings.TrimSpace(out) == first
+		})
+		f.sbx(t, "rm", child.ID, "--yes")
+		f.sbx(t, "snapshot", "rm", "moved")
+	})
+
 	// the main job through the fleet's endpoint: a hunt of the bundled
 	// flaky test keeps its failure (stopped with memory, on a node), which
 	// resumes with its memory, and its flake rate is measured by forks
