@@ -44,6 +44,7 @@ const (
 	DefaultRenewEvery    = 5 * time.Second
 	DefaultPublishEvery  = 30 * time.Second
 	DefaultResync        = 30 * time.Second
+	DefaultSnapshotEvery = 5 * time.Second
 	maxBackoff           = 30 * time.Second
 )
 
@@ -67,6 +68,7 @@ type Config struct {
 	RenewEvery    time.Duration // how often the Lease is renewed
 	PublishEvery  time.Duration // how often the SandboxNode's status is refreshed
 	Resync        time.Duration // how often the Sandboxes are compared without a change
+	SnapshotEvery time.Duration // how often the SandboxSnapshots are compared
 }
 
 // Agent is one node agent. Run it with Run.
@@ -108,7 +110,7 @@ func newWith(cfg Config, rc *rest.Config) (*Agent, error) {
 	for _, d := range []struct {
 		v   *time.Duration
 		def time.Duration
-	}{{&cfg.LeaseDuration, DefaultLeaseDuration}, {&cfg.RenewEvery, DefaultRenewEvery}, {&cfg.PublishEvery, DefaultPublishEvery}, {&cfg.Resync, DefaultResync}} {
+	}{{&cfg.LeaseDuration, DefaultLeaseDuration}, {&cfg.RenewEvery, DefaultRenewEvery}, {&cfg.PublishEvery, DefaultPublishEvery}, {&cfg.Resync, DefaultResync}, {&cfg.SnapshotEvery, DefaultSnapshotEvery}} {
 		if *d.v <= 0 {
 			*d.v = d.def
 		}
@@ -127,6 +129,7 @@ func (a *Agent) Run(ctx context.Context) {
 	wg.Go(func() { a.every(ctx, "lease", a.cfg.RenewEvery, a.renewLease) })
 	wg.Go(func() { a.every(ctx, "node", a.cfg.PublishEvery, a.publishNode) })
 	wg.Go(func() { a.mirror(ctx) })
+	wg.Go(func() { a.every(ctx, "snapshots", a.cfg.SnapshotEvery, a.mirrorSnapshots) })
 	wg.Wait()
 }
 

@@ -657,6 +657,11 @@ func TestFleetNodeAgents(t *testing.T) {
 		if pulled.Snapshot.Node != "node-2" || !pulled.Snapshot.Memory || pulled.MemoryLeft != "" {
 			t.Fatalf("the pull through the controller: %+v, want on node-2 with its memory", pulled)
 		}
+		// kubectl sees both, each on its node (the agents mirror them)
+		waitFor(t, "both snapshots as SandboxSnapshot objects", 30*time.Second, func() bool {
+			out := f.kube(t, "get", "sandboxsnapshots", "-o", "jsonpath={range .items[*]}{.spec.name}@{.status.node}/{.spec.memory} {end}")
+			return strings.Contains(out, "moving@node-1/true") && strings.Contains(out, "moved@node-2/true")
+		})
 		var child api.Sandbox
 		if err := json.Unmarshal([]byte(f.sbx(t, "--json", "new", "--from", "moved")), &child); err != nil || child.ID == "" {
 			t.Fatalf("sbx new --from the pulled snapshot: %v %+v", err, child)
@@ -673,6 +678,9 @@ func TestFleetNodeAgents(t *testing.T) {
 		})
 		f.sbx(t, "rm", child.ID, "--yes")
 		f.sbx(t, "snapshot", "rm", "moved")
+		waitFor(t, "the removed snapshot's object gone", 30*time.Second, func() bool {
+			return !strings.Contains(f.kube(t, "get", "sandboxsnapshots", "-o", "jsonpath={range .items[*]}{.spec.name} {end}"), "moved")
+		})
 	})
 
 	// the main job through the fleet's endpoint: a hunt of the bundled

@@ -151,6 +151,44 @@ type SandboxStatus struct {
 	Conditions     []metav1.Condition `json:"conditions,omitempty"`
 }
 
+// SandboxSnapshot is one named snapshot of a node, mirrored by the node's
+// agent: kubectl get sandboxsnapshots shows what sbx snapshot ls shows.
+// Snapshot names are a node's own (two nodes may each hold one "before"),
+// so the object's name is its node's and its image's
+// (SnapshotObjectName); spec.name is the sbx name.
+type SandboxSnapshot struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              SandboxSnapshotSpec   `json:"spec"`
+	Status            SandboxSnapshotStatus `json:"status,omitempty"`
+}
+
+// SandboxSnapshotSpec is what the snapshot is of.
+type SandboxSnapshotSpec struct {
+	Name    string `json:"name"`              // its sbx name, on its node
+	Sandbox string `json:"sandbox,omitempty"` // the sbx id captured ("" for one pulled of a sandbox elsewhere)
+	Memory  bool   `json:"memory,omitempty"`  // with the sandbox's processes and memory
+}
+
+// SandboxSnapshotStatus is what its node holds.
+type SandboxSnapshotStatus struct {
+	// State is "local": on its node, in no registry the fleet knows of.
+	State     string       `json:"state,omitempty"`
+	Node      string       `json:"node,omitempty"`
+	Template  string       `json:"template,omitempty"`
+	SizeBytes int64        `json:"sizeBytes,omitempty"`
+	Kept      bool         `json:"kept,omitempty"`
+	CreatedAt *metav1.Time `json:"createdAt,omitempty"`
+}
+
+// SnapshotStateLocal: a snapshot on its node.
+const SnapshotStateLocal = "local"
+
+// SnapshotObjectName is the name of the SandboxSnapshot object of image
+// id on node: "node-1.im-abc" (an sbx image id, im_ + base32, is no DNS
+// label; its "_" becomes "-").
+func SnapshotObjectName(node, id string) string { return node + "." + ObjectName(id) }
+
 // SandboxNode is one sbxd node agent: what it offers and what it runs.
 // Cluster-scoped; its liveness is the Lease of the same name in
 // DefaultNamespace.
