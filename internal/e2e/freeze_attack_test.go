@@ -57,7 +57,7 @@ func slotsLeft(d *daemon, id string) []string {
 	return m
 }
 
-func ownDaemon(t *testing.T) *daemon {
+func ownDaemon(t testing.TB) *daemon {
 	t.Helper()
 	d, err := startDaemon(nil)
 	if err != nil {
@@ -71,7 +71,7 @@ func ownDaemon(t *testing.T) *daemon {
 // keepLogs, when t failed, copies d's sbxd log and its sandboxes' runsc
 // logs to the test's output dir (SBX_E2E_LOGS, if set) and logs sbxd's
 // last lines: the daemon's dir goes with it.
-func keepLogs(t *testing.T, d *daemon) {
+func keepLogs(t testing.TB, d *daemon) {
 	if !t.Failed() {
 		return
 	}

@@ -18,7 +18,7 @@ import (
 // (bin/.fleet-dir names where) on a loopback port of its own, with its
 // storage in a temp dir, and returns its address. Without it the test is
 // skipped, but not in CI, where make test builds it first.
-func startRegistry(t *testing.T) string {
+func startRegistry(t testing.TB) string {
 	t.Helper()
 	fd, err := os.ReadFile(filepath.Join(binDir, ".fleet-dir"))
 	if err != nil {
