@@ -114,10 +114,10 @@ func BenchmarkStopResume1GiB(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer deleteSandbox(ctx, shared.client, sb.ID)
-	if err := sdk(shared.client).WriteFile(ctx, sb.ID, "/root/alloc.py", strings.NewReader(allocPy), int64(len(allocPy)), 0o644); err != nil {
+	if err := sdk(shared.client).WriteFile(ctx, sb.ID, "/tmp/alloc.py", strings.NewReader(allocPy), int64(len(allocPy)), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := sdk(shared.client).ExecDetached(ctx, sb.ID, api.ExecRequest{Cmd: []string{"python3", "/root/alloc.py"}}); err != nil {
+	if _, err := sdk(shared.client).ExecDetached(ctx, sb.ID, api.ExecRequest{Cmd: []string{"python3", "/tmp/alloc.py"}}); err != nil {
 		b.Fatal(err)
 	}
 	waitReady := func(run func() bool) {
