@@ -427,6 +427,7 @@ func run(c config) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	dumpStacksOnUSR1(os.Stderr)
 	// The reaper outlives the signal: a clean shutdown still deletes sandboxes
 	// (a stop in flight), and runsc waits until they are reaped.
 	if err := runsc.ReapSandboxes(context.Background()); err != nil {

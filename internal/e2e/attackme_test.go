@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -167,6 +168,34 @@ func goroutines(t *testing.T, d *daemon) int {
 	return n
 }
 
+// goroutinesBack waits until sbxd has at most 5 goroutines more than
+// base; if it does not within limit, the test fails with sbxd's stacks
+// (SIGUSR1 writes them to its log), which say what is still waiting.
+func goroutinesBack(t *testing.T, d *daemon, base int, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	n := goroutines(t, d)
+	for ; n > base+5 && time.Now().Before(deadline); n = goroutines(t, d) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n <= base+5 {
+		return
+	}
+	d.cmd.Process.Signal(syscall.SIGUSR1)
+	var dump string
+	waitFor(t, "sbxd's stacks in its log", 5*time.Second, func() bool {
+		b, _ := os.ReadFile(d.logPath)
+		i := bytes.LastIndex(b, []byte("=== sbxd goroutine stacks"))
+		j := bytes.LastIndex(b, []byte("=== end of stacks ==="))
+		if i < 0 || j < i {
+			return false
+		}
+		dump = string(b[i:j])
+		return true
+	})
+	t.Fatalf("sbxd holds %d goroutines after %s, %d before:\n%s", n, limit, base, dump)
+}
+
 // procStat is pid's utime+stime in clock ticks and VmRSS in kB.
 func procStat(pid int) (ticks, rssKB int) {
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -247,8 +276,7 @@ func TestAttackMeShapeFlood(t *testing.T) {
 	}
 	t.Logf("delete took %s", time.Since(s))
 	d.must(t, "rm", neighbour)
-	var after int
-	waitFor(t, "sbxd's goroutines back", 20*time.Second, func() bool { after = goroutines(t, d); return after <= before+5 })
+	goroutinesBack(t, d, before, 30*time.Second)
 	d.must(t, "rm", plain)
 	checkNoLeaks(t, d)
 }
@@ -331,11 +359,10 @@ func TestAttackMeShapeKilledSbxd(t *testing.T) {
 		d.sbx(t, "rm", sb.ID)
 	}
 	t.Logf("%d goroutines before the sandboxes", base)
-	var after int
 	// the deletes' teardowns end in the background (27 sandboxes, their
 	// shims, shape readers and watches): on a machine busy with other
 	// tests that took longer than 30 s once in CI
-	waitFor(t, "sbxd's goroutines back", 90*time.Second, func() bool { after = goroutines(t, d); return after <= base+5 })
+	goroutinesBack(t, d, base, 90*time.Second)
 	checkNoLeaks(t, d)
 }
 
