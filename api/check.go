@@ -108,5 +108,8 @@ func CheckOwnMeta(meta map[string]string) error {
 	if _, ok := meta[MetaPool]; ok {
 		return Errorf(ErrInvalid, "meta: %s is sbxd's: it marks a sandbox of its warm pool", MetaPool)
 	}
+	if _, ok := meta[MetaAdopted]; ok {
+		return Errorf(ErrInvalid, "meta: %s is sbxd's: it names the artifact a sandbox moved from another node in", MetaAdopted)
+	}
 	return nil
 }

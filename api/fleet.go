@@ -19,3 +19,23 @@ type Node struct {
 	Version     string     `json:"version,omitempty"`
 	Renewed     *time.Time `json:"leaseRenewed,omitempty"`
 }
+
+// DrainResult is the answer of POST /v1/nodes/{name}/drain: the node is
+// cordoned, and each of its sandboxes moved, or not and why.
+type DrainResult struct {
+	Node  string       `json:"node"`
+	Moves []MoveResult `json:"moves"`
+}
+
+// MoveResult is one sandbox's move off a drained node.
+type MoveResult struct {
+	ID   string `json:"id"`
+	From string `json:"from"`
+	// To is the node it is on now ("" when it did not move).
+	To string `json:"to,omitempty"`
+	// State is its state once moved: a ready sandbox is stopped with its
+	// memory, moved and resumed; a stopped one stays stopped.
+	State State `json:"state,omitempty"`
+	// Error says why it did not move ("" when it did).
+	Error string `json:"error,omitempty"`
+}

@@ -74,3 +74,18 @@ func (r *PushRequest) Validate() error { return checkRef(r.Ref) }
 
 // Validate checks the request's fields.
 func (r *PullRequest) Validate() error { return checkRef(r.Ref) }
+
+// AdoptRequest is the body of POST /v1/sandboxes/adopt: a stopped
+// sandbox that another node pushed (POST /v1/sandboxes/{id}/push), to be
+// recorded here, stopped, under its id, name and meta, with its memory.
+type AdoptRequest struct {
+	// Ref is the pushed artifact, by digest (the push's answer).
+	Ref string `json:"ref"`
+}
+
+// Validate checks the request's fields.
+func (r *AdoptRequest) Validate() error { return checkRef(r.Ref) }
+
+// MetaAdopted is the meta key of a sandbox adopted from another node: the
+// artifact it came from, by digest. Set by sbxd; refused in a request.
+const MetaAdopted = "sbx.adopted"

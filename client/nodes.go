@@ -45,3 +45,15 @@ func (c *Client) nodeVerb(ctx context.Context, name, verb string) (*api.Node, er
 	}
 	return &n, nil
 }
+
+// Drain cordons node name and moves each of its sandboxes to other nodes
+// of the fleet: a ready one is stopped with its memory, moved and resumed
+// there; a stopped one is moved and stays stopped. One that cannot move
+// stays where it is, and its MoveResult says why.
+func (c *Client) Drain(ctx context.Context, name string) (*api.DrainResult, error) {
+	var res api.DrainResult
+	if err := c.call(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(name)+"/drain", nil, nil, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}

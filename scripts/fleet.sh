@@ -44,9 +44,18 @@ tools() {
 	echo "$dir"
 }
 
-# freeport prints a TCP port free on 127.0.0.1 now.
+# freeport prints a TCP port free on 127.0.0.1 now, and never one it
+# printed before for this fleet (DIR/.ports): the kernel may hand the port
+# it just freed out again, and etcd's client and peer ports met so once.
 freeport() {
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+	local p
+	while :; do
+		p=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
+		grep -qx "$p" "$dir/.ports" 2>/dev/null && continue
+		echo "$p" >>"$dir/.ports"
+		echo "$p"
+		return
+	done
 }
 
 # randtag prints 4 random characters of [a-z0-9]: a node's sbxd tag.
@@ -107,6 +116,7 @@ up() {
 	mkdir -p "$dir"
 	dir=$(cd "$dir" && pwd)
 	[ -e "$dir/env" ] && die "$dir holds a fleet already: scripts/fleet.sh down $dir first"
+	rm -f "$dir/.ports"
 	mkdir -p "$dir/etcd" "$dir/pki" "$dir/registry"
 	chmod 700 "$dir/pki"
 
@@ -222,6 +232,7 @@ EOF
 	local cport
 	cport=$(freeport)
 	echo "$cport" >"$dir/controller.port"
+	echo "$reg" >"$dir/registry.port"
 	startcontroller
 
 	cat >"$dir/env" <<EOF
@@ -242,9 +253,10 @@ EOF
 startcontroller() {
 	local cport
 	cport=$(cat "$dir/controller.port")
-	say "sbx-controller on 127.0.0.1:$cport"
+	say "sbx-controller on 127.0.0.1:$cport (stopped sandboxes move through 127.0.0.1:$(cat "$dir/registry.port")/sbx/moves)"
 	setsid "$here/bin/sbx-controller" --kubeconfig "$dir/kubeconfig" \
-		--listen "127.0.0.1:$cport" --token-file "$dir/pki/sbx-token" >>"$dir/controller.log" 2>&1 </dev/null &
+		--listen "127.0.0.1:$cport" --token-file "$dir/pki/sbx-token" \
+		--move-repository "127.0.0.1:$(cat "$dir/registry.port")/sbx/moves" >>"$dir/controller.log" 2>&1 </dev/null &
 	echo $! >"$dir/controller.pid"
 	waitfor "curl -sf -H 'Authorization: Bearer $(cat "$dir/pki/sbx-token")' http://127.0.0.1:$cport/v1/health" 30 ||
 		die "sbx-controller did not come up: $dir/controller.log"
@@ -313,7 +325,7 @@ down() {
 		stoppid "$dir/$name.pid"
 	done
 	[ -n "${SBX_FLEET_TEMPLATES:-}" ] || rm -rf "$dir/templates"
-	rm -rf "$dir/etcd" "$dir/pki" "$dir/registry" "$dir/env" "$dir/kubeconfig" "$dir/registry.yml" "$dir/nodes" "$dir/controller.port"
+	rm -rf "$dir/etcd" "$dir/pki" "$dir/registry" "$dir/env" "$dir/kubeconfig" "$dir/registry.yml" "$dir/nodes" "$dir/controller.port" "$dir/registry.port" "$dir/.ports"
 	say "down: $dir holds only its logs"
 }
 

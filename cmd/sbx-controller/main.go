@@ -44,6 +44,7 @@ func run(args []string) error {
 	tokenOut := fs.String("token-out", "", "where to write the token made when --token-file is not given")
 	every := fs.Duration("check-every", controller.DefaultCheckEvery, "how often the nodes' Leases are read")
 	nodeTokenFile := fs.String("node-token-file", "", "file holding the node agents' bearer token, with which a request to a sandbox goes on to its node (default: the API's own token, as scripts/fleet.sh shares one)")
+	moves := fs.String("move-repository", "", "the repository of the fleet's registry that stopped sandboxes move through (127.0.0.1:5000/sbx/moves): a resume of one on a cordoned node, and sbx node drain; none, they do not move")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -61,7 +62,7 @@ func run(args []string) error {
 			return fmt.Errorf("--node-token-file: %w", err)
 		}
 	}
-	c, err := controller.New(controller.Config{Kubeconfig: *kubeconfig, Namespace: *namespace, CheckEvery: *every, Logger: log, NodeToken: nodeToken})
+	c, err := controller.New(controller.Config{Kubeconfig: *kubeconfig, Namespace: *namespace, CheckEvery: *every, Logger: log, NodeToken: nodeToken, MoveRepository: *moves})
 	if err != nil {
 		return err
 	}

@@ -32,6 +32,34 @@ func (s *Server) pushSnapshot(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
+func (s *Server) pushSandbox(w http.ResponseWriter, r *http.Request) {
+	var req api.PushRequest
+	if err := decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	res, err := s.m.PushSandbox(r.Context(), r.PathValue("id"), req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) adoptSandbox(w http.ResponseWriter, r *http.Request) {
+	var req api.AdoptRequest
+	if err := decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sb, err := s.m.AdoptSandbox(r.Context(), req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sb)
+}
+
 func (s *Server) pullSnapshot(w http.ResponseWriter, r *http.Request) {
 	var req api.PullRequest
 	if err := decode(w, r, &req); err != nil {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/equality"
@@ -84,7 +85,8 @@ func (a *Agent) watchAsked(ctx context.Context, asked chan<- struct{}) {
 				}
 				u, ok := ev.Object.(*unstructured.Unstructured)
 				if ok && (ev.Type == watch.Added || ev.Type == watch.Modified) &&
-					(boundHere(u, a.cfg.Node) || (u.GetDeletionTimestamp() != nil && u.GetLabels()[v1alpha1.LabelNode] == a.cfg.Node)) {
+					(boundHere(u, a.cfg.Node) || movedHere(u, a.cfg.Node) ||
+						(u.GetDeletionTimestamp() != nil && u.GetLabels()[v1alpha1.LabelNode] == a.cfg.Node)) {
 					poke()
 				}
 			}
@@ -169,7 +171,17 @@ func (a *Agent) mirrorOnce(ctx context.Context) error {
 			}
 		}
 		delete(have, name)
-		if err := a.putSandbox(ctx, rc, name, sb, old); err != nil {
+		var err error
+		if old != nil && old.GetLabels()[v1alpha1.LabelNode] != a.cfg.Node && boundElsewhere(old, a.cfg.Node) {
+			err = &movedAway{obj: old} // relabelled and rebound by the controller's move
+		} else {
+			err = a.putSandbox(ctx, rc, name, sb, old)
+		}
+		var away *movedAway
+		if errors.As(err, &away) {
+			err = a.dropMovedCopy(ctx, sb, away.obj)
+		}
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -413,6 +425,10 @@ func (a *Agent) putSandbox(ctx context.Context, rc dynamic.ResourceInterface, na
 			// (kubectl label). It is taken back if it says it is sb's
 			// mirror; a kubectl delete of it is seen only once labelled.
 			if u, gerr := rc.Get(ctx, name, metav1.GetOptions{}); gerr == nil && statusID(u) == sb.ID {
+				if u.GetLabels()[v1alpha1.LabelNode] != a.cfg.Node && boundElsewhere(u, a.cfg.Node) {
+					// moved: another node's copy is the sandbox now
+					return &movedAway{obj: u}
+				}
 				old, err = u, nil
 			}
 		}
@@ -437,6 +453,69 @@ func (a *Agent) putSandbox(ctx context.Context, rc dynamic.ResourceInterface, na
 			return fmt.Errorf("update sandbox object %s status: %w", name, err)
 		}
 	}
+	return nil
+}
+
+// movedAway is putSandbox's answer for a sandbox whose object is bound to
+// another node: the controller moved it there (a stopped sandbox, pushed
+// from here and adopted there), and this node's copy is not the sandbox.
+type movedAway struct{ obj *unstructured.Unstructured }
+
+func (e *movedAway) Error() string {
+	return "sandbox object " + e.obj.GetName() + " is bound to another node"
+}
+
+// movedHere reports whether u was moved to node by the controller and
+// node has not written it since: bound and labelled here, its status
+// another node's.
+func movedHere(u *unstructured.Unstructured, node string) bool {
+	n, _, _ := unstructured.NestedString(u.Object, "spec", "nodeName")
+	st, _, _ := unstructured.NestedString(u.Object, "status", "node")
+	return n == node && u.GetLabels()[v1alpha1.LabelNode] == node && st != "" && st != node
+}
+
+// movingFor is how long a move's annotation holds: the copy adopted for a
+// move a crash cut short is dropped once it has expired.
+const movingFor = 10 * time.Minute
+
+// movingHere reports whether u's annotation says a move to node is under
+// way ("NODE RFC3339-TIME", written by the controller), and is recent.
+func movingHere(u *unstructured.Unstructured, node string, now time.Time) bool {
+	to, at, ok := strings.Cut(u.GetAnnotations()[v1alpha1.AnnotationMovingTo], " ")
+	if !ok || to != node {
+		return false
+	}
+	t, err := time.Parse(time.RFC3339, at)
+	return err == nil && now.Sub(t) < movingFor
+}
+
+// boundElsewhere reports whether u is bound (spec.nodeName) to a node other
+// than node.
+func boundElsewhere(u *unstructured.Unstructured, node string) bool {
+	n, _, _ := unstructured.NestedString(u.Object, "spec", "nodeName")
+	return n != "" && n != node
+}
+
+// dropMovedCopy deletes this node's copy of sb, whose object u is bound to
+// another node, once that node has written the object's status (it holds
+// the sandbox) and no move to this node is under way (a copy adopted here
+// waits for the object to be bound here). Only a stopped copy goes: a
+// running one (resumed here through this node's own API after the move)
+// is left, and said.
+func (a *Agent) dropMovedCopy(ctx context.Context, sb api.Sandbox, u *unstructured.Unstructured) error {
+	n, _, _ := unstructured.NestedString(u.Object, "spec", "nodeName")
+	st, _, _ := unstructured.NestedString(u.Object, "status", "node")
+	if st != n || movingHere(u, a.cfg.Node, a.now()) {
+		return nil // the move is under way: not this pass's to judge
+	}
+	if sb.State != api.StateStopped {
+		a.log.Warn("fleet: a sandbox here is another node's now, and runs here too: left alone", "sandbox", sb.ID, "object", u.GetName(), "node", n, "state", sb.State)
+		return nil
+	}
+	if _, err := a.cfg.Source.Delete(ctx, sb.ID, false); err != nil && !errors.Is(err, api.ErrNotFound) {
+		return fmt.Errorf("delete sandbox %s, which moved to node %s: %w", sb.ID, n, err)
+	}
+	a.log.Info("fleet: deleted the copy of a sandbox that moved to another node", "sandbox", sb.ID, "node", n)
 	return nil
 }
 

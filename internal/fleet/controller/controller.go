@@ -68,6 +68,10 @@ type Config struct {
 	// RegistryOptions are added to how the controller reads a pull's
 	// manifest from its registry (with the user's docker credentials).
 	RegistryOptions []remote.Option
+	// MoveRepository is the repository of the fleet's registry that stopped
+	// sandboxes move through (127.0.0.1:5000/sbx/moves): a resume of one
+	// whose node is cordoned, and a drain. "": they do not move.
+	MoveRepository string
 }
 
 // Controller is the fleet's controller. Run it with Run; serve its API

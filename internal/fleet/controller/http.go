@@ -23,9 +23,11 @@ import (
 //	GET  /v1/nodes/{name}
 //	POST /v1/nodes/{name}/cordon
 //	POST /v1/nodes/{name}/uncordon
+//	POST /v1/nodes/{name}/drain   cordon, and move its sandboxes (move.go)
 //	GET  /v1/sandboxes          every node's, each saying its node
 //	POST /v1/sandboxes          a Sandbox object, placed and made (proxy.go)
 //	GET  /v1/sandboxes/{id}     by id or name
+//	POST /v1/sandboxes/{id}/resume on its node, or moved first (move.go)
 //	*    /v1/sandboxes/{id}/... on to the node that holds it (proxy.go)
 //	*    /v1/templates[/...]    on to one ready node (proxy.go)
 //	PUT  /v1/layers/{digest}    on to that node too (an image import's)
@@ -43,11 +45,13 @@ func (c *Controller) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/nodes/{name}", c.getNode)
 	mux.HandleFunc("POST /v1/nodes/{name}/cordon", c.cordon(true))
 	mux.HandleFunc("POST /v1/nodes/{name}/uncordon", c.cordon(false))
+	mux.HandleFunc("POST /v1/nodes/{name}/drain", c.drain)
 	mux.HandleFunc("GET /v1/sandboxes", c.listSandboxes)
 	mux.HandleFunc("POST /v1/sandboxes", c.create)
 	mux.HandleFunc("GET /v1/sandboxes/{id}", c.getSandbox)
 	// one sandbox's: on to its node (proxy.go)
 	mux.HandleFunc("DELETE /v1/sandboxes/{id}", c.proxy)
+	mux.HandleFunc("POST /v1/sandboxes/{id}/resume", c.resume)
 	mux.HandleFunc("/v1/sandboxes/{id}/{rest...}", c.proxy)
 	mux.HandleFunc("GET /v1/snapshots", c.listSnapshots)
 	mux.HandleFunc("POST /v1/snapshots/pull", c.pullSnapshot)
@@ -161,10 +165,12 @@ func apiSandbox(sb *v1alpha1.Sandbox) api.Sandbox {
 		Reason: sb.Status.Reason, Meta: sb.Spec.Meta, Memory: sb.Spec.MemoryBytes,
 		From: sb.Spec.From, Parent: sb.Spec.Parent, MemoryRestored: sb.Status.MemoryRestored,
 		ResumeReason: sb.Status.ResumeReason, Persistent: sb.Spec.Persistent, TemplateVersion: sb.Spec.TemplateVersion,
-		DiskLimit: sb.Spec.DiskBytes, Network: sb.Spec.Network, Node: sb.Status.Node,
+		DiskLimit: sb.Spec.DiskBytes, Network: sb.Spec.Network, Node: sb.Spec.NodeName,
 	}
+	// the node it is bound to; its status's lags a move until that node's
+	// agent writes it
 	if out.Node == "" {
-		out.Node = sb.Spec.NodeName
+		out.Node = sb.Status.Node
 	}
 	if sb.Spec.TTL != "" {
 		_ = out.TTL.Set(sb.Spec.TTL) // the node agent wrote a Go duration; none if not

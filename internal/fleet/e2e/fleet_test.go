@@ -683,6 +683,101 @@ func TestFleetNodeAgents(t *testing.T) {
 		})
 	})
 
+	// a stopped sandbox moves: stopped on node-1, node-1 cordoned, resumed
+	// through the controller on node-2 with its memory (the same process,
+	// by its token and pid); then node-2 drained, and it runs on node-1
+	// again, its process still the same
+	t.Run("stopped sandbox moves between nodes", func(t *testing.T) {
+		bin := filepath.Join(f.root, "bin", "sbx")
+		src := strings.TrimSpace(f.sbx(t, n1, "new", "--template", "tiny", "--name", "mover"))
+		t.Cleanup(func() { f.run(t, true, bin, "rm", src, "--yes") })
+		f.sbx(t, n1, "exec", "-d", src, "--", "sh", "-c",
+			`T=$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n'); echo "$T $$" > /tmp/first; while :; do echo "$T $$" > /tmp/now; sleep 0.2; done`)
+		var first string
+		waitFor(t, "the holder's first line", 20*time.Second, func() bool {
+			out, err := f.run(t, true, bin, n1, "exec", src, "--", "cat", "/tmp/first")
+			first = strings.TrimSpace(out)
+			return err == nil && len(strings.Fields(first)) == 2
+		})
+		writesOn := func(what string) {
+			t.Helper()
+			f.sbx(t, "exec", src, "--", "rm", "-f", "/tmp/now")
+			waitFor(t, what, 20*time.Second, func() bool {
+				out, err := f.run(t, true, bin, "exec", src, "--", "cat", "/tmp/now")
+				return err == nil && strings.TrimSpace(out) == first
+			})
+		}
+		f.sbx(t, "stop", "--wait", "mover")
+		f.sbx(t, "--host", ctrl, "node", "cordon", "node-1")
+		defer f.sbx(t, "--host", ctrl, "node", "uncordon", "node-1")
+		var resumed api.Sandbox
+		if err := json.Unmarshal([]byte(f.sbx(t, "--json", "resume", "mover")), &resumed); err != nil {
+			t.Fatal(err)
+		}
+		if resumed.ID != src || resumed.Node != "node-2" || !resumed.MemoryRestored || resumed.State != api.StateReady || resumed.Name != "mover" {
+			t.Fatalf("the resume of a stopped sandbox on a cordoned node: %+v, want %s ready on node-2 with its memory and name", resumed, src)
+		}
+		writesOn("the moved holder writing on, on node-2")
+		// one sandbox in the fleet, on node-2: node-1's copy is gone
+		waitFor(t, "node-1's copy deleted", 30*time.Second, func() bool {
+			_, err := f.run(t, true, bin, n1, "info", src)
+			return err != nil
+		})
+		var info struct{ Sandbox api.Sandbox }
+		if err := json.Unmarshal([]byte(f.sbx(t, "--json", "info", "mover")), &info); err != nil || info.Sandbox.Node != "node-2" {
+			t.Fatalf("sbx info through the controller after the move: %+v %v", info, err)
+		}
+		waitFor(t, "its object on node-2, ready", 30*time.Second, func() bool {
+			out := f.kube(t, "get", "sandboxes", "-l", "sbx.dev/sandbox-id="+strings.ReplaceAll(src, "_", "-"),
+				"-o", "jsonpath={range .items[*]}{.metadata.labels.sbx\\.dev/node}/{.spec.nodeName}/{.status.node}/{.status.state} {end}")
+			return strings.TrimSpace(out) == "node-2/node-2/node-2/ready"
+		})
+		f.sbx(t, "--host", ctrl, "node", "uncordon", "node-1")
+
+		// drain node-2: the sandbox, ready there, is stopped, moved and
+		// resumed on node-1, its process on
+		var drained api.DrainResult
+		if err := json.Unmarshal([]byte(f.sbx(t, "--json", "node", "drain", "node-2")), &drained); err != nil {
+			t.Fatal(err)
+		}
+		defer f.sbx(t, "--host", ctrl, "node", "uncordon", "node-2")
+		var mv *api.MoveResult
+		for i := range drained.Moves {
+			if drained.Moves[i].ID == src {
+				mv = &drained.Moves[i]
+			}
+		}
+		if mv == nil || mv.To != "node-1" || mv.State != api.StateReady || mv.Error != "" {
+			t.Fatalf("sbx node drain node-2: %+v, want %s moved to node-1 and ready", drained, src)
+		}
+		// every sandbox of node-2 moved (the controller subtest's victim too)
+		for _, m := range drained.Moves {
+			if m.To != "node-1" || m.Error != "" {
+				t.Errorf("drain: %+v did not move to node-1", m)
+			}
+		}
+		var left struct{ Sandboxes []api.Sandbox }
+		if err := json.Unmarshal([]byte(f.sbx(t, "--host=unix://"+f.nodes[1].socket, "--json", "list")), &left); err != nil || len(left.Sandboxes) != 0 {
+			t.Errorf("node-2 holds %+v after its drain (%v)", left.Sandboxes, err)
+		}
+		writesOn("the drained holder writing on, on node-1")
+		if err := json.Unmarshal([]byte(f.sbx(t, "--json", "info", src)), &info); err != nil || info.Sandbox.Node != "node-1" || !info.Sandbox.MemoryRestored {
+			t.Fatalf("sbx info after the drain: %+v %v", info, err)
+		}
+		waitFor(t, "node-2's copy deleted", 30*time.Second, func() bool {
+			_, err := f.run(t, true, bin, "--host=tcp://"+f.nodes[1].addr, "info", src)
+			return err != nil
+		})
+		f.sbx(t, "rm", src, "--yes")
+		waitFor(t, "its object gone", 30*time.Second, func() bool {
+			return !strings.Contains(f.kube(t, "get", "sandboxes", "-o", "name"), strings.ReplaceAll(src, "_", "-"))
+		})
+		// node-2 takes sandboxes again, and holds one for the killed
+		// agent's subtest (the drain moved the controller subtest's)
+		f.sbx(t, "--host", ctrl, "node", "uncordon", "node-2")
+		victimSandbox = strings.TrimSpace(f.sbx(t, "--host", "unix://"+f.nodes[1].socket, "new", "--template", "tiny"))
+	})
+
 	// the main job through the fleet's endpoint: a hunt of the bundled
 	// flaky test keeps its failure (stopped with memory, on a node), which
 	// resumes with its memory, and its flake rate is measured by forks

@@ -223,3 +223,34 @@ func (p *Placer) placeOne(ctx context.Context, res dynamic.ResourceInterface, u 
 	}
 	return fmt.Errorf("placement: sandbox %s changed at each of %d reads; it waits for the next round", name, maxReads)
 }
+
+// Target chooses where a bound sandbox, sb, moves to from its node: the
+// best of the other nodes that can take r, counting what is bound to each
+// (sb on none of them). notReady overrides a node's own word on its
+// readiness (the controller's judgement of its Lease). None fitting is a
+// nil node, with each node's reason.
+func (p *Placer) Target(ctx context.Context, sb *v1alpha1.Sandbox, r Request, notReady map[string]string) (*Node, []Rejection, error) {
+	nodes, byName, err := p.nodes(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := p.dyn.Resource(v1alpha1.SandboxesResource).Namespace(p.cfg.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("placement: list sandboxes in %s: %w", p.cfg.Namespace, err)
+	}
+	for i := range l.Items {
+		var o v1alpha1.Sandbox
+		if v1alpha1.FromUnstructured(&l.Items[i], &o) == nil && o.Spec.NodeName != "" && o.UID != sb.UID {
+			p.tally(byName, &o)
+		}
+	}
+	from := sb.Spec.NodeName
+	nodes = slices.DeleteFunc(nodes, func(n *Node) bool { return n.Name == from })
+	for _, n := range nodes {
+		if why, ok := notReady[n.Name]; ok {
+			n.Ready, n.NotReady = false, why
+		}
+	}
+	fit, rejected := Filter(nodes, r)
+	return Choose(fit, r), rejected, nil
+}

@@ -52,6 +52,11 @@ const (
 	// the object (kubectl delete sandbox) deletes its sandbox on the node
 	// first, and the object goes once that is done.
 	Finalizer = "sbx.dev/sandbox"
+	// AnnotationMovingTo is on a Sandbox while the controller moves it
+	// (a stopped sandbox, pushed by its node and adopted by another):
+	// the node it goes to, whose copy is the sandbox's once the object is
+	// bound there, and which keeps that copy until then.
+	AnnotationMovingTo = "sbx.dev/moving-to"
 
 	// DefaultNamespace holds the Sandboxes and the nodes' Leases.
 	DefaultNamespace = "sbx-system"

@@ -1,0 +1,365 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/fleet/placement"
+	"sbx.dev/sbx/internal/fleet/v1alpha1"
+)
+
+// A stopped sandbox moves between nodes through the fleet's registry
+// (Config.MoveRepository): its node pushes its image and record, another
+// node where its memory restores adopts a stopped copy, and the object is
+// rebound there. The rebind, one write preconditioned on the object's
+// resourceVersion, is the instant the sandbox moves: before it, the old
+// node's copy is the sandbox; after it, the new node's. The copy left
+// behind is deleted, by the controller at once, or by its node's agent
+// once the object says the other node holds it (agent.dropMovedCopy).
+
+// moveAsk bounds one node's part of a move: a push or an adopt of a
+// large image.
+const moveAsk = 10 * time.Minute
+
+// movingFor is how long the annotation of a move holds: a copy adopted for
+// a move that a crash cut short is dropped by its node's agent after it.
+const movingFor = 10 * time.Minute
+
+// nodeCall sends method path to node n with in (JSON, if not nil) and
+// decodes a success into out (if not nil). An error answer is the error
+// the node said, with its kind.
+func (c *Controller) nodeCall(ctx context.Context, n *node, method, path string, in, out any) error {
+	target, transport, err := c.nodeTarget(n.typed.Status.Address, 0)
+	if err != nil {
+		return api.Errorf(api.ErrUnavailable, "node %s: %v", n.obj.GetName(), err)
+	}
+	u := *target
+	u.Path, u.RawQuery, _ = strings.Cut(path, "?")
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.cfg.NodeToken != "" {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.NodeToken)
+	}
+	resp, err := (&http.Client{Transport: transport}).Do(req)
+	if err != nil {
+		return api.Errorf(api.ErrUnavailable, "node %s did not answer: %v", n.obj.GetName(), err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		var eb api.ErrorBody
+		if json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&eb) == nil && eb.Error != nil {
+			return fmt.Errorf("node %s: %w", n.obj.GetName(), eb.Err())
+		}
+		return api.Errorf(api.ErrUnavailable, "node %s answered %s", n.obj.GetName(), resp.Status)
+	}
+	if out == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+		return nil
+	}
+	return json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(out)
+}
+
+// sandboxObject reads the Sandbox object of sbx id.
+func (c *Controller) sandboxObject(ctx context.Context, id string) (*unstructured.Unstructured, error) {
+	l, err := c.dyn.Resource(v1alpha1.SandboxesResource).Namespace(c.cfg.Namespace).List(ctx,
+		metav1.ListOptions{LabelSelector: v1alpha1.LabelSandboxID + "=" + v1alpha1.ObjectName(id)})
+	if err != nil {
+		return nil, unavailable(fmt.Errorf("list sandboxes: %w", err))
+	}
+	for i := range l.Items {
+		if statusID(&l.Items[i]) == id {
+			return &l.Items[i], nil
+		}
+	}
+	return nil, api.Errorf(api.ErrNotFound, "sandbox %s has no object in the fleet", id)
+}
+
+func statusID(u *unstructured.Unstructured) string {
+	id, _, _ := unstructured.NestedString(u.Object, "status", "id")
+	return id
+}
+
+// errNoTarget is a move's error when no other node can take the sandbox
+// with its memory.
+var errNoTarget = errors.New("no other node can take it with its memory")
+
+// move moves stopped sandbox id off node from, to the best other node
+// where its memory restores and that has room, and returns that node:
+//
+//  1. the object says where it goes (sbx.dev/moving-to), so that node's
+//     agent keeps the copy it is about to get;
+//  2. from pushes the image and record to the fleet's registry;
+//  3. the target adopts it: a stopped copy, not the sandbox yet;
+//  4. the object is rebound to the target (spec.nodeName, its label, the
+//     annotation dropped), preconditioned on its resourceVersion;
+//  5. from's copy is deleted.
+//
+// Cut before 4 (a crash, a refusal), the sandbox is from's still and the
+// target's copy, if any, is dropped by its agent once the annotation has
+// expired. Cut after 4, from's copy is dropped by from's agent.
+func (c *Controller) move(ctx context.Context, id string, from *node) (*node, error) {
+	if c.cfg.MoveRepository == "" {
+		return nil, api.Errorf(api.ErrUnavailable, "move %s: the fleet has no registry to move sandboxes through (sbx-controller --move-repository)", id)
+	}
+	u, err := c.sandboxObject(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var obj v1alpha1.Sandbox
+	if err := v1alpha1.FromUnstructured(u, &obj); err != nil {
+		return nil, err
+	}
+	if obj.Spec.NodeName != from.obj.GetName() {
+		return nil, api.Errorf(api.ErrConflict, "move %s: its object is bound to node %q, not %s", id, obj.Spec.NodeName, from.obj.GetName())
+	}
+	ns, err := c.nodes(ctx)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	notReady := map[string]string{}
+	byName := map[string]*node{}
+	for _, n := range ns {
+		byName[n.obj.GetName()] = n
+		if !n.ready {
+			notReady[n.obj.GetName()] = "not ready: " + n.reason
+		}
+	}
+	req, _ := placement.RequestOf(&obj, c.cfg.Defaults)
+	fs := from.typed.Status
+	req.Image = &v1alpha1.SandboxImage{Memory: true, RequireMemory: true, RunscSHA256: fs.RunscSHA256,
+		CPUFeatures: fs.CPUFeatures, CacheLineBytes: fs.CacheLineBytes}
+	best, rejected, err := c.place.Target(ctx, &obj, req, notReady)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	if best == nil {
+		return nil, fmt.Errorf("move %s off node %s: %w: %s", id, from.obj.GetName(), errNoTarget, placement.Why(rejected))
+	}
+	to := byName[best.Name]
+	// 1: the move's intent, on the object
+	mark := to.obj.GetName() + " " + c.cfg.Now().UTC().Format(time.RFC3339)
+	if _, err := c.updateObject(ctx, id, func(u *unstructured.Unstructured) error {
+		if n, _, _ := unstructured.NestedString(u.Object, "spec", "nodeName"); n != from.obj.GetName() {
+			return api.Errorf(api.ErrConflict, "move %s: its object was bound to node %q meanwhile", id, n)
+		}
+		ann := u.GetAnnotations()
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		ann[v1alpha1.AnnotationMovingTo] = mark
+		u.SetAnnotations(ann)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("move %s: mark its object: %w", id, err)
+	}
+	// 2: pushed by its node
+	mctx, cancel := context.WithTimeout(ctx, moveAsk)
+	defer cancel()
+	var pushed api.PushResult
+	ref := c.cfg.MoveRepository + ":" + id + "-" + randomHex(4)
+	if err := c.nodeCall(mctx, from, http.MethodPost, "/v1/sandboxes/"+id+"/push", api.PushRequest{Ref: ref}, &pushed); err != nil {
+		return nil, fmt.Errorf("move %s: push its image from node %s: %w", id, from.obj.GetName(), err)
+	}
+	// 3: a copy adopted by the target
+	var adopted api.Sandbox
+	if err := c.nodeCall(mctx, to, http.MethodPost, "/v1/sandboxes/adopt", api.AdoptRequest{Ref: pushed.Ref}, &adopted); err != nil {
+		return nil, fmt.Errorf("move %s: node %s adopting it: %w", id, to.obj.GetName(), err)
+	}
+	// 4: the rebind, the instant it moves
+	if err := c.rebind(ctx, id, from.obj.GetName(), to.obj.GetName()); err != nil {
+		return nil, err
+	}
+	c.log.Info("fleet: moved a stopped sandbox", "sandbox", id, "from", from.obj.GetName(), "to", to.obj.GetName(), "ref", pushed.Ref, "bytes", pushed.Bytes)
+	// 5: the copy left behind (its agent drops it otherwise)
+	if err := c.nodeCall(ctx, from, http.MethodDelete, "/v1/sandboxes/"+id, nil, nil); err != nil && !errors.Is(err, api.ErrNotFound) {
+		c.log.Warn("fleet: the copy a move left could not be deleted; its node's agent drops it", "sandbox", id, "node", from.obj.GetName(), "err", err)
+	}
+	return to, nil
+}
+
+// updateObject changes sandbox id's object with change and writes it,
+// preconditioned on the resourceVersion it was read at; a Conflict (an
+// agent's write meanwhile) reads it again, a few times. An error of
+// change is returned as it is, and nothing is written.
+func (c *Controller) updateObject(ctx context.Context, id string, change func(*unstructured.Unstructured) error) (*unstructured.Unstructured, error) {
+	res := c.dyn.Resource(v1alpha1.SandboxesResource).Namespace(c.cfg.Namespace)
+	for try := 0; ; try++ {
+		u, err := c.sandboxObject(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if err := change(u); err != nil {
+			return nil, err
+		}
+		out, err := res.Update(ctx, u, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) && try < 5 {
+			continue
+		}
+		if err != nil {
+			return nil, unavailable(err)
+		}
+		return out, nil
+	}
+}
+
+// rebind binds sandbox id's object, bound to from, to to: spec.nodeName
+// and its node label, the move's annotation dropped; and its status says
+// to's node at once, so requests go there before to's agent writes it.
+func (c *Controller) rebind(ctx context.Context, id, from, to string) error {
+	out, err := c.updateObject(ctx, id, func(u *unstructured.Unstructured) error {
+		if n, _, _ := unstructured.NestedString(u.Object, "spec", "nodeName"); n != from {
+			return api.Errorf(api.ErrConflict, "move %s: its object was bound to node %q meanwhile", id, n)
+		}
+		_ = unstructured.SetNestedField(u.Object, to, "spec", "nodeName")
+		labels := u.GetLabels()
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[v1alpha1.LabelNode] = to
+		u.SetLabels(labels)
+		ann := u.GetAnnotations()
+		delete(ann, v1alpha1.AnnotationMovingTo)
+		u.SetAnnotations(ann)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("move %s: bind its object to node %s: %w", id, to, err)
+	}
+	// the status lags until to's agent writes it: say the node now (best
+	// effort; the agent's next pass writes it whole)
+	res := c.dyn.Resource(v1alpha1.SandboxesResource).Namespace(c.cfg.Namespace)
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"node": to}})
+	if _, err := res.Patch(ctx, out.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		c.log.Info("fleet: a moved sandbox's status names its old node until its new node writes it", "sandbox", id, "err", err)
+	}
+	return nil
+}
+
+// resume resumes a sandbox through its node; a stopped one whose node is
+// cordoned is moved first, with its memory, to a node that can take it
+// (staying where it is if none can).
+func (c *Controller) resume(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxPullBody+1))
+	if err != nil || len(body) > maxPullBody {
+		writeError(w, api.Errorf(api.ErrInvalid, "resume: the request is unreadable or larger than %d bytes", maxPullBody))
+		return
+	}
+	restore := func() { r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body)) }
+	restore()
+	ref := r.PathValue("id")
+	sb, n, err := c.sandboxNode(r, ref)
+	if err != nil {
+		if sb.ID != "" && sb.State == api.StateStopped && errors.Is(err, api.ErrUnavailable) {
+			err = api.Errorf(api.ErrUnavailable, "%v: sandbox %s is stopped there, with its image, which the fleet's registry does not hold; it resumes once that node is back", err, sb.ID)
+		}
+		writeError(w, err)
+		return
+	}
+	if sb.State == api.StateStopped && n.typed.Spec.Unschedulable && c.cfg.MoveRepository != "" {
+		to, err := c.move(r.Context(), sb.ID, n)
+		switch {
+		case err == nil:
+			n = to
+		case errors.Is(err, errNoTarget):
+			c.log.Info("fleet: a resume on a cordoned node stays there", "sandbox", sb.ID, "node", n.obj.GetName(), "why", err)
+		default:
+			writeError(w, err)
+			return
+		}
+	}
+	c.forward(w, r, n, "/v1/sandboxes/"+sb.ID+"/resume", "which holds "+sb.ID)
+}
+
+// drain cordons a node and moves each of its sandboxes to other nodes: a
+// ready one is stopped with its memory, moved and resumed; a stopped one
+// is moved and stays stopped. One that cannot move stays, and says why.
+func (c *Controller) drain(w http.ResponseWriter, r *http.Request) {
+	n, err := c.findNode(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if !n.ready {
+		writeError(w, api.Errorf(api.ErrUnavailable, "drain %s: the node is down (%s): its sandboxes cannot be pushed from it", n.obj.GetName(), n.reason))
+		return
+	}
+	name := n.obj.GetName()
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"unschedulable": true}})
+	if _, err := c.dyn.Resource(v1alpha1.SandboxNodesResource).Patch(r.Context(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		writeError(w, unavailable(fmt.Errorf("drain %s: cordon it: %w", name, err)))
+		return
+	}
+	n.typed.Spec.Unschedulable = true
+	all, err := c.sandboxes(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := api.DrainResult{Node: name, Moves: []api.MoveResult{}}
+	ctx := r.Context()
+	for _, sb := range all {
+		if sb.Node != name || sb.ID == "" || (sb.State != api.StateReady && sb.State != api.StateStopped) {
+			continue
+		}
+		mv := api.MoveResult{ID: sb.ID, From: name}
+		wasReady := sb.State == api.StateReady
+		if wasReady {
+			var stopped api.Sandbox
+			if err := c.nodeCall(ctx, n, http.MethodPost, "/v1/sandboxes/"+sb.ID+"/stop?wait=true", nil, &stopped); err != nil {
+				mv.Error = "stop it: " + err.Error()
+				out.Moves = append(out.Moves, mv)
+				continue
+			}
+		}
+		to, err := c.move(ctx, sb.ID, n)
+		if err != nil {
+			mv.Error = err.Error()
+			if wasReady { // back as it was, where it was
+				var back api.Sandbox
+				if rerr := c.nodeCall(ctx, n, http.MethodPost, "/v1/sandboxes/"+sb.ID+"/resume", nil, &back); rerr != nil {
+					mv.Error += "; and resuming it here again: " + rerr.Error()
+				}
+			}
+			out.Moves = append(out.Moves, mv)
+			continue
+		}
+		mv.To, mv.State = to.obj.GetName(), api.StateStopped
+		if wasReady {
+			var back api.Sandbox
+			if err := c.nodeCall(ctx, to, http.MethodPost, "/v1/sandboxes/"+sb.ID+"/resume", nil, &back); err != nil {
+				mv.Error = "moved, stopped; resuming it on " + mv.To + ": " + err.Error()
+			} else {
+				mv.State = back.State
+			}
+		}
+		c.log.Info("fleet: drained a sandbox", "sandbox", sb.ID, "from", name, "to", mv.To, "state", mv.State, "err", mv.Error)
+		out.Moves = append(out.Moves, mv)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
