@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path"
@@ -216,7 +217,7 @@ func (m *Manager) PullSnapshot(ctx context.Context, req api.PullRequest) (*api.P
 			files.Files = append([]snapstore.File{f}, files.Files...) // first: checked below
 		case memory && path.Dir(p) == memoryDir && p != memoryDir+"/"+completeFile:
 			files.Files = append(files.Files, f)
-			memBytes += f.Size
+			memBytes = addSizes(memBytes, f.Size)
 		}
 	}
 	if !hasFile(files, diskTar) {
@@ -245,7 +246,7 @@ func (m *Manager) PullSnapshot(ctx context.Context, req api.PullRequest) (*api.P
 	var need int64
 	for _, f := range files.Files {
 		if !t.store.Has(f.Digest) {
-			need += f.Size
+			need = addSizes(need, f.Size)
 		}
 	}
 	var sfs syscall.Statfs_t
@@ -412,6 +413,16 @@ func scrubRegistryError(err error, terr *transport.Error) error {
 func hasKind(err error) bool {
 	_, code := api.StatusOf(err)
 	return code != "internal" || errors.Is(err, api.ErrInternal)
+}
+
+// addSizes adds two sizes of a manifest (each the registry's word, and
+// not negative), no more than math.MaxInt64: the registry picks them, and
+// a sum wrapped round passes every bound.
+func addSizes(a, b int64) int64 {
+	if b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // maxKernelState bounds what a memory image holds beyond the sandbox's

@@ -1,0 +1,168 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/runsc"
+	"sbx.dev/sbx/internal/snapstore"
+)
+
+// memManifest is a memory snapshot's manifest whose facts are this node's
+// (testFacts), of a 256 MiB sandbox.
+func memManifest(name string) snapstore.Manifest {
+	return snapstore.Manifest{Name: name, Memory: true, Template: "tiny", TemplateVersion: "sha256:" + strings.Repeat("1", 64),
+		RunscSHA256: testFacts.RunscSHA256, CPUFeatures: []string{"fpu"}, CacheLineBytes: 64, Record: []byte(`{"memLimit":268435456}`)}
+}
+
+// stateFile is a checkpoint.img as runsc writes it: its magic, the length
+// of its metadata, the metadata (holding spec), then state bytes.
+func stateFile(t *testing.T, spec *specs.Spec) []byte {
+	t.Helper()
+	all, _ := json.Marshal(map[string]*specs.Spec{"sb_parent": spec})
+	meta, _ := json.Marshal(map[string]string{"container_specs": string(all)})
+	b := []byte("\x67\x56\x69\x73\x6f\x72\x53\x46")
+	b = binary.BigEndian.AppendUint64(b, uint64(len(meta)))
+	b = append(b, meta...)
+	return append(b, "state follows"...)
+}
+
+// memFiles are the files of a memory image whose checkpoint holds spec (a
+// spec of today's sbx if nil).
+func memFiles(t *testing.T, spec *specs.Spec) map[string][]byte {
+	t.Helper()
+	if spec == nil {
+		spec = runsc.Spec(runsc.SpecOptions{Rootfs: "/r", AgentDir: "/a", EtcDir: "/e"})
+	}
+	return map[string][]byte{diskTar: tinyTar(t, "d", 10), "memory/checkpoint.img": stateFile(t, spec),
+		"memory/pages_meta.img": []byte("meta"), "memory/pages.img": []byte("pages")}
+}
+
+// memTestManager is a test manager whose host facts are testFacts.
+func memTestManager(t *testing.T) *Manager {
+	t.Helper()
+	m, _ := newTestManager(t, time.Hour)
+	m.cfg.HostFacts = func() (HostFacts, error) { return testFacts, nil }
+	return m
+}
+
+// assertNothingLeft fails if a pull left an image dir, a disk, a temp dir
+// or a snapshot record behind (want: the snapshots there should be).
+func assertNothingLeft(t *testing.T, m *Manager, want int) {
+	t.Helper()
+	ents, _ := os.ReadDir(m.images.root)
+	sns, _ := m.cfg.Store.Snapshots(context.Background(), "")
+	if len(ents) != want || len(sns) != want {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Errorf("images %v and %d snapshot records, want %d of each", names, len(sns), want)
+	}
+	memDisks := 0
+	for _, sn := range sns {
+		if sn.Memory {
+			memDisks++
+		}
+	}
+	disks, _ := os.ReadDir(m.storage.disksDir())
+	if len(disks) != memDisks {
+		t.Errorf("%d disks in %s, want %d (one a memory snapshot)", len(disks), m.storage.disksDir(), memDisks)
+	}
+	tmps, _ := filepath.Glob(filepath.Join(m.cfg.DataDir, "blobs", "sha256", ".pull-*"))
+	if len(tmps) > 0 {
+		t.Errorf("the content store holds temp files %v", tmps)
+	}
+}
+
+// rawPush pushes an artifact whose manifest and layers say what the caller
+// says (a hostile node's, sizes and all), with only blobs as blobs.
+func rawPush(t *testing.T, srv *httptest.Server, repo string, man snapstore.Manifest, blobs [][]byte) string {
+	t.Helper()
+	r, err := name.ParseReference(strings.TrimPrefix(srv.URL, "http://") + "/" + repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range blobs {
+		if err := remote.WriteLayer(r.Context(), static.NewLayer(b, snapstore.FileMediaType)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	man.Schema = snapstore.Schema
+	cfg, _ := json.Marshal(man)
+	cl := static.NewLayer(cfg, snapstore.ConfigMediaType)
+	if err := remote.WriteLayer(r.Context(), cl); err != nil {
+		t.Fatal(err)
+	}
+	cd, _ := cl.Digest()
+	var layers []string
+	for _, f := range man.Files {
+		layers = append(layers, fmt.Sprintf(`{"mediaType":%q,"size":%d,"digest":%q}`, snapstore.FileMediaType, f.Size, f.Digest))
+	}
+	raw := fmt.Sprintf(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","artifactType":%q,`+
+		`"config":{"mediaType":%q,"size":%d,"digest":%q},"layers":[%s]}`,
+		snapstore.ArtifactType, snapstore.ConfigMediaType, len(cfg), cd, strings.Join(layers, ","))
+	if err := remote.Put(r, rawMan(raw)); err != nil {
+		t.Fatal(err)
+	}
+	return r.String()
+}
+
+// TestAttackMemSizeOverflow: the memory image's size is the sum of what
+// the manifest says of its files, and the registry picks the sizes: four
+// files of 2^62 bytes and some sum to a few bytes in an int64, which pass
+// the bound of the sandbox's memory and the data dir's free space, and the
+// node then takes 2^62 bytes a file, as long as the registry sends.
+func TestAttackMemSizeOverflow(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	gets := 0
+	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/sha256:"+strings.Repeat("e", 63)) {
+			mu.Lock()
+			gets++
+			mu.Unlock()
+		}
+		h.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	m := memTestManager(t)
+	disk := tinyTar(t, "d", 10)
+	man := memManifest("ovf")
+	man.Files = []snapstore.File{{Path: diskTar, Size: int64(len(disk)), Digest: sha(disk)}}
+	for i, p := range []string{"checkpoint.img", "pages_meta.img", "pages.img", "pages2.img"} {
+		size := int64(1) << 62
+		if i == 3 {
+			size += 1000 // the sum: 2^64 + 1000, 1000 in an int64
+		}
+		man.Files = append(man.Files, snapstore.File{Path: "memory/" + p, Size: size, Digest: fmt.Sprintf("sha256:%s%d", strings.Repeat("e", 63), i)})
+	}
+	ref := rawPush(t, srv, "sbx/ovf:1", man, [][]byte{disk})
+	_, err := m.PullSnapshot(ctx, api.PullRequest{Ref: ref, Name: "ovf"})
+	mu.Lock()
+	defer mu.Unlock()
+	if err == nil || gets > 0 {
+		t.Errorf("memory files of 2^62 bytes each: %d GETs of them, pull error %v; want refused before any GET", gets, err)
+	}
+	assertNothingLeft(t, m, 0)
+}
