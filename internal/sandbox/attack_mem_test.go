@@ -166,3 +166,44 @@ func TestAttackMemSizeOverflow(t *testing.T) {
 	}
 	assertNothingLeft(t, m, 0)
 }
+
+// TestAttackMemNoCheckpoint: facts that match and memory files that are
+// no checkpoint (none of runsc's three files, or an empty state file) were
+// recorded as a memory snapshot, which every create then fails to restore
+// (and which sbxd's own reconcile holds to be incomplete). A capture here
+// verifies its checkpoint; a pull must too.
+func TestAttackMemNoCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	for _, tc := range []struct {
+		name  string
+		edit  func(map[string][]byte)
+		wants string
+	}{
+		{"no runsc file at all", func(f map[string][]byte) {
+			delete(f, "memory/checkpoint.img")
+			delete(f, "memory/pages_meta.img")
+			delete(f, "memory/pages.img")
+			f["memory/junk"] = []byte("x")
+		}, "checkpoint.img"},
+		{"no pages", func(f map[string][]byte) { delete(f, "memory/pages.img") }, "pages.img"},
+		{"an empty state file", func(f map[string][]byte) { f["memory/checkpoint.img"] = nil }, "checkpoint.img"},
+	} {
+		tag := fmt.Sprintf("sbx/nock:%d", len(tc.name))
+		t.Run(tc.name, func(t *testing.T) {
+			m := memTestManager(t)
+			files := memFiles(t, nil)
+			tc.edit(files)
+			ref := hostilePushManifest(t, srv, tag, files, memManifest("nock"))
+			res, err := m.PullSnapshot(ctx, api.PullRequest{Ref: ref, Name: "nock"})
+			if err == nil {
+				t.Fatalf("pulled as %+v, want refused", res.Snapshot)
+			}
+			if !strings.Contains(err.Error(), tc.wants) {
+				t.Errorf("the refusal %q does not name %s", err, tc.wants)
+			}
+			assertNothingLeft(t, m, 0)
+		})
+	}
+}

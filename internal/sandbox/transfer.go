@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -223,8 +224,10 @@ func (m *Manager) PullSnapshot(ctx context.Context, req api.PullRequest) (*api.P
 	if !hasFile(files, diskTar) {
 		return nil, api.Errorf(api.ErrInvalid, "pull %s: its image has no %s", req.Ref, diskTar)
 	}
-	if memory && memBytes == 0 {
-		return nil, api.Errorf(api.ErrInvalid, "pull %s: it says it holds memory, and its image has no %s files", req.Ref, memoryDir)
+	if memory {
+		if err := checkpointListed(files); err != nil {
+			return nil, api.Errorf(api.ErrInvalid, "pull %s: it says it holds memory, and %v", req.Ref, err)
+		}
 	}
 	// the disk's size is the registry's word too: no more than a sandbox
 	// here may write (a record without a limit: this node's maximum), and
@@ -279,6 +282,13 @@ func (m *Manager) PullSnapshot(ctx context.Context, req api.PullRequest) (*api.P
 	if err := checkDiskTar(m.images.disk(img), diskLimit); err != nil {
 		_ = m.images.remove(img)
 		return nil, api.Errorf(api.ErrInvalid, "pull %s: %v", req.Ref, err)
+	}
+	// the manifest said so; the files must too, as a capture's do
+	if memory {
+		if err := verifyCheckpoint(m.images.mem(img)); err != nil {
+			_ = m.images.remove(img)
+			return nil, api.Errorf(api.ErrInvalid, "pull %s: %v", req.Ref, err)
+		}
 	}
 	size, err := m.images.complete(img, true)
 	if err != nil {
@@ -366,6 +376,23 @@ func hasFile(m snapstore.Manifest, p string) bool {
 		}
 	}
 	return false
+}
+
+// checkpointListed: a memory image's files are a checkpoint, as a capture
+// here verifies its own (verifyCheckpoint), by the manifest's word: a
+// snapshot recorded with memory that no restore takes fails every create
+// from it, and sbxd's reconcile holds its image incomplete.
+func checkpointListed(m snapstore.Manifest) error {
+	for _, name := range []string{"checkpoint.img", "pages_meta.img", "pages.img"} {
+		i := slices.IndexFunc(m.Files, func(f snapstore.File) bool { return path.Clean(f.Path) == memoryDir+"/"+name })
+		switch {
+		case i < 0:
+			return fmt.Errorf("its image has no %s/%s", memoryDir, name)
+		case name == "checkpoint.img" && m.Files[i].Size == 0:
+			return fmt.Errorf("its %s/%s is empty", memoryDir, name)
+		}
+	}
+	return nil
 }
 
 // registryError says what went wrong talking to a registry: one that does
