@@ -207,3 +207,66 @@ func TestAttackMemNoCheckpoint(t *testing.T) {
 		})
 	}
 }
+
+// TestAttackMemCheckpointMounts: a restore gives the bundle the mounts of
+// the image's checkpoint (runsc compares them), each with this sandbox's
+// source where the bundle has one, and the image's own source where it
+// has not; and the image's options. A checkpoint is the pushing node's
+// word: one naming a bind of the host's / at /host, or the agent's dir
+// (every sandbox's) read-write, was pulled as a memory snapshot whose
+// restore hands the sandbox those host files.
+func TestAttackMemCheckpointMounts(t *testing.T) {
+	ctx := context.Background()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	today := func() *specs.Spec { return runsc.Spec(runsc.SpecOptions{Rootfs: "/r", AgentDir: "/a", EtcDir: "/e"}) }
+	for _, tc := range []struct {
+		name string
+		edit func(*specs.Spec)
+		ok   bool
+	}{
+		{"today's spec", func(*specs.Spec) {}, true},
+		{"a bind of the host's root", func(s *specs.Spec) {
+			s.Mounts = append(s.Mounts, specs.Mount{Destination: "/host", Type: "bind", Source: "/", Options: []string{"rbind", "rw"}})
+		}, false},
+		{"the agent's dir read-write", func(s *specs.Spec) {
+			for i := range s.Mounts {
+				if s.Mounts[i].Destination == runsc.AgentDir {
+					s.Mounts[i].Options = []string{"rbind", "rw"}
+				}
+			}
+		}, false},
+		{"a bind by its options", func(s *specs.Spec) {
+			s.Mounts = append(s.Mounts, specs.Mount{Destination: "/host", Type: "none", Source: "/root", Options: []string{"rbind"}})
+		}, false},
+		{"a legacy /etc file up a level", func(s *specs.Spec) {
+			s.Mounts = append(s.Mounts, specs.Mount{Destination: "/etc/..", Type: "bind", Source: "/", Options: []string{"rbind", "rw"}})
+		}, false},
+		{"a legacy /etc file", func(s *specs.Spec) {
+			s.Mounts = append(s.Mounts, specs.Mount{Destination: "/etc/hosts", Type: "bind", Source: "/old/etc/hosts", Options: []string{"rbind", "rw"}})
+		}, true},
+		{"a capability sbx never gave", func(s *specs.Spec) {
+			s.Process.Capabilities.Bounding = append(s.Process.Capabilities.Bounding, "CAP_SYS_MODULE")
+		}, false},
+	} {
+		tag := fmt.Sprintf("sbx/mnt:%d", len(tc.name))
+		t.Run(tc.name, func(t *testing.T) {
+			m := memTestManager(t)
+			spec := today()
+			tc.edit(spec)
+			ref := hostilePushManifest(t, srv, tag, memFiles(t, spec), memManifest("mnt"))
+			res, err := m.PullSnapshot(ctx, api.PullRequest{Ref: ref, Name: "mnt"})
+			if tc.ok {
+				if err != nil || !res.Snapshot.Memory {
+					t.Fatalf("pulled as %+v, %v; want a memory snapshot", res, err)
+				}
+				assertNothingLeft(t, m, 1)
+				return
+			}
+			if err == nil {
+				t.Fatalf("pulled as %+v, want refused", res.Snapshot)
+			}
+			assertNothingLeft(t, m, 0)
+		})
+	}
+}

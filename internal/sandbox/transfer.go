@@ -23,6 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/runsc"
 	"sbx.dev/sbx/internal/snapstore"
 	"sbx.dev/sbx/internal/store"
 	"sbx.dev/sbx/internal/template"
@@ -283,9 +284,15 @@ func (m *Manager) PullSnapshot(ctx context.Context, req api.PullRequest) (*api.P
 		_ = m.images.remove(img)
 		return nil, api.Errorf(api.ErrInvalid, "pull %s: %v", req.Ref, err)
 	}
-	// the manifest said so; the files must too, as a capture's do
+	// the manifest said so; the files must too, as a capture's do. And
+	// the checkpoint names the mounts and capabilities its restore gives
+	// the bundle: the pushing node's word, held to what sbx's have been.
 	if memory {
-		if err := verifyCheckpoint(m.images.mem(img)); err != nil {
+		err := verifyCheckpoint(m.images.mem(img))
+		if err == nil {
+			err = runsc.CheckImageSpec(m.images.mem(img))
+		}
+		if err != nil {
 			_ = m.images.remove(img)
 			return nil, api.Errorf(api.ErrInvalid, "pull %s: %v", req.Ref, err)
 		}
