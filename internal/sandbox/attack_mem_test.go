@@ -270,3 +270,199 @@ func TestAttackMemCheckpointMounts(t *testing.T) {
 		})
 	}
 }
+
+// storeFiles are the files of the node's content store, after a prune.
+func storeFiles(t *testing.T, m *Manager) []string {
+	t.Helper()
+	m.pruneBlobs()
+	ents, _ := os.ReadDir(filepath.Join(m.cfg.DataDir, "blobs", "sha256"))
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// TestAttackMemSharedBlobs: two memory snapshots pulled from the same blobs
+// share the store's inodes (hard links), their disks too. Deleting one
+// leaves the other whole; deleting both leaves nothing, in the images, the
+// disks or the store.
+func TestAttackMemSharedBlobs(t *testing.T) {
+	ctx := context.Background()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	m := memTestManager(t)
+	files := memFiles(t, nil)
+	ref := hostilePushManifest(t, srv, "sbx/shared:1", files, memManifest("shared"))
+	for _, n := range []string{"a", "b"} {
+		if _, err := m.PullSnapshot(ctx, api.PullRequest{Ref: ref, Name: n}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := m.cfg.Store.Snapshot(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.DeleteSnapshot(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	assertNothingLeft(t, m, 1)
+	for p, want := range files {
+		if got, err := os.ReadFile(filepath.Join(m.images.dir(b.ID), filepath.FromSlash(p))); err != nil || string(got) != string(want) {
+			t.Errorf("snapshot b's %s after a's delete: %q %v", p, got, err)
+		}
+	}
+	if got, err := os.ReadFile(b.Disk); err != nil || string(got) != string(files[diskTar]) {
+		t.Errorf("snapshot b's disk %s after a's delete: %v", b.Disk, err)
+	}
+	if len(storeFiles(t, m)) == 0 {
+		t.Error("the store let go of the files snapshot b links")
+	}
+	if err := m.DeleteSnapshot(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	assertNothingLeft(t, m, 0)
+	if left := storeFiles(t, m); len(left) > 0 {
+		t.Errorf("the store holds %v once no snapshot links them", left)
+	}
+}
+
+// TestAttackMemFailedPullLeavesNothing: a pull of a memory image that fails
+// at any step (a file name the filesystem refuses, a registry that dies
+// mid-blob, a context cancelled mid-blob, a disk.tar that is no tar, a
+// template this node lacks) leaves no image, disk, temp file or record,
+// and nothing in the store its next prune keeps.
+func TestAttackMemFailedPullLeavesNothing(t *testing.T) {
+	ctx := context.Background()
+	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	pages := make([]byte, 1<<20)
+	var cancelMid context.CancelFunc
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, strings.TrimPrefix(sha(pages), "sha256:")) {
+			mu.Lock()
+			cancel := cancelMid
+			mu.Unlock()
+			w.Header().Set("Content-Length", fmt.Sprint(len(pages)))
+			w.WriteHeader(200)
+			w.Write(pages[:len(pages)/2])
+			w.(http.Flusher).Flush()
+			if cancel != nil {
+				cancel()
+				<-r.Context().Done()
+			}
+			// else: the registry dies mid-blob
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	withPages := func() map[string][]byte {
+		f := memFiles(t, nil)
+		f["memory/pages.img"] = pages
+		return f
+	}
+	for i, tc := range []struct {
+		name   string
+		ref    func() string
+		cancel bool
+	}{
+		{"a NUL in a memory file's name", func() string {
+			f := memFiles(t, nil)
+			man := memManifest("x")
+			var blobs [][]byte
+			for p, b := range f {
+				if p == "memory/pages.img" {
+					p = "memory/pa\x00ges.img"
+				}
+				man.Files = append(man.Files, snapstore.File{Path: p, Size: int64(len(b)), Digest: sha(b)})
+				blobs = append(blobs, b)
+			}
+			man.Files = append(man.Files, snapstore.File{Path: "memory/pages.img", Size: 1, Digest: sha([]byte("p"))})
+			return rawPush(t, srv, "sbx/fail:nul", man, append(blobs, []byte("p")))
+		}, false},
+		{"a registry that dies mid-blob", func() string {
+			return hostilePushManifest(t, srv, "sbx/fail:dies", withPages(), memManifest("x"))
+		}, false},
+		{"a context cancelled mid-blob", func() string {
+			return hostilePushManifest(t, srv, "sbx/fail:cancel", withPages(), memManifest("x"))
+		}, true},
+		{"a disk.tar that is no tar", func() string {
+			f := memFiles(t, nil)
+			f[diskTar] = []byte(strings.Repeat("not a tar ", 100))
+			return hostilePushManifest(t, srv, "sbx/fail:tar", f, memManifest("x"))
+		}, false},
+		{"a template this node lacks", func() string {
+			man := memManifest("x")
+			man.TemplateVersion = "sha256:" + strings.Repeat("9", 64)
+			return hostilePushManifest(t, srv, "sbx/fail:tpl", memFiles(t, nil), man)
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := memTestManager(t)
+			if tc.name == "a template this node lacks" {
+				m.cfg.Templates = missingTemplates{m.cfg.Templates}
+			}
+			ref := tc.ref()
+			pctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			mu.Lock()
+			cancelMid = nil
+			if tc.cancel {
+				cancelMid = cancel
+			}
+			mu.Unlock()
+			res, err := m.PullSnapshot(pctx, api.PullRequest{Ref: ref, Name: fmt.Sprintf("f%d", i)})
+			if err == nil {
+				t.Fatalf("pulled as %+v, want a failure", res.Snapshot)
+			}
+			assertNothingLeft(t, m, 0)
+			if left := storeFiles(t, m); len(left) > 0 {
+				t.Errorf("the store holds %v after a failed pull and a prune", left)
+			}
+		})
+	}
+}
+
+// missingTemplates is a template store that has no version but tiny's.
+type missingTemplates struct{ Templates }
+
+func (t missingTemplates) Version(v string) (api.Template, error) {
+	if v != "sha256:"+strings.Repeat("1", 64) {
+		return api.Template{}, api.Errorf(api.ErrNotFound, "no template version %s", v)
+	}
+	return t.Templates.Version(v)
+}
+
+// TestAttackMemConcurrentPulls: pulls of one artifact under one name at
+// once: one snapshot, one image, one disk; the others refused, leaving
+// nothing.
+func TestAttackMemConcurrentPulls(t *testing.T) {
+	ctx := context.Background()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	m := memTestManager(t)
+	ref := hostilePushManifest(t, srv, "sbx/conc:1", memFiles(t, nil), memManifest("conc"))
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := m.PullSnapshot(ctx, api.PullRequest{Ref: ref, Name: "conc"})
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	ok := 0
+	for err := range errs {
+		if err == nil {
+			ok++
+		}
+	}
+	if ok != 1 {
+		t.Errorf("%d of 6 pulls under one name succeeded, want 1", ok)
+	}
+	assertNothingLeft(t, m, 1)
+}
