@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -465,4 +466,31 @@ func TestAttackMemConcurrentPulls(t *testing.T) {
 		t.Errorf("%d of 6 pulls under one name succeeded, want 1", ok)
 	}
 	assertNothingLeft(t, m, 1)
+}
+
+// TestAttackMemControlName: a memory file's name is the manifest's word: a
+// NUL in it passed the manifest's check and failed the pull at its link,
+// said as "the registry does not answer", with the name's raw bytes (a
+// terminal's escapes too) in the error sbxd's client prints.
+func TestAttackMemControlName(t *testing.T) {
+	ctx := context.Background()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	for i, bad := range []string{"memory/pa\x00ges.img", "memory/\x1b[2Jx", "memory/x\ny"} {
+		m := memTestManager(t)
+		f := memFiles(t, nil)
+		man := memManifest("x")
+		var blobs [][]byte
+		for p, b := range f {
+			man.Files = append(man.Files, snapstore.File{Path: p, Size: int64(len(b)), Digest: sha(b)})
+			blobs = append(blobs, b)
+		}
+		man.Files = append(man.Files, snapstore.File{Path: bad, Size: 1, Digest: sha([]byte("p"))})
+		ref := rawPush(t, srv, fmt.Sprintf("sbx/ctl:%d", i), man, append(blobs, []byte("p")))
+		_, err := m.PullSnapshot(ctx, api.PullRequest{Ref: ref, Name: "x"})
+		if !errors.Is(err, api.ErrInvalid) || strings.ContainsAny(err.Error(), "\x00\x1b\n") {
+			t.Errorf("a file named %q: %q, want it refused as invalid, the name quoted", bad, err)
+		}
+		assertNothingLeft(t, m, 0)
+	}
 }

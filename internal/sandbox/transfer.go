@@ -410,6 +410,8 @@ func registryError(verb, ref string, err error) error {
 	switch {
 	case hasKind(err):
 		return err
+	case errors.Is(err, snapstore.ErrManifest):
+		return api.Errorf(api.ErrInvalid, "%s %s: %v", verb, ref, err)
 	case errors.As(err, &terr):
 		err = scrubRegistryError(err, terr)
 		switch terr.StatusCode {
