@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -492,5 +493,31 @@ func TestAttackMemControlName(t *testing.T) {
 			t.Errorf("a file named %q: %q, want it refused as invalid, the name quoted", bad, err)
 		}
 		assertNothingLeft(t, m, 0)
+	}
+}
+
+// TestAttackMemLocalError: a pull that fails on this node's own disk (a
+// full one, above all: ENOSPC) was said to be the registry's fault ("the
+// registry does not answer", unavailable), since a syscall.Errno is a
+// net.Error. Here the images dir is a file (ENOTDIR), which fails the same
+// way a full disk does.
+func TestAttackMemLocalError(t *testing.T) {
+	ctx := context.Background()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	m := memTestManager(t)
+	ref := hostilePushManifest(t, srv, "sbx/local:1", memFiles(t, nil), memManifest("local"))
+	if err := os.RemoveAll(m.images.root); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(m.images.root, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := m.PullSnapshot(ctx, api.PullRequest{Ref: ref, Name: "local"})
+	if err == nil || strings.Contains(err.Error(), "registry") {
+		t.Errorf("a pull failing on this node's disk: %v, want an error that does not blame the registry", err)
+	}
+	if got := registryError("pull", "r", fmt.Errorf("write: %w", &os.PathError{Op: "write", Path: "/x", Err: syscall.ENOSPC})); !strings.Contains(got.Error(), "free some space") {
+		t.Errorf("a full disk: %v, want it to say to free some space", got)
 	}
 }

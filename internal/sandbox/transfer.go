@@ -406,12 +406,13 @@ func checkpointListed(m snapstore.Manifest) error {
 // not answer is unavailable; one that refuses names why.
 func registryError(verb, ref string, err error) error {
 	var terr *transport.Error
-	var nerr net.Error
 	switch {
 	case hasKind(err):
 		return err
 	case errors.Is(err, snapstore.ErrManifest):
 		return api.Errorf(api.ErrInvalid, "%s %s: %v", verb, ref, err)
+	case errors.Is(err, syscall.ENOSPC):
+		return api.Errorf(api.ErrUnavailable, "%s %s: sbxd's data dir is full: %v; free some space there", verb, ref, err)
 	case errors.As(err, &terr):
 		err = scrubRegistryError(err, terr)
 		switch terr.StatusCode {
@@ -421,12 +422,24 @@ func registryError(verb, ref string, err error) error {
 			return api.Errorf(api.ErrNotFound, "%s %s: the registry has no such artifact: %v", verb, ref, err)
 		}
 		return api.Errorf(api.ErrUnavailable, "%s %s: the registry answered: %v", verb, ref, err)
-	case errors.As(err, &nerr), strings.Contains(err.Error(), "connection refused"):
+	case isNetError(err), strings.Contains(err.Error(), "connection refused"):
 		return api.Errorf(api.ErrUnavailable, "%s %s: the registry does not answer: %v", verb, ref, err)
 	case strings.Contains(err.Error(), "could not parse reference"), strings.Contains(err.Error(), "repository can only contain"):
 		return api.Errorf(api.ErrInvalid, "%s %s: %v", verb, ref, err)
 	}
 	return fmt.Errorf("%s %s: %w", verb, ref, err)
+}
+
+// isNetError reports whether err is the network's: a syscall.Errno is a
+// net.Error too, and one of this node's own files (a full disk) is no
+// registry's fault.
+func isNetError(err error) bool {
+	var nerr net.Error
+	if !errors.As(err, &nerr) {
+		return false
+	}
+	_, local := nerr.(syscall.Errno)
+	return !local
 }
 
 // scrubRegistryError drops the raw body of a refusal that is no registry's
