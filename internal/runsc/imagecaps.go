@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -40,19 +41,15 @@ const (
 // mounts, each with this sandbox's source (sbx's mounts have changed over
 // time: /run/sbx appeared, /etc's files stopped being bound).
 func keepImageCapabilities(bundle, imageDir string) error {
+	if err := CheckImageSpec(imageDir); err != nil {
+		return err
+	}
 	old, err := imageSpec(imageDir)
 	if err != nil || old == nil || old.Process == nil {
 		// no readable metadata: let runsc judge the image
 		return nil
 	}
 	caps := old.Process.Capabilities
-	for _, set := range [][]string{caps.Bounding, caps.Effective, caps.Permitted, caps.Inheritable, caps.Ambient} {
-		for _, c := range set {
-			if !slices.Contains(legacyCaps, c) {
-				return fmt.Errorf("image %s asks for capability %s, which no sbx sandbox ever had", imageDir, c)
-			}
-		}
-	}
 	path := filepath.Join(bundle, "config.json")
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -90,6 +87,80 @@ func keepImageCapabilities(bundle, imageDir string) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// CheckImageSpec holds the specs an image's checkpoint was taken with to
+// what a sandbox of sbx's has ever had, since a restore gives its bundle
+// their capabilities, rlimits and mounts (keepImageCapabilities), and an
+// image pulled from another node is that node's word: capabilities of
+// legacyCaps; a mount where the bundle has one of the same kind, read-only
+// where the bundle's is; any other a mount of no host files (tmpfs, proc:
+// it keeps the image's source, which a bind would serve the sandbox) or a
+// bind of an /etc file sbx once bound (given the sandbox's own). An image
+// whose metadata this cannot read is runsc's to judge: its restore takes
+// the bundle as sbx wrote it.
+func CheckImageSpec(imageDir string) error {
+	all, err := imageSpecs(imageDir)
+	if err != nil {
+		return nil
+	}
+	ours := map[string]specs.Mount{}
+	for _, m := range Spec(SpecOptions{}).Mounts {
+		ours[m.Destination] = m
+	}
+	for _, spec := range all {
+		if spec == nil {
+			continue
+		}
+		if p := spec.Process; p != nil && p.Capabilities != nil {
+			caps := p.Capabilities
+			for _, set := range [][]string{caps.Bounding, caps.Effective, caps.Permitted, caps.Inheritable, caps.Ambient} {
+				for _, c := range set {
+					if !slices.Contains(legacyCaps, c) {
+						return fmt.Errorf("image %s asks for capability %s, which no sbx sandbox ever had", imageDir, c)
+					}
+				}
+			}
+		}
+		for _, m := range spec.Mounts {
+			if err := checkImageMount(m, ours); err != nil {
+				return fmt.Errorf("image %s mounts %.64q (%.16q of %.64q): %w", imageDir, m.Destination, m.Type, m.Source, err)
+			}
+		}
+	}
+	return nil
+}
+
+// legacyEtc are the files sbx once bound into /etc (fitMounts binds the
+// sandbox's own).
+var legacyEtc = []string{"/etc/resolv.conf", "/etc/hosts", "/etc/hostname"}
+
+func checkImageMount(m specs.Mount, ours map[string]specs.Mount) error {
+	bind := isBind(m)
+	if o, ok := ours[m.Destination]; ok {
+		switch {
+		case m.Type != o.Type || bind != isBind(o):
+			return fmt.Errorf("a sandbox of sbx's has a %s mount there", o.Type)
+		case slices.Contains(o.Options, "ro") && (!slices.Contains(m.Options, "ro") || slices.Contains(m.Options, "rw")):
+			return errors.New("a sandbox of sbx's has it read-only")
+		}
+		return nil
+	}
+	switch {
+	case bind && slices.Contains(legacyEtc, m.Destination):
+		return nil
+	case bind:
+		return errors.New("a bind of the host's files no sandbox of sbx's has")
+	case !slices.Contains([]string{"tmpfs", "proc", "sysfs", "devpts", "mqueue"}, m.Type):
+		return errors.New("a kind of mount no sandbox of sbx's has")
+	}
+	return nil
+}
+
+// isBind reports whether a mount serves host files (its source), as runsc
+// takes it: a bind by its type or its options.
+func isBind(m specs.Mount) bool {
+	return m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind")
 }
 
 func sameCaps(a, b *specs.LinuxCapabilities) bool {
@@ -136,6 +207,23 @@ func imageCapabilities(imageDir string) (*specs.LinuxCapabilities, error) {
 // imageSpec returns the spec of the container an image was taken of, or
 // nil if the image does not say.
 func imageSpec(imageDir string) (*specs.Spec, error) {
+	all, err := imageSpecs(imageDir)
+	if err != nil {
+		return nil, err
+	}
+	// one container per sandbox
+	ids := slices.Sorted(maps.Keys(all))
+	for _, id := range ids {
+		if spec := all[id]; spec != nil && spec.Process != nil {
+			return spec, nil
+		}
+	}
+	return nil, nil
+}
+
+// imageSpecs returns the specs of the containers an image was taken of,
+// by container, or nil if the image does not say.
+func imageSpecs(imageDir string) (map[string]*specs.Spec, error) {
 	f, err := os.Open(filepath.Join(imageDir, stateFile))
 	if err != nil {
 		return nil, err
@@ -168,11 +256,5 @@ func imageSpec(imageDir string) (*specs.Spec, error) {
 	if err := json.Unmarshal([]byte(s), &all); err != nil {
 		return nil, err
 	}
-	// one container per sandbox
-	for _, spec := range all {
-		if spec != nil && spec.Process != nil {
-			return spec, nil
-		}
-	}
-	return nil, nil
+	return all, nil
 }

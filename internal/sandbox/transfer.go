@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -21,6 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/runsc"
 	"sbx.dev/sbx/internal/snapstore"
 	"sbx.dev/sbx/internal/store"
 	"sbx.dev/sbx/internal/template"
@@ -216,14 +219,16 @@ func (m *Manager) PullSnapshot(ctx context.Context, req api.PullRequest) (*api.P
 			files.Files = append([]snapstore.File{f}, files.Files...) // first: checked below
 		case memory && path.Dir(p) == memoryDir && p != memoryDir+"/"+completeFile:
 			files.Files = append(files.Files, f)
-			memBytes += f.Size
+			memBytes = addSizes(memBytes, f.Size)
 		}
 	}
 	if !hasFile(files, diskTar) {
 		return nil, api.Errorf(api.ErrInvalid, "pull %s: its image has no %s", req.Ref, diskTar)
 	}
-	if memory && memBytes == 0 {
-		return nil, api.Errorf(api.ErrInvalid, "pull %s: it says it holds memory, and its image has no %s files", req.Ref, memoryDir)
+	if memory {
+		if err := checkpointListed(files); err != nil {
+			return nil, api.Errorf(api.ErrInvalid, "pull %s: it says it holds memory, and %v", req.Ref, err)
+		}
 	}
 	// the disk's size is the registry's word too: no more than a sandbox
 	// here may write (a record without a limit: this node's maximum), and
@@ -245,7 +250,7 @@ func (m *Manager) PullSnapshot(ctx context.Context, req api.PullRequest) (*api.P
 	var need int64
 	for _, f := range files.Files {
 		if !t.store.Has(f.Digest) {
-			need += f.Size
+			need = addSizes(need, f.Size)
 		}
 	}
 	var sfs syscall.Statfs_t
@@ -278,6 +283,19 @@ func (m *Manager) PullSnapshot(ctx context.Context, req api.PullRequest) (*api.P
 	if err := checkDiskTar(m.images.disk(img), diskLimit); err != nil {
 		_ = m.images.remove(img)
 		return nil, api.Errorf(api.ErrInvalid, "pull %s: %v", req.Ref, err)
+	}
+	// the manifest said so; the files must too, as a capture's do. And
+	// the checkpoint names the mounts and capabilities its restore gives
+	// the bundle: the pushing node's word, held to what sbx's have been.
+	if memory {
+		err := verifyCheckpoint(m.images.mem(img))
+		if err == nil {
+			err = runsc.CheckImageSpec(m.images.mem(img))
+		}
+		if err != nil {
+			_ = m.images.remove(img)
+			return nil, api.Errorf(api.ErrInvalid, "pull %s: %v", req.Ref, err)
+		}
 	}
 	size, err := m.images.complete(img, true)
 	if err != nil {
@@ -367,14 +385,34 @@ func hasFile(m snapstore.Manifest, p string) bool {
 	return false
 }
 
+// checkpointListed: a memory image's files are a checkpoint, as a capture
+// here verifies its own (verifyCheckpoint), by the manifest's word: a
+// snapshot recorded with memory that no restore takes fails every create
+// from it, and sbxd's reconcile holds its image incomplete.
+func checkpointListed(m snapstore.Manifest) error {
+	for _, name := range []string{"checkpoint.img", "pages_meta.img", "pages.img"} {
+		i := slices.IndexFunc(m.Files, func(f snapstore.File) bool { return path.Clean(f.Path) == memoryDir+"/"+name })
+		switch {
+		case i < 0:
+			return fmt.Errorf("its image has no %s/%s", memoryDir, name)
+		case name == "checkpoint.img" && m.Files[i].Size == 0:
+			return fmt.Errorf("its %s/%s is empty", memoryDir, name)
+		}
+	}
+	return nil
+}
+
 // registryError says what went wrong talking to a registry: one that does
 // not answer is unavailable; one that refuses names why.
 func registryError(verb, ref string, err error) error {
 	var terr *transport.Error
-	var nerr net.Error
 	switch {
 	case hasKind(err):
 		return err
+	case errors.Is(err, snapstore.ErrManifest):
+		return api.Errorf(api.ErrInvalid, "%s %s: %v", verb, ref, err)
+	case errors.Is(err, syscall.ENOSPC):
+		return api.Errorf(api.ErrUnavailable, "%s %s: sbxd's data dir is full: %v; free some space there", verb, ref, err)
 	case errors.As(err, &terr):
 		err = scrubRegistryError(err, terr)
 		switch terr.StatusCode {
@@ -384,12 +422,24 @@ func registryError(verb, ref string, err error) error {
 			return api.Errorf(api.ErrNotFound, "%s %s: the registry has no such artifact: %v", verb, ref, err)
 		}
 		return api.Errorf(api.ErrUnavailable, "%s %s: the registry answered: %v", verb, ref, err)
-	case errors.As(err, &nerr), strings.Contains(err.Error(), "connection refused"):
+	case isNetError(err), strings.Contains(err.Error(), "connection refused"):
 		return api.Errorf(api.ErrUnavailable, "%s %s: the registry does not answer: %v", verb, ref, err)
 	case strings.Contains(err.Error(), "could not parse reference"), strings.Contains(err.Error(), "repository can only contain"):
 		return api.Errorf(api.ErrInvalid, "%s %s: %v", verb, ref, err)
 	}
 	return fmt.Errorf("%s %s: %w", verb, ref, err)
+}
+
+// isNetError reports whether err is the network's: a syscall.Errno is a
+// net.Error too, and one of this node's own files (a full disk) is no
+// registry's fault.
+func isNetError(err error) bool {
+	var nerr net.Error
+	if !errors.As(err, &nerr) {
+		return false
+	}
+	_, local := nerr.(syscall.Errno)
+	return !local
 }
 
 // scrubRegistryError drops the raw body of a refusal that is no registry's
@@ -412,6 +462,16 @@ func scrubRegistryError(err error, terr *transport.Error) error {
 func hasKind(err error) bool {
 	_, code := api.StatusOf(err)
 	return code != "internal" || errors.Is(err, api.ErrInternal)
+}
+
+// addSizes adds two sizes of a manifest (each the registry's word, and
+// not negative), no more than math.MaxInt64: the registry picks them, and
+// a sum wrapped round passes every bound.
+func addSizes(a, b int64) int64 {
+	if b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // maxKernelState bounds what a memory image holds beyond the sandbox's

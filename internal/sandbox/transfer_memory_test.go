@@ -64,7 +64,7 @@ func TestPullMemorySnapshot(t *testing.T) {
 	m.cfg.HostFacts = func() (HostFacts, error) { return testFacts, nil }
 	man := snapstore.Manifest{Name: "mem", Memory: true, Template: "tiny", TemplateVersion: "sha256:" + strings.Repeat("1", 64),
 		RunscSHA256: testFacts.RunscSHA256, CPUFeatures: []string{"fpu"}, CacheLineBytes: 64, Record: []byte(`{"memLimit":268435456}`)}
-	files := map[string][]byte{diskTar: tinyTar(t, "d", 10), "memory/checkpoint.img": []byte("kernel"), "memory/pages.img": []byte("pages"),
+	files := map[string][]byte{diskTar: tinyTar(t, "d", 10), "memory/checkpoint.img": []byte("kernel"), "memory/pages_meta.img": []byte("meta"), "memory/pages.img": []byte("pages"),
 		"memory/COMPLETE": []byte("x"), "memory/deep/x": []byte("x"), "other": []byte("o")}
 
 	res, err := m.PullSnapshot(ctx, api.PullRequest{Ref: hostilePushManifest(t, srv, "sbx/mem:1", files, man), Name: "mem"})

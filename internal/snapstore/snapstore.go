@@ -20,6 +20,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -279,7 +280,7 @@ func Fetch(ctx context.Context, ref string, opts ...remote.Option) (Manifest, st
 		return Manifest{}, "", fmt.Errorf("pull %s: its config: %w", ref, err)
 	}
 	if err := m.check(man.Layers); err != nil {
-		return Manifest{}, "", fmt.Errorf("pull %s: %w", ref, err)
+		return Manifest{}, "", fmt.Errorf("pull %s: %w", ref, manifestError{err})
 	}
 	return m, repo.Digest(desc.Digest.String()).String(), nil
 }
@@ -296,7 +297,7 @@ func (m Manifest) check(layers []v1.Descriptor) error {
 	}
 	seen := map[string]bool{}
 	for i, f := range m.Files {
-		if f.Path == "" || path.IsAbs(f.Path) || path.Clean(f.Path) != f.Path || f.Path == "." || strings.HasPrefix(f.Path, "../") || f.Path == ".." || strings.Contains(f.Path, "\\") {
+		if f.Path == "" || path.IsAbs(f.Path) || path.Clean(f.Path) != f.Path || f.Path == "." || strings.HasPrefix(f.Path, "../") || f.Path == ".." || strings.ContainsFunc(f.Path, badPathRune) {
 			return fmt.Errorf("file %q: not a clean path inside the image", f.Path)
 		}
 		if seen[f.Path] {
@@ -318,6 +319,23 @@ func (m Manifest) check(layers []v1.Descriptor) error {
 	}
 	return nil
 }
+
+// badPathRune: no file of an image is named with a backslash or a control
+// character (a NUL, which no link takes; a terminal's escape, shown in
+// every error naming the file).
+func badPathRune(r rune) bool { return r == '\\' || r < 0x20 || r == 0x7f }
+
+// ErrManifest is what a pull's error wraps when the artifact is not an sbx
+// snapshot a node takes (an unknown schema, files that lie): the
+// registry's fault, not the node's.
+var ErrManifest = errors.New("not an sbx snapshot a node takes")
+
+// manifestError is an error of a manifest's check: ErrManifest.
+type manifestError struct{ err error }
+
+func (e manifestError) Error() string        { return e.err.Error() }
+func (e manifestError) Unwrap() error        { return e.err }
+func (e manifestError) Is(target error) bool { return target == ErrManifest }
 
 // Pull puts the image of artifact ref (as Fetch read it: m) together in
 // dir, which must not exist: each file from the store if it holds it,
