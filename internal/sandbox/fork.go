@@ -265,7 +265,7 @@ func mergeMeta(parent, fork map[string]string) (map[string]string, error) {
 		delete(parent, api.MetaObject)
 		delete(parent, api.MetaObjectUID)
 		delete(parent, api.MetaAdopted) // the parent's move, not the child's
-		delete(parent, api.MetaPool) // a pool's sandbox is no one's to fork, but never pass it on
+		delete(parent, api.MetaPool)    // a pool's sandbox is no one's to fork, but never pass it on
 	}
 	if len(fork) == 0 {
 		return parent, nil
