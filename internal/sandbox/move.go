@@ -216,6 +216,11 @@ func (m *Manager) AdoptSandbox(ctx context.Context, req api.AdoptRequest) (*api.
 		if err := tx.CreateSandbox(ctx, sb); err != nil {
 			return err
 		}
+		if sb.Persistent { // not a create's: its own column
+			if err := tx.SetPersistent(ctx, sb.ID, true); err != nil {
+				return err
+			}
+		}
 		if err := tx.AddImage(ctx, &store.Image{ID: sn.ID, SandboxID: sb.ID, Kind: "hibernation", CreatedAt: now}); err != nil {
 			return err
 		}
