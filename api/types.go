@@ -166,6 +166,11 @@ type CreateRequest struct {
 	// on its disk, a memory snapshot carries on its processes. Template,
 	// CPUs and Memory then come from the snapshot.
 	From string `json:"from,omitempty"`
+	// ForkOf, with From, records the sandbox as a fork of the sandbox the
+	// snapshot was taken of (its parent): a fleet's fork across nodes is
+	// a snapshot of the parent, moved, and a create from it on each node.
+	// It must be the snapshot's own sandbox's id.
+	ForkOf string `json:"forkOf,omitempty"`
 	// Monitor turns on runtime monitoring: sbxd keeps a bounded trace of
 	// the sandbox's syscalls on files and sockets, execs and exits (GET
 	// /v1/sandboxes/{id}/trace). Off by default.

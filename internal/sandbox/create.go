@@ -83,6 +83,9 @@ func (m *Manager) create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 		Pids: req.Pids, DiskLimit: disk, Network: req.Network, NetDelay: netDelay, NetLoss: netLoss,
 	}
 	b := bootSpec{monitor: req.Monitor}
+	if req.ForkOf != "" && req.From == "" {
+		return nil, api.Errorf(api.ErrInvalid, "forkOf: only with from, the snapshot of the sandbox it names")
+	}
 	if req.From != "" {
 		sn, err := m.cfg.Store.Snapshot(ctx, req.From)
 		if err != nil {
@@ -106,6 +109,12 @@ func (m *Manager) create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 		}
 		// A memory image carries its limits; a disk one takes the snapshot's unless asked.
 		sb.Template, sb.Source, sb.TemplateVersion = sn.Template, sn.Name, sn.TemplateVersion
+		if req.ForkOf != "" {
+			if req.ForkOf != sn.SandboxID {
+				return nil, api.Errorf(api.ErrInvalid, "forkOf: snapshot %s is not of sandbox %q", sn.Name, req.ForkOf)
+			}
+			sb.Parent = sn.SandboxID
+		}
 		if sn.Memory || req.CPUs == 0 {
 			sb.CPUs = sn.CPUs
 		}

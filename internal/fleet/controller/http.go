@@ -28,6 +28,7 @@ import (
 //	POST /v1/sandboxes          a Sandbox object, placed and made (proxy.go)
 //	GET  /v1/sandboxes/{id}     by id or name
 //	POST /v1/sandboxes/{id}/resume on its node, or moved first (move.go)
+//	POST /v1/sandboxes/{id}/fork   spread over the nodes, or its node's (fork.go)
 //	*    /v1/sandboxes/{id}/... on to the node that holds it (proxy.go)
 //	*    /v1/templates[/...]    on to one ready node (proxy.go)
 //	PUT  /v1/layers/{digest}    on to that node too (an image import's)
@@ -52,6 +53,7 @@ func (c *Controller) Handler() http.Handler {
 	// one sandbox's: on to its node (proxy.go)
 	mux.HandleFunc("DELETE /v1/sandboxes/{id}", c.proxy)
 	mux.HandleFunc("POST /v1/sandboxes/{id}/resume", c.resume)
+	mux.HandleFunc("POST /v1/sandboxes/{id}/fork", c.fork)
 	mux.HandleFunc("/v1/sandboxes/{id}/{rest...}", c.proxy)
 	mux.HandleFunc("GET /v1/snapshots", c.listSnapshots)
 	mux.HandleFunc("POST /v1/snapshots/pull", c.pullSnapshot)

@@ -164,6 +164,8 @@ func fleetSpec(req api.CreateRequest) (v1alpha1.SandboxSpec, error) {
 		return v1alpha1.SandboxSpec{}, api.Errorf(api.ErrInvalid, "netShape: not through the fleet yet; create it through a node (sbx --host ADDRESS)")
 	case req.Pids != 0:
 		return v1alpha1.SandboxSpec{}, api.Errorf(api.ErrInvalid, "pids: not through the fleet yet; create it through a node (sbx --host ADDRESS)")
+	case req.ForkOf != "":
+		return v1alpha1.SandboxSpec{}, api.Errorf(api.ErrInvalid, "forkOf: the fleet's own, for a fork it spreads; fork the sandbox (sbx fork)")
 	}
 	mem, err := api.ParseSize("memory", req.Memory)
 	if err != nil {

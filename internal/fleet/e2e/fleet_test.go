@@ -778,6 +778,67 @@ func TestFleetNodeAgents(t *testing.T) {
 		victimSandbox = strings.TrimSpace(f.sbx(t, "--host", "unix://"+f.nodes[1].socket, "new", "--template", "tiny"))
 	})
 
+	// forks of one parent spread over both nodes: one capture, moved
+	// through the registry, a create from it on each node; each child
+	// carries on the parent's process, and is recorded as its fork
+	t.Run("forks spread over two nodes", func(t *testing.T) {
+		bin := filepath.Join(f.root, "bin", "sbx")
+		parent := strings.TrimSpace(f.sbx(t, n1, "new", "--template", "tiny"))
+		t.Cleanup(func() { f.run(t, true, bin, "rm", parent, "--yes") })
+		f.sbx(t, n1, "exec", "-d", parent, "--", "sh", "-c",
+			`T=$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n'); echo "$T $$" > /tmp/first; while :; do echo "$T $$" > /tmp/now; sleep 0.2; done`)
+		var first string
+		waitFor(t, "the holder's first line", 20*time.Second, func() bool {
+			out, err := f.run(t, true, bin, n1, "exec", parent, "--", "cat", "/tmp/first")
+			first = strings.TrimSpace(out)
+			return err == nil && len(strings.Fields(first)) == 2
+		})
+		waitFor(t, "the parent's object ready", 30*time.Second, func() bool {
+			out := f.kube(t, "get", "sandboxes", "-l", "sbx.dev/sandbox-id="+strings.ReplaceAll(parent, "_", "-"), "-o", "jsonpath={.items[*].status.state}")
+			return strings.TrimSpace(out) == "ready"
+		})
+		var kids []api.Sandbox
+		for _, line := range strings.Split(strings.TrimSpace(f.sbx(t, "--json", "fork", "--memory", "--count", "4", "--wait", "--ttl", "10m", parent)), "\n") {
+			var l struct {
+				Event   string
+				Sandbox *api.Sandbox
+			}
+			if json.Unmarshal([]byte(line), &l) == nil && l.Event == api.ForkReady && l.Sandbox != nil {
+				kids = append(kids, *l.Sandbox)
+			}
+		}
+		nodes := map[string]int{}
+		for _, k := range kids {
+			t.Cleanup(func() { f.run(t, true, bin, "rm", k.ID, "--yes") })
+			nodes[k.Node]++
+		}
+		if len(kids) != 4 || nodes["node-1"] == 0 || nodes["node-2"] == 0 {
+			t.Fatalf("sbx fork --memory --count 4 through the controller: %d children on %v, want 4 over both nodes", len(kids), nodes)
+		}
+		for _, k := range kids {
+			var info struct{ Sandbox api.Sandbox }
+			if err := json.Unmarshal([]byte(f.sbx(t, "--json", "info", k.ID)), &info); err != nil {
+				t.Fatal(err)
+			}
+			if s := info.Sandbox; s.Parent != parent || !s.MemoryRestored || s.State != api.StateReady || s.TTL.D() != 10*time.Minute {
+				t.Errorf("child %s on %s: %+v, want a ready fork of %s with its memory and a 10m ttl", k.ID, k.Node, s, parent)
+			}
+			f.sbx(t, "exec", k.ID, "--", "rm", "-f", "/tmp/now")
+			waitFor(t, "the parent's process writing on in "+k.ID, 20*time.Second, func() bool {
+				out, err := f.run(t, true, bin, "exec", k.ID, "--", "cat", "/tmp/now")
+				return err == nil && strings.TrimSpace(out) == first
+			})
+		}
+		// the fork's snapshots are gone from every node
+		if out := f.sbx(t, "snapshot", "ls"); strings.Contains(out, "fork-") {
+			t.Errorf("a spread fork left its snapshots:\n%s", out)
+		}
+		for _, k := range kids {
+			f.sbx(t, "rm", k.ID, "--yes")
+		}
+		f.sbx(t, "rm", parent, "--yes")
+	})
+
 	// the main job through the fleet's endpoint: a hunt of the bundled
 	// flaky test keeps its failure (stopped with memory, on a node), which
 	// resumes with its memory, and its flake rate is measured by forks
@@ -817,9 +878,18 @@ func TestFleetNodeAgents(t *testing.T) {
 		if got := f.sbx(t, "resume", "fleet-hunt"); !strings.Contains(got, "memory restored") {
 			t.Errorf("sbx resume of the hunt's failure through the controller: %q", got)
 		}
+		spreads := func() int {
+			b, _ := os.ReadFile(filepath.Join(f.dir, "controller.log"))
+			return strings.Count(string(b), "fleet: spread a fork")
+		}
+		before := spreads()
 		rate := f.sbx(t, "flake-rate", "fleet-hunt", "-n", "6", "--", "cd /work && ./test.sh")
 		if !strings.Contains(rate, "/6 failed") {
 			t.Errorf("sbx flake-rate through the controller: %q", rate)
+		}
+		// its runs spread over the nodes (a fork of 6 spreads)
+		if spreads() == before {
+			t.Errorf("sbx flake-rate -n 6 through the controller: its forks did not spread over the nodes (the controller's log says no spread fork)")
 		}
 	})
 

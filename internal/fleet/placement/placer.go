@@ -254,3 +254,46 @@ func (p *Placer) Target(ctx context.Context, sb *v1alpha1.Sandbox, r Request, no
 	fit, rejected := Filter(nodes, r)
 	return Choose(fit, r), rejected, nil
 }
+
+// Spread chooses a node for each of n forks of parent, asking r each (its
+// Parent set): every node that can take one, the parent's too, counting
+// what is bound to each and the forks chosen before it, so forks of one
+// parent spread (Score: fewer of them first). notReady overrides a node's
+// own word on its readiness, or leaves it out of the fork (a node without
+// the template). Forks no node can take are left out of the answer, with
+// each node's reason.
+func (p *Placer) Spread(ctx context.Context, parent *v1alpha1.Sandbox, r Request, n int, notReady map[string]string) ([]string, []Rejection, error) {
+	nodes, byName, err := p.nodes(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := p.dyn.Resource(v1alpha1.SandboxesResource).Namespace(p.cfg.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("placement: list sandboxes in %s: %w", p.cfg.Namespace, err)
+	}
+	for i := range l.Items {
+		var o v1alpha1.Sandbox
+		if v1alpha1.FromUnstructured(&l.Items[i], &o) == nil && o.Spec.NodeName != "" {
+			p.tally(byName, &o)
+		}
+	}
+	for _, n := range nodes {
+		if why, ok := notReady[n.Name]; ok {
+			n.Ready, n.NotReady = false, why
+		}
+	}
+	var out []string
+	var rejected []Rejection
+	child := &v1alpha1.Sandbox{Spec: v1alpha1.SandboxSpec{Parent: parent.Status.ID}}
+	for range n {
+		var fit []*Node
+		fit, rejected = Filter(nodes, r)
+		best := Choose(fit, r)
+		if best == nil {
+			break
+		}
+		best.Add(child, r)
+		out = append(out, best.Name)
+	}
+	return out, rejected, nil
+}
