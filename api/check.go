@@ -108,6 +108,11 @@ func CheckOwnMeta(meta map[string]string) error {
 	if _, ok := meta[MetaPool]; ok {
 		return Errorf(ErrInvalid, "meta: %s is sbxd's: it marks a sandbox of its warm pool", MetaPool)
 	}
+	for _, k := range []string{MetaImageRef, MetaImagePending} {
+		if _, ok := meta[k]; ok {
+			return Errorf(ErrInvalid, "meta: %s is sbxd's: it says where a stopped sandbox's image is in the fleet's registry", k)
+		}
+	}
 	if _, ok := meta[MetaAdopted]; ok {
 		return Errorf(ErrInvalid, "meta: %s is sbxd's: it names the artifact a sandbox moved from another node in", MetaAdopted)
 	}

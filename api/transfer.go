@@ -89,3 +89,15 @@ func (r *AdoptRequest) Validate() error { return checkRef(r.Ref) }
 // MetaAdopted is the meta key of a sandbox adopted from another node: the
 // artifact it came from, by digest. Set by sbxd; refused in a request.
 const MetaAdopted = "sbx.adopted"
+
+// MetaImageRef is the meta key of a stopped sandbox of a fleet's node
+// whose hibernation image is in the fleet's registry (sbxd
+// --fleet-registry): the artifact, by digest, that another node adopts
+// to resume it when its own node is down. Set by sbxd; refused in a
+// request.
+const MetaImageRef = "sbx.image-ref"
+
+// MetaImagePending says why a stopped sandbox's image is not in the
+// fleet's registry yet (the registry down): sbxd keeps the image here and
+// pushes it again. Set by sbxd; refused in a request.
+const MetaImagePending = "sbx.image-pending"

@@ -221,7 +221,7 @@ EOF
 			--listen "127.0.0.1:$port" --token-file "$dir/pki/sbx-token" --tag "$tag" \
 			--pool "10.$((240 + i)).0.0/16" --preview-listen "127.0.0.1:$(freeport)" \
 			--runsc "$here/bin/runsc" --agent "$here/bin/sbx-agent" \
-			--fleet-kubeconfig "$dir/kubeconfig" --node-name "$name" ${SBX_FLEET_SBXD_FLAGS:-}
+			--fleet-kubeconfig "$dir/kubeconfig" --node-name "$name" --fleet-registry "127.0.0.1:$reg/sbx/stops" ${SBX_FLEET_SBXD_FLAGS:-}
 		[ -n "$first" ] || first="tcp://127.0.0.1:$port"
 	done
 	for i in $(seq 1 "$nodes"); do

@@ -77,7 +77,7 @@ type config struct {
 	freezeMaxBytes, storageMax, orphMax string
 	storageMaxN, orphanMaxN             int64
 
-	fleetKubeconfig, nodeName, fleetNamespace, fleetAddress string
+	fleetKubeconfig, nodeName, fleetNamespace, fleetAddress, fleetRegistry string
 
 	warm warmPools
 }
@@ -240,6 +240,7 @@ func main() {
 	fs.StringVar(&c.fleetKubeconfig, "fleet-kubeconfig", "", "join a fleet on Kubernetes as a node agent: the kubeconfig of its apiserver (\"\": no fleet)")
 	fs.StringVar(&c.nodeName, "node-name", "", "this node's name in the fleet (its SandboxNode and Lease; default: the hostname)")
 	fs.StringVar(&c.fleetNamespace, "fleet-namespace", v1alpha1.DefaultNamespace, "namespace of this node's Lease and Sandbox objects")
+	fs.StringVar(&c.fleetRegistry, "fleet-registry", "", "in a fleet, the repository of its registry every stop image is pushed to (127.0.0.1:5000/sbx/stops), so another node resumes the sandbox while this one is down (\"\": none)")
 	fs.StringVar(&c.fleetAddress, "fleet-address", "", "the API address this node publishes (default: tcp://--listen, else unix://--socket)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -416,7 +417,7 @@ func run(c config) error {
 		DataDir: c.dataDir, Tag: c.tag, Runtime: driver, Networks: nets, Templates: templates,
 		Store: st, AgentBinary: c.agent, DefaultTemplate: c.template, Logger: log, OrphanGrace: c.orphans, MaxLifetime: c.lifetime,
 		Metrics: metrics.Default, Limits: c.limits, Warm: c.warm, StoppedRetention: c.stoppedRetention, OutputHead: head, OutputTail: tail,
-		FreezeQuota: &c.freezeQuota, StorageMax: c.storageMaxN, OrphanMax: c.orphanMaxN,
+		FreezeQuota: &c.freezeQuota, StorageMax: c.storageMaxN, OrphanMax: c.orphanMaxN, StopRepository: c.fleetRegistry,
 		HostFacts: sync.OnceValues(func() (sandbox.HostFacts, error) {
 			f, err := agent.ReadFacts(c.runsc, c.dataDir, "", version) // at the first push of a memory image
 			return sandbox.HostFacts{RunscSHA256: f.RunscSHA256, CPUFeatures: f.CPUFeatures, CacheLineBytes: f.CacheLineBytes}, err

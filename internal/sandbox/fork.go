@@ -260,12 +260,15 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 // a child is not what that object asked for.
 func mergeMeta(parent, fork map[string]string) (map[string]string, error) {
 	_, obj := parent[api.MetaObject]
-	if _, uid := parent[api.MetaObjectUID]; obj || uid || parent[api.MetaPool] != "" || parent[api.MetaAdopted] != "" {
+	if _, uid := parent[api.MetaObjectUID]; obj || uid || parent[api.MetaPool] != "" || parent[api.MetaAdopted] != "" ||
+		parent[api.MetaImageRef] != "" || parent[api.MetaImagePending] != "" {
 		parent = maps.Clone(parent)
 		delete(parent, api.MetaObject)
 		delete(parent, api.MetaObjectUID)
 		delete(parent, api.MetaAdopted) // the parent's move, not the child's
-		delete(parent, api.MetaPool)    // a pool's sandbox is no one's to fork, but never pass it on
+		delete(parent, api.MetaImageRef)
+		delete(parent, api.MetaImagePending)
+		delete(parent, api.MetaPool) // a pool's sandbox is no one's to fork, but never pass it on
 	}
 	if len(fork) == 0 {
 		return parent, nil

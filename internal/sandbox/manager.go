@@ -110,6 +110,11 @@ type Config struct {
 	// RegistryOptions are added to every registry call of a push or pull
 	// (tests: a transport of their own).
 	RegistryOptions []remote.Option
+	// StopRepository, in a fleet, is the repository of the fleet's
+	// registry every stop image is pushed to (sbxd --fleet-registry), so
+	// that another node resumes the sandbox when this one is down; the
+	// ref is in the sandbox's meta (api.MetaImageRef). "": none pushed.
+	StopRepository string
 	// Warm are the warm pools: how many sandboxes of a template, with
 	// which limits, each keeps booted and unclaimed (pool.go); none by
 	// default.
@@ -279,6 +284,12 @@ func (m *Manager) Start(ctx context.Context) error {
 	go m.sweepLoop(context.WithoutCancel(ctx))
 	go m.reaper.loop(context.WithoutCancel(ctx))
 	go m.pool.loop(context.WithoutCancel(ctx))
+	// stop images a registry that was down, or sbxd's end, left unpushed
+	for _, sb := range sbs {
+		if sb.State == api.StateStopped && sb.Meta[api.MetaImageRef] == "" {
+			m.pushStopSoon(sb.ID, sb.Image)
+		}
+	}
 	return nil
 }
 

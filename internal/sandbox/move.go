@@ -144,6 +144,8 @@ func (m *Manager) AdoptSandbox(ctx context.Context, req api.AdoptRequest) (*api.
 		meta = map[string]string{}
 	}
 	delete(meta, api.MetaPool)
+	delete(meta, api.MetaImageRef) // the other node's push: this node's own goes as its stops do
+	delete(meta, api.MetaImagePending)
 	meta[api.MetaAdopted] = ref
 	if err := checkMeta(meta); err != nil {
 		return nil, api.Errorf(api.ErrInvalid, "adopt %s: %v", req.Ref, err)
@@ -237,5 +239,6 @@ func (m *Manager) AdoptSandbox(ctx context.Context, req api.AdoptRequest) (*api.
 		return undo(fmt.Errorf("adopt %s: %w", req.Ref, err))
 	}
 	m.log.Info("adopted a stopped sandbox", "sandbox", sb.ID, "ref", ref, "pulledBytes", pulled.PulledBytes)
+	m.pushStopSoon(sb.ID, sb.Image)
 	return m.Get(ctx, sb.ID)
 }

@@ -108,6 +108,9 @@ func (m *Manager) resumed(ctx context.Context, c *inFlight, sb *store.Sandbox, c
 		if err := moveIn(ctx, tx, sb.ID, moveResumed, change); err != nil {
 			return err
 		}
+		if err := dropImageRef(ctx, tx, sb.ID); err != nil { // the image retires
+			return err
+		}
 		return c.closeIn(ctx, tx)
 	})
 	if err != nil {

@@ -117,6 +117,18 @@ func (m *Manager) stop(ctx context.Context, sb *store.Sandbox) error {
 	m.retireImage(ctx, old)
 	m.touch(ctx, sb.ID)
 	m.captureEvent(ctx, sb.ID, "stopped", start, size, nil, extra)
+	m.pushStopSoon(sb.ID, img)
+	return nil
+}
+
+// dropImageRef drops from sandbox id's meta where its last stop image is
+// in the fleet's registry: a resume, or a new image, makes it false.
+func dropImageRef(ctx context.Context, tx *store.Store, id string) error {
+	for _, k := range []string{api.MetaImageRef, api.MetaImagePending} {
+		if _, err := tx.SetMetaKey(ctx, id, "", "", k, ""); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -128,6 +140,9 @@ func (m *Manager) adoptStopped(ctx context.Context, c *inFlight, id, img string,
 			return err
 		}
 		if err := moveIn(ctx, tx, id, mv, store.Change{Image: &img}); err != nil {
+			return err
+		}
+		if err := dropImageRef(ctx, tx, id); err != nil { // another image's
 			return err
 		}
 		return c.closeIn(ctx, tx)

@@ -463,6 +463,33 @@ func (s *Store) SetPersistent(ctx context.Context, id string, persistent bool) e
 	return err
 }
 
+// SetMetaKey sets key to value in sandbox id's meta ("" removes it), if
+// the sandbox is in state and its hibernation image is image (state ""
+// asks nothing): a value that holds for one image alone (the ref its
+// push left) is never set on a later one. It reports whether it set it.
+func (s *Store) SetMetaKey(ctx context.Context, id string, state api.State, image, key, value string) (bool, error) {
+	path := `$."` + strings.ReplaceAll(key, `"`, ``) + `"`
+	set, args := `json_remove(meta, ?)`, []any{path}
+	if value != "" {
+		set, args = `json_set(CASE WHEN meta IS NULL OR meta IN ('', 'null') THEN '{}' ELSE meta END, ?, ?)`, []any{path, value}
+	}
+	where := ` WHERE id = ?`
+	args = append(args, id)
+	if state != "" {
+		where += ` AND state = ? AND image = ?`
+		args = append(args, string(state), image)
+	}
+	res, err := s.q.ExecContext(ctx, `UPDATE sandboxes SET meta = `+set+where, args...)
+	if err != nil {
+		return false, fmt.Errorf("set meta %s of sandbox %s: %w", key, id, err)
+	}
+	n, _ := res.RowsAffected()
+	if n > 0 {
+		s.changed()
+	}
+	return n > 0, nil
+}
+
 // Touch records activity on a sandbox.
 func (s *Store) Touch(ctx context.Context, id string, at time.Time) error {
 	_, err := s.q.ExecContext(ctx, `UPDATE sandboxes SET last_activity = ? WHERE id = ? AND last_activity < ?`, at.UnixNano(), id, at.UnixNano())

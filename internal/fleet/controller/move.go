@@ -261,6 +261,88 @@ func (c *Controller) rebind(ctx context.Context, id, from, to string) error {
 	return nil
 }
 
+// adoptElsewhere moves stopped sandbox id off node from, which is down,
+// through the stop image its node pushed to the fleet's registry (the
+// object's meta names it, api.MetaImageRef, written while the sandbox was
+// stopped on that image): another node where its memory restores adopts
+// it, and the object is rebound there (move's steps 1, 3 and 4). From's
+// copy is dropped by its agent once it is back.
+func (c *Controller) adoptElsewhere(ctx context.Context, id, from string) (*node, error) {
+	u, err := c.sandboxObject(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var obj v1alpha1.Sandbox
+	if err := v1alpha1.FromUnstructured(u, &obj); err != nil {
+		return nil, err
+	}
+	ref := obj.Spec.Meta[api.MetaImageRef]
+	switch {
+	case obj.Spec.OperatingMode != v1alpha1.OperatingModeSuspended:
+		return nil, api.Errorf(api.ErrUnavailable, "it was %s when its node was last heard of: its memory is there", strings.ToLower(obj.Spec.OperatingMode))
+	case ref == "" && obj.Spec.Meta[api.MetaImagePending] != "":
+		return nil, api.Errorf(api.ErrUnavailable, "its stop image never reached the fleet's registry (%s)", obj.Spec.Meta[api.MetaImagePending])
+	case ref == "":
+		return nil, api.Errorf(api.ErrUnavailable, "its stop image is not in the fleet's registry (its node pushes none: sbxd --fleet-registry)")
+	case obj.Spec.NodeName != from:
+		return nil, api.Errorf(api.ErrConflict, "its object is bound to node %q, not %s", obj.Spec.NodeName, from)
+	}
+	ns, err := c.nodes(ctx)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	var dead *node
+	notReady := map[string]string{}
+	byName := map[string]*node{}
+	for _, n := range ns {
+		byName[n.obj.GetName()] = n
+		if !n.ready {
+			notReady[n.obj.GetName()] = "not ready: " + n.reason
+		}
+		if n.obj.GetName() == from {
+			dead = n
+		}
+	}
+	if dead == nil {
+		return nil, api.Errorf(api.ErrUnavailable, "node %q, where it was stopped, is not in the fleet: what its memory needs is not known", from)
+	}
+	req, _ := placement.RequestOf(&obj, c.cfg.Defaults)
+	fs := dead.typed.Status
+	req.Image = &v1alpha1.SandboxImage{Ref: ref, Memory: true, RequireMemory: true, RunscSHA256: fs.RunscSHA256,
+		CPUFeatures: fs.CPUFeatures, CacheLineBytes: fs.CacheLineBytes}
+	best, rejected, err := c.place.Target(ctx, &obj, req, notReady)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	if best == nil {
+		return nil, fmt.Errorf("%w: %s", errNoTarget, placement.Why(rejected))
+	}
+	to := byName[best.Name]
+	mark := to.obj.GetName() + " " + c.cfg.Now().UTC().Format(time.RFC3339)
+	if _, err := c.updateObject(ctx, id, func(u *unstructured.Unstructured) error {
+		ann := u.GetAnnotations()
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		ann[v1alpha1.AnnotationMovingTo] = mark
+		u.SetAnnotations(ann)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("mark its object: %w", err)
+	}
+	mctx, cancel := context.WithTimeout(ctx, moveAsk)
+	defer cancel()
+	var adopted api.Sandbox
+	if err := c.nodeCall(mctx, to, http.MethodPost, "/v1/sandboxes/adopt", api.AdoptRequest{Ref: ref}, &adopted); err != nil {
+		return nil, fmt.Errorf("node %s adopting it from the registry: %w", to.obj.GetName(), err)
+	}
+	if err := c.rebind(ctx, id, from, to.obj.GetName()); err != nil {
+		return nil, err
+	}
+	c.log.Info("fleet: a stopped sandbox of a node that is down moved through the registry", "sandbox", id, "from", from, "to", to.obj.GetName(), "ref", ref)
+	return to, nil
+}
+
 // resume resumes a sandbox through its node; a stopped one whose node is
 // cordoned is moved first, with its memory, to a node that can take it
 // (staying where it is if none can).
@@ -274,10 +356,17 @@ func (c *Controller) resume(w http.ResponseWriter, r *http.Request) {
 	restore()
 	ref := r.PathValue("id")
 	sb, n, err := c.sandboxNode(r, ref)
-	if err != nil {
-		if sb.ID != "" && sb.State == api.StateStopped && errors.Is(err, api.ErrUnavailable) {
-			err = api.Errorf(api.ErrUnavailable, "%v: sandbox %s is stopped there, with its image, which the fleet's registry does not hold; it resumes once that node is back", err, sb.ID)
+	if err != nil && sb.ID != "" && errors.Is(err, api.ErrUnavailable) {
+		// its node is down: another adopts it, if its stop image is in
+		// the fleet's registry
+		to, aerr := c.adoptElsewhere(r.Context(), sb.ID, sb.Node)
+		if aerr != nil {
+			writeError(w, api.Errorf(api.ErrUnavailable, "%v; and it cannot resume elsewhere: %v", err, aerr))
+			return
 		}
+		n, err = to, nil
+	}
+	if err != nil {
 		writeError(w, err)
 		return
 	}

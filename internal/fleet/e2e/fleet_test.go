@@ -1095,6 +1095,26 @@ func TestFleetNodeAgents(t *testing.T) {
 
 	t.Run("killed agent's lease stops", func(t *testing.T) {
 		victim, other := f.nodes[1], f.nodes[0]
+		bin := filepath.Join(f.root, "bin", "sbx")
+		// a sandbox stopped on the victim: its stop image goes to the
+		// fleet's registry, its object says where
+		onVictim := "--host=unix://" + victim.socket
+		stopped := strings.TrimSpace(f.sbx(t, onVictim, "new", "--template", "tiny"))
+		t.Cleanup(func() { f.run(t, true, bin, "rm", stopped, "--yes") })
+		f.sbx(t, onVictim, "exec", "-d", stopped, "--", "sh", "-c",
+			`T=$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n'); echo "$T $$" > /tmp/first; while :; do echo "$T $$" > /tmp/now; sleep 0.2; done`)
+		var first string
+		waitFor(t, "the holder's first line", 20*time.Second, func() bool {
+			out, err := f.run(t, true, bin, onVictim, "exec", stopped, "--", "cat", "/tmp/first")
+			first = strings.TrimSpace(out)
+			return err == nil && len(strings.Fields(first)) == 2
+		})
+		f.sbx(t, onVictim, "stop", "--wait", stopped)
+		waitFor(t, "its stop image's ref in its object", 60*time.Second, func() bool {
+			out := f.kube(t, "get", "sandboxes", "-l", "sbx.dev/sandbox-id="+strings.ReplaceAll(stopped, "_", "-"),
+				"-o", `jsonpath={.items[*].spec.meta.sbx\.image-ref}`)
+			return strings.Contains(out, "@sha256:")
+		})
 		pid := f.pid(t, victim.name+"/sbxd.pid")
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatalf("kill %s's sbxd: %v", victim.name, err)
@@ -1139,5 +1159,24 @@ func TestFleetNodeAgents(t *testing.T) {
 				t.Errorf("the live node at the controller: %+v", n)
 			}
 		}
+		// the stopped one resumes on the live node, from the registry,
+		// with its process; the running one cannot, and says why
+		var resumed api.Sandbox
+		if err := json.Unmarshal([]byte(f.sbx(t, "--json", "resume", stopped)), &resumed); err != nil {
+			t.Fatal(err)
+		}
+		if resumed.Node != other.name || !resumed.MemoryRestored || resumed.State != api.StateReady {
+			t.Fatalf("the resume of a dead node's stopped sandbox: %+v, want it ready on %s with its memory", resumed, other.name)
+		}
+		f.sbx(t, "exec", stopped, "--", "rm", "-f", "/tmp/now")
+		waitFor(t, "its process writing on, on "+other.name, 20*time.Second, func() bool {
+			out, err := f.run(t, true, bin, "exec", stopped, "--", "cat", "/tmp/now")
+			return err == nil && strings.TrimSpace(out) == first
+		})
+		out, err := f.run(t, true, bin, "resume", victimSandbox)
+		if err == nil || !strings.Contains(err.Error(), "it was running when its node was last heard of") {
+			t.Errorf("a resume of the dead node's running sandbox: %v %q, want refused, saying it was running there", err, out)
+		}
+		f.sbx(t, "rm", stopped, "--yes")
 	})
 }
