@@ -113,16 +113,21 @@ func (a *Agent) watchAsked(ctx context.Context, asked chan<- struct{}) {
 }
 
 func (a *Agent) mirrorOnce(ctx context.Context) error {
-	sbs, err := a.cfg.Source.List(ctx)
-	if err != nil {
-		return fmt.Errorf("list sandboxes: %w", err)
-	}
 	rc := a.dyn.Resource(v1alpha1.SandboxesResource).Namespace(a.cfg.Namespace)
 	// every object of the namespace: those labelled this node's (made
-	// here, mirrored), and those bound to it that it has not made yet
+	// here, mirrored), and those bound to it that it has not made yet.
+	// Listed before the sandboxes: an object is labelled this node's only
+	// once its sandbox is here (made here, or adopted before a move's
+	// rebind), so one listed with no sandbox after it is one whose
+	// sandbox went; the other way round, a move's rebind between the two
+	// lists had its object deleted as gone.
 	list, err := rc.List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("list sandbox objects: %w", err)
+	}
+	sbs, err := a.cfg.Source.List(ctx)
+	if err != nil {
+		return fmt.Errorf("list sandboxes: %w", err)
 	}
 	have := map[string]*unstructured.Unstructured{}
 	var bound []*unstructured.Unstructured
@@ -475,17 +480,19 @@ func movedHere(u *unstructured.Unstructured, node string) bool {
 }
 
 // movingFor is how long a move's annotation holds: the copy adopted for a
-// move a crash cut short is dropped once it has expired.
-const movingFor = 10 * time.Minute
+// move a crash cut short is dropped once it has expired (the controller's
+// movingFor, the same; it rebinds well within it).
+const movingFor = 30 * time.Minute
 
 // movingHere reports whether u's annotation says a move to node is under
-// way ("NODE RFC3339-TIME", written by the controller), and is recent.
+// way ("NODE RFC3339-TIME [MOVE]", written by the controller), and is
+// recent.
 func movingHere(u *unstructured.Unstructured, node string, now time.Time) bool {
-	to, at, ok := strings.Cut(u.GetAnnotations()[v1alpha1.AnnotationMovingTo], " ")
-	if !ok || to != node {
+	f := strings.Fields(u.GetAnnotations()[v1alpha1.AnnotationMovingTo])
+	if len(f) < 2 || f[0] != node {
 		return false
 	}
-	t, err := time.Parse(time.RFC3339, at)
+	t, err := time.Parse(time.RFC3339, f[1])
 	return err == nil && now.Sub(t) < movingFor
 }
 

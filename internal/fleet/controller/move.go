@@ -30,13 +30,20 @@ import (
 // behind is deleted, by the controller at once, or by its node's agent
 // once the object says the other node holds it (agent.dropMovedCopy).
 
-// moveAsk bounds one node's part of a move: a push or an adopt of a
+// moveAsk bounds the nodes' part of a move: the push and the adopt of a
 // large image.
 const moveAsk = 10 * time.Minute
 
 // movingFor is how long the annotation of a move holds: a copy adopted for
-// a move that a crash cut short is dropped by its node's agent after it.
-const movingFor = 10 * time.Minute
+// a move that a crash cut short is dropped by its node's agent after it
+// (agent.movingFor, the same).
+const movingFor = 30 * time.Minute
+
+// markHolds is how long after its mark a move may still rebind: the
+// target's agent keeps the adopted copy for movingFor by its own clock, so
+// a rebind later than this might bind the object to a copy already gone
+// (the margin is for the two clocks' skew).
+const markHolds = movingFor - 10*time.Minute
 
 // nodeCall sends method path to node n with in (JSON, if not nil) and
 // decodes a success into out (if not nil). An error answer is the error
@@ -162,11 +169,18 @@ func (c *Controller) move(ctx context.Context, id string, from *node) (*node, er
 		return nil, fmt.Errorf("move %s off node %s: %w: %s", id, from.obj.GetName(), errNoTarget, placement.Why(rejected))
 	}
 	to := byName[best.Name]
-	// 1: the move's intent, on the object
-	mark := to.obj.GetName() + " " + c.cfg.Now().UTC().Format(time.RFC3339)
+	// 1: the move's intent, on the object. It is this move's own: a move
+	// begun meanwhile (another controller, a second resume) writes its own,
+	// and this one's rebind is then refused (the target's agent drops a
+	// copy no mark names).
+	markedAt := c.cfg.Now().UTC().Truncate(time.Second)
+	mark := to.obj.GetName() + " " + markedAt.Format(time.RFC3339) + " " + randomHex(4)
 	if _, err := c.updateObject(ctx, id, func(u *unstructured.Unstructured) error {
 		if n, _, _ := unstructured.NestedString(u.Object, "spec", "nodeName"); n != from.obj.GetName() {
 			return api.Errorf(api.ErrConflict, "move %s: its object was bound to node %q meanwhile", id, n)
+		}
+		if u.GetDeletionTimestamp() != nil {
+			return api.Errorf(api.ErrConflict, "move %s: its object is being deleted", id)
 		}
 		ann := u.GetAnnotations()
 		if ann == nil {
@@ -188,11 +202,20 @@ func (c *Controller) move(ctx context.Context, id string, from *node) (*node, er
 	}
 	// 3: a copy adopted by the target
 	var adopted api.Sandbox
-	if err := c.nodeCall(mctx, to, http.MethodPost, "/v1/sandboxes/adopt", api.AdoptRequest{Ref: pushed.Ref}, &adopted); err != nil {
+	err = c.nodeCall(mctx, to, http.MethodPost, "/v1/sandboxes/adopt", api.AdoptRequest{Ref: pushed.Ref}, &adopted)
+	if errors.Is(err, api.ErrConflict) && c.dropLeftCopy(mctx, id, from.obj.GetName(), to, mark) {
+		err = c.nodeCall(mctx, to, http.MethodPost, "/v1/sandboxes/adopt", api.AdoptRequest{Ref: pushed.Ref}, &adopted)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("move %s: node %s adopting it: %w", id, to.obj.GetName(), err)
 	}
+	// the node's word is checked: the object is bound to what it says it
+	// holds, and the old copy is deleted on it
+	if adopted.ID != id || adopted.State != api.StateStopped {
+		return nil, api.Errorf(api.ErrUnavailable, "move %s: node %s adopted sandbox %q (%s) from %s, not a stopped %s", id, to.obj.GetName(), adopted.ID, adopted.State, pushed.Ref, id)
+	}
 	// 4: the rebind, the instant it moves
-	if err := c.rebind(ctx, id, from.obj.GetName(), to.obj.GetName()); err != nil {
+	if err := c.rebind(ctx, id, from.obj.GetName(), to.obj.GetName(), mark, markedAt); err != nil {
 		return nil, err
 	}
 	c.log.Info("fleet: moved a stopped sandbox", "sandbox", id, "from", from.obj.GetName(), "to", to.obj.GetName(), "ref", pushed.Ref, "bytes", pushed.Bytes)
@@ -201,6 +224,44 @@ func (c *Controller) move(ctx context.Context, id string, from *node) (*node, er
 		c.log.Warn("fleet: the copy a move left could not be deleted; its node's agent drops it", "sandbox", id, "node", from.obj.GetName(), "err", err)
 	}
 	return to, nil
+}
+
+// boundTo is the node sandbox id's object is bound to, "" when it cannot
+// be read.
+func (c *Controller) boundTo(ctx context.Context, id string) string {
+	u, err := c.sandboxObject(ctx, id)
+	if err != nil {
+		return ""
+	}
+	n, _, _ := unstructured.NestedString(u.Object, "spec", "nodeName")
+	return n
+}
+
+// dropLeftCopy deletes the stopped copy of sandbox id on to that an
+// earlier move, cut before its rebind, left there, so that this move's
+// adopt is not refused for as long as that copy's mark holds. It is no
+// sandbox: the object is bound to from, under this move's mark (a move
+// begun since has its own, and this one's rebind is refused anyway). A
+// copy that runs (resumed through to's own API) is left. It reports
+// whether it deleted one.
+func (c *Controller) dropLeftCopy(ctx context.Context, id, from string, to *node, mark string) bool {
+	var left api.Sandbox
+	if err := c.nodeCall(ctx, to, http.MethodGet, "/v1/sandboxes/"+id, nil, &left); err != nil ||
+		left.ID != id || left.State != api.StateStopped || left.Meta[api.MetaAdopted] == "" {
+		return false
+	}
+	u, err := c.sandboxObject(ctx, id)
+	if err != nil {
+		return false
+	}
+	if n, _, _ := unstructured.NestedString(u.Object, "spec", "nodeName"); n != from || u.GetAnnotations()[v1alpha1.AnnotationMovingTo] != mark {
+		return false
+	}
+	if err := c.nodeCall(ctx, to, http.MethodDelete, "/v1/sandboxes/"+id, nil, nil); err != nil && !errors.Is(err, api.ErrNotFound) {
+		return false
+	}
+	c.log.Info("fleet: deleted the copy a cut move left on its target", "sandbox", id, "node", to.obj.GetName(), "ref", left.Meta[api.MetaAdopted])
+	return true
 }
 
 // updateObject changes sandbox id's object with change and writes it,
@@ -231,10 +292,22 @@ func (c *Controller) updateObject(ctx context.Context, id string, change func(*u
 // rebind binds sandbox id's object, bound to from, to to: spec.nodeName
 // and its node label, the move's annotation dropped; and its status says
 // to's node at once, so requests go there before to's agent writes it.
-func (c *Controller) rebind(ctx context.Context, id, from, to string) error {
+// It holds only while the object bears this move's mark, made at
+// markedAt, and not for longer than markHolds: to's agent keeps the copy
+// only while a recent mark names it.
+func (c *Controller) rebind(ctx context.Context, id, from, to, mark string, markedAt time.Time) error {
 	out, err := c.updateObject(ctx, id, func(u *unstructured.Unstructured) error {
 		if n, _, _ := unstructured.NestedString(u.Object, "spec", "nodeName"); n != from {
 			return api.Errorf(api.ErrConflict, "move %s: its object was bound to node %q meanwhile", id, n)
+		}
+		if u.GetDeletionTimestamp() != nil {
+			return api.Errorf(api.ErrConflict, "move %s: its object is being deleted", id)
+		}
+		if got := u.GetAnnotations()[v1alpha1.AnnotationMovingTo]; got != mark {
+			return api.Errorf(api.ErrConflict, "move %s: another move began meanwhile (%s %q)", id, v1alpha1.AnnotationMovingTo, got)
+		}
+		if age := c.cfg.Now().Sub(markedAt); age >= markHolds {
+			return api.Errorf(api.ErrUnavailable, "move %s: it took %s, and node %s may have dropped its copy; it stays on node %s", id, age.Round(time.Second), to, from)
 		}
 		_ = unstructured.SetNestedField(u.Object, to, "spec", "nodeName")
 		labels := u.GetLabels()
@@ -429,6 +502,12 @@ func (c *Controller) drain(w http.ResponseWriter, r *http.Request) {
 		to, err := c.move(ctx, sb.ID, n)
 		if err != nil {
 			mv.Error = err.Error()
+			if at := c.boundTo(ctx, sb.ID); at != name {
+				// the rebind was written and its answer lost: the
+				// sandbox is at's, and not resumed here
+				mv.Error += fmt.Sprintf("; its object is bound to node %q now: it stays stopped", at)
+				wasReady = false
+			}
 			if wasReady { // back as it was, where it was
 				var back api.Sandbox
 				if rerr := c.nodeCall(ctx, n, http.MethodPost, "/v1/sandboxes/"+sb.ID+"/resume", nil, &back); rerr != nil {
