@@ -391,8 +391,15 @@ func (c *Controller) adoptElsewhere(ctx context.Context, id, from string) (*node
 		return nil, fmt.Errorf("%w: %s", errNoTarget, placement.Why(rejected))
 	}
 	to := byName[best.Name]
-	mark := to.obj.GetName() + " " + c.cfg.Now().UTC().Format(time.RFC3339)
+	markedAt := c.cfg.Now().UTC().Truncate(time.Second)
+	mark := to.obj.GetName() + " " + markedAt.Format(time.RFC3339) + " " + randomHex(4)
 	if _, err := c.updateObject(ctx, id, func(u *unstructured.Unstructured) error {
+		if n, _, _ := unstructured.NestedString(u.Object, "spec", "nodeName"); n != from {
+			return api.Errorf(api.ErrConflict, "its object was bound to node %q meanwhile", n)
+		}
+		if u.GetDeletionTimestamp() != nil {
+			return api.Errorf(api.ErrConflict, "its object is being deleted")
+		}
 		ann := u.GetAnnotations()
 		if ann == nil {
 			ann = map[string]string{}
@@ -406,10 +413,17 @@ func (c *Controller) adoptElsewhere(ctx context.Context, id, from string) (*node
 	mctx, cancel := context.WithTimeout(ctx, moveAsk)
 	defer cancel()
 	var adopted api.Sandbox
-	if err := c.nodeCall(mctx, to, http.MethodPost, "/v1/sandboxes/adopt", api.AdoptRequest{Ref: ref}, &adopted); err != nil {
+	err = c.nodeCall(mctx, to, http.MethodPost, "/v1/sandboxes/adopt", api.AdoptRequest{Ref: ref}, &adopted)
+	if errors.Is(err, api.ErrConflict) && c.dropLeftCopy(mctx, id, from, to, mark) {
+		err = c.nodeCall(mctx, to, http.MethodPost, "/v1/sandboxes/adopt", api.AdoptRequest{Ref: ref}, &adopted)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("node %s adopting it from the registry: %w", to.obj.GetName(), err)
 	}
-	if err := c.rebind(ctx, id, from, to.obj.GetName()); err != nil {
+	if adopted.ID != id || adopted.State != api.StateStopped {
+		return nil, api.Errorf(api.ErrUnavailable, "node %s adopted sandbox %q (%s) from %s, not a stopped %s", to.obj.GetName(), adopted.ID, adopted.State, ref, id)
+	}
+	if err := c.rebind(ctx, id, from, to.obj.GetName(), mark, markedAt); err != nil {
 		return nil, err
 	}
 	c.log.Info("fleet: a stopped sandbox of a node that is down moved through the registry", "sandbox", id, "from", from, "to", to.obj.GetName(), "ref", ref)
@@ -432,7 +446,7 @@ func (c *Controller) resume(w http.ResponseWriter, r *http.Request) {
 	if err != nil && sb.ID != "" && errors.Is(err, api.ErrUnavailable) {
 		// its node is down: another adopts it, if its stop image is in
 		// the fleet's registry
-		to, aerr := c.adoptElsewhere(r.Context(), sb.ID, sb.Node)
+		to, aerr := c.adoptElsewhere(context.WithoutCancel(r.Context()), sb.ID, sb.Node)
 		if aerr != nil {
 			writeError(w, api.Errorf(api.ErrUnavailable, "%v; and it cannot resume elsewhere: %v", err, aerr))
 			return
@@ -444,7 +458,7 @@ func (c *Controller) resume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if sb.State == api.StateStopped && n.typed.Spec.Unschedulable && c.cfg.MoveRepository != "" {
-		to, err := c.move(r.Context(), sb.ID, n)
+		to, err := c.move(context.WithoutCancel(r.Context()), sb.ID, n)
 		switch {
 		case err == nil:
 			n = to
@@ -484,7 +498,7 @@ func (c *Controller) drain(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := api.DrainResult{Node: name, Moves: []api.MoveResult{}}
-	ctx := r.Context()
+	ctx := context.WithoutCancel(r.Context()) // a move a client left is finished, not cut
 	for _, sb := range all {
 		if sb.Node != name || sb.ID == "" || (sb.State != api.StateReady && sb.State != api.StateStopped) {
 			continue
