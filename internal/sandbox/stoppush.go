@@ -25,6 +25,19 @@ const (
 	stopPushMax   = 30 * time.Second
 )
 
+// cutStopPush cuts the background push of sandbox id's stop image, if one
+// is under way: what comes for the sandbox (a resume, a delete) does not
+// wait for it; the push judges again whether the sandbox is still stopped
+// on that image.
+func (m *Manager) cutStopPush(id string) {
+	m.stopPushes.mu.Lock()
+	cancel := m.stopPushes.cancel[id]
+	m.stopPushes.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
 // pushStopSoon pushes stopped sandbox id's image img in the background.
 func (m *Manager) pushStopSoon(id, img string) {
 	if m.cfg.StopRepository == "" || img == "" {
@@ -40,7 +53,25 @@ func (m *Manager) pushStop(ctx context.Context, id, img string) {
 		if err != nil || sb.State != api.StateStopped || sb.Image != img || sb.Meta[api.MetaImageRef] != "" {
 			return // resumed, deleted, stopped again (its own push), or pushed
 		}
-		res, err := m.PushSandbox(ctx, id, api.PushRequest{Ref: m.cfg.StopRepository + ":" + id + "-" + img})
+		actx, cancel := context.WithCancel(ctx)
+		m.stopPushes.mu.Lock()
+		if m.stopPushes.cancel == nil {
+			m.stopPushes.cancel = map[string]context.CancelFunc{}
+		}
+		m.stopPushes.cancel[id] = cancel
+		m.stopPushes.mu.Unlock()
+		res, err := m.PushSandbox(actx, id, api.PushRequest{Ref: m.cfg.StopRepository + ":" + id + "-" + img})
+		m.stopPushes.mu.Lock()
+		delete(m.stopPushes.cancel, id)
+		m.stopPushes.mu.Unlock()
+		cut := actx.Err() != nil
+		cancel()
+		if cut {
+			// a resume or a delete came first: it takes the claim the push
+			// let go, and the sandbox is judged again after it
+			<-m.cfg.After(stopPushFirst)
+			continue
+		}
 		if err == nil {
 			ok, serr := m.cfg.Store.SetMetaKey(ctx, id, api.StateStopped, img, api.MetaImageRef, res.Ref)
 			if serr == nil && ok {

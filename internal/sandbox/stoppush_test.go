@@ -84,3 +84,43 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestStopPushYields: a delete of a stopped sandbox whose stop image is
+// being pushed to a registry that never answers does not wait behind the
+// push: the push is cut, and the delete is done.
+func TestStopPushYields(t *testing.T) {
+	hung := make(chan struct{})
+	var asked atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		select {
+		case <-hung:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(hung)
+	m, _ := newTestManager(t, time.Hour)
+	m.cfg.HostFacts = func() (HostFacts, error) { return testFacts, nil }
+	m.cfg.StopRepository = strings.TrimPrefix(srv.URL, "http://") + "/sbx/stops"
+	m.cfg.After = func(time.Duration) <-chan time.Time { return time.After(10 * time.Millisecond) }
+	sb := stoppedSandbox(t, m, "")
+	m.pushStopSoon(sb.ID, sb.Image)
+	waitUntil(t, "the push to reach the registry", func() bool { return asked.Load() > 0 })
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Delete(context.Background(), sb.ID, false)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("delete during a push: %v", err)
+		}
+	case <-time.After(30 * time.Second): // a liveness bound: the registry never answers
+		t.Fatal("a delete waited behind a push to a registry that does not answer")
+	}
+	if _, err := m.cfg.Store.Sandbox(context.Background(), sb.ID); err == nil {
+		t.Error("the sandbox is still recorded after its delete")
+	}
+}

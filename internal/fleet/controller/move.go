@@ -192,13 +192,21 @@ func (c *Controller) move(ctx context.Context, id string, from *node) (*node, er
 	}); err != nil {
 		return nil, fmt.Errorf("move %s: mark its object: %w", id, err)
 	}
-	// 2: pushed by its node
+	// 2: pushed by its node, unless its stop pushed it already (sbxd
+	// --fleet-registry): its node's own word on its image now, not the
+	// object's, which lags a resume and a stop by a pass of its agent
 	mctx, cancel := context.WithTimeout(ctx, moveAsk)
 	defer cancel()
 	var pushed api.PushResult
-	ref := c.cfg.MoveRepository + ":" + id + "-" + randomHex(4)
-	if err := c.nodeCall(mctx, from, http.MethodPost, "/v1/sandboxes/"+id+"/push", api.PushRequest{Ref: ref}, &pushed); err != nil {
-		return nil, fmt.Errorf("move %s: push its image from node %s: %w", id, from.obj.GetName(), err)
+	var now api.Sandbox
+	if err := c.nodeCall(mctx, from, http.MethodGet, "/v1/sandboxes/"+id, nil, &now); err == nil &&
+		now.ID == id && now.State == api.StateStopped && strings.Contains(now.Meta[api.MetaImageRef], "@sha256:") {
+		pushed.Ref = now.Meta[api.MetaImageRef]
+	} else {
+		ref := c.cfg.MoveRepository + ":" + id + "-" + randomHex(4)
+		if err := c.nodeCall(mctx, from, http.MethodPost, "/v1/sandboxes/"+id+"/push", api.PushRequest{Ref: ref}, &pushed); err != nil {
+			return nil, fmt.Errorf("move %s: push its image from node %s: %w", id, from.obj.GetName(), err)
+		}
 	}
 	// 3: a copy adopted by the target
 	var adopted api.Sandbox
