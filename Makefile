@@ -143,6 +143,7 @@ demo: deps build
 bench: deps build fleet-tools
 	$(GO) test -run '^$$' -bench 'Create|Exec|MemoryFork' -benchtime 20x -timeout 30m ./internal/e2e/
 	$(GO) test -run '^$$' -bench 'FleetCreate' -benchtime 10x -timeout 15m ./internal/fleet/e2e/
+	$(GO) test -run '^$$' -bench 'CrossNodeResume' -benchtime 5x -timeout 20m ./internal/fleet/e2e/
 	$(GO) test -run '^$$' -bench 'Place100' -benchtime 1x -timeout 15m ./internal/fleet/placement/
 	$(GO) test -run '^$$' -bench 'Fork16|ForkShare|StopResume|Scp|PreviewProxy|SnapshotMove' -benchtime 3x -timeout 30m ./internal/e2e/
 	$(GO) test -run '^$$' -bench 'Hunt' -benchtime 5x -timeout 30m ./internal/e2e/
