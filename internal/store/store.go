@@ -469,9 +469,9 @@ func (s *Store) SetPersistent(ctx context.Context, id string, persistent bool) e
 // push left) is never set on a later one. It reports whether it set it.
 func (s *Store) SetMetaKey(ctx context.Context, id string, state api.State, image, key, value string) (bool, error) {
 	path := `$."` + strings.ReplaceAll(key, `"`, ``) + `"`
-	set, args := `json_remove(meta, ?)`, []any{path}
+	set, args := `CASE WHEN json_valid(meta) THEN json_remove(meta, ?) ELSE meta END`, []any{path}
 	if value != "" {
-		set, args = `json_set(CASE WHEN meta IS NULL OR meta IN ('', 'null') THEN '{}' ELSE meta END, ?, ?)`, []any{path, value}
+		set, args = `json_set(CASE WHEN meta IS NULL OR NOT json_valid(meta) OR meta = 'null' THEN '{}' ELSE meta END, ?, ?)`, []any{path, value}
 	}
 	where := ` WHERE id = ?`
 	args = append(args, id)
