@@ -2,8 +2,8 @@ package sandbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"sbx.dev/sbx/api"
@@ -23,7 +23,19 @@ import (
 const (
 	stopPushFirst = time.Second
 	stopPushMax   = 30 * time.Second
+	// maxPendingWhy bounds the registry's words in api.MetaImagePending,
+	// within a meta value's 1024 bytes (checkMeta): a registry picks them
+	maxPendingWhy = 512
 )
+
+// clip is s cut to at most n bytes, on a rune's edge, marked as cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = strings.ToValidUTF8(s[:n], "")
+	return s + "…"
+}
 
 // pushStopSoon pushes stopped sandbox id's image img in the background.
 func (m *Manager) pushStopSoon(id, img string) {
@@ -40,7 +52,13 @@ func (m *Manager) pushStop(ctx context.Context, id, img string) {
 		if err != nil || sb.State != api.StateStopped || sb.Image != img || sb.Meta[api.MetaImageRef] != "" {
 			return // resumed, deleted, stopped again (its own push), or pushed
 		}
-		res, err := m.PushSandbox(ctx, id, api.PushRequest{Ref: m.cfg.StopRepository + ":" + id + "-" + img})
+		// a push nobody asked for gives way to what a user asks of the
+		// sandbox (a resume, a delete): a registry that hangs must not
+		// hold them
+		tctx, cancel := context.WithCancel(ctx)
+		res, err := m.pushSandbox(tctx, id, api.PushRequest{Ref: m.cfg.StopRepository + ":" + id + "-" + img}, cancel)
+		yielded := tctx.Err() != nil
+		cancel()
 		if err == nil {
 			ok, serr := m.cfg.Store.SetMetaKey(ctx, id, api.StateStopped, img, api.MetaImageRef, res.Ref)
 			if serr == nil && ok {
@@ -54,12 +72,16 @@ func (m *Manager) pushStop(ctx context.Context, id, img string) {
 			}
 			return
 		}
-		if errors.Is(err, api.ErrConflict) || errors.Is(err, api.ErrNotFound) {
-			return // no longer stopped: nothing to push
+		if yielded {
+			<-m.cfg.After(stopPushFirst) // the top of the loop sees what it gave way to
+			continue
 		}
-		why := fmt.Sprintf("its image is kept here, not in the fleet's registry yet (%v): sbxd pushes it again in %s", err, wait)
+		// the registry's error says nothing of the sandbox (a registry's
+		// 404 is its own: a repository it does not have): whether it is
+		// still stopped on img is the guard's to say
+		why := fmt.Sprintf("its image is kept here, not in the fleet's registry yet (%s): sbxd pushes it again in %s", clip(err.Error(), maxPendingWhy), wait)
 		if ok, _ := m.cfg.Store.SetMetaKey(ctx, id, api.StateStopped, img, api.MetaImagePending, why); !ok {
-			return
+			return // no longer stopped on img: nothing to push
 		}
 		m.log.Warn("push a stop image to the fleet's registry; trying again", "sandbox", id, "err", err, "retry_in", wait)
 		<-m.cfg.After(wait)
