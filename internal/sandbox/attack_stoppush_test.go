@@ -114,3 +114,29 @@ func TestAttackStopPushHangs(t *testing.T) {
 		t.Errorf("sandbox %s is left after its delete", sb.ID)
 	}
 }
+
+// TestAttackAdoptOthersImage: an adopt told which sandbox the artifact
+// must hold (the fleet's resume of a sandbox whose node is down, its ref
+// read from an object anyone with kubectl writes) is refused, nothing
+// left, when the artifact holds another.
+func TestAttackAdoptOthersImage(t *testing.T) {
+	ctx := context.Background()
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer reg.Close()
+	m := stopPushManager(t, reg)
+	other := stoppedSandbox(t, m, "other")
+	res, err := m.PushSandbox(ctx, other.ID, api.PushRequest{Ref: strings.TrimPrefix(reg.URL, "http://") + "/sbx/stops:x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := stopPushManager(t, reg)
+	if got, err := b.AdoptSandbox(ctx, api.AdoptRequest{Ref: res.Ref, ID: "sb_mineaaaaaa"}); err == nil {
+		t.Fatalf("adopted %s for sb_mineaaaaaa", got.ID)
+	}
+	if sbs, _ := b.cfg.Store.Sandboxes(ctx); len(sbs) != 0 {
+		t.Errorf("an adopt refused left %d sandboxes", len(sbs))
+	}
+	if got, err := b.AdoptSandbox(ctx, api.AdoptRequest{Ref: res.Ref, ID: other.ID}); err != nil || got.ID != other.ID {
+		t.Errorf("adopt of its own: %+v %v", got, err)
+	}
+}

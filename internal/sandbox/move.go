@@ -137,6 +137,9 @@ func (m *Manager) AdoptSandbox(ctx context.Context, req api.AdoptRequest) (*api.
 	if !sandboxIDRE.MatchString(ms.ID) || ms.ID != rec.SandboxID || man.Name != movingPrefix+ms.ID {
 		return nil, api.Errorf(api.ErrInvalid, "adopt %s: its record names sandbox %q, which is no sandbox id", req.Ref, ms.ID)
 	}
+	if req.ID != "" && ms.ID != req.ID {
+		return nil, api.Errorf(api.ErrInvalid, "adopt %s: it holds sandbox %s, not %s", req.Ref, ms.ID, req.ID)
+	}
 	if ms.Name != "" {
 		if err := ValidName(ms.Name); err != nil {
 			return nil, api.Errorf(api.ErrInvalid, "adopt %s: %v", req.Ref, err)
