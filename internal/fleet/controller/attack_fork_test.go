@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -34,6 +35,7 @@ type forkNode struct {
 	// hooks, run under mu; one answering true has written the answer
 	onSnapshot, onPull func(w http.ResponseWriter, name string) bool
 	onCreate           func(w http.ResponseWriter, n int, kid *api.Sandbox) bool
+	hangDeletes        chan struct{} // when set, a delete waits for it to close
 }
 
 func newForkNode(t *testing.T, name string) *forkNode {
@@ -44,6 +46,14 @@ func newForkNode(t *testing.T, name string) *forkNode {
 }
 
 func (n *forkNode) serve(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodDelete && n.hangDeletes != nil {
+		select {
+		case <-n.hangDeletes:
+		case <-r.Context().Done():
+		}
+		writeError(w, api.Errorf(api.ErrUnavailable, "hung"))
+		return
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.calls = append(n.calls, r.Method+" "+r.URL.Path)
@@ -260,5 +270,32 @@ func TestAttackForkSnapshotsLeft(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAttackForkUndoHangs: a node that hangs on the deletes of a failed
+// fork's undo. The undo waited for it for good, so the fork's client never
+// heard its error, and its request never ended.
+func TestAttackForkUndoHangs(t *testing.T) {
+	f, a, b := forkFleet(t, nil)
+	hang := make(chan struct{})
+	defer close(hang)
+	a.hangDeletes = hang
+	b.onCreate = func(w http.ResponseWriter, _ int, _ *api.Sandbox) bool {
+		writeError(w, api.Errorf(api.ErrConflict, "no room"))
+		return true
+	}
+	defer func(d time.Duration) { forkUndoAsk = d }(forkUndoAsk)
+	forkUndoAsk = 100 * time.Millisecond
+	done := make(chan []api.ForkEvent)
+	go func() { done <- f.spread(t, api.ForkRequest{Count: 3}, "a", "a", "b") }()
+	select {
+	case evs := <-done:
+		last := evs[len(evs)-1]
+		if last.Event != api.StreamErrorEvent || last.Error == nil || !strings.Contains(last.Error.Message, "left on node a") {
+			t.Errorf("the fork ended with %+v, want an error naming the children left", last)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a fork whose undo meets a hung node never ended")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/fleet/placement"
@@ -31,6 +32,18 @@ import (
 
 // forkPerNode bounds the creates in flight on one node during a fork.
 const forkPerNode = 2
+
+// forkUndoAsk bounds each delete of a fork's end (a child undone, a
+// snapshot dropped): a node that hangs on one leaves it, said so, rather
+// than the fork's client waiting for good.
+var forkUndoAsk = time.Minute
+
+// undoCall is c.nodeCall of a fork's end, bounded by forkUndoAsk.
+func (c *Controller) undoCall(ctx context.Context, n *node, path string) error {
+	ctx, cancel := context.WithTimeout(ctx, forkUndoAsk)
+	defer cancel()
+	return c.nodeCall(ctx, n, http.MethodDelete, path, nil, nil)
+}
 
 // fork places a fork request: spread over the nodes, or on to the
 // parent's node.
@@ -153,7 +166,7 @@ func (c *Controller) spreadFork(ctx context.Context, out *sse, sb api.Sandbox, p
 	holders := []*node{pn}
 	defer func() {
 		for _, h := range holders {
-			if err := c.nodeCall(ctx, h, http.MethodDelete, "/v1/snapshots/"+name, nil, nil); err != nil && !errors.Is(err, api.ErrNotFound) {
+			if err := c.undoCall(ctx, h, "/v1/snapshots/"+name); err != nil && !errors.Is(err, api.ErrNotFound) {
 				c.log.Warn("fleet: a spread fork's snapshot is left", "snapshot", name, "node", h.obj.GetName(), "err", err)
 			}
 		}
@@ -233,7 +246,7 @@ func (c *Controller) spreadFork(ctx context.Context, out *sse, sb api.Sandbox, p
 	if len(errs) > 0 {
 		// all or nothing, as a node's fork
 		for i, kid := range made {
-			if err := c.nodeCall(ctx, where[i], http.MethodDelete, "/v1/sandboxes/"+kid.ID, nil, nil); err != nil {
+			if err := c.undoCall(ctx, where[i], "/v1/sandboxes/"+kid.ID); err != nil {
 				errs = append(errs, fmt.Errorf("and child %s is left on node %s: %w", kid.ID, where[i].obj.GetName(), err))
 			}
 		}
