@@ -81,6 +81,10 @@ func (r *PullRequest) Validate() error { return checkRef(r.Ref) }
 type AdoptRequest struct {
 	// Ref is the pushed artifact, by digest (the push's answer).
 	Ref string `json:"ref"`
+	// ID, when set, is the sandbox the artifact must hold: a ref read
+	// from where another could have written it (the fleet's object) may
+	// name another sandbox's image, which is refused, nothing adopted.
+	ID string `json:"id,omitempty"`
 }
 
 // Validate checks the request's fields.

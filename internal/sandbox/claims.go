@@ -30,6 +30,9 @@ type claimed struct {
 	shared  int           // starts under way
 	waiters int           // callers waiting; the entry stays while any do
 	changed chan struct{} // closed, and replaced, at every release
+	// yield ends op early, for a claim nobody asked for (a stop image's
+	// background push): the first caller to wait for it calls it
+	yield func()
 }
 
 // claimEnds are the operations after which a sandbox no longer runs what
@@ -69,6 +72,10 @@ func (e *claimed) wake() {
 func (k *claims) await(ctx context.Context, id string, ok func(*claimed) bool) (*claimed, error) {
 	e := k.entry(id)
 	for !ok(e) {
+		if e.yield != nil {
+			e.yield()
+			e.yield = nil
+		}
 		ch := e.changed
 		e.waiters++
 		k.mu.Unlock()
@@ -92,6 +99,14 @@ func (k *claims) await(ctx context.Context, id string, ok func(*claimed) bool) (
 // starts under way have ended, and returns its release. Its wait ends with
 // ctx (a caller that must not give up passes a context without cancel).
 func (k *claims) claim(ctx context.Context, id, op string) (release func(), err error) {
+	return k.claimYielding(ctx, id, op, nil)
+}
+
+// claimYielding is claim for an operation that gives way: yield (when not
+// nil) is called, once, as soon as anyone waits for the claim, at once if
+// someone already does. It must end the operation soon (cancel its
+// context), which then releases the claim as any does.
+func (k *claims) claimYielding(ctx context.Context, id, op string, yield func()) (release func(), err error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var going string
@@ -116,7 +131,12 @@ func (k *claims) claim(ctx context.Context, id, op string) (release func(), err 
 		k.drop(id, e)
 		return nil, fmt.Errorf("%s %s: waiting for the starts under way: %w", op, id, err)
 	}
-	return k.releaser(id, e, func(e *claimed) { e.op = "" }), nil
+	if yield != nil && e.waiters > 0 {
+		yield()
+	} else {
+		e.yield = yield
+	}
+	return k.releaser(id, e, func(e *claimed) { e.op, e.yield = "", nil }), nil
 }
 
 // tryClaim claims id whole for op if nothing holds it.

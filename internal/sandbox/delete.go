@@ -29,7 +29,6 @@ func (m *Manager) DeleteWith(ctx context.Context, ref string, o DeleteOptions) (
 	if err != nil {
 		return nil, err
 	}
-	m.cutStopPush(sb.ID)
 	unlock, err := m.claim(ctx, sb.ID, kindDelete)
 	if err != nil {
 		return nil, err

@@ -159,13 +159,6 @@ type Manager struct {
 		t    *transfers
 		err  error
 	}
-	// stopPushes cancels the background push of a stop image under way
-	// (stoppush.go): a resume or a delete of the sandbox does not wait
-	// behind it
-	stopPushes struct {
-		mu     sync.Mutex
-		cancel map[string]context.CancelFunc
-	}
 
 	claims   claims
 	execs    execOwner    // the execs and their output (exec.go)

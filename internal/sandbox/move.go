@@ -49,6 +49,12 @@ const movingPrefix = "moving-"
 // stopped, and is claimed while it is pushed: it is not resumed or
 // deleted under the push.
 func (m *Manager) PushSandbox(ctx context.Context, ref string, req api.PushRequest) (*api.PushResult, error) {
+	return m.pushSandbox(ctx, ref, req, nil)
+}
+
+// pushSandbox is PushSandbox, its claim yielding (claims.claimYielding)
+// when yield is not nil.
+func (m *Manager) pushSandbox(ctx context.Context, ref string, req api.PushRequest, yield func()) (*api.PushResult, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
@@ -59,7 +65,7 @@ func (m *Manager) PushSandbox(ctx context.Context, ref string, req api.PushReque
 	if pooled(sb) {
 		return nil, api.Errorf(api.ErrNotFound, "sandbox %s not found", ref)
 	}
-	unlock, err := m.claim(ctx, sb.ID, "push")
+	unlock, err := m.claims.claimYielding(ctx, sb.ID, "push", yield)
 	if err != nil {
 		return nil, err
 	}
@@ -130,6 +136,9 @@ func (m *Manager) AdoptSandbox(ctx context.Context, req api.AdoptRequest) (*api.
 	ms := rec.Sandbox
 	if !sandboxIDRE.MatchString(ms.ID) || ms.ID != rec.SandboxID || man.Name != movingPrefix+ms.ID {
 		return nil, api.Errorf(api.ErrInvalid, "adopt %s: its record names sandbox %q, which is no sandbox id", req.Ref, ms.ID)
+	}
+	if req.ID != "" && ms.ID != req.ID {
+		return nil, api.Errorf(api.ErrInvalid, "adopt %s: it holds sandbox %s, not %s", req.Ref, ms.ID, req.ID)
 	}
 	if ms.Name != "" {
 		if err := ValidName(ms.Name); err != nil {

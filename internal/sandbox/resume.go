@@ -21,7 +21,6 @@ func (m *Manager) Resume(ctx context.Context, ref string, requireMemory bool) (*
 	if err != nil {
 		return nil, err
 	}
-	m.cutStopPush(sb.ID) // the fleet's copy of its image waits; the user does not
 	unlock, err := m.claim(ctx, sb.ID, kindResume)
 	if err != nil {
 		return nil, err

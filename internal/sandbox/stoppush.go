@@ -2,8 +2,8 @@ package sandbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"sbx.dev/sbx/api"
@@ -23,19 +23,18 @@ import (
 const (
 	stopPushFirst = time.Second
 	stopPushMax   = 30 * time.Second
+	// maxPendingWhy bounds the registry's words in api.MetaImagePending,
+	// within a meta value's 1024 bytes (checkMeta): a registry picks them
+	maxPendingWhy = 512
 )
 
-// cutStopPush cuts the background push of sandbox id's stop image, if one
-// is under way: what comes for the sandbox (a resume, a delete) does not
-// wait for it; the push judges again whether the sandbox is still stopped
-// on that image.
-func (m *Manager) cutStopPush(id string) {
-	m.stopPushes.mu.Lock()
-	cancel := m.stopPushes.cancel[id]
-	m.stopPushes.mu.Unlock()
-	if cancel != nil {
-		cancel()
+// clip is s cut to at most n bytes, on a rune's edge, marked as cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
+	s = strings.ToValidUTF8(s[:n], "")
+	return s + "…"
 }
 
 // pushStopSoon pushes stopped sandbox id's image img in the background.
@@ -53,25 +52,13 @@ func (m *Manager) pushStop(ctx context.Context, id, img string) {
 		if err != nil || sb.State != api.StateStopped || sb.Image != img || sb.Meta[api.MetaImageRef] != "" {
 			return // resumed, deleted, stopped again (its own push), or pushed
 		}
-		actx, cancel := context.WithCancel(ctx)
-		m.stopPushes.mu.Lock()
-		if m.stopPushes.cancel == nil {
-			m.stopPushes.cancel = map[string]context.CancelFunc{}
-		}
-		m.stopPushes.cancel[id] = cancel
-		m.stopPushes.mu.Unlock()
-		res, err := m.PushSandbox(actx, id, api.PushRequest{Ref: m.cfg.StopRepository + ":" + id + "-" + img})
-		m.stopPushes.mu.Lock()
-		delete(m.stopPushes.cancel, id)
-		m.stopPushes.mu.Unlock()
-		cut := actx.Err() != nil
+		// a push nobody asked for gives way to what a user asks of the
+		// sandbox (a resume, a delete): a registry that hangs must not
+		// hold them
+		tctx, cancel := context.WithCancel(ctx)
+		res, err := m.pushSandbox(tctx, id, api.PushRequest{Ref: m.cfg.StopRepository + ":" + id + "-" + img}, cancel)
+		yielded := tctx.Err() != nil
 		cancel()
-		if cut {
-			// a resume or a delete came first: it takes the claim the push
-			// let go, and the sandbox is judged again after it
-			<-m.cfg.After(stopPushFirst)
-			continue
-		}
 		if err == nil {
 			ok, serr := m.cfg.Store.SetMetaKey(ctx, id, api.StateStopped, img, api.MetaImageRef, res.Ref)
 			if serr == nil && ok {
@@ -85,12 +72,16 @@ func (m *Manager) pushStop(ctx context.Context, id, img string) {
 			}
 			return
 		}
-		if errors.Is(err, api.ErrConflict) || errors.Is(err, api.ErrNotFound) {
-			return // no longer stopped: nothing to push
+		if yielded {
+			<-m.cfg.After(stopPushFirst) // the top of the loop sees what it gave way to
+			continue
 		}
-		why := fmt.Sprintf("its image is kept here, not in the fleet's registry yet (%v): sbxd pushes it again in %s", err, wait)
+		// the registry's error says nothing of the sandbox (a registry's
+		// 404 is its own: a repository it does not have): whether it is
+		// still stopped on img is the guard's to say
+		why := fmt.Sprintf("its image is kept here, not in the fleet's registry yet (%s): sbxd pushes it again in %s", clip(err.Error(), maxPendingWhy), wait)
 		if ok, _ := m.cfg.Store.SetMetaKey(ctx, id, api.StateStopped, img, api.MetaImagePending, why); !ok {
-			return
+			return // no longer stopped on img: nothing to push
 		}
 		m.log.Warn("push a stop image to the fleet's registry; trying again", "sandbox", id, "err", err, "retry_in", wait)
 		<-m.cfg.After(wait)

@@ -147,6 +147,10 @@ func (n *fakeNode) serve(w http.ResponseWriter, r *http.Request) {
 			mn.mu.Unlock()
 			writeError(w, api.Errorf(api.ErrNotFound, "no artifact %s", req.Ref))
 			return
+		case req.ID != "" && req.ID != id: // as sbxd's AdoptSandbox
+			mn.mu.Unlock()
+			writeError(w, api.Errorf(api.ErrInvalid, "adopt %s: it holds sandbox %s, not %s", req.Ref, id, req.ID))
+			return
 		case sb != nil && sb.Meta[api.MetaAdopted] == req.Ref && sb.State == api.StateStopped:
 		case sb != nil:
 			mn.mu.Unlock()

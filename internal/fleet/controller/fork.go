@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/fleet/placement"
@@ -29,6 +32,18 @@ import (
 
 // forkPerNode bounds the creates in flight on one node during a fork.
 const forkPerNode = 2
+
+// forkUndoAsk bounds each delete of a fork's end (a child undone, a
+// snapshot dropped): a node that hangs on one leaves it, said so, rather
+// than the fork's client waiting for good.
+var forkUndoAsk = time.Minute
+
+// undoCall is c.nodeCall of a fork's end, bounded by forkUndoAsk.
+func (c *Controller) undoCall(ctx context.Context, n *node, path string) error {
+	ctx, cancel := context.WithTimeout(ctx, forkUndoAsk)
+	defer cancel()
+	return c.nodeCall(ctx, n, http.MethodDelete, path, nil, nil)
+}
 
 // fork places a fork request: spread over the nodes, or on to the
 // parent's node.
@@ -145,20 +160,23 @@ func (c *Controller) spreadFork(ctx context.Context, out *sse, sb api.Sandbox, p
 	mctx, cancel := context.WithTimeout(ctx, moveAsk)
 	defer cancel()
 
+	// the nodes that may hold the snapshot, each counted before it is
+	// asked: one that made it and failed to say so (an error, a timeout)
+	// holds it too. It goes from each at the end; a delete of none is 404.
+	holders := []*node{pn}
+	defer func() {
+		for _, h := range holders {
+			if err := c.undoCall(ctx, h, "/v1/snapshots/"+name); err != nil && !errors.Is(err, api.ErrNotFound) {
+				c.log.Warn("fleet: a spread fork's snapshot is left", "snapshot", name, "node", h.obj.GetName(), "err", err)
+			}
+		}
+	}()
 	// the parent's state, once
 	var snap api.Snapshot
 	if err := c.nodeCall(mctx, pn, http.MethodPost, "/v1/sandboxes/"+sb.ID+"/snapshots", api.SnapshotRequest{Name: name, Memory: req.Memory}, &snap); err != nil {
 		fail(fmt.Errorf("fork %s: snapshot it on node %s: %w", sb.ID, pn.obj.GetName(), err))
 		return
 	}
-	holders := []*node{pn} // the nodes holding the snapshot: it goes from each at the end
-	defer func() {
-		for _, h := range holders {
-			if err := c.nodeCall(ctx, h, http.MethodDelete, "/v1/snapshots/"+name, nil, nil); err != nil {
-				c.log.Warn("fleet: a spread fork's snapshot is left", "snapshot", name, "node", h.obj.GetName(), "err", err)
-			}
-		}
-	}()
 	_ = out.send(api.ForkCaptured, api.ForkEvent{Event: api.ForkCaptured})
 
 	// to the other nodes, through the registry
@@ -177,12 +195,12 @@ func (c *Controller) spreadFork(ctx context.Context, out *sse, sb api.Sandbox, p
 				fail(api.Errorf(api.ErrUnavailable, "fork %s: node %s left the fleet", sb.ID, node))
 				return
 			}
+			holders = append(holders, to)
 			var pulled api.PullResult
 			if err := c.nodeCall(mctx, to, http.MethodPost, "/v1/snapshots/pull", api.PullRequest{Ref: pushed.Ref, Name: name}, &pulled); err != nil {
 				fail(fmt.Errorf("fork %s: node %s pulling its snapshot: %w", sb.ID, node, err))
 				return
 			}
-			holders = append(holders, to)
 			if req.Memory && pulled.MemoryLeft != "" {
 				fail(api.Errorf(api.ErrUnavailable, "fork %s: node %s took its snapshot without the memory: %s", sb.ID, node, pulled.MemoryLeft))
 				return
@@ -212,6 +230,9 @@ func (c *Controller) spreadFork(ctx context.Context, out *sse, sb api.Sandbox, p
 				err := c.nodeCall(mctx, to, http.MethodPost, "/v1/sandboxes", create, &kid)
 				mu.Lock()
 				defer mu.Unlock()
+				if err == nil {
+					err = checkChild(kid, sb.ID, made)
+				}
 				if err != nil {
 					errs = append(errs, fmt.Errorf("a child on node %s: %w", node, err))
 					return
@@ -225,7 +246,7 @@ func (c *Controller) spreadFork(ctx context.Context, out *sse, sb api.Sandbox, p
 	if len(errs) > 0 {
 		// all or nothing, as a node's fork
 		for i, kid := range made {
-			if err := c.nodeCall(ctx, where[i], http.MethodDelete, "/v1/sandboxes/"+kid.ID, nil, nil); err != nil {
+			if err := c.undoCall(ctx, where[i], "/v1/sandboxes/"+kid.ID); err != nil {
 				errs = append(errs, fmt.Errorf("and child %s is left on node %s: %w", kid.ID, where[i].obj.GetName(), err))
 			}
 		}
@@ -244,6 +265,26 @@ func (c *Controller) spreadFork(ctx context.Context, out *sse, sb api.Sandbox, p
 		_ = out.send(api.ForkReady, api.ForkEvent{Event: api.ForkReady, Sandbox: &made[i]})
 	}
 	_ = out.send(api.ForkDone, api.ForkEvent{Event: api.ForkDone, Sandboxes: made})
+}
+
+// childID is what a node's create answers: sbxd's ids (newID("sb_")), and
+// nothing a path could be made of.
+var childID = regexp.MustCompile(`^sb_[a-z0-9]{1,64}$`)
+
+// checkChild refuses a node's answer to a child's create that is not a
+// new fork of parent: made is the fork's children so far. Such an answer
+// is no child, so a fork's undo does not delete what it names (the
+// parent, another's sandbox, one child twice).
+func checkChild(kid api.Sandbox, parent string, made []api.Sandbox) error {
+	switch {
+	case !childID.MatchString(kid.ID), kid.ID == parent:
+		return api.Errorf(api.ErrUnavailable, "the node answered the create with sandbox %q, which is no new child of %s (left as it is)", kid.ID, parent)
+	case kid.Parent != parent:
+		return api.Errorf(api.ErrUnavailable, "the node answered the create with sandbox %s, a fork of %q, not of %s (left as it is)", kid.ID, kid.Parent, parent)
+	case slices.ContainsFunc(made, func(m api.Sandbox) bool { return m.ID == kid.ID }):
+		return api.Errorf(api.ErrUnavailable, "the node answered two creates with one sandbox, %s", kid.ID)
+	}
+	return nil
 }
 
 // forkCreate is the create of one child of the parent obj, forked as req

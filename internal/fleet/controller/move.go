@@ -210,9 +210,9 @@ func (c *Controller) move(ctx context.Context, id string, from *node) (*node, er
 	}
 	// 3: a copy adopted by the target
 	var adopted api.Sandbox
-	err = c.nodeCall(mctx, to, http.MethodPost, "/v1/sandboxes/adopt", api.AdoptRequest{Ref: pushed.Ref}, &adopted)
+	err = c.nodeCall(mctx, to, http.MethodPost, "/v1/sandboxes/adopt", api.AdoptRequest{Ref: pushed.Ref, ID: id}, &adopted)
 	if errors.Is(err, api.ErrConflict) && c.dropLeftCopy(mctx, id, from.obj.GetName(), to, mark) {
-		err = c.nodeCall(mctx, to, http.MethodPost, "/v1/sandboxes/adopt", api.AdoptRequest{Ref: pushed.Ref}, &adopted)
+		err = c.nodeCall(mctx, to, http.MethodPost, "/v1/sandboxes/adopt", api.AdoptRequest{Ref: pushed.Ref, ID: id}, &adopted)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("move %s: node %s adopting it: %w", id, to.obj.GetName(), err)
@@ -421,9 +421,11 @@ func (c *Controller) adoptElsewhere(ctx context.Context, id, from string) (*node
 	mctx, cancel := context.WithTimeout(ctx, moveAsk)
 	defer cancel()
 	var adopted api.Sandbox
-	err = c.nodeCall(mctx, to, http.MethodPost, "/v1/sandboxes/adopt", api.AdoptRequest{Ref: ref}, &adopted)
+	// the ref is the object's word, which a kubectl user can write: the
+	// node adopts it only if it holds this sandbox
+	err = c.nodeCall(mctx, to, http.MethodPost, "/v1/sandboxes/adopt", api.AdoptRequest{Ref: ref, ID: id}, &adopted)
 	if errors.Is(err, api.ErrConflict) && c.dropLeftCopy(mctx, id, from, to, mark) {
-		err = c.nodeCall(mctx, to, http.MethodPost, "/v1/sandboxes/adopt", api.AdoptRequest{Ref: ref}, &adopted)
+		err = c.nodeCall(mctx, to, http.MethodPost, "/v1/sandboxes/adopt", api.AdoptRequest{Ref: ref, ID: id}, &adopted)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("node %s adopting it from the registry: %w", to.obj.GetName(), err)

@@ -1,0 +1,48 @@
+package controller
+
+import (
+	"context"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/fleet/v1alpha1"
+)
+
+// TestAttackAdoptElsewhereOthersRef: a resume of a stopped sandbox whose
+// node is down, its object's sbx.image-ref naming another sandbox's stop
+// image (a kubectl user's edit, a stale copy of another object). The
+// target adopted what the ref held, the other sandbox, and the resume
+// failed only after: that sandbox was left copied on the target, a second
+// holder of it, its own node none the wiser.
+func TestAttackAdoptElsewhereOthersRef(t *testing.T) {
+	ctx := context.Background()
+	const id, other = "sb_mineaaaaaa", "sb_othersaaaa"
+	mn := newMoveNet(t, "a", "b")
+	f := moveFleet(t, mn, id, "a")
+	otherRef := "127.0.0.1:5000/sbx/stops:" + other + "-im_x@sha256:" + "1234567890123456789012345678901234567890123456789012345678901234"
+	mn.mu.Lock()
+	mn.refs[otherRef] = other
+	mn.mu.Unlock()
+	res := f.dyn.Resource(v1alpha1.SandboxesResource).Namespace(v1alpha1.DefaultNamespace)
+	u, err := res.Get(ctx, v1alpha1.ObjectName(id), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = unstructured.SetNestedField(u.Object, v1alpha1.OperatingModeSuspended, "spec", "operatingMode")
+	_ = unstructured.SetNestedStringMap(u.Object, map[string]string{api.MetaImageRef: otherRef}, "spec", "meta")
+	if _, err := res.Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if to, err := f.c.adoptElsewhere(ctx, id, "a"); err == nil {
+		t.Errorf("resumed elsewhere, on %s, through another sandbox's image", to.obj.GetName())
+	}
+	if st := mn.has("b", other); st != "" {
+		t.Errorf("node b holds a %s copy of sandbox %s, adopted for %s", st, other, id)
+	}
+	if sb := f.sandbox(t, id); sb.Spec.NodeName != "a" {
+		t.Errorf("sandbox %s bound to %s, want a still", id, sb.Spec.NodeName)
+	}
+}
