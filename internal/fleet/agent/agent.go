@@ -63,6 +63,9 @@ type Config struct {
 	// pull placed on it need not fetch (SandboxNodeStatus.Layers), read at
 	// every publish.
 	Layers func() []string
+	// Templates, if not nil, lists the node's templates, mirrored as
+	// SandboxTemplate objects every SnapshotEvery.
+	Templates func() ([]api.Template, error)
 
 	LeaseDuration time.Duration // the Lease's leaseDurationSeconds
 	RenewEvery    time.Duration // how often the Lease is renewed
@@ -130,6 +133,9 @@ func (a *Agent) Run(ctx context.Context) {
 	wg.Go(func() { a.every(ctx, "node", a.cfg.PublishEvery, a.publishNode) })
 	wg.Go(func() { a.mirror(ctx) })
 	wg.Go(func() { a.every(ctx, "snapshots", a.cfg.SnapshotEvery, a.mirrorSnapshots) })
+	if a.cfg.Templates != nil {
+		wg.Go(func() { a.every(ctx, "templates", a.cfg.SnapshotEvery, a.mirrorTemplates) })
+	}
 	wg.Wait()
 }
 

@@ -626,6 +626,15 @@ func TestFleetNodeAgents(t *testing.T) {
 	// fleet's registry, pulled through the controller (node-1 cordoned, so
 	// the pull is placed on node-2), and a sandbox made from it there has
 	// the process it had, with its memory
+	// each node's templates, as SandboxTemplate objects (the nodes share
+	// one template cache here: tiny on both)
+	t.Run("templates mirrored", func(t *testing.T) {
+		waitFor(t, "tiny as a SandboxTemplate of each node", 30*time.Second, func() bool {
+			out := f.kube(t, "get", "sandboxtemplates", "-o", "jsonpath={range .items[*]}{.metadata.name}={.spec.name}@{.status.nodes[0]}/{.status.version} {end}")
+			return strings.Contains(out, "node-1.tiny=tiny@node-1/sha256:") && strings.Contains(out, "node-2.tiny=tiny@node-2/sha256:")
+		})
+	})
+
 	t.Run("snapshot moves between nodes", func(t *testing.T) {
 		reg := f.env["REGISTRY"]
 		if reg == "" {

@@ -186,6 +186,38 @@ type SandboxSnapshotStatus struct {
 	CreatedAt *metav1.Time `json:"createdAt,omitempty"`
 }
 
+// SandboxTemplate is one template of a node: a name that points at one
+// version, a content digest. Template names are each node's own (a fleet
+// whose nodes share a template cache has the same on each), so the
+// object is named by its node and template (TemplateObjectName); a view
+// its node's agent writes, of what `sbx template ls` shows there.
+type SandboxTemplate struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              SandboxTemplateSpec   `json:"spec"`
+	Status            SandboxTemplateStatus `json:"status,omitempty"`
+}
+
+// SandboxTemplateSpec is what the template is.
+type SandboxTemplateSpec struct {
+	Name   string            `json:"name"`             // its sbx name
+	Source string            `json:"source,omitempty"` // builtin (base, tiny) or an OCI image reference
+	User   string            `json:"user,omitempty"`   // the default user of what runs in it
+	Env    map[string]string `json:"env,omitempty"`    // its default environment
+}
+
+// SandboxTemplateStatus is what its node holds.
+type SandboxTemplateStatus struct {
+	Version   string       `json:"version,omitempty"` // the content digest the name points at
+	SizeBytes int64        `json:"sizeBytes,omitempty"`
+	Nodes     []string     `json:"nodes,omitempty"` // the node that holds this version
+	CreatedAt *metav1.Time `json:"createdAt,omitempty"`
+}
+
+// TemplateObjectName is the name of the SandboxTemplate object of template
+// name on node: "node-1.tiny" (a template's "_" becomes "-").
+func TemplateObjectName(node, name string) string { return node + "." + ObjectName(name) }
+
 // SnapshotStateLocal: a snapshot on its node.
 const SnapshotStateLocal = "local"
 
