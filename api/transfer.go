@@ -85,6 +85,11 @@ type AdoptRequest struct {
 	// from where another could have written it (the fleet's object) may
 	// name another sandbox's image, which is refused, nothing adopted.
 	ID string `json:"id,omitempty"`
+	// WithoutMemory takes the sandbox's disk alone when its memory does
+	// not restore on this node (another runsc, CPU or cache line): it then
+	// boots from its disk at its resume, saying why. Without it such an
+	// adopt is a conflict.
+	WithoutMemory bool `json:"withoutMemory,omitempty"`
 }
 
 // Validate checks the request's fields.

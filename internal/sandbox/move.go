@@ -159,7 +159,7 @@ func (m *Manager) AdoptSandbox(ctx context.Context, req api.AdoptRequest) (*api.
 	if err := checkMeta(meta); err != nil {
 		return nil, api.Errorf(api.ErrInvalid, "adopt %s: %v", req.Ref, err)
 	}
-	if left := m.memoryFits(man); left != "" {
+	if left := m.memoryFits(man); left != "" && !req.WithoutMemory {
 		return nil, api.Errorf(api.ErrConflict, "adopt %s: its memory does not restore on this node: %s", req.Ref, left)
 	}
 	unlock, err := m.claim(ctx, ms.ID, "adopt")
@@ -203,8 +203,12 @@ func (m *Manager) AdoptSandbox(ctx context.Context, req api.AdoptRequest) (*api.
 		}
 		return nil, why
 	}
-	if !sn.Memory || sn.SandboxID != ms.ID {
+	if sn.SandboxID != ms.ID || (!sn.Memory && !req.WithoutMemory) {
 		return undo(api.Errorf(api.ErrConflict, "adopt %s: its memory stayed behind: %s", req.Ref, pulled.MemoryLeft))
+	}
+	var reason string
+	if !sn.Memory { // asked for: it boots from its disk, and says why
+		reason = "its memory stayed on the node it came from: " + pulled.MemoryLeft
 	}
 	now := m.now()
 	last := ms.LastActivity
@@ -212,7 +216,7 @@ func (m *Manager) AdoptSandbox(ctx context.Context, req api.AdoptRequest) (*api.
 		last = now
 	}
 	sb := &store.Sandbox{
-		ID: ms.ID, Name: ms.Name, Template: sn.Template, State: api.StateStopped, CreatedAt: rec.CreatedAt,
+		ID: ms.ID, Name: ms.Name, Template: sn.Template, State: api.StateStopped, Reason: reason, CreatedAt: rec.CreatedAt,
 		TTL: ms.TTL, Meta: meta, CPUs: sn.CPUs, Memory: sn.MemLimit, LastActivity: last,
 		Source: ms.Source, Parent: ms.Parent, Image: sn.ID, Persistent: ms.Persistent, Disk: sn.Disk,
 		TemplateVersion: sn.TemplateVersion, Pids: sn.Pids, DiskLimit: sn.DiskLimit, Network: sn.Network,

@@ -205,3 +205,53 @@ func TestAdoptAfterCrash(t *testing.T) {
 		t.Errorf("after an adopt done again: %d image records, %d image dirs; want 1 and 1", len(imgs), len(dirs))
 	}
 }
+
+// TestAdoptWithoutMemory: a node whose runsc or CPU cannot restore the
+// memory adopts the sandbox's disk alone when asked (never unasked): it is
+// stopped there saying why, pushes nothing, and its resume boots from the
+// disk, saying why, or is refused with the memory required.
+func TestAdoptWithoutMemory(t *testing.T) {
+	ctx := context.Background()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	reg := strings.TrimPrefix(srv.URL, "http://")
+	a, _ := newTestManager(t, time.Hour)
+	a.cfg.HostFacts = func() (HostFacts, error) { return testFacts, nil }
+	b, _ := newTestManager(t, time.Hour)
+	b.cfg.HostFacts = func() (HostFacts, error) {
+		f := testFacts
+		f.RunscSHA256 = strings.Repeat("cd", 32)
+		return f, nil
+	}
+	b.cfg.StopRepository = reg + "/sbx/stops"
+	sb := stoppedSandbox(t, a, "diskonly")
+	pushed, err := a.PushSandbox(ctx, sb.ID, api.PushRequest{Ref: reg + "/sbx/moves:" + sb.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.AdoptSandbox(ctx, api.AdoptRequest{Ref: pushed.Ref}); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("an adopt whose memory does not restore, not asked to leave it: %v, want a conflict", err)
+	}
+	got, err := b.AdoptSandbox(ctx, api.AdoptRequest{Ref: pushed.Ref, ID: sb.ID, WithoutMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != api.StateStopped || !strings.Contains(got.Reason, "its memory stayed on the node it came from") || !strings.Contains(got.Reason, "another runsc") {
+		t.Fatalf("adopted without its memory: %+v", got)
+	}
+	rec, _ := b.cfg.Store.Sandbox(ctx, sb.ID)
+	if _, err := os.Stat(b.images.mem(rec.Image)); err == nil || !b.images.isComplete(rec.Image) {
+		t.Errorf("its image %s: want complete, with no memory", rec.Image)
+	}
+	// the memory required: refused, the image kept
+	if _, err := b.Resume(ctx, sb.ID, true); !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), "holds no memory") {
+		t.Errorf("resume requiring the memory: %v", err)
+	}
+	res, err := b.Resume(ctx, sb.ID, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.MemoryRestored || !strings.Contains(res.ResumeReason, "its memory stayed on the node it came from") || res.State != api.StateReady {
+		t.Errorf("resumed from the disk: %+v, want ready, saying why the memory is not there", res)
+	}
+}

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -46,9 +47,13 @@ func (m *Manager) Resume(ctx context.Context, ref string, requireMemory bool) (*
 	defer c.end()
 	rctx := c.watched(ctx)
 	var restoreErr error
-	if !m.images.isComplete(img) {
+	switch {
+	case !m.images.isComplete(img):
 		restoreErr = fmt.Errorf("its hibernation image %q is missing or incomplete", img)
-	} else {
+	case !fileExists(m.images.mem(img)):
+		// adopted without its memory (another node's runsc or CPU)
+		restoreErr = fmt.Errorf("its image holds no memory (%s)", cmp.Or(sb.Reason, "a disk image"))
+	default:
 		// Background: runsc returns before every page is loaded; the
 		// sandbox is usable at once and the image stays until it is retired.
 		c.step(ctx, stepRestoring)

@@ -39,8 +39,8 @@ func clip(s string, n int) string {
 
 // pushStopSoon pushes stopped sandbox id's image img in the background.
 func (m *Manager) pushStopSoon(id, img string) {
-	if m.cfg.StopRepository == "" || img == "" {
-		return
+	if m.cfg.StopRepository == "" || img == "" || !fileExists(m.images.mem(img)) {
+		return // none, or an image with no memory to move (adopted without it)
 	}
 	go m.pushStop(context.Background(), id, img)
 }

@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,7 +38,7 @@ func TestAttackAdoptElsewhereOthersRef(t *testing.T) {
 	if _, err := res.Update(ctx, u, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if to, err := f.c.adoptElsewhere(ctx, id, "a"); err == nil {
+	if to, err := f.c.adoptElsewhere(ctx, id, "a", false); err == nil {
 		t.Errorf("resumed elsewhere, on %s, through another sandbox's image", to.obj.GetName())
 	}
 	if st := mn.has("b", other); st != "" {
@@ -44,5 +46,60 @@ func TestAttackAdoptElsewhereOthersRef(t *testing.T) {
 	}
 	if sb := f.sandbox(t, id); sb.Spec.NodeName != "a" {
 		t.Errorf("sandbox %s bound to %s, want a still", id, sb.Spec.NodeName)
+	}
+}
+
+// TestAdoptElsewhereWithoutMemory: the one other node cannot restore the
+// memory of a dead node's stopped sandbox (another runsc). Requiring the
+// memory, the resume waits for a node where it restores, then gives up
+// saying why, nothing adopted, the object where it was; not requiring it,
+// that node adopts the disk alone (its resume boots from the disk).
+func TestAdoptElsewhereWithoutMemory(t *testing.T) {
+	ctx := context.Background()
+	const id = "sb_lonelyaaaa"
+	mn := newMoveNet(t, "a", "b")
+	f := moveFleet(t, mn, id, "a")
+	ref := "127.0.0.1:5000/sbx/stops:" + id + "-im_x@sha256:" + "1234567890123456789012345678901234567890123456789012345678901234"
+	mn.mu.Lock()
+	mn.refs[ref] = id
+	mn.mu.Unlock()
+	nodes := f.dyn.Resource(v1alpha1.SandboxNodesResource)
+	nb, err := nodes.Get(ctx, "b", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = unstructured.SetNestedField(nb.Object, "runsc-b", "status", "runscSHA256")
+	if _, err := nodes.Update(ctx, nb, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	res := f.dyn.Resource(v1alpha1.SandboxesResource).Namespace(v1alpha1.DefaultNamespace)
+	u, err := res.Get(ctx, v1alpha1.ObjectName(id), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = unstructured.SetNestedField(u.Object, v1alpha1.OperatingModeSuspended, "spec", "operatingMode")
+	_ = unstructured.SetNestedStringMap(u.Object, map[string]string{api.MetaImageRef: ref}, "spec", "meta")
+	if _, err := res.Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.c.resumeWait = resumeRecheck // one look again
+	if _, err := f.c.adoptElsewhere(ctx, id, "a", true); !errors.Is(err, errNoTarget) || !strings.Contains(err.Error(), "runsc sha256 differs") || !strings.Contains(err.Error(), "waited") {
+		t.Fatalf("requiring the memory: %v, want no node, after a wait, saying why", err)
+	}
+	if st := mn.has("b", id); st != "" || f.sandbox(t, id).Spec.NodeName != "a" {
+		t.Fatalf("requiring the memory: b holds %q, bound to %s", st, f.sandbox(t, id).Spec.NodeName)
+	}
+	to, err := f.c.adoptElsewhere(ctx, id, "a", false)
+	if err != nil || to.obj.GetName() != "b" {
+		t.Fatalf("not requiring the memory: %v", err)
+	}
+	mn.mu.Lock()
+	adopts := mn.nodes["b"].adopts
+	mn.mu.Unlock()
+	if len(adopts) != 1 || !adopts[0].WithoutMemory || adopts[0].ID != id {
+		t.Errorf("b was asked %+v, want one adopt of %s without its memory", adopts, id)
+	}
+	if sb := f.sandbox(t, id); sb.Spec.NodeName != "b" {
+		t.Errorf("bound to %s, want b", sb.Spec.NodeName)
 	}
 }

@@ -101,6 +101,7 @@ type fakeNode struct {
 	// hooks, run outside net.mu; a hook answering true has written the
 	// answer itself
 	onPush, onAdopt func(w http.ResponseWriter, id string) bool
+	adopts          []api.AdoptRequest // every adopt asked, guarded by net.mu
 }
 
 func newMoveNet(t *testing.T, names ...string) *moveNet {
@@ -140,6 +141,7 @@ func (n *fakeNode) serve(w http.ResponseWriter, r *http.Request) {
 		var req api.AdoptRequest
 		_ = json.NewDecoder(r.Body).Decode(&req)
 		mn.mu.Lock()
+		n.adopts = append(n.adopts, req)
 		id, ok := mn.refs[req.Ref]
 		sb := n.sbs[id]
 		switch {

@@ -39,6 +39,10 @@ const (
 	// waits for the node's answer: a node that accepts and does not answer
 	// (its sbxd stopped, its Lease not expired yet) is told from its object.
 	DefaultInfoWait = 5 * time.Second
+	// DefaultResumeWait bounds how long `sbx resume --require-memory` of
+	// a sandbox whose node is down waits for a node where its memory
+	// restores, as a create waits for a node.
+	DefaultResumeWait = 2 * time.Minute
 )
 
 // Reasons the controller writes.
@@ -93,6 +97,9 @@ type Controller struct {
 	// infoWait bounds how long sbx info waits for a node's answer before
 	// it says what the fleet knows (DefaultInfoWait)
 	infoWait   time.Duration
+	// resumeWait bounds how long a resume that requires its memory waits
+	// for a node where it restores (DefaultResumeWait)
+	resumeWait time.Duration
 	tmu        sync.Mutex
 	transports map[transportKey]*http.Transport // to the nodes, by address
 }
@@ -127,7 +134,7 @@ func NewWith(cfg Config, dyn dynamic.Interface, coord coordclient.CoordinationV1
 	}
 	place := placement.New(placement.Config{Namespace: cfg.Namespace, Defaults: cfg.Defaults, Logger: log}, dyn)
 	return &Controller{cfg: cfg, dyn: dyn, coord: coord, log: log, place: place, asked: make(chan struct{}, 1),
-		down: map[string]string{}, waiting: map[string]string{}, infoWait: DefaultInfoWait, transports: map[transportKey]*http.Transport{}}
+		down: map[string]string{}, waiting: map[string]string{}, infoWait: DefaultInfoWait, resumeWait: DefaultResumeWait, transports: map[transportKey]*http.Transport{}}
 }
 
 // Run checks the nodes' Leases, then places the unbound Sandboxes, every

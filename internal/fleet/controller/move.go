@@ -342,13 +342,20 @@ func (c *Controller) rebind(ctx context.Context, id, from, to, mark string, mark
 	return nil
 }
 
+// resumeRecheck is how often a resume that requires its memory looks
+// again for a node where it restores.
+const resumeRecheck = 2 * time.Second
+
 // adoptElsewhere moves stopped sandbox id off node from, which is down,
 // through the stop image its node pushed to the fleet's registry (the
 // object's meta names it, api.MetaImageRef, written while the sandbox was
 // stopped on that image): another node where its memory restores adopts
 // it, and the object is rebound there (move's steps 1, 3 and 4). From's
-// copy is dropped by its agent once it is back.
-func (c *Controller) adoptElsewhere(ctx context.Context, id, from string) (*node, error) {
+// copy is dropped by its agent once it is back. A node where the memory
+// restores is preferred; with requireMemory it is waited for (up to
+// resumeWait), and without, a node with room that cannot restore it
+// adopts the disk alone, and the resume boots from it, saying why.
+func (c *Controller) adoptElsewhere(ctx context.Context, id, from string, requireMemory bool) (*node, error) {
 	u, err := c.sandboxObject(ctx, id)
 	if err != nil {
 		return nil, err
@@ -391,11 +398,49 @@ func (c *Controller) adoptElsewhere(ctx context.Context, id, from string) (*node
 	fs := dead.typed.Status
 	req.Image = &v1alpha1.SandboxImage{Ref: ref, Memory: true, RequireMemory: true, RunscSHA256: fs.RunscSHA256,
 		CPUFeatures: fs.CPUFeatures, CacheLineBytes: fs.CacheLineBytes}
+	// a node where the memory restores; with the memory required, waited
+	// for (its Lease back, a compatible node joining, room freed); without,
+	// at once any node with room, which boots it from its disk
 	best, rejected, err := c.place.Target(ctx, &obj, req, notReady)
+	for waited := time.Duration(0); err == nil && best == nil && requireMemory && waited < c.resumeWait; waited += resumeRecheck {
+		if waited == 0 {
+			c.log.Info("fleet: a resume waits for a node where its memory restores", "sandbox", id, "why", placement.Why(rejected))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(resumeRecheck):
+		}
+		if ns, err = c.nodes(ctx); err != nil {
+			return nil, unavailable(err)
+		}
+		clear(notReady)
+		for _, n := range ns {
+			byName[n.obj.GetName()] = n
+			if !n.ready {
+				notReady[n.obj.GetName()] = "not ready: " + n.reason
+			}
+		}
+		best, rejected, err = c.place.Target(ctx, &obj, req, notReady)
+	}
 	if err != nil {
 		return nil, unavailable(err)
 	}
+	withoutMemory := false
+	if best == nil && !requireMemory {
+		anyNode := req
+		img := *req.Image
+		img.RequireMemory = false
+		anyNode.Image = &img
+		if best, rejected, err = c.place.Target(ctx, &obj, anyNode, notReady); err != nil {
+			return nil, unavailable(err)
+		}
+		withoutMemory = best != nil
+	}
 	if best == nil {
+		if requireMemory {
+			return nil, fmt.Errorf("%w: waited %s for one (%s)", errNoTarget, c.resumeWait, placement.Why(rejected))
+		}
 		return nil, fmt.Errorf("%w: %s", errNoTarget, placement.Why(rejected))
 	}
 	to := byName[best.Name]
@@ -423,9 +468,10 @@ func (c *Controller) adoptElsewhere(ctx context.Context, id, from string) (*node
 	var adopted api.Sandbox
 	// the ref is the object's word, which a kubectl user can write: the
 	// node adopts it only if it holds this sandbox
-	err = c.nodeCall(mctx, to, http.MethodPost, "/v1/sandboxes/adopt", api.AdoptRequest{Ref: ref, ID: id}, &adopted)
+	areq := api.AdoptRequest{Ref: ref, ID: id, WithoutMemory: withoutMemory}
+	err = c.nodeCall(mctx, to, http.MethodPost, "/v1/sandboxes/adopt", areq, &adopted)
 	if errors.Is(err, api.ErrConflict) && c.dropLeftCopy(mctx, id, from, to, mark) {
-		err = c.nodeCall(mctx, to, http.MethodPost, "/v1/sandboxes/adopt", api.AdoptRequest{Ref: ref, ID: id}, &adopted)
+		err = c.nodeCall(mctx, to, http.MethodPost, "/v1/sandboxes/adopt", areq, &adopted)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("node %s adopting it from the registry: %w", to.obj.GetName(), err)
@@ -449,14 +495,18 @@ func (c *Controller) resume(w http.ResponseWriter, r *http.Request) {
 		writeError(w, api.Errorf(api.ErrInvalid, "resume: the request is unreadable or larger than %d bytes", maxPullBody))
 		return
 	}
-	restore := func() { r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body)) }
-	restore()
+	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	var rr api.ResumeRequest
+	if len(bytes.TrimSpace(body)) > 0 && json.Unmarshal(body, &rr) != nil {
+		writeError(w, api.Errorf(api.ErrInvalid, "resume: the request is no JSON resume request"))
+		return
+	}
 	ref := r.PathValue("id")
 	sb, n, err := c.sandboxNode(r, ref)
 	if err != nil && sb.ID != "" && errors.Is(err, api.ErrUnavailable) {
 		// its node is down: another adopts it, if its stop image is in
 		// the fleet's registry
-		to, aerr := c.adoptElsewhere(context.WithoutCancel(r.Context()), sb.ID, sb.Node)
+		to, aerr := c.adoptElsewhere(context.WithoutCancel(r.Context()), sb.ID, sb.Node, rr.RequireMemory)
 		if aerr != nil {
 			writeError(w, api.Errorf(api.ErrUnavailable, "%v; and it cannot resume elsewhere: %v", err, aerr))
 			return
