@@ -96,7 +96,7 @@ type Controller struct {
 
 	// infoWait bounds how long sbx info waits for a node's answer before
 	// it says what the fleet knows (DefaultInfoWait)
-	infoWait   time.Duration
+	infoWait time.Duration
 	// resumeWait bounds how long a resume that requires its memory waits
 	// for a node where it restores (DefaultResumeWait)
 	resumeWait time.Duration
