@@ -8,6 +8,9 @@
 #   scripts/fleet.sh down DIR   delete the nodes' sandboxes, stop all of it and
 #                               remove what sbxd made on the host (namespaces,
 #                               SBX-TAG-* chains, cgroups); DIR keeps only logs
+#   scripts/fleet.sh node DIR NAME
+#                               start node NAME's sbxd again (after it was
+#                               killed), with the flags it had
 #   scripts/fleet.sh controller DIR
 #                               start the controller again (after it was
 #                               killed), on the same port
@@ -216,12 +219,14 @@ EOF
 		port=$(freeport)
 		echo "$name $tag $nd/sbxd.sock 127.0.0.1:$port" >>"$dir/nodes"
 		say "sbxd $name (tag $tag) on 127.0.0.1:$port"
-		# shellcheck disable=SC2086 # SBX_FLEET_SBXD_FLAGS is words
-		start "$name/sbxd" "$here/bin/sbxd" --data-dir "$nd/data" --socket "$nd/sbxd.sock" \
-			--listen "127.0.0.1:$port" --token-file "$dir/pki/sbx-token" --tag "$tag" \
-			--pool "10.$((240 + i)).0.0/16" --preview-listen "127.0.0.1:$(freeport)" \
-			--runsc "$here/bin/runsc" --agent "$here/bin/sbx-agent" \
-			--fleet-kubeconfig "$dir/kubeconfig" --node-name "$name" --fleet-registry "127.0.0.1:$reg/sbx/stops" ${SBX_FLEET_SBXD_FLAGS:-}
+		# shellcheck disable=SC2206 # SBX_FLEET_SBXD_FLAGS is words
+		local cmd=("$here/bin/sbxd" --data-dir "$nd/data" --socket "$nd/sbxd.sock"
+			--listen "127.0.0.1:$port" --token-file "$dir/pki/sbx-token" --tag "$tag"
+			--pool "10.$((240 + i)).0.0/16" --preview-listen "127.0.0.1:$(freeport)"
+			--runsc "$here/bin/runsc" --agent "$here/bin/sbx-agent"
+			--fleet-kubeconfig "$dir/kubeconfig" --node-name "$name" --fleet-registry "127.0.0.1:$reg/sbx/stops" ${SBX_FLEET_SBXD_FLAGS:-})
+		printf '%q ' "${cmd[@]}" >"$nd/sbxd.cmd" # for fleet.sh node DIR NAME
+		start "$name/sbxd" "${cmd[@]}"
 		[ -n "$first" ] || first="tcp://127.0.0.1:$port"
 	done
 	for i in $(seq 1 "$nodes"); do
@@ -347,5 +352,19 @@ controller)
 	fi
 	startcontroller
 	;;
-*) die "usage: scripts/fleet.sh up DIR [NODES] | down DIR | controller DIR (start it again after it died)" ;;
+node)
+	[ $# -ge 3 ] || die "usage: scripts/fleet.sh node DIR NAME"
+	dir=$(cd "$2" 2>/dev/null && pwd) || die "no fleet in $2"
+	case "$3" in '' | */* | .*) die "NAME: a node of the fleet (node-1, ...), got '$3'" ;; esac
+	[ -r "$dir/$3/sbxd.cmd" ] || die "no node $3 in $dir (DIR/nodes lists them)"
+	if [ -r "$dir/$3/sbxd.pid" ] && kill -0 "$(cat "$dir/$3/sbxd.pid")" 2>/dev/null; then
+		die "sbxd $3 of $dir runs already (pid $(cat "$dir/$3/sbxd.pid"))"
+	fi
+	say "sbxd $3 again (its log goes on in $dir/$3/sbxd.log)"
+	eval "setsid $(cat "$dir/$3/sbxd.cmd") >>\"\$dir/\$3/sbxd.log\" 2>&1 </dev/null &"
+	echo $! >"$dir/$3/sbxd.pid"
+	waitfor "curl -sf --unix-socket '$dir/$3/sbxd.sock' http://sbxd/v1/health" 60 ||
+		die "sbxd $3 did not come up: $dir/$3/sbxd.log"
+	;;
+*) die "usage: scripts/fleet.sh up DIR [NODES] | down DIR | controller DIR | node DIR NAME (start one again after it died)" ;;
 esac

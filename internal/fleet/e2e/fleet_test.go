@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -1100,6 +1101,56 @@ func TestFleetNodeAgents(t *testing.T) {
 				t.Errorf("%s was placed or made: %q", name, got)
 			}
 		}
+	})
+
+	// a node agent killed in the middle of a stop, started again: it
+	// reconciles as one sbxd does (the sandbox stopped with its image, or
+	// ready, never lost), its object says so, and its process answers
+	t.Run("node agent killed mid-capture", func(t *testing.T) {
+		bin := filepath.Join(f.root, "bin", "sbx")
+		node := f.nodes[0]
+		onNode := "--host=unix://" + node.socket
+		sb := strings.TrimSpace(f.sbx(t, onNode, "new", "--template", "tiny"))
+		t.Cleanup(func() { f.run(t, true, bin, onNode, "rm", sb, "--yes") })
+		f.sbx(t, onNode, "exec", "-d", sb, "--", "sh", "-c",
+			`T=$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n'); echo "$T $$" > /tmp/first; while :; do echo "$T $$" > /tmp/now; sleep 0.2; done`)
+		var first string
+		waitFor(t, "the holder's first line", 20*time.Second, func() bool {
+			out, err := f.run(t, true, bin, onNode, "exec", sb, "--", "cat", "/tmp/first")
+			first = strings.TrimSpace(out)
+			return err == nil && len(strings.Fields(first)) == 2
+		})
+		f.sbx(t, onNode, "stop", sb)                                     // answers "stopping"; the stop goes on
+		time.Sleep(time.Duration(50+mrand.IntN(400)) * time.Millisecond) // a random instant of the capture
+		pid := f.pid(t, node.name+"/sbxd.pid")
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, node.name+"'s sbxd to die", 30*time.Second, func() bool { return syscall.Kill(pid, 0) != nil })
+		if out, err := exec.Command(filepath.Join(f.root, "scripts", "fleet.sh"), "node", f.dir, node.name).CombinedOutput(); err != nil {
+			t.Fatalf("fleet.sh node: %v\n%s", err, out)
+		}
+		var info struct{ Sandbox api.Sandbox }
+		waitFor(t, "the sandbox reconciled, stopped or ready", 60*time.Second, func() bool {
+			if json.Unmarshal([]byte(f.sbx(t, onNode, "--json", "info", sb)), &info) != nil {
+				return false
+			}
+			return info.Sandbox.State == api.StateStopped || info.Sandbox.State == api.StateReady
+		})
+		t.Logf("killed mid-stop, reconciled %s", info.Sandbox.State)
+		waitFor(t, "its object saying so", 30*time.Second, func() bool {
+			out := f.kube(t, "get", "sandboxes", "-l", "sbx.dev/sandbox-id="+strings.ReplaceAll(sb, "_", "-"), "-o", "jsonpath={.items[*].status.state}")
+			return strings.TrimSpace(out) == string(info.Sandbox.State)
+		})
+		if info.Sandbox.State == api.StateStopped {
+			f.sbx(t, "resume", sb)
+		}
+		f.sbx(t, "exec", sb, "--", "rm", "-f", "/tmp/now")
+		waitFor(t, "its process writing on", 20*time.Second, func() bool {
+			out, err := f.run(t, true, bin, "exec", sb, "--", "cat", "/tmp/now")
+			return err == nil && strings.TrimSpace(out) == first
+		})
+		f.sbx(t, "rm", sb, "--yes")
 	})
 
 	t.Run("killed agent's lease stops", func(t *testing.T) {
