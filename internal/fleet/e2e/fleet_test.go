@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"sbx.dev/sbx/api"
@@ -627,6 +629,58 @@ func TestFleetNodeAgents(t *testing.T) {
 	// fleet's registry, pulled through the controller (node-1 cordoned, so
 	// the pull is placed on node-2), and a sandbox made from it there has
 	// the process it had, with its memory
+	// a terminal through the controller: its WebSocket upgraded and
+	// streamed both ways to the sandbox's node, as xterm.js would drive it
+	t.Run("terminal through the controller", func(t *testing.T) {
+		sb := strings.TrimSpace(f.sbx(t, "new", "--template", "tiny"))
+		t.Cleanup(func() { f.run(t, true, filepath.Join(f.root, "bin", "sbx"), "rm", sb, "--yes") })
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		url := "ws://" + strings.TrimPrefix(ctrl, "tcp://") + "/v1/sandboxes/" + sb + "/exec/pty?cols=100&rows=30"
+		c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + f.env["SBX_TOKEN"]}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.CloseNow()
+		var out strings.Builder
+		readUntil := func(want string) string {
+			t.Helper()
+			out.Reset()
+			for !strings.Contains(out.String(), want) {
+				typ, b, err := c.Read(ctx)
+				if err != nil {
+					t.Fatalf("waiting for %q: %v; got %q", want, err, out.String())
+				}
+				if typ == websocket.MessageText {
+					return string(b)
+				}
+				out.Write(b)
+			}
+			return ""
+		}
+		send := func(typ websocket.MessageType, s string) {
+			t.Helper()
+			if err := c.Write(ctx, typ, []byte(s)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		send(websocket.MessageBinary, "echo hi-$((6*7)) $(hostname)\r")
+		readUntil("hi-42 " + sb)
+		send(websocket.MessageText, `{"type":"resize","cols":132,"rows":43}`)
+		send(websocket.MessageBinary, "stty size\r")
+		readUntil("43 132")
+		send(websocket.MessageBinary, "exit 3\r")
+		last := readUntil("\x00never")
+		var got struct {
+			Type string `json:"type"`
+			Code *int   `json:"code"`
+		}
+		if err := json.Unmarshal([]byte(last), &got); err != nil || got.Type != "exit" || got.Code == nil || *got.Code != 3 {
+			t.Fatalf("the terminal's last frame through the controller: %q, want exit 3", last)
+		}
+		f.sbx(t, "rm", sb, "--yes")
+	})
+
 	// each node's templates, as SandboxTemplate objects (the nodes share
 	// one template cache here: tiny on both)
 	t.Run("templates mirrored", func(t *testing.T) {
