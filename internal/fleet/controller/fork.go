@@ -68,6 +68,14 @@ func (c *Controller) fork(w http.ResponseWriter, r *http.Request) {
 	// create from a memory snapshot does not take (its CPUs, a shape),
 	// a request the node is to judge, no registry to move it through
 	var plan []string
+	if n > 1 && req.CPUs == 0 && req.Shape == nil && sb.State != api.StateReady && c.cfg.MoveRepository != "" {
+		// the object lags its node by a pass of its agent (a sandbox just
+		// made, as flake-rate's root is): the node's word
+		var now api.Sandbox
+		if err := c.nodeCall(r.Context(), pn, http.MethodGet, "/v1/sandboxes/"+sb.ID, nil, &now); err == nil && now.ID == sb.ID {
+			sb.State = now.State
+		}
+	}
 	if n > 1 && req.CPUs == 0 && req.Shape == nil && sb.State == api.StateReady && c.cfg.MoveRepository != "" {
 		plan, err = c.forkPlan(r.Context(), sb, pn, req.Memory, n)
 		if err != nil {
@@ -102,7 +110,8 @@ func (c *Controller) forkPlan(ctx context.Context, sb api.Sandbox, pn *node, mem
 		switch {
 		case !x.ready:
 			leave[x.obj.GetName()] = "not ready: " + x.reason
-		case x.obj.GetName() != pn.obj.GetName() && obj.Spec.TemplateVersion != "" && !slices.Contains(x.typed.Status.Layers, obj.Spec.TemplateVersion):
+		case x.obj.GetName() != pn.obj.GetName() && obj.Spec.TemplateVersion != "" && !slices.Contains(x.typed.Status.Layers, obj.Spec.TemplateVersion) &&
+			!c.holdsVersion(ctx, x, obj.Spec.TemplateVersion):
 			leave[x.obj.GetName()] = "does not hold template version " + obj.Spec.TemplateVersion
 		}
 	}
@@ -115,6 +124,17 @@ func (c *Controller) forkPlan(ctx context.Context, sb api.Sandbox, pn *node, mem
 	}
 	plan, _, err := c.place.Spread(ctx, &obj, req, n, leave)
 	return plan, err
+}
+
+// holdsVersion asks node n whether it holds template version v: its
+// published layers lag a template built or imported since by up to a
+// publish (30 s).
+func (c *Controller) holdsVersion(ctx context.Context, n *node, v string) bool {
+	var ts []api.Template
+	if err := c.nodeCall(ctx, n, http.MethodGet, "/v1/templates", nil, &ts); err != nil {
+		return false
+	}
+	return slices.ContainsFunc(ts, func(t api.Template) bool { return t.Version == v })
 }
 
 // spreadFork makes sb's forks on the nodes of plan, telling out as a
