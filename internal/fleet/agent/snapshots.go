@@ -2,14 +2,9 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"maps"
 
-	apierrors "k8s.io/apimachinery/pkg/api/equality"
-	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/fleet/v1alpha1"
@@ -34,64 +29,11 @@ func (a *Agent) mirrorSnapshots(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list snapshots: %w", err)
 	}
-	rc := a.dyn.Resource(v1alpha1.SandboxSnapshotsResource).Namespace(a.cfg.Namespace)
-	list, err := rc.List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelNode + "=" + a.cfg.Node})
-	if err != nil {
-		return fmt.Errorf("list sandboxsnapshot objects: %w", err)
-	}
-	have := map[string]*unstructured.Unstructured{}
-	for i := range list.Items {
-		have[list.Items[i].GetName()] = &list.Items[i]
-	}
-	var errs []error
+	want := make([]any, 0, len(sns))
 	for _, sn := range sns {
-		o := snapshotObject(a.cfg.Node, a.cfg.Namespace, sn)
-		old := have[o.Name]
-		delete(have, o.Name)
-		if err := a.putSnapshot(ctx, o, old); err != nil {
-			errs = append(errs, err)
-		}
+		want = append(want, snapshotObject(a.cfg.Node, a.cfg.Namespace, sn))
 	}
-	for name, u := range have { // snapshots that are gone
-		uid := u.GetUID()
-		err := rc.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-		if err != nil && !kerrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete sandboxsnapshot object %s: %w", name, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// putSnapshot makes or updates the object o (old: as it is, nil if none).
-func (a *Agent) putSnapshot(ctx context.Context, o *v1alpha1.SandboxSnapshot, old *unstructured.Unstructured) error {
-	rc := a.dyn.Resource(v1alpha1.SandboxSnapshotsResource).Namespace(a.cfg.Namespace)
-	want, err := v1alpha1.ToUnstructured(o)
-	if err != nil {
-		return err
-	}
-	if old == nil {
-		if old, err = rc.Create(ctx, want, metav1.CreateOptions{}); kerrors.IsAlreadyExists(err) {
-			// there, but not labelled this node's (kubectl label): taken back
-			old, err = rc.Get(ctx, o.Name, metav1.GetOptions{})
-		}
-		if err != nil {
-			return fmt.Errorf("create sandboxsnapshot object %s: %w", o.Name, err)
-		}
-	}
-	if !apierrors.Semantic.DeepEqual(old.Object["spec"], want.Object["spec"]) || !maps.Equal(old.GetLabels(), want.GetLabels()) {
-		old.Object["spec"] = want.Object["spec"]
-		old.SetLabels(want.GetLabels())
-		if old, err = rc.Update(ctx, old, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("update sandboxsnapshot object %s: %w", o.Name, err)
-		}
-	}
-	if !apierrors.Semantic.DeepEqual(old.Object["status"], want.Object["status"]) {
-		old.Object["status"] = want.Object["status"]
-		if _, err := rc.UpdateStatus(ctx, old, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("update sandboxsnapshot object %s status: %w", o.Name, err)
-		}
-	}
-	return nil
+	return a.mirrorView(ctx, v1alpha1.SandboxSnapshotsResource, "sandboxsnapshot", want)
 }
 
 // snapshotObject is the SandboxSnapshot object of sn on node.
