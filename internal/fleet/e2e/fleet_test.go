@@ -213,6 +213,23 @@ func (f *fleet) kube(t testing.TB, args ...string) string {
 	return out
 }
 
+// holder starts in sandbox id, through host (--host=...), a process that
+// writes a random token and its pid to /tmp/first once, then to /tmp/now
+// every 0.2 s; it returns that "TOKEN PID" line: a memory image carries
+// it on, the same token from the same pid.
+func (f *fleet) holder(t testing.TB, host, id string) string {
+	t.Helper()
+	f.sbx(t, host, "exec", "-d", id, "--", "sh", "-c",
+		`T=$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n'); echo "$T $$" > /tmp/first; while :; do echo "$T $$" > /tmp/now; sleep 0.2; done`)
+	var first string
+	waitFor(t, "the holder's first line", 20*time.Second, func() bool {
+		out, err := f.run(t, true, filepath.Join(f.root, "bin", "sbx"), host, "exec", id, "--", "cat", "/tmp/first")
+		first = strings.TrimSpace(out)
+		return err == nil && len(strings.Fields(first)) == 2
+	})
+	return first
+}
+
 func (f *fleet) sbx(t testing.TB, args ...string) string {
 	t.Helper()
 	out, _ := f.run(t, false, filepath.Join(f.root, "bin", "sbx"), args...)
@@ -697,14 +714,7 @@ func TestFleetNodeAgents(t *testing.T) {
 		}
 		src := strings.TrimSpace(f.sbx(t, n1, "new", "--template", "tiny"))
 		t.Cleanup(func() { f.run(t, true, filepath.Join(f.root, "bin", "sbx"), n1, "rm", src, "--yes") })
-		f.sbx(t, n1, "exec", "-d", src, "--", "sh", "-c",
-			`T=$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n'); echo "$T $$" > /tmp/first; while :; do echo "$T $$" > /tmp/now; sleep 0.2; done`)
-		var first string
-		waitFor(t, "the holder's first line", 20*time.Second, func() bool {
-			out, err := f.run(t, true, filepath.Join(f.root, "bin", "sbx"), n1, "exec", src, "--", "cat", "/tmp/first")
-			first = strings.TrimSpace(out)
-			return err == nil && len(strings.Fields(first)) == 2
-		})
+		first := f.holder(t, n1, src)
 		f.sbx(t, n1, "snapshot", src, "moving", "--memory")
 		t.Cleanup(func() { f.run(t, true, filepath.Join(f.root, "bin", "sbx"), n1, "snapshot", "rm", "moving") })
 		var pushed api.PushResult
@@ -755,14 +765,7 @@ func TestFleetNodeAgents(t *testing.T) {
 		bin := filepath.Join(f.root, "bin", "sbx")
 		src := strings.TrimSpace(f.sbx(t, n1, "new", "--template", "tiny", "--name", "mover"))
 		t.Cleanup(func() { f.run(t, true, bin, "rm", src, "--yes") })
-		f.sbx(t, n1, "exec", "-d", src, "--", "sh", "-c",
-			`T=$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n'); echo "$T $$" > /tmp/first; while :; do echo "$T $$" > /tmp/now; sleep 0.2; done`)
-		var first string
-		waitFor(t, "the holder's first line", 20*time.Second, func() bool {
-			out, err := f.run(t, true, bin, n1, "exec", src, "--", "cat", "/tmp/first")
-			first = strings.TrimSpace(out)
-			return err == nil && len(strings.Fields(first)) == 2
-		})
+		first := f.holder(t, n1, src)
 		writesOn := func(what string) {
 			t.Helper()
 			f.sbx(t, "exec", src, "--", "rm", "-f", "/tmp/now")
@@ -849,14 +852,7 @@ func TestFleetNodeAgents(t *testing.T) {
 		bin := filepath.Join(f.root, "bin", "sbx")
 		parent := strings.TrimSpace(f.sbx(t, n1, "new", "--template", "tiny"))
 		t.Cleanup(func() { f.run(t, true, bin, "rm", parent, "--yes") })
-		f.sbx(t, n1, "exec", "-d", parent, "--", "sh", "-c",
-			`T=$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n'); echo "$T $$" > /tmp/first; while :; do echo "$T $$" > /tmp/now; sleep 0.2; done`)
-		var first string
-		waitFor(t, "the holder's first line", 20*time.Second, func() bool {
-			out, err := f.run(t, true, bin, n1, "exec", parent, "--", "cat", "/tmp/first")
-			first = strings.TrimSpace(out)
-			return err == nil && len(strings.Fields(first)) == 2
-		})
+		first := f.holder(t, n1, parent)
 		waitFor(t, "the parent's object ready", 30*time.Second, func() bool {
 			out := f.kube(t, "get", "sandboxes", "-l", "sbx.dev/sandbox-id="+strings.ReplaceAll(parent, "_", "-"), "-o", "jsonpath={.items[*].status.state}")
 			return strings.TrimSpace(out) == "ready"
@@ -1166,14 +1162,7 @@ func TestFleetNodeAgents(t *testing.T) {
 		onNode := "--host=unix://" + node.socket
 		sb := strings.TrimSpace(f.sbx(t, onNode, "new", "--template", "tiny"))
 		t.Cleanup(func() { f.run(t, true, bin, onNode, "rm", sb, "--yes") })
-		f.sbx(t, onNode, "exec", "-d", sb, "--", "sh", "-c",
-			`T=$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n'); echo "$T $$" > /tmp/first; while :; do echo "$T $$" > /tmp/now; sleep 0.2; done`)
-		var first string
-		waitFor(t, "the holder's first line", 20*time.Second, func() bool {
-			out, err := f.run(t, true, bin, onNode, "exec", sb, "--", "cat", "/tmp/first")
-			first = strings.TrimSpace(out)
-			return err == nil && len(strings.Fields(first)) == 2
-		})
+		first := f.holder(t, onNode, sb)
 		f.sbx(t, onNode, "stop", sb)                                     // answers "stopping"; the stop goes on
 		time.Sleep(time.Duration(50+mrand.IntN(400)) * time.Millisecond) // a random instant of the capture
 		pid := f.pid(t, node.name+"/sbxd.pid")
@@ -1215,14 +1204,7 @@ func TestFleetNodeAgents(t *testing.T) {
 		onVictim := "--host=unix://" + victim.socket
 		stopped := strings.TrimSpace(f.sbx(t, onVictim, "new", "--template", "tiny"))
 		t.Cleanup(func() { f.run(t, true, bin, "rm", stopped, "--yes") })
-		f.sbx(t, onVictim, "exec", "-d", stopped, "--", "sh", "-c",
-			`T=$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n'); echo "$T $$" > /tmp/first; while :; do echo "$T $$" > /tmp/now; sleep 0.2; done`)
-		var first string
-		waitFor(t, "the holder's first line", 20*time.Second, func() bool {
-			out, err := f.run(t, true, bin, onVictim, "exec", stopped, "--", "cat", "/tmp/first")
-			first = strings.TrimSpace(out)
-			return err == nil && len(strings.Fields(first)) == 2
-		})
+		first := f.holder(t, onVictim, stopped)
 		f.sbx(t, onVictim, "stop", "--wait", stopped)
 		waitFor(t, "its stop image's ref in its object", 60*time.Second, func() bool {
 			out := f.kube(t, "get", "sandboxes", "-l", "sbx.dev/sandbox-id="+strings.ReplaceAll(stopped, "_", "-"),
