@@ -15,7 +15,9 @@
 #                               start the controller again (after it was
 #                               killed), on the same port
 #
-# DIR/env holds KUBECONFIG, REGISTRY, SBX_HOST and SBX_TOKEN:
+# DIR/env holds KUBECONFIG (the fleet admin's), REGISTRY, SBX_HOST and
+# SBX_TOKEN (the controller's API token), and SBX_NODE1 with its own
+# SBX_NODE1_TOKEN (each node has its own; DIR/NODE/token):
 # `. DIR/env; kubectl get sandboxnodes; sbx new --template tiny`.
 # SBX_HOST is the fleet's one endpoint, the controller (SBX_CONTROLLER too):
 # creates are placed on a node, and a sandbox's requests go on to its node;
@@ -66,6 +68,47 @@ randtag() {
 	local t=""
 	while [ ${#t} -lt 4 ]; do t="$t$(head -c 64 /dev/urandom | tr -dc 'a-z0-9')"; done
 	echo "${t:0:4}"
+}
+
+# newtoken prints 32 random characters of [A-Za-z0-9].
+newtoken() {
+	local t=""
+	while [ ${#t} -lt 32 ]; do t="$t$(head -c 48 /dev/urandom | base64 -w0 | tr -d '/+=')"; done
+	echo "${t:0:32}"
+}
+
+# nodetoken prints node $1's TCP token: HMAC-SHA256 of its name under the
+# fleet's key (DIR/pki/node-token-key), in hex, as sbx-controller
+# --node-token-key derives it.
+nodetoken() {
+	printf '%s' "$1" | openssl dgst -sha256 -hmac "$(cat "$dir/pki/node-token-key")" -r | cut -d' ' -f1
+}
+
+# kubeconfig FILE TOKEN writes a kubeconfig for the fleet's apiserver
+# (DIR/apiserver.port) with bearer token TOKEN; its namespace is the
+# fleet's, so a bare `kubectl get sandboxes` shows them.
+kubeconfig() {
+	cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: fleet
+  cluster:
+    server: https://127.0.0.1:$(cat "$dir/apiserver.port")
+    insecure-skip-tls-verify: true
+users:
+- name: fleet-user
+  user:
+    token: $2
+contexts:
+- name: fleet
+  context:
+    cluster: fleet
+    user: fleet-user
+    namespace: sbx-system
+current-context: fleet
+EOF
+	chmod 600 "$1"
 }
 
 # waitfor waits up to $2 seconds for command $1 (a string) to succeed.
@@ -136,11 +179,20 @@ up() {
 		--initial-cluster "fleet=http://127.0.0.1:$etcd_peer" --log-level warn
 	waitfor "curl -sf http://127.0.0.1:$etcd_client/health" 30 || die "etcd did not come up: $dir/etcd.log"
 
-	# the apiserver's credentials: a token for the fleet's admin, and the
+	# the apiserver's credentials: a token for the fleet's admin, one for
+	# the controller (sbx:controller) and one for each node (sbx:node:NAME
+	# in sbx:nodes, which deploy/rbac narrows to its own objects), and the
 	# service accounts' signing key
-	local token
-	token=$(head -c 24 /dev/urandom | base64 | tr -d '/+=' | cut -c1-32)
-	echo "$token,sbx-admin,sbx-admin,system:masters" >"$dir/pki/tokens.csv"
+	local token ctoken i
+	token=$(newtoken)
+	ctoken=$(newtoken)
+	{
+		echo "$token,sbx-admin,sbx-admin,system:masters"
+		echo "$ctoken,sbx:controller,sbx-controller,sbx:controllers"
+		for i in $(seq 1 "$nodes"); do
+			echo "$(newtoken),sbx:node:node-$i,sbx-node-$i,sbx:nodes"
+		done
+	} >"$dir/pki/tokens.csv"
 	openssl genrsa -out "$dir/pki/sa.key" 2048 2>/dev/null
 	openssl rsa -in "$dir/pki/sa.key" -pubout -out "$dir/pki/sa.pub" 2>/dev/null
 
@@ -154,28 +206,13 @@ up() {
 		--service-account-issuer https://kubernetes.default.svc \
 		--service-cluster-ip-range 10.96.0.0/16 \
 		--endpoint-reconciler-type none --disable-admission-plugins ServiceAccount
-	# the context's namespace is the fleet's, so a bare `kubectl get sandboxes` shows them
-	cat >"$dir/kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: fleet
-  cluster:
-    server: https://127.0.0.1:$api
-    insecure-skip-tls-verify: true
-users:
-- name: sbx-admin
-  user:
-    token: $token
-contexts:
-- name: fleet
-  context:
-    cluster: fleet
-    user: sbx-admin
-    namespace: sbx-system
-current-context: fleet
-EOF
-	chmod 600 "$dir/kubeconfig"
+	echo "$api" >"$dir/apiserver.port"
+	kubeconfig "$dir/kubeconfig" "$token"
+	kubeconfig "$dir/pki/controller.kubeconfig" "$ctoken"
+	for i in $(seq 1 "$nodes"); do
+		mkdir -p "$dir/node-$i"
+		kubeconfig "$dir/node-$i/kubeconfig" "$(grep -F ",sbx:node:node-$i," "$dir/pki/tokens.csv" | cut -d, -f1)"
+	done
 	local kubectl=("$bin/kubectl" --kubeconfig "$dir/kubeconfig")
 	waitfor "'$bin/kubectl' --kubeconfig '$dir/kubeconfig' get --raw /readyz" 60 ||
 		die "kube-apiserver did not come up: $dir/kube-apiserver.log"
@@ -202,10 +239,16 @@ EOF
 	"${kubectl[@]}" wait --for condition=established --timeout 60s crd/sandboxes.sbx.dev \
 		crd/sandboxsnapshots.sbx.dev crd/sandboxtemplates.sbx.dev crd/sandboxnodes.sbx.dev >/dev/null ||
 		die "the sbx.dev CRDs are not established"
+	say "RBAC for the nodes and the controller, and the node restriction (deploy/rbac)"
+	"${kubectl[@]}" apply -f "$here/deploy/rbac/" >/dev/null || die "cannot apply deploy/rbac"
 
-	# one TCP token for every node of the fleet
-	head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/pki/sbx-token"
-	chmod 600 "$dir/pki/sbx-token"
+	# the fleet's API token (the controller's, for its users), and the key
+	# each node's own TCP token derives from: the controller holds the key,
+	# a node only its token, so a node, or an address a SandboxNode names,
+	# learns no other node's
+	newtoken >"$dir/pki/sbx-token"
+	newtoken >"$dir/pki/node-token-key"
+	chmod 600 "$dir/pki/sbx-token" "$dir/pki/node-token-key"
 	local templates=${SBX_FLEET_TEMPLATES:-$dir/templates}
 	mkdir -p "$templates"
 	: >"$dir/nodes"
@@ -215,16 +258,18 @@ EOF
 		tag=$(randtag)
 		nd=$dir/$name
 		mkdir -p "$nd/data"
+		nodetoken "$name" >"$nd/token"
+		chmod 600 "$nd/token"
 		ln -sfn "$templates" "$nd/data/templates"
 		port=$(freeport)
 		echo "$name $tag $nd/sbxd.sock 127.0.0.1:$port" >>"$dir/nodes"
 		say "sbxd $name (tag $tag) on 127.0.0.1:$port"
 		# shellcheck disable=SC2206 # SBX_FLEET_SBXD_FLAGS is words
 		local cmd=("$here/bin/sbxd" --data-dir "$nd/data" --socket "$nd/sbxd.sock"
-			--listen "127.0.0.1:$port" --token-file "$dir/pki/sbx-token" --tag "$tag"
+			--listen "127.0.0.1:$port" --token-file "$nd/token" --tag "$tag"
 			--pool "10.$((240 + i)).0.0/16" --preview-listen "127.0.0.1:$(freeport)"
 			--runsc "$here/bin/runsc" --agent "$here/bin/sbx-agent"
-			--fleet-kubeconfig "$dir/kubeconfig" --node-name "$name" --fleet-registry "127.0.0.1:$reg/sbx/stops" ${SBX_FLEET_SBXD_FLAGS:-})
+			--fleet-kubeconfig "$nd/kubeconfig" --node-name "$name" --fleet-registry "127.0.0.1:$reg/sbx/stops" ${SBX_FLEET_SBXD_FLAGS:-})
 		printf '%q ' "${cmd[@]}" >"$nd/sbxd.cmd" # for fleet.sh node DIR NAME
 		start "$name/sbxd" "${cmd[@]}"
 		[ -n "$first" ] || first="tcp://127.0.0.1:$port"
@@ -246,8 +291,9 @@ REGISTRY=127.0.0.1:$reg
 SBX_HOST=tcp://127.0.0.1:$cport
 SBX_CONTROLLER=tcp://127.0.0.1:$cport
 SBX_NODE1=$first
+SBX_NODE1_TOKEN=$(cat "$dir/node-1/token" 2>/dev/null || true)
 SBX_TOKEN=$(cat "$dir/pki/sbx-token")
-export KUBECONFIG REGISTRY SBX_HOST SBX_CONTROLLER SBX_NODE1 SBX_TOKEN
+export KUBECONFIG REGISTRY SBX_HOST SBX_CONTROLLER SBX_NODE1 SBX_NODE1_TOKEN SBX_TOKEN
 EOF
 	say "up: . $dir/env"
 }
@@ -259,8 +305,8 @@ startcontroller() {
 	local cport
 	cport=$(cat "$dir/controller.port")
 	say "sbx-controller on 127.0.0.1:$cport (stopped sandboxes move through 127.0.0.1:$(cat "$dir/registry.port")/sbx/moves)"
-	setsid "$here/bin/sbx-controller" --kubeconfig "$dir/kubeconfig" \
-		--listen "127.0.0.1:$cport" --token-file "$dir/pki/sbx-token" \
+	setsid "$here/bin/sbx-controller" --kubeconfig "$dir/pki/controller.kubeconfig" \
+		--listen "127.0.0.1:$cport" --token-file "$dir/pki/sbx-token" --node-token-key "$dir/pki/node-token-key" \
 		--move-repository "127.0.0.1:$(cat "$dir/registry.port")/sbx/moves" >>"$dir/controller.log" 2>&1 </dev/null &
 	echo $! >"$dir/controller.pid"
 	waitfor "curl -sf -H 'Authorization: Bearer $(cat "$dir/pki/sbx-token")' http://127.0.0.1:$cport/v1/health" 30 ||
@@ -314,7 +360,7 @@ stopnode() {
 		find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true
 	done
 	rm -f "$nd/data/templates" # the link, never the shared cache
-	rm -rf "$nd/data" "$sock" "$nd/cleanup.sock"
+	rm -rf "$nd/data" "$sock" "$nd/cleanup.sock" "$nd/token" "$nd/kubeconfig"
 }
 
 down() {
@@ -330,7 +376,7 @@ down() {
 		stoppid "$dir/$name.pid"
 	done
 	[ -n "${SBX_FLEET_TEMPLATES:-}" ] || rm -rf "$dir/templates"
-	rm -rf "$dir/etcd" "$dir/pki" "$dir/registry" "$dir/env" "$dir/kubeconfig" "$dir/registry.yml" "$dir/nodes" "$dir/controller.port" "$dir/registry.port" "$dir/.ports"
+	rm -rf "$dir/etcd" "$dir/pki" "$dir/registry" "$dir/env" "$dir/kubeconfig" "$dir/registry.yml" "$dir/nodes" "$dir/controller.port" "$dir/registry.port" "$dir/apiserver.port" "$dir/.ports"
 	say "down: $dir holds only its logs"
 }
 

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -44,6 +45,9 @@ func run(args []string) error {
 	tokenOut := fs.String("token-out", "", "where to write the token made when --token-file is not given")
 	every := fs.Duration("check-every", controller.DefaultCheckEvery, "how often the nodes' Leases are read")
 	nodeTokenFile := fs.String("node-token-file", "", "file holding the node agents' bearer token, with which a request to a sandbox goes on to its node (default: the API's own token, as scripts/fleet.sh shares one)")
+	nodeTokenKey := fs.String("node-token-key", "", "file holding the key each node's own bearer token derives from (HMAC-SHA256 of its name, in hex), in place of one --node-token-file for all")
+	elect := fs.Bool("leader-elect", true, "elect one leader among the controller's replicas (Lease "+controller.LeaderLease+"): only it checks the nodes and places; every replica serves the API")
+	identity := fs.String("identity", "", "this replica's name in the election, the same across its restarts (default: HOST/LISTEN-ADDRESS)")
 	moves := fs.String("move-repository", "", "the repository of the fleet's registry that stopped sandboxes move through (127.0.0.1:5000/sbx/moves): a resume of one on a cordoned node, and sbx node drain; none, they do not move")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -62,7 +66,19 @@ func run(args []string) error {
 			return fmt.Errorf("--node-token-file: %w", err)
 		}
 	}
-	c, err := controller.New(controller.Config{Kubeconfig: *kubeconfig, Namespace: *namespace, CheckEvery: *every, Logger: log, NodeToken: nodeToken, MoveRepository: *moves})
+	var key []byte
+	if *nodeTokenKey != "" {
+		if *nodeTokenFile != "" {
+			return errors.New("--node-token-key and --node-token-file: give one (a key derives every node's token)")
+		}
+		k, err := readToken(*nodeTokenKey, "")
+		if err != nil {
+			return fmt.Errorf("--node-token-key: %w", err)
+		}
+		key = []byte(k)
+	}
+	c, err := controller.New(controller.Config{Kubeconfig: *kubeconfig, Namespace: *namespace, CheckEvery: *every, Logger: log,
+		NodeToken: nodeToken, NodeTokenKey: key, MoveRepository: *moves})
 	if err != nil {
 		return err
 	}
@@ -72,16 +88,35 @@ func run(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	go c.Run(ctx)
+	// on SIGTERM: the API drains, and the leader releases its Lease (a
+	// follower takes over at its next try), before the process ends
+	var wg sync.WaitGroup
+	if *elect {
+		id := *identity
+		if id == "" {
+			host, _ := os.Hostname()
+			id = host + "/" + ln.Addr().String()
+		}
+		wg.Go(func() {
+			if err := c.RunElected(ctx, id); err != nil {
+				log.Error("fleet controller: no leader election; this replica does not place", "err", err)
+			}
+		})
+	} else {
+		wg.Go(func() { c.Run(ctx) })
+	}
 	srv := &http.Server{Handler: authorize(token, c.Handler()), ReadHeaderTimeout: 10 * time.Second}
-	go func() {
+	wg.Go(func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
-	}()
+	})
 	log.Info("fleet controller serving", "listen", ln.Addr().String())
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	err = srv.Serve(ln)
+	stop()
+	wg.Wait()
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
@@ -92,11 +127,11 @@ func readToken(file, out string) (string, error) {
 	if file != "" {
 		b, err := os.ReadFile(file)
 		if err != nil {
-			return "", fmt.Errorf("--token-file: %w", err)
+			return "", err // *PathError names the file
 		}
 		t := strings.TrimSpace(string(b))
 		if len(t) < 16 {
-			return "", fmt.Errorf("--token-file %s: the token is shorter than 16 characters", file)
+			return "", fmt.Errorf("%s: the token is shorter than 16 characters", file)
 		}
 		return t, nil
 	}

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -67,8 +68,12 @@ type Config struct {
 	// Now is the clock (time.Now).
 	Now func() time.Time
 	// NodeToken is the bearer token the node agents' APIs take: a request
-	// to a sandbox goes on to its node with it.
+	// to a sandbox goes on to its node with it. Unused with NodeTokenKey.
 	NodeToken string
+	// NodeTokenKey, if set, gives every node its own token,
+	// NodeTokenOf(NodeTokenKey, its name): a node, or whatever address its
+	// SandboxNode names, learns no other node's.
+	NodeTokenKey []byte
 	// RegistryOptions are added to how the controller reads a pull's
 	// manifest from its registry (with the user's docker credentials).
 	RegistryOptions []remote.Option
@@ -89,6 +94,9 @@ type Controller struct {
 	// asked is poked by a create through the controller: placement runs at
 	// once rather than at the next tick
 	asked chan struct{}
+
+	// leading: Run runs here (RunElected's leader, or Run called alone)
+	leading atomic.Bool
 
 	mu      sync.Mutex
 	down    map[string]string // nodes found down, and why: told once
@@ -142,6 +150,7 @@ func NewWith(cfg Config, dyn dynamic.Interface, coord coordclient.CoordinationV1
 // and asked again.
 func (c *Controller) Run(ctx context.Context) {
 	c.log.Info("fleet controller", "namespace", c.cfg.Namespace, "check_every", c.cfg.CheckEvery)
+	c.leading.Store(true)
 	t := time.NewTicker(c.cfg.CheckEvery)
 	defer t.Stop()
 	for {

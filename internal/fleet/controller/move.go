@@ -70,9 +70,7 @@ func (c *Controller) nodeCall(ctx context.Context, n *node, method, path string,
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if c.cfg.NodeToken != "" {
-		req.Header.Set("Authorization", "Bearer "+c.cfg.NodeToken)
-	}
+	c.authorizeTo(req.Header, n)
 	resp, err := (&http.Client{Transport: transport}).Do(req)
 	if err != nil {
 		return api.Errorf(api.ErrUnavailable, "node %s did not answer: %v", n.obj.GetName(), err)

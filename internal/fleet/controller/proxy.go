@@ -260,9 +260,7 @@ func (c *Controller) forwardOr(w http.ResponseWriter, r *http.Request, n *node, 
 			pr.Out.URL.RawPath = ""
 			pr.Out.Host = target.Host
 			pr.Out.Header.Del("Authorization")
-			if c.cfg.NodeToken != "" {
-				pr.Out.Header.Set("Authorization", "Bearer "+c.cfg.NodeToken)
-			}
+			c.authorizeTo(pr.Out.Header, n)
 		},
 		Transport:     transport,
 		FlushInterval: -1, // every write at once: streams

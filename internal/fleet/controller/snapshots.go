@@ -44,9 +44,7 @@ func (c *Controller) nodeGet(ctx context.Context, n *node, path string, out any)
 	if err != nil {
 		return 0, err
 	}
-	if c.cfg.NodeToken != "" {
-		req.Header.Set("Authorization", "Bearer "+c.cfg.NodeToken)
-	}
+	c.authorizeTo(req.Header, n)
 	resp, err := (&http.Client{Transport: transport}).Do(req)
 	if err != nil {
 		return 0, err

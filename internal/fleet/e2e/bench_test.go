@@ -25,11 +25,11 @@ func BenchmarkFleetCreate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	node, err := client.New("tcp://"+f.nodes[0].addr, client.WithToken(token))
+	node, err := client.New("tcp://"+f.nodes[0].addr, client.WithToken(f.nodes[0].token))
 	if err != nil {
 		b.Fatal(err)
 	}
-	f.sbx(b, "--host=tcp://"+f.nodes[0].addr, "template", "build", "tiny")
+	f.sbx(b, "--host=unix://"+f.nodes[0].socket, "template", "build", "tiny")
 	ctx := context.Background()
 	create := func(c *client.Client) time.Duration {
 		start := time.Now()
@@ -90,7 +90,7 @@ func BenchmarkCrossNodeResume(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	f.sbx(b, "--host=tcp://"+f.nodes[0].addr, "template", "build", "base")
+	f.sbx(b, "--host=unix://"+f.nodes[0].socket, "template", "build", "base")
 	ctx := context.Background()
 	sb, err := ctrl.Create(ctx, client.WithTemplate("base"), client.WithMemoryLimit(1<<30))
 	if err != nil {

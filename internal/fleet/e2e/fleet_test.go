@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -43,7 +44,9 @@ type fleet struct {
 	nodes     []node            // DIR/nodes
 }
 
-type node struct{ name, tag, socket, addr string }
+// node is one line of DIR/nodes, and the node's own TCP token
+// (DIR/NAME/token: SBX_TOKEN, the controller's, opens no node).
+type node struct{ name, tag, socket, addr, token string }
 
 func repoRoot(t testing.TB) string {
 	_, file, _, _ := runtime.Caller(0)
@@ -113,7 +116,11 @@ func startFleet(t testing.TB, n int) *fleet {
 		if len(w) != 4 {
 			t.Fatalf("DIR/nodes: bad line %q", l)
 		}
-		f.nodes = append(f.nodes, node{w[0], w[1], w[2], w[3]})
+		tok, err := os.ReadFile(filepath.Join(dir, w[0], "token"))
+		if err != nil {
+			t.Fatalf("node %s has no token of its own: %v", w[0], err)
+		}
+		f.nodes = append(f.nodes, node{w[0], w[1], w[2], w[3], strings.TrimSpace(string(tok))})
 	}
 	if len(f.nodes) != n {
 		t.Fatalf("DIR/nodes: %d nodes, want %d", len(f.nodes), n)
@@ -390,9 +397,92 @@ func TestFleetNodeAgents(t *testing.T) {
 		}
 	})
 
+	// each node is its own identity: sbx:node:NAME on the apiserver, which
+	// deploy/rbac narrows to its own objects, and its own TCP token, which
+	// opens no other node (nor is the fleet's API token a node's)
+	t.Run("node identity", func(t *testing.T) {
+		asNode1 := func(args ...string) error {
+			_, err := f.run(t, true, f.kubectl, append([]string{"--kubeconfig", filepath.Join(f.dir, "node-1", "kubeconfig")}, args...)...)
+			return err
+		}
+		bound2, err := json.Marshal(v1alpha1.Sandbox{
+			TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindSandbox},
+			ObjectMeta: metav1.ObjectMeta{Name: "placed-by-node-1", Namespace: v1alpha1.DefaultNamespace},
+			Spec:       v1alpha1.SandboxSpec{Template: "tiny", NodeName: "node-2"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		manifest := filepath.Join(t.TempDir(), "bound.json")
+		if err := os.WriteFile(manifest, bound2, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		leader := filepath.Join(t.TempDir(), "lease.json")
+		if err := os.WriteFile(leader, []byte(`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"sbx-controller-x","namespace":"`+
+			v1alpha1.DefaultNamespace+`"},"spec":{"holderIdentity":"node-1"}}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			f.run(t, true, f.kubectl, "delete", "sandbox", "placed-by-node-1", "--ignore-not-found", "--wait=false")
+		})
+		for _, c := range []struct {
+			what string
+			args []string
+			want string
+		}{
+			{"move node-2's address", []string{"patch", "sandboxnode", "node-2", "--subresource", "status", "--type", "merge", "-p", `{"status":{"address":"tcp://127.0.0.1:9"}}`}, "writes only its own SandboxNode"},
+			{"renew node-2's Lease", []string{"patch", "lease", "node-2", "--type", "merge", "-p", `{"spec":{"holderIdentity":"node-1"}}`}, "writes only its own SandboxNode and Lease"},
+			{"make a Lease not its own", []string{"create", "-f", leader}, "writes only its own SandboxNode and Lease"},
+			{"place a Sandbox on node-2", []string{"create", "-f", manifest}, "node node-1"},
+			{"uncordon itself", []string{"patch", "sandboxnode", "node-1", "--type", "merge", "-p", `{"spec":{"unschedulable":false}}`}, "forbidden"},
+			{"delete node-2", []string{"delete", "sandboxnode", "node-2", "--wait=false"}, "forbidden"},
+			{"read secrets", []string{"get", "secrets", "-A"}, "forbidden"},
+		} {
+			err := asNode1(c.args...)
+			if err == nil {
+				t.Errorf("node-1 could %s", c.what)
+				continue
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("node-1 refused to %s, but not saying %q: %v", c.what, c.want, err)
+			}
+		}
+		if got := f.kube(t, "get", "sandboxnode", "node-2", "-o", "jsonpath={.status.address}"); got != "tcp://"+f.nodes[1].addr {
+			t.Errorf("node-2's address is %q after node-1 tried to move it", got)
+		}
+		// TCP: each node takes its own token, and only its own
+		get := func(n node, token string) int {
+			req, _ := http.NewRequest(http.MethodGet, "http://"+n.addr+"/v1/sandboxes", nil)
+			req.Header.Set("Authorization", "Bearer "+token)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		if f.nodes[0].token == f.nodes[1].token {
+			t.Fatal("the two nodes share a token")
+		}
+		for _, c := range []struct {
+			to    node
+			token string
+			who   string
+			want  int
+		}{
+			{f.nodes[1], f.nodes[1].token, "its own token", http.StatusOK},
+			{f.nodes[1], f.nodes[0].token, "node-1's token", http.StatusUnauthorized},
+			{f.nodes[1], f.env["SBX_TOKEN"], "the fleet's API token", http.StatusUnauthorized},
+		} {
+			if got := get(c.to, c.token); got != c.want {
+				t.Errorf("node-2's API with %s: %d, want %d", c.who, got, c.want)
+			}
+		}
+	})
+
 	// node 1's own API, for what is a node's: templates, and a sandbox
 	// made there rather than placed
-	n1 := "--host=tcp://" + f.nodes[0].addr
+	n1 := "--host=unix://" + f.nodes[0].socket
 	t.Run("sandbox mirrored", func(t *testing.T) {
 		if f.env["SBX_HOST"] != f.env["SBX_CONTROLLER"] {
 			t.Fatalf("SBX_HOST %q is not the fleet's endpoint, the controller (%s)", f.env["SBX_HOST"], f.env["SBX_CONTROLLER"])
@@ -832,7 +922,7 @@ func TestFleetNodeAgents(t *testing.T) {
 			t.Fatalf("sbx info after the drain: %+v %v", info, err)
 		}
 		waitFor(t, "node-2's copy deleted", 30*time.Second, func() bool {
-			_, err := f.run(t, true, bin, "--host=tcp://"+f.nodes[1].addr, "info", src)
+			_, err := f.run(t, true, bin, "--host=unix://"+f.nodes[1].socket, "info", src)
 			return err != nil
 		})
 		f.sbx(t, "rm", src, "--yes")
@@ -1096,6 +1186,100 @@ func TestFleetNodeAgents(t *testing.T) {
 		}
 	})
 
+	// two replicas of the controller: one leads (holds Lease
+	// sbx-controller: checks the nodes, places), the other serves the API
+	// and stands by; a create through either is placed; the leader stopped
+	// releases the Lease and the other leads, and so back again
+	t.Run("controller replicas elect a leader", func(t *testing.T) {
+		host, _ := os.Hostname()
+		holder := func() string {
+			out, _ := f.run(t, true, f.kubectl, "get", "lease", "sbx-controller", "-o", "jsonpath={.spec.holderIdentity}")
+			return strings.TrimSpace(out)
+		}
+		first := host + "/" + strings.TrimPrefix(ctrl, "tcp://")
+		waitFor(t, "the controller to lead", 30*time.Second, func() bool { return holder() == first })
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		logf, err := os.Create(filepath.Join(f.dir, "controller-2.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer logf.Close()
+		pki := filepath.Join(f.dir, "pki")
+		replica := exec.Command(filepath.Join(f.root, "bin", "sbx-controller"), "--kubeconfig", filepath.Join(pki, "controller.kubeconfig"),
+			"--listen", addr, "--token-file", filepath.Join(pki, "sbx-token"), "--node-token-key", filepath.Join(pki, "node-token-key"),
+			"--move-repository", f.env["REGISTRY"]+"/sbx/moves")
+		replica.Stdout, replica.Stderr = logf, logf
+		if err := replica.Start(); err != nil {
+			t.Fatal(err)
+		}
+		replicaDone := make(chan error, 1)
+		go func() { replicaDone <- replica.Wait() }()
+		stopReplica := func() {
+			replica.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-replicaDone:
+			case <-time.After(20 * time.Second):
+				replica.Process.Kill()
+				<-replicaDone
+				t.Error("the replica did not end within 20 s of SIGTERM")
+			}
+		}
+		stopped := false
+		t.Cleanup(func() {
+			if !stopped {
+				stopReplica()
+			}
+		})
+		second, hostB := host+"/"+addr, "--host=tcp://"+addr
+		bin := filepath.Join(f.root, "bin", "sbx")
+		waitFor(t, "the replica to serve", 30*time.Second, func() bool {
+			_, err := f.run(t, true, bin, hostB, "node", "ls")
+			return err == nil
+		})
+		through := func(host, who string) {
+			t.Helper()
+			id := strings.TrimSpace(f.sbx(t, host, "new", "--template", "tiny"))
+			defer f.run(t, true, bin, host, "rm", id, "--yes")
+			if out := f.sbx(t, host, "exec", id, "--", "echo", "placed"); strings.TrimSpace(out) != "placed" {
+				t.Errorf("a sandbox made through %s: exec says %q", who, out)
+			}
+		}
+		through(hostB, "the follower")
+		if h := holder(); h != first {
+			t.Fatalf("the Lease is held by %q after the replica came, want %q", h, first)
+		}
+		// the leader stopped: it releases, and the replica leads
+		pid := f.pid(t, "controller.pid")
+		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the first controller to end", 30*time.Second, func() bool { return syscall.Kill(pid, 0) != nil })
+		waitFor(t, "the replica to lead", 30*time.Second, func() bool { return holder() == second })
+		through(hostB, "the new leader")
+		// the first again: it stands by until the replica goes
+		if out, err := exec.Command(filepath.Join(f.root, "scripts", "fleet.sh"), "controller", f.dir).CombinedOutput(); err != nil {
+			t.Fatalf("fleet.sh controller: %v\n%s", err, out)
+		}
+		if h := holder(); h != second {
+			t.Errorf("the Lease went to %q as the first controller came back, want the replica's %q kept", h, second)
+		}
+		stopped = true
+		stopReplica()
+		waitFor(t, "the first controller to lead again", 30*time.Second, func() bool { return holder() == first })
+		through("--host="+ctrl, "the controller leading again")
+		b, _ := os.ReadFile(filepath.Join(f.dir, "controller-2.log"))
+		for _, want := range []string{"another controller leads", "this controller leads", "this controller no longer leads"} {
+			if !bytes.Contains(b, []byte(want)) {
+				t.Errorf("the replica's log does not say %q", want)
+			}
+		}
+	})
+
 	// a memory image restores only where the runsc build, the CPU features
 	// and the cache line allow: a node that reports another runsc sha256,
 	// or fewer CPU features, is refused, and the object says why
@@ -1274,5 +1458,25 @@ func TestFleetNodeAgents(t *testing.T) {
 			t.Errorf("a resume of the dead node's running sandbox: %v %q, want refused, saying it was running there", err, out)
 		}
 		f.sbx(t, "rm", stopped, "--yes")
+	})
+
+	// every write the agents and the controller made went through as
+	// themselves: nothing they do needs more than deploy/rbac gives them
+	t.Run("no write refused", func(t *testing.T) {
+		logs := []string{filepath.Join(f.dir, "controller.log")}
+		for _, n := range f.nodes {
+			logs = append(logs, filepath.Join(f.dir, n.name, "sbxd.log"))
+		}
+		for _, l := range logs {
+			b, err := os.ReadFile(l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				if strings.Contains(line, "forbidden") || strings.Contains(line, "denied request") {
+					t.Errorf("%s: %s", filepath.Base(filepath.Dir(l))+"/"+filepath.Base(l), line)
+				}
+			}
+		}
 	})
 }
