@@ -39,3 +39,15 @@ type MoveResult struct {
 	// Error says why it did not move ("" when it did).
 	Error string `json:"error,omitempty"`
 }
+
+// A request that can wait a while through the fleet (a resume that
+// requires its memory, waiting for a node where it restores) may ask to
+// hear why it waits: with HeaderProgress "102" the controller sends, while
+// it waits, an informational 102 (Processing) answer whose HeaderWaiting
+// says why, once and again each time the why changes, before the final
+// answer. Clients that do not ask are sent none (some HTTP stacks take a
+// 102 for the answer).
+const (
+	HeaderProgress = "Sbx-Progress"
+	HeaderWaiting  = "Sbx-Waiting"
+)

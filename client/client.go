@@ -122,6 +122,9 @@ type request struct {
 	size   int64 // Content-Length of body; -1 streams it chunked
 	ctype  string
 	accept string
+	// progress asks the fleet's controller for 102 answers saying why
+	// the request waits (api.HeaderProgress)
+	progress bool
 }
 
 // send performs r and returns the response when its status is 2xx; any other
@@ -146,6 +149,9 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 	}
 	if r.accept != "" {
 		req.Header.Set("Accept", r.accept)
+	}
+	if r.progress {
+		req.Header.Set(api.HeaderProgress, "102")
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
@@ -245,7 +251,12 @@ func codeOf(status int) string {
 
 // call sends r with in (if not nil) as its JSON body and decodes the answer into out (if not nil).
 func (c *Client) call(ctx context.Context, method, path string, query url.Values, in, out any) error {
-	r := request{method: method, path: path, query: query}
+	return c.callRequest(ctx, request{method: method, path: path, query: query}, in, out)
+}
+
+// callRequest is call of r, with its body in and its answer out.
+func (c *Client) callRequest(ctx context.Context, r request, in, out any) error {
+	method, path := r.method, r.path
 	if v, ok := in.(validator); ok {
 		if err := v.Validate(); err != nil {
 			return err

@@ -217,11 +217,27 @@ func (noWait) applyFork(c *forkConfig) { c.noWait = true }
 func NoWait() WaitOption { return noWait{} }
 
 // ResumeOption configures Resume.
-type ResumeOption interface{ applyResume(*api.ResumeRequest) }
+type ResumeOption interface{ applyResume(*resumeConfig) }
+
+type resumeConfig struct {
+	req    api.ResumeRequest
+	onWait func(why string)
+}
 
 type requireMemory struct{}
 
-func (requireMemory) applyResume(r *api.ResumeRequest) { r.RequireMemory = true }
+func (requireMemory) applyResume(c *resumeConfig) { c.req.RequireMemory = true }
+
+type onWait func(why string)
+
+func (f onWait) applyResume(c *resumeConfig) { c.onWait = f }
+
+// OnWait has fn hear why Resume waits, while it waits: through a fleet's
+// controller, a resume that requires its memory waits for a node where it
+// restores, saying which nodes cannot and why (fn hears it again when the
+// why changes). fn runs on the request's goroutine and must not block.
+// One sbxd never waits, and says nothing.
+func OnWait(fn func(why string)) ResumeOption { return onWait(fn) }
 
 // RequireMemory makes Resume fail, keeping the sandbox stopped with its
 // image, rather than boot it from its disk when its memory cannot be

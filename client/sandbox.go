@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"net/url"
 	"time"
 
@@ -119,12 +121,24 @@ func (s *Sandbox) Stop(ctx context.Context, opts ...StopOption) (*api.Sandbox, e
 // stopped is resumed once its stop has ended; one that is neither stopped
 // nor stopping is api.ErrConflict.
 func (s *Sandbox) Resume(ctx context.Context, opts ...ResumeOption) (*api.Sandbox, error) {
-	var req api.ResumeRequest
+	var cfg resumeConfig
 	for _, o := range opts {
-		o.applyResume(&req)
+		o.applyResume(&cfg)
+	}
+	r := request{method: http.MethodPost, path: s.path("resume")}
+	if cfg.onWait != nil {
+		r.progress = true
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+			Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+				if why := h.Get(api.HeaderWaiting); code == http.StatusProcessing && why != "" {
+					cfg.onWait(why)
+				}
+				return nil
+			},
+		})
 	}
 	var sb api.Sandbox
-	if err := s.c.call(ctx, http.MethodPost, s.path("resume"), nil, &req, &sb); err != nil {
+	if err := s.c.callRequest(ctx, r, &cfg.req, &sb); err != nil {
 		return nil, err
 	}
 	return &sb, nil

@@ -48,7 +48,7 @@ func newCaptureFake(t *testing.T) *captureFake {
 	}
 	known := func(w http.ResponseWriter, r *http.Request) bool {
 		switch id := r.PathValue("id"); id {
-		case "sb_1", "sb_cold", "sb_err", "sb_hold", "sb_c1": // sb_c1: a child, forked again in a tree
+		case "sb_1", "sb_cold", "sb_far", "sb_err", "sb_hold", "sb_c1": // sb_c1: a child, forked again in a tree
 			return true
 		default:
 			writeErr(w, api.ErrNotFound, fmt.Sprintf("sandbox %s not found", id))
@@ -178,6 +178,11 @@ func newCaptureFake(t *testing.T) *captureFake {
 		var req api.ResumeRequest
 		json.NewDecoder(r.Body).Decode(&req)
 		sb := api.Sandbox{ID: r.PathValue("id"), State: api.StateReady, MemoryRestored: true}
+		if sb.ID == "sb_far" && r.Header.Get(api.HeaderProgress) == "102" { // a fleet's wait for a node
+			w.Header().Set(api.HeaderWaiting, "waiting up to 2m0s for a node where its memory restores: n2: lacks CPU features avx512f")
+			w.WriteHeader(http.StatusProcessing)
+			w.Header().Del(api.HeaderWaiting)
+		}
 		if sb.ID == "sb_cold" {
 			if req.RequireMemory {
 				writeErr(w, api.ErrConflict, "sandbox sb_cold: memory image unreadable; it is kept")
@@ -250,6 +255,8 @@ func TestRunCapture(t *testing.T) {
 		{"resume cold", []string{"resume", "sb_cold"}, 0, "resumed sb_cold from its disk: memory image unreadable\n", ""},
 		{"resume require memory", []string{"resume", "sb_cold", "--require-memory"}, 1, "", "memory image unreadable; it is kept"},
 		{"resume json", []string{"resume", "sb_cold", "--json"}, 0, `"resumeReason": "memory image unreadable"`, ""},
+		{"resume says why it waits", []string{"resume", "sb_far", "--require-memory"}, 0, "resumed sb_far (memory restored)\n",
+			"sbx: resume sb_far: waiting up to 2m0s for a node where its memory restores: n2: lacks CPU features avx512f\n"},
 		{"resume two ids", []string{"resume", "sb_1", "sb_cold"}, 2, "", "usage: sbx resume"},
 		{"events", []string{"events", "sb_1"}, 0, " snapshotted durationMs=120 outcome=ok sizeBytes=3355443\n", ""},
 		{"events follow", []string{"events", "sb_1", "-f"}, 0, ` stopped reason="asked by user"` + "\n", ""},

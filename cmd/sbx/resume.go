@@ -25,6 +25,13 @@ func newResumeCmd(e *env) *cobra.Command {
 			if requireMemory {
 				opts = append(opts, client.RequireMemory())
 			}
+			if !e.json {
+				// through a fleet, a resume that requires its memory
+				// waits for a node where it restores, and says why
+				opts = append(opts, client.OnWait(func(why string) {
+					fmt.Fprintf(e.stderr, "sbx: resume %s: %s\n", args[0], why)
+				}))
+			}
 			sb, err := c.Sandbox(args[0]).Resume(e.ctx, opts...)
 			if err != nil {
 				return err

@@ -351,9 +351,10 @@ const resumeRecheck = 2 * time.Second
 // it, and the object is rebound there (move's steps 1, 3 and 4). From's
 // copy is dropped by its agent once it is back. A node where the memory
 // restores is preferred; with requireMemory it is waited for (up to
-// resumeWait), and without, a node with room that cannot restore it
-// adopts the disk alone, and the resume boots from it, saying why.
-func (c *Controller) adoptElsewhere(ctx context.Context, id, from string, requireMemory bool) (*node, error) {
+// resumeWait), telling waiting why each time the why changes, and
+// without, a node with room that cannot restore it adopts the disk alone,
+// and the resume boots from it, saying why.
+func (c *Controller) adoptElsewhere(ctx context.Context, id, from string, requireMemory bool, waiting func(why string)) (*node, error) {
 	u, err := c.sandboxObject(ctx, id)
 	if err != nil {
 		return nil, err
@@ -401,8 +402,12 @@ func (c *Controller) adoptElsewhere(ctx context.Context, id, from string, requir
 	// at once any node with room, which boots it from its disk
 	best, rejected, err := c.place.Target(ctx, &obj, req, notReady)
 	for waited := time.Duration(0); err == nil && best == nil && requireMemory && waited < c.resumeWait; waited += resumeRecheck {
+		why := placement.Why(rejected)
 		if waited == 0 {
-			c.log.Info("fleet: a resume waits for a node where its memory restores", "sandbox", id, "why", placement.Why(rejected))
+			c.log.Info("fleet: a resume waits for a node where its memory restores", "sandbox", id, "why", why)
+		}
+		if waiting != nil {
+			waiting(fmt.Sprintf("waiting up to %s for a node where its memory restores: %s", (c.resumeWait - waited).Round(time.Second), why))
 		}
 		select {
 		case <-ctx.Done():
@@ -504,7 +509,7 @@ func (c *Controller) resume(w http.ResponseWriter, r *http.Request) {
 	if err != nil && sb.ID != "" && errors.Is(err, api.ErrUnavailable) {
 		// its node is down: another adopts it, if its stop image is in
 		// the fleet's registry
-		to, aerr := c.adoptElsewhere(context.WithoutCancel(r.Context()), sb.ID, sb.Node, rr.RequireMemory)
+		to, aerr := c.adoptElsewhere(context.WithoutCancel(r.Context()), sb.ID, sb.Node, rr.RequireMemory, progressOf(w, r))
 		if aerr != nil {
 			writeError(w, api.Errorf(api.ErrUnavailable, "%v; and it cannot resume elsewhere: %v", err, aerr))
 			return
@@ -602,4 +607,41 @@ func (c *Controller) drain(w http.ResponseWriter, r *http.Request) {
 		out.Moves = append(out.Moves, mv)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// maxProgress bounds the 102 answers one request is sent.
+const maxProgress = 8
+
+// progressOf is how a request that asked for progress (api.HeaderProgress
+// "102") hears why it waits: an informational 102 answer carrying the why
+// in api.HeaderWaiting, each time it changes (the time left aside), at
+// most maxProgress of them. A request that did not ask hears nothing
+// (nil): some HTTP stacks take a 102 for the answer.
+func progressOf(w http.ResponseWriter, r *http.Request) func(why string) {
+	if r.Header.Get(api.HeaderProgress) != "102" {
+		return nil
+	}
+	var last string
+	sent := 0
+	return func(why string) {
+		why = strings.Map(func(r rune) rune {
+			if r < ' ' || r == 0x7f {
+				return ' '
+			}
+			return r
+		}, why)
+		if len(why) > 2000 {
+			why = why[:2000] + "..."
+		}
+		// "waiting up to 1m58s for ...: WHY": the same why, less time, is
+		// no news
+		_, gist, _ := strings.Cut(why, " for ")
+		if gist == last || sent >= maxProgress {
+			return
+		}
+		last, sent = gist, sent+1
+		w.Header().Set(api.HeaderWaiting, why)
+		w.WriteHeader(http.StatusProcessing)
+		w.Header().Del(api.HeaderWaiting)
+	}
 }
