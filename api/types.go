@@ -218,6 +218,12 @@ type Snapshot struct {
 	// Node is the fleet node that holds it (through a fleet's controller
 	// only).
 	Node string `json:"node,omitempty"`
+	// Ref is where it is in the fleet's registry, once its node pushed it
+	// there (a freeze, in a fleet: sbxd --fleet-registry), digest and
+	// all: `sbx snapshot pull REF` anywhere. RefPending says why it is not
+	// there yet.
+	Ref        string `json:"ref,omitempty"`
+	RefPending string `json:"refPending,omitempty"`
 }
 
 // ForkRequest is the body of POST /v1/sandboxes/{id}/fork.

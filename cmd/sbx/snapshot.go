@@ -212,6 +212,9 @@ func snapshotLines(s *api.Snapshot) [][2]string {
 	if !s.CreatedAt.IsZero() {
 		add("created", s.CreatedAt.Local().Format(time.RFC3339))
 	}
+	add("node", s.Node)
+	add("ref", s.Ref)
+	add("ref pending", s.RefPending)
 	return out
 }
 

@@ -83,6 +83,8 @@ type freezeHost interface {
 	captureEvent(ctx context.Context, id, typ string, start time.Time, size int64, err error, extra map[string]any)
 	snapshotRecord(sb *store.Sandbox, name, img string, memory bool, size int64, paused time.Duration) *store.Snapshot
 	freezeAllowed(ctx context.Context, sb *store.Sandbox, size int64) error
+	// a freeze recorded: in a fleet, pushed to its registry (freezepush.go)
+	pushSnapshotSoon(name, img string)
 	sandboxDir(id string) string
 	now() time.Time
 }
@@ -93,6 +95,7 @@ type managerFreezeHost struct {
 	m *Manager
 }
 
+func (h managerFreezeHost) pushSnapshotSoon(name, img string) { h.m.pushSnapshotSoon(name, img) }
 func (h managerFreezeHost) runtimeState(ctx context.Context, id string) (runsc.State, error) {
 	return h.m.cfg.Runtime.State(ctx, id)
 }
@@ -780,6 +783,7 @@ func (f *freezeOwner) recordFreeze(ctx context.Context, sb *store.Sandbox, slot 
 	}
 	f.host.captureEvent(ctx, sb.ID, "frozen", start, size, nil, detail)
 	f.confirmFreeze(sb.ID, slot, freezewire.Confirm{Result: freezewire.Frozen, Name: sn.Name})
+	f.host.pushSnapshotSoon(sn.Name, sn.ID)
 }
 
 // moveDir renames from to to; across file systems it copies, then removes.
@@ -860,6 +864,7 @@ func (f *freezeOwner) reconcileFreeze(ctx context.Context, c *inFlight, in *stor
 		return "error", fmt.Sprintf("the freeze's image is complete but cannot be recorded: %v; it stays in %s", err, f.images.dir(in.ID))
 	}
 	f.confirmFreeze(in.SandboxID, in.ID, freezewire.Confirm{Result: freezewire.Frozen, Name: sn.Name})
+	f.host.pushSnapshotSoon(sn.Name, sn.ID)
 	return "snapshot kept", "the freeze's image was whole: the snapshot " + sn.Name + " is kept"
 }
 

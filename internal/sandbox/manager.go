@@ -290,6 +290,9 @@ func (m *Manager) Start(ctx context.Context) error {
 			m.pushStopSoon(sb.ID, sb.Image)
 		}
 	}
+	if err := m.pushFreezesLeft(ctx); err != nil {
+		m.log.Warn("list the freezes left unpushed", "err", err)
+	}
 	return nil
 }
 

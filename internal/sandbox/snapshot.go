@@ -199,7 +199,7 @@ func (m *Manager) snapshotRecord(sb *store.Sandbox, name, img string, memory boo
 func (m *Manager) snapshotAPI(sn *store.Snapshot) *api.Snapshot {
 	a := &api.Snapshot{
 		Name: sn.Name, ID: sn.ID, SandboxID: sn.SandboxID, Template: sn.Template,
-		Memory: sn.Memory, CreatedAt: sn.CreatedAt, Size: sn.Size, Kept: sn.Kept, Node: m.cfg.Node,
+		Memory: sn.Memory, CreatedAt: sn.CreatedAt, Size: sn.Size, Kept: sn.Kept, Node: m.cfg.Node, Ref: sn.Ref, RefPending: sn.RefPending,
 	}
 	if sn.Memory {
 		a.Paused = api.DurationOf(sn.Paused.Round(time.Millisecond))

@@ -37,6 +37,9 @@ type Snapshot struct {
 	// Kept marks a snapshot promoted with `sbx snapshot keep`: a freeze so
 	// marked is the user's, and outlives its sandbox.
 	Kept bool
+	// Ref is where the snapshot is in the fleet's registry, once pushed
+	// there (a freeze in a fleet); RefPending why it is not yet.
+	Ref, RefPending string
 }
 
 // CreateSnapshot inserts a snapshot; a taken name is api.ErrConflict. Its
@@ -62,12 +65,12 @@ func (s *Store) SnapshotNameTaken(ctx context.Context, name string) (bool, error
 	return n > 0, err
 }
 
-const snapshotCols = `name, id, sandbox_id, template, memory, cpus, mem_limit, created_at, size, paused_ns, disk, template_version, pids, disk_limit, network, kept`
+const snapshotCols = `name, id, sandbox_id, template, memory, cpus, mem_limit, created_at, size, paused_ns, disk, template_version, pids, disk_limit, network, kept, ref, ref_pending`
 
 func scanSnapshot(row interface{ Scan(...any) error }) (*Snapshot, error) {
 	var sn Snapshot
 	var created, paused int64
-	if err := row.Scan(&sn.Name, &sn.ID, &sn.SandboxID, &sn.Template, &sn.Memory, &sn.CPUs, &sn.MemLimit, &created, &sn.Size, &paused, &sn.Disk, &sn.TemplateVersion, &sn.Pids, &sn.DiskLimit, &sn.Network, &sn.Kept); err != nil {
+	if err := row.Scan(&sn.Name, &sn.ID, &sn.SandboxID, &sn.Template, &sn.Memory, &sn.CPUs, &sn.MemLimit, &created, &sn.Size, &paused, &sn.Disk, &sn.TemplateVersion, &sn.Pids, &sn.DiskLimit, &sn.Network, &sn.Kept, &sn.Ref, &sn.RefPending); err != nil {
 		return nil, err
 	}
 	sn.CreatedAt = time.Unix(0, created)
@@ -116,6 +119,18 @@ func (s *Store) KeepSnapshot(ctx context.Context, name string) error {
 		return api.Errorf(api.ErrNotFound, "snapshot %s not found", name)
 	}
 	return nil
+}
+
+// SetSnapshotRef records where snapshot name, of image id, went in the
+// fleet's registry (ref), or why not yet (pending); false if no snapshot
+// of that name holds that image (deleted, or taken again under its name).
+func (s *Store) SetSnapshotRef(ctx context.Context, name, id, ref, pending string) (bool, error) {
+	res, err := s.q.ExecContext(ctx, `UPDATE snapshots SET ref = ?, ref_pending = ? WHERE name = ? AND id = ?`, ref, pending, name, id)
+	if err != nil {
+		return false, fmt.Errorf("record snapshot %s's ref: %w", name, err)
+	}
+	n, _ := res.RowsAffected()
+	return n > 0, nil
 }
 
 // DeleteSnapshot removes a snapshot's record.

@@ -71,7 +71,7 @@ func (s *Store) update(ctx context.Context, fn func(tx *Store) error) error {
 
 // migrations bring a database from user_version i to i+1; a database is
 // never opened by an sbx that does not know its version.
-var migrations = []string{schemaV1, schemaV2, schemaV3, schemaV4, schemaV5, schemaV6, schemaV7, schemaV8, schemaV9, schemaV10, schemaV11}
+var migrations = []string{schemaV1, schemaV2, schemaV3, schemaV4, schemaV5, schemaV6, schemaV7, schemaV8, schemaV9, schemaV10, schemaV11, schemaV12}
 
 const schemaV1 = `
 CREATE TABLE IF NOT EXISTS sandboxes (
@@ -124,6 +124,14 @@ ALTER TABLE images ADD COLUMN retire_at INTEGER;
 
 // schemaV11 records how a sandbox's traffic is shaped (explain's network
 // knob): the delay of each packet leaving it, and the share dropped.
+// schemaV12 records, in a fleet, where a snapshot went in the fleet's
+// registry (a freeze is pushed there in the background), or why it did
+// not yet.
+const schemaV12 = `
+ALTER TABLE snapshots ADD COLUMN ref TEXT NOT NULL DEFAULT '';
+ALTER TABLE snapshots ADD COLUMN ref_pending TEXT NOT NULL DEFAULT '';
+`
+
 const schemaV11 = `
 ALTER TABLE sandboxes ADD COLUMN net_delay_ns INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE sandboxes ADD COLUMN net_loss REAL NOT NULL DEFAULT 0;

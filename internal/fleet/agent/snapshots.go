@@ -39,12 +39,16 @@ func (a *Agent) mirrorSnapshots(ctx context.Context) error {
 // snapshotObject is the SandboxSnapshot object of sn on node.
 func snapshotObject(node, namespace string, sn api.Snapshot) *v1alpha1.SandboxSnapshot {
 	created := metav1.NewTime(sn.CreatedAt)
+	state := v1alpha1.SnapshotStateLocal
+	if sn.Ref != "" {
+		state = v1alpha1.SnapshotStatePushed
+	}
 	return &v1alpha1.SandboxSnapshot{
 		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindSandboxSnapshot},
 		ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.SnapshotObjectName(node, sn.ID), Namespace: namespace,
 			Labels: map[string]string{v1alpha1.LabelNode: node}},
 		Spec: v1alpha1.SandboxSnapshotSpec{Name: sn.Name, Sandbox: sn.SandboxID, Memory: sn.Memory},
-		Status: v1alpha1.SandboxSnapshotStatus{State: v1alpha1.SnapshotStateLocal, Node: node, Template: sn.Template,
+		Status: v1alpha1.SandboxSnapshotStatus{State: state, Reason: sn.RefPending, Image: sn.Ref, Node: node, Template: sn.Template,
 			SizeBytes: sn.Size, Kept: sn.Kept, CreatedAt: &created},
 	}
 }

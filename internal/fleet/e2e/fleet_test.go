@@ -14,12 +14,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -32,6 +35,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/agent"
 	"sbx.dev/sbx/internal/flaky"
 	"sbx.dev/sbx/internal/fleet/v1alpha1"
 )
@@ -788,6 +792,47 @@ func TestFleetNodeAgents(t *testing.T) {
 		f.sbx(t, "rm", sb, "--yes")
 	})
 
+	// a preview through the controller: `sbx preview` goes on to the
+	// sandbox's node, whose preview URL (its own preview listener) reaches
+	// the server in the sandbox
+	t.Run("preview through the controller", func(t *testing.T) {
+		bin := filepath.Join(f.root, "bin", "sbx")
+		sb := strings.TrimSpace(f.sbx(t, "new", "--template", "tiny"))
+		t.Cleanup(func() { f.run(t, true, bin, "rm", sb, "--yes") })
+		f.sbx(t, "exec", "--detach", sb, "--", "sh", "-c", "mkdir -p /w && echo hi-from-$(hostname) > /w/i.txt && exec httpd -f -p 8080 -h /w")
+		var u *url.URL
+		waitFor(t, "a preview URL through the controller", 20*time.Second, func() bool {
+			out, err := f.run(t, true, bin, "preview", sb, "8080")
+			if err != nil {
+				return false
+			}
+			u, err = url.Parse(strings.TrimSpace(out))
+			return err == nil && u.Port() != ""
+		})
+		// the URL's name is the sandbox's (PORT-ID.localhost); its port is
+		// its node's preview listener, on loopback
+		hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "tcp", "127.0.0.1:"+u.Port())
+			},
+		}}
+		var body string
+		waitFor(t, "the server through the preview URL", 20*time.Second, func() bool {
+			resp, err := hc.Get(u.String() + "i.txt")
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			body = string(b)
+			return resp.StatusCode == http.StatusOK
+		})
+		if body != "hi-from-"+sb+"\n" {
+			t.Errorf("GET %si.txt: %q, want the sandbox's file", u, body)
+		}
+	})
+
 	// each node's templates, as SandboxTemplate objects (the nodes share
 	// one template cache here: tiny on both)
 	t.Run("templates mirrored", func(t *testing.T) {
@@ -844,6 +889,45 @@ func TestFleetNodeAgents(t *testing.T) {
 		f.sbx(t, "snapshot", "rm", "moved")
 		waitFor(t, "the removed snapshot's object gone", 30*time.Second, func() bool {
 			return !strings.Contains(f.kube(t, "get", "sandboxsnapshots", "-o", "jsonpath={range .items[*]}{.spec.name} {end}"), "moved")
+		})
+
+		// a freeze goes to the fleet's registry by itself: its ref is in
+		// its record and its object, and pulled by it (node-1 still
+		// cordoned) it restores on node-2 with the process as frozen
+		said, err := f.run(t, true, filepath.Join(f.root, "bin", "sbx"), n1, "exec", src, "--", "sh", "-c", agent.FreezeCommand+" --reason fleet 2>&1")
+		m := regexp.MustCompile(`as snapshot (freeze-[A-Za-z0-9._-]+)`).FindStringSubmatch(said)
+		if err != nil || m == nil {
+			t.Fatalf("freeze in %s: %v %q", src, err, said)
+		}
+		frozen := m[1]
+		t.Cleanup(func() { f.run(t, true, filepath.Join(f.root, "bin", "sbx"), n1, "snapshot", "rm", frozen) })
+		var fz api.Snapshot
+		waitFor(t, "the freeze's ref", 60*time.Second, func() bool {
+			return json.Unmarshal([]byte(f.sbx(t, "--json", "snapshot", "info", frozen)), &fz) == nil && strings.Contains(fz.Ref, "@sha256:")
+		})
+		if !strings.HasPrefix(fz.Ref, reg+"/sbx/stops@") || fz.Node != "node-1" {
+			t.Errorf("the freeze: %+v, want on node-1, in %s/sbx/stops", fz, reg)
+		}
+		waitFor(t, "the freeze's object pushed", 30*time.Second, func() bool {
+			out := f.kube(t, "get", "sandboxsnapshots", "-o", "jsonpath={range .items[*]}{.spec.name}@{.status.state}@{.status.image} {end}")
+			return strings.Contains(out, frozen+"@pushed@"+fz.Ref)
+		})
+		if err := json.Unmarshal([]byte(f.sbx(t, "--json", "snapshot", "pull", fz.Ref, "--name", "frozen-here")), &pulled); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.run(t, true, filepath.Join(f.root, "bin", "sbx"), "snapshot", "rm", "frozen-here") })
+		if pulled.Snapshot.Node != "node-2" || !pulled.Snapshot.Memory {
+			t.Fatalf("the freeze pulled: %+v, want on node-2 with its memory", pulled)
+		}
+		var thawed api.Sandbox
+		if err := json.Unmarshal([]byte(f.sbx(t, "--json", "new", "--from", "frozen-here")), &thawed); err != nil || !thawed.MemoryRestored || thawed.Node != "node-2" {
+			t.Fatalf("sbx new --from the pulled freeze: %+v %v", thawed, err)
+		}
+		t.Cleanup(func() { f.run(t, true, filepath.Join(f.root, "bin", "sbx"), "rm", thawed.ID, "--yes") })
+		f.sbx(t, "exec", thawed.ID, "--", "rm", "-f", "/tmp/now")
+		waitFor(t, "the frozen holder writing on, on node-2", 20*time.Second, func() bool {
+			out, err := f.run(t, true, filepath.Join(f.root, "bin", "sbx"), "exec", thawed.ID, "--", "cat", "/tmp/now")
+			return err == nil && strings.TrimSpace(out) == first
 		})
 	})
 
@@ -1040,6 +1124,14 @@ func TestFleetNodeAgents(t *testing.T) {
 		// its runs spread over the nodes (a fork of 6 spreads)
 		if spreads() == before {
 			t.Errorf("sbx flake-rate -n 6 through the controller: its forks did not spread over the nodes (the controller's log says no spread fork)")
+		}
+		// explain's runs too: monitored forks, made as flake-rate's are
+		before = spreads()
+		if got := f.sbx(t, "explain", "fleet-hunt", "-n", "6", "--knob-runs", "0", "--pnr-parents", "0", "--", "cd /work && ./test.sh"); !strings.Contains(got, "/6") {
+			t.Errorf("sbx explain through the controller says no rate of 6 runs:\n%s", got)
+		}
+		if spreads() == before {
+			t.Errorf("sbx explain -n 6 through the controller: its runs did not spread over the nodes (the controller's log says no spread fork)")
 		}
 	})
 

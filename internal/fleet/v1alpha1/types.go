@@ -177,8 +177,12 @@ type SandboxSnapshotSpec struct {
 
 // SandboxSnapshotStatus is what its node holds.
 type SandboxSnapshotStatus struct {
-	// State is "local": on its node, in no registry the fleet knows of.
+	// State is "local": on its node, in no registry the fleet knows of
+	// (Reason says why not, for a freeze its node pushes); or "pushed":
+	// in the fleet's registry too, as Image.
 	State     string       `json:"state,omitempty"`
+	Reason    string       `json:"reason,omitempty"`
+	Image     string       `json:"image,omitempty"`
 	Node      string       `json:"node,omitempty"`
 	Template  string       `json:"template,omitempty"`
 	SizeBytes int64        `json:"sizeBytes,omitempty"`
@@ -220,6 +224,9 @@ func TemplateObjectName(node, name string) string { return node + "." + ObjectNa
 
 // SnapshotStateLocal: a snapshot on its node.
 const SnapshotStateLocal = "local"
+
+// SnapshotStatePushed: a snapshot on its node, and in the fleet's registry.
+const SnapshotStatePushed = "pushed"
 
 // SnapshotObjectName is the name of the SandboxSnapshot object of image
 // id on node: "node-1.im-abc" (an sbx image id, im_ + base32, is no DNS

@@ -1,0 +1,118 @@
+package sandbox
+
+import (
+	"context"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/registry"
+
+	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/store"
+)
+
+// frozenSnapshot records a freeze of a sandbox with a whole memory image,
+// as the freeze owner does.
+func frozenSnapshot(t *testing.T, m *Manager, name string) *store.Snapshot {
+	t.Helper()
+	ctx := context.Background()
+	img, err := m.images.make(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, b := range map[string][]byte{diskTar: tinyTar(t, "d", 10), "memory/checkpoint.img": []byte("kernel"),
+		"memory/pages_meta.img": []byte("meta"), "memory/pages.img": []byte("pages")} {
+		if err := os.WriteFile(filepath.Join(m.images.dir(img), p), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	size, err := m.images.complete(img, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn := &store.Snapshot{Name: name, ID: img, SandboxID: "sb_frozenaaaa", Template: "tiny", Memory: true, MemLimit: 256 << 20,
+		CreatedAt: m.now(), Size: size, TemplateVersion: "sha256:" + strings.Repeat("1", 64)}
+	if err := m.cfg.Store.CreateSnapshot(ctx, sn); err != nil {
+		t.Fatal(err)
+	}
+	return sn
+}
+
+// TestFreezePushedLater: in a fleet, a freeze goes to the fleet's registry
+// in the background. With the registry down it stays here, its record says
+// why, and the push is tried again until the registry is back; then its
+// ref (by digest) is in the record and its JSON, and another node pulls it
+// with its memory. A named snapshot is not pushed unasked, and a freeze
+// left unpushed at sbxd's start is pushed then.
+func TestFreezePushedLater(t *testing.T) {
+	ctx := context.Background()
+	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	var down atomic.Bool
+	down.Store(true)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
+			return
+		}
+		reg.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	m, _ := newTestManager(t, time.Hour)
+	m.cfg.HostFacts = func() (HostFacts, error) { return testFacts, nil }
+	m.cfg.StopRepository = strings.TrimPrefix(srv.URL, "http://") + "/sbx/stops"
+	m.cfg.After = func(time.Duration) <-chan time.Time { return time.After(10 * time.Millisecond) }
+
+	fz := frozenSnapshot(t, m, "freeze-assert-ab12")
+	named := frozenSnapshot(t, m, "before-the-fix")
+	m.pushSnapshotSoon(named.Name, named.ID)
+	m.pushSnapshotSoon(fz.Name, fz.ID)
+	info := func(name string) *api.Snapshot {
+		got, err := m.GetSnapshot(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	waitUntil(t, "the why in the freeze's record", func() bool {
+		return strings.Contains(info(fz.Name).RefPending, "not in the fleet's registry yet") && strings.Contains(info(fz.Name).RefPending, "503")
+	})
+	if got := info(fz.Name); got.Ref != "" || !m.images.isComplete(fz.ID) {
+		t.Fatalf("the freeze with the registry down: %+v, want no ref, its image here", got)
+	}
+	down.Store(false)
+	waitUntil(t, "the freeze's ref", func() bool { return strings.Contains(info(fz.Name).Ref, "@sha256:") })
+	got := info(fz.Name)
+	if got.RefPending != "" || !strings.Contains(got.Ref, "/sbx/stops@sha256:") {
+		t.Errorf("pushed: ref %q, pending %q", got.Ref, got.RefPending)
+	}
+	if n := info(named.Name); n.Ref != "" || n.RefPending != "" {
+		t.Errorf("a named snapshot was pushed unasked: %+v", n)
+	}
+	// another node pulls it, with its memory
+	b, _ := newTestManager(t, time.Hour)
+	b.cfg.HostFacts = m.cfg.HostFacts
+	res, err := b.PullSnapshot(ctx, api.PullRequest{Ref: got.Ref, Name: "from-the-runner"})
+	if err != nil || !res.Snapshot.Memory {
+		t.Fatalf("pull the pushed freeze: %+v %v", res, err)
+	}
+
+	// a freeze recorded while sbxd was down, or its push cut short, is
+	// pushed at the next start
+	left := frozenSnapshot(t, m, "freeze-left-cd34")
+	if err := m.pushFreezesLeft(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the freeze left unpushed, pushed", func() bool { return info(left.Name).Ref != "" })
+	// a freeze deleted under its push records nothing
+	if ok, err := m.cfg.Store.SetSnapshotRef(ctx, left.Name, "im_other", "stale", ""); err != nil || ok {
+		t.Errorf("a ref set on another image of that name: %v %v", ok, err)
+	}
+}
