@@ -48,3 +48,28 @@ func TestAttack30ResumeWaitIsQuoted(t *testing.T) {
 		t.Errorf("sbx resume printed %d waits; the controller sends at most 8 (maxProgress)", n)
 	}
 }
+
+// TestAttack30SnapshotInfoRefPending: a freeze the fleet's registry
+// refused keeps the registry's own words in its record (freezepush.go:
+// "kept here, not in the fleet's registry yet (ERR)"), and `sbx snapshot
+// info` prints "ref pending" — and "ref", "node" — raw: a hostile
+// registry's error text retitles the window, clears the screen and forges
+// rows.
+func TestAttack30SnapshotInfoRefPending(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/snapshots/{name}", func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(api.Snapshot{Name: r.PathValue("name"), ID: "img1", SandboxID: "sb_1", Memory: true,
+			RefPending: "kept here, not in the fleet's registry yet (push: registry says " + pwn + "): sbxd pushes it again in 1s"})
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	host := "tcp://" + srv.Listener.Addr().(*net.TCPAddr).String()
+	code, out, errOut := sbx(host, "snapshot", "info", "freeze-1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s%s", code, out, errOut)
+	}
+	inert(t, "sbx snapshot info", out)
+	if n := strings.Count(out, "\n"); n != 6 {
+		t.Errorf("%d lines, want 6 (name, id, sandbox, memory, size, ref pending): a registry's words forged a row:\n%s", n, out)
+	}
+}
