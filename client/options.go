@@ -235,7 +235,10 @@ func (f onWait) applyResume(c *resumeConfig) { c.onWait = f }
 // OnWait has fn hear why Resume waits, while it waits: through a fleet's
 // controller, a resume that requires its memory waits for a node where it
 // restores, saying which nodes cannot and why (fn hears it again when the
-// why changes). fn runs on the request's goroutine and must not block.
+// why changes, at most MaxWaits times: a controller that sends more is
+// not heard). fn runs on the request's goroutine and must not block. The
+// why is the fleet's words, from what its nodes publish: quote it before
+// a terminal shows it.
 // One sbxd never waits, and says nothing.
 func OnWait(fn func(why string)) ResumeOption { return onWait(fn) }
 
@@ -516,3 +519,7 @@ func (o pollEvery) applyWaitPort(c *waitPortConfig) { c.interval = time.Duration
 
 // PollEvery sets how often WaitPort looks (default 100ms).
 func PollEvery(d time.Duration) WaitPortOption { return pollEvery(d) }
+
+// MaxWaits bounds how many times OnWait hears why one request waits (a
+// fleet's controller sends at most 8).
+const MaxWaits = 8

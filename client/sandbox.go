@@ -128,9 +128,14 @@ func (s *Sandbox) Resume(ctx context.Context, opts ...ResumeOption) (*api.Sandbo
 	r := request{method: http.MethodPost, path: s.path("resume")}
 	if cfg.onWait != nil {
 		r.progress = true
+		heard := 0
 		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 			Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
-				if why := h.Get(api.HeaderWaiting); code == http.StatusProcessing && why != "" {
+				if heard++; heard > 8*MaxWaits {
+					// net/http leaves bounding them to who reads them
+					return fmt.Errorf("resume %s: more than %d informational answers: not sbx's", s.id, 8*MaxWaits)
+				}
+				if why := h.Get(api.HeaderWaiting); code == http.StatusProcessing && why != "" && heard <= MaxWaits {
 					cfg.onWait(why)
 				}
 				return nil

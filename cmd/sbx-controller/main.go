@@ -44,7 +44,7 @@ func run(args []string) error {
 	tokenFile := fs.String("token-file", "", "file holding the API's bearer token (default: a new one, written to --token-out)")
 	tokenOut := fs.String("token-out", "", "where to write the token made when --token-file is not given")
 	every := fs.Duration("check-every", controller.DefaultCheckEvery, "how often the nodes' Leases are read")
-	nodeTokenFile := fs.String("node-token-file", "", "file holding the node agents' bearer token, with which a request to a sandbox goes on to its node (default: the API's own token, as scripts/fleet.sh shares one)")
+	nodeTokenFile := fs.String("node-token-file", "", "file holding one bearer token for every node agent, with which a request to a sandbox goes on to its node (or --node-token-key)")
 	nodeTokenKey := fs.String("node-token-key", "", "file holding the key each node's own bearer token derives from (HMAC-SHA256 of its name, in hex), in place of one --node-token-file for all")
 	elect := fs.Bool("leader-elect", true, "elect one leader among the controller's replicas (Lease "+controller.LeaderLease+"): only it checks the nodes and places; every replica serves the API")
 	identity := fs.String("identity", "", "this replica's name in the election, the same across its restarts (default: HOST/LISTEN-ADDRESS)")
@@ -55,15 +55,23 @@ func run(args []string) error {
 	if *kubeconfig == "" {
 		return errors.New("--kubeconfig (or $KUBECONFIG) is needed: the fleet's apiserver")
 	}
+	// the API's own token is never a node's: a node (or an address its
+	// SandboxNode names) holding it could call the fleet as its users
+	if *nodeTokenFile == "" && *nodeTokenKey == "" {
+		return errors.New("give --node-token-key (each node its own token, derived from the key) or --node-token-file (one for every node): the fleet's API token is not sent to nodes")
+	}
 	token, err := readToken(*tokenFile, *tokenOut)
 	if err != nil {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	nodeToken := token
+	var nodeToken string
 	if *nodeTokenFile != "" {
 		if nodeToken, err = readToken(*nodeTokenFile, ""); err != nil {
 			return fmt.Errorf("--node-token-file: %w", err)
+		}
+		if nodeToken == token {
+			return errors.New("--node-token-file holds the fleet's API token: a node holding it could call the fleet as its users; give the nodes a token of their own")
 		}
 	}
 	var key []byte

@@ -29,7 +29,7 @@ func newResumeCmd(e *env) *cobra.Command {
 				// through a fleet, a resume that requires its memory
 				// waits for a node where it restores, and says why
 				opts = append(opts, client.OnWait(func(why string) {
-					fmt.Fprintf(e.stderr, "sbx: resume %s: %s\n", args[0], why)
+					fmt.Fprintf(e.stderr, "sbx: resume %s: %s\n", safe(args[0]), safe(why))
 				}))
 			}
 			sb, err := c.Sandbox(args[0]).Resume(e.ctx, opts...)

@@ -212,9 +212,10 @@ func snapshotLines(s *api.Snapshot) [][2]string {
 	if !s.CreatedAt.IsZero() {
 		add("created", s.CreatedAt.Local().Format(time.RFC3339))
 	}
-	add("node", s.Node)
-	add("ref", s.Ref)
-	add("ref pending", s.RefPending)
+	// a node's and a registry's words: quoted, as every name is
+	add("node", safe(s.Node))
+	add("ref", safe(s.Ref))
+	add("ref pending", safe(s.RefPending))
 	return out
 }
 

@@ -30,6 +30,8 @@ func TestFleetAgentConfig(t *testing.T) {
 	}{
 		{"ok", func(c *config) {}, ""},
 		{"bad node name", func(c *config) { c.nodeName = "Node_1" }, "--node-name"},
+		// attack30: views are named NODE.ID; node-1.x's would be node-1's
+		{"dotted node name", func(c *config) { c.nodeName = "node-1.x" }, "--node-name"},
 		{"no kubeconfig", func(c *config) { c.fleetKubeconfig = filepath.Join(dir, "missing") }, "kubeconfig"},
 		{"no runsc", func(c *config) { c.runsc = filepath.Join(dir, "missing") }, "runsc"},
 	} {

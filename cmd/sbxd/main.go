@@ -534,7 +534,9 @@ func fleetAgent(c config, node string, mgr *sandbox.Manager, templates *template
 }
 
 // nodeName is this sbxd's name in the fleet of --fleet-kubeconfig ("" for
-// none): --node-name, or the hostname.
+// none): --node-name, or the hostname's first label. It is a DNS label (no
+// dots): its snapshots' and templates' objects are named NAME.ID, and the
+// fleet's node restriction (deploy/rbac) tells a node's own by that.
 func nodeName(c config) (string, error) {
 	if c.fleetKubeconfig == "" {
 		return "", nil
@@ -545,9 +547,9 @@ func nodeName(c config) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("--node-name: none given, and no hostname: %w", err)
 		}
-		node = strings.ToLower(h)
+		node, _, _ = strings.Cut(strings.ToLower(h), ".")
 	}
-	if errs := validation.IsDNS1123Subdomain(node); len(errs) > 0 {
+	if errs := validation.IsDNS1123Label(node); len(errs) > 0 {
 		return "", fmt.Errorf("--node-name %q: %s", node, strings.Join(errs, "; "))
 	}
 	return node, nil

@@ -42,7 +42,7 @@ func TestAttack30NamedSnapshotPushedUnasked(t *testing.T) {
 
 	// what Manager.Snapshot records for a user's named snapshot with its
 	// memory (snapshotRecord): the same record a freeze has
-	mine := frozenSnapshot(t, m, "freeze-mine")
+	mine := namedSnapshot(t, m, "freeze-mine")
 	if err := m.pushFreezesLeft(ctx); err != nil {
 		t.Fatal(err)
 	}

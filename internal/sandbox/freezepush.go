@@ -3,9 +3,9 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/store"
 )
 
 // In a fleet (Config.StopRepository) every freeze goes to the fleet's
@@ -20,13 +20,13 @@ import (
 // its SandboxSnapshot object. Named snapshots are pushed when asked (`sbx
 // snapshot push`); a fork's are the controller's.
 
-// freezePrefix starts every freeze's snapshot name.
-const freezePrefix = "freeze-"
-
 // pushSnapshotSoon pushes snapshot name, of image img, in the background,
-// if it is a freeze with its memory and the node is in a fleet.
+// if it is a freeze with its memory and the node is in a fleet. A freeze
+// is told by its image (the slot's note and verdict, which only a freeze
+// has: storageOwner.isFreeze), not by its name: a user may name a
+// snapshot freeze-anything.
 func (m *Manager) pushSnapshotSoon(name, img string) {
-	if m.cfg.StopRepository == "" || !strings.HasPrefix(name, freezePrefix) || !fileExists(m.images.mem(img)) {
+	if m.cfg.StopRepository == "" || !m.storage.isFreeze(&store.Snapshot{ID: img}) || !fileExists(m.images.mem(img)) {
 		return
 	}
 	go m.pushSnapshot(context.Background(), name, img)

@@ -17,19 +17,35 @@ import (
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/store"
+	"sbx.dev/sbx/internal/wire/freezewire"
 )
 
 // frozenSnapshot records a freeze of a sandbox with a whole memory image,
-// as the freeze owner does.
+// as the freeze owner does: its image holds the slot's note and verdict.
 func frozenSnapshot(t *testing.T, m *Manager, name string) *store.Snapshot {
+	return memorySnapshotOf(t, m, name, true)
+}
+
+// namedSnapshot records a user's memory snapshot, the record a freeze
+// has, without a freeze's files.
+func namedSnapshot(t *testing.T, m *Manager, name string) *store.Snapshot {
+	return memorySnapshotOf(t, m, name, false)
+}
+
+func memorySnapshotOf(t *testing.T, m *Manager, name string, freeze bool) *store.Snapshot {
 	t.Helper()
 	ctx := context.Background()
 	img, err := m.images.make(true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for p, b := range map[string][]byte{diskTar: tinyTar(t, "d", 10), "memory/checkpoint.img": []byte("kernel"),
-		"memory/pages_meta.img": []byte("meta"), "memory/pages.img": []byte("pages")} {
+	files := map[string][]byte{diskTar: tinyTar(t, "d", 10), "memory/checkpoint.img": []byte("kernel"),
+		"memory/pages_meta.img": []byte("meta"), "memory/pages.img": []byte("pages")}
+	if freeze {
+		files[slotMetaFile] = []byte(`{}`)
+		files[freezewire.VerdictFile] = []byte(`{"result":"frozen"}`)
+	}
+	for p, b := range files {
 		if err := os.WriteFile(filepath.Join(m.images.dir(img), p), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +87,7 @@ func TestFreezePushedLater(t *testing.T) {
 	m.cfg.After = func(time.Duration) <-chan time.Time { return time.After(10 * time.Millisecond) }
 
 	fz := frozenSnapshot(t, m, "freeze-assert-ab12")
-	named := frozenSnapshot(t, m, "before-the-fix")
+	named := namedSnapshot(t, m, "before-the-fix")
 	m.pushSnapshotSoon(named.Name, named.ID)
 	m.pushSnapshotSoon(fz.Name, fz.ID)
 	info := func(name string) *api.Snapshot {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 
 	"sbx.dev/sbx/api"
 )
@@ -28,8 +29,16 @@ const (
 	maxPendingWhy = 512
 )
 
-// clip is s cut to at most n bytes, on a rune's edge, marked as cut.
+// clip is a registry's words s made fit for a record that kubectl and
+// the CLI show: control and format characters blanked, cut to at most n
+// bytes on a rune's edge, marked as cut.
 func clip(s string, n int) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(s, " "))
 	if len(s) <= n {
 		return s
 	}

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -624,14 +626,16 @@ func progressOf(w http.ResponseWriter, r *http.Request) func(why string) {
 	var last string
 	sent := 0
 	return func(why string) {
+		// the why holds what nodes publish: no control (C0, C1) or format
+		// (bidi) characters, valid UTF-8, cut on a character's edge
 		why = strings.Map(func(r rune) rune {
-			if r < ' ' || r == 0x7f {
+			if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == utf8.RuneError {
 				return ' '
 			}
 			return r
-		}, why)
+		}, strings.ToValidUTF8(why, " "))
 		if len(why) > 2000 {
-			why = why[:2000] + "..."
+			why = strings.ToValidUTF8(why[:2000], "") + "..."
 		}
 		// "waiting up to 1m58s for ...: WHY": the same why, less time, is
 		// no news

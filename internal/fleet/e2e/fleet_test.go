@@ -421,6 +421,24 @@ func TestFleetNodeAgents(t *testing.T) {
 		if err := os.WriteFile(manifest, bound2, 0o644); err != nil {
 			t.Fatal(err)
 		}
+		// attack30's holes: an unbound Sandbox of its own making (the
+		// controller would bind it elsewhere, and the node write on in it),
+		// one labelled another node's, and another node's view
+		manifests := map[string]string{
+			"unbound.json": `{"apiVersion":"` + v1alpha1.APIVersion + `","kind":"Sandbox","metadata":{"name":"unbound-by-node-1","labels":{"sbx.dev/node":"node-1"}},"spec":{"template":"tiny"}}`,
+			"label2.json":  `{"apiVersion":"` + v1alpha1.APIVersion + `","kind":"Sandbox","metadata":{"name":"labelled-node-2","labels":{"sbx.dev/node":"node-2"}},"spec":{"template":"tiny","nodeName":"node-1"}}`,
+			"view2.json":   `{"apiVersion":"` + v1alpha1.APIVersion + `","kind":"SandboxSnapshot","metadata":{"name":"node-2.im-forged","labels":{"sbx.dev/node":"node-1"}},"spec":{"name":"forged"}}`,
+		}
+		tmp := t.TempDir()
+		for name, body := range manifests {
+			if err := os.WriteFile(filepath.Join(tmp, name), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() {
+			f.run(t, true, f.kubectl, "delete", "sandbox", "unbound-by-node-1", "labelled-node-2", "--ignore-not-found", "--wait=false")
+			f.run(t, true, f.kubectl, "delete", "sandboxsnapshot", "node-2.im-forged", "--ignore-not-found", "--wait=false")
+		})
 		leader := filepath.Join(t.TempDir(), "lease.json")
 		if err := os.WriteFile(leader, []byte(`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"sbx-controller-x","namespace":"`+
 			v1alpha1.DefaultNamespace+`"},"spec":{"holderIdentity":"node-1"}}`), 0o644); err != nil {
@@ -438,6 +456,9 @@ func TestFleetNodeAgents(t *testing.T) {
 			{"renew node-2's Lease", []string{"patch", "lease", "node-2", "--type", "merge", "-p", `{"spec":{"holderIdentity":"node-1"}}`}, "writes only its own SandboxNode and Lease"},
 			{"make a Lease not its own", []string{"create", "-f", leader}, "writes only its own SandboxNode and Lease"},
 			{"place a Sandbox on node-2", []string{"create", "-f", manifest}, "node node-1"},
+			{"make an unbound Sandbox", []string{"create", "-f", filepath.Join(tmp, "unbound.json")}, "cannot bind"},
+			{"label a Sandbox node-2's", []string{"create", "-f", filepath.Join(tmp, "label2.json")}, "labels its Sandboxes sbx.dev/node=node-1"},
+			{"write node-2's view", []string{"create", "-f", filepath.Join(tmp, "view2.json")}, "writes only the views named node-1.*"},
 			{"uncordon itself", []string{"patch", "sandboxnode", "node-1", "--type", "merge", "-p", `{"spec":{"unschedulable":false}}`}, "forbidden"},
 			{"delete node-2", []string{"delete", "sandboxnode", "node-2", "--wait=false"}, "forbidden"},
 			{"read secrets", []string{"get", "secrets", "-A"}, "forbidden"},

@@ -13,7 +13,8 @@
 # kubectl apply -f deploy/rbac/. Run: KUBECTL=... SERVER=https://127.0.0.1:PORT
 # bash cel-holes.sh. Each step's output, as seen (kube-apiserver of the
 # cache 41016f898a8c), is under it; a line "HOLE" marks what should have
-# been refused.
+# been refused. The fleet test's "node identity" runs these against the
+# fixed policy (make test), each refused.
 set -u
 K=${KUBECTL:-kubectl}
 S=${SERVER:-https://127.0.0.1:26443}
