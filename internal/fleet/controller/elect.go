@@ -46,7 +46,7 @@ func (c *Controller) RunElected(ctx context.Context, identity string) error {
 		Client:     c.coord,
 		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
 	}
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+	cfg := leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		Name:            LeaderLease,
 		LeaseDuration:   leaderLeaseFor,
@@ -60,8 +60,10 @@ func (c *Controller) RunElected(ctx context.Context, identity string) error {
 				c.Run(ctx)
 			},
 			OnStoppedLeading: func() {
-				c.leading.Store(false)
-				c.log.Info("fleet: this controller no longer leads", "identity", identity)
+				// called at every end of a round, led or not
+				if c.leading.Swap(false) {
+					c.log.Info("fleet: this controller no longer leads", "identity", identity)
+				}
 			},
 			OnNewLeader: func(id string) {
 				if id != identity {
@@ -69,12 +71,15 @@ func (c *Controller) RunElected(ctx context.Context, identity string) error {
 				}
 			},
 		},
-	})
-	if err != nil {
-		return fmt.Errorf("fleet: leader election: %w", err)
 	}
 	for ctx.Err() == nil {
-		le.Run(ctx) // returns when the lead is lost, or ctx ends
+		// an elector per round: one round ends when the lead is lost (or
+		// ctx ends), and the next stands again from nothing
+		le, err := leaderelection.NewLeaderElector(cfg)
+		if err != nil {
+			return fmt.Errorf("fleet: leader election: %w", err)
+		}
+		le.Run(ctx)
 	}
 	return nil
 }
