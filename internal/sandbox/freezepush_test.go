@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log"
@@ -39,11 +40,20 @@ func memorySnapshotOf(t *testing.T, m *Manager, name string, freeze bool) *store
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := map[string][]byte{diskTar: tinyTar(t, "d", 10), "memory/checkpoint.img": []byte("kernel"),
+	files := map[string][]byte{"memory/checkpoint.img": []byte("kernel"),
 		"memory/pages_meta.img": []byte("meta"), "memory/pages.img": []byte("pages")}
+	// a freeze's image is its memory alone, its disk the tar its boot
+	// started from (the record's Disk); a snapshot's holds its disk.tar
+	var disk string
 	if freeze {
 		files[slotMetaFile] = []byte(`{}`)
 		files[freezewire.VerdictFile] = []byte(`{"result":"frozen"}`)
+		disk = filepath.Join(t.TempDir(), "boot.tar")
+		if err := os.WriteFile(disk, tinyTar(t, "d", 10), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		files[diskTar] = tinyTar(t, "d", 10)
 	}
 	for p, b := range files {
 		if err := os.WriteFile(filepath.Join(m.images.dir(img), p), b, 0o600); err != nil {
@@ -55,7 +65,7 @@ func memorySnapshotOf(t *testing.T, m *Manager, name string, freeze bool) *store
 		t.Fatal(err)
 	}
 	sn := &store.Snapshot{Name: name, ID: img, SandboxID: "sb_frozenaaaa", Template: "tiny", Memory: true, MemLimit: 256 << 20,
-		CreatedAt: m.now(), Size: size, TemplateVersion: "sha256:" + strings.Repeat("1", 64)}
+		CreatedAt: m.now(), Size: size, TemplateVersion: "sha256:" + strings.Repeat("1", 64), Disk: disk}
 	if err := m.cfg.Store.CreateSnapshot(ctx, sn); err != nil {
 		t.Fatal(err)
 	}
@@ -118,6 +128,32 @@ func TestFreezePushedLater(t *testing.T) {
 	res, err := b.PullSnapshot(ctx, api.PullRequest{Ref: got.Ref, Name: "from-the-runner"})
 	if err != nil || !res.Snapshot.Memory {
 		t.Fatalf("pull the pushed freeze: %+v %v", res, err)
+	}
+	// with the disk its boot started from (the freeze's image has none)
+	pulled, err := b.cfg.Store.Snapshot(ctx, "from-the-runner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := os.ReadFile(pulled.Disk); err != nil || !bytes.Equal(d, tinyTar(t, "d", 10)) {
+		t.Errorf("the pulled freeze's disk %s: %v, want its boot's tar", pulled.Disk, err)
+	}
+
+	// a freeze of a sandbox that booted on its template alone (no disk
+	// tar): pushed with an empty disk, and pulled
+	bare := frozenSnapshot(t, m, "freeze-bare-ef56")
+	if err := m.cfg.Store.Update(ctx, func(tx *store.Store) error {
+		if err := tx.DeleteSnapshot(ctx, bare.Name); err != nil {
+			return err
+		}
+		bare.Disk = ""
+		return tx.CreateSnapshot(ctx, bare)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	m.pushSnapshotSoon(bare.Name, bare.ID)
+	waitUntil(t, "the bare freeze's ref", func() bool { return info(bare.Name).Ref != "" })
+	if res, err := b.PullSnapshot(ctx, api.PullRequest{Ref: info(bare.Name).Ref, Name: "bare-here"}); err != nil || !res.Snapshot.Memory {
+		t.Fatalf("pull the bare freeze: %+v %v", res, err)
 	}
 
 	// a freeze recorded while sbxd was down, or its push cut short, is

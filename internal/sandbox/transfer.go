@@ -121,7 +121,28 @@ func (m *Manager) PushSnapshot(ctx context.Context, name string, req api.PushReq
 	// the node's own marker of a whole image is written by the node that
 	// puts it together
 	skip := func(p string) bool { return p == completeFile }
-	ref, pushed, err := t.store.Push(ctx, req.Ref, m.images.dir(sn.ID), man, skip, t.opts...)
+	// a freeze's image is its memory alone: its disk is the tar its boot
+	// started from (sn.Disk; the changes since are in the memory), which
+	// a pull needs as the image's disk.tar
+	var extra map[string]string
+	if !fileExists(m.images.disk(sn.ID)) {
+		disk := sn.Disk
+		if disk == "" {
+			// it booted on its template alone: an empty disk
+			f, err := os.CreateTemp(m.cfg.DataDir, ".empty-disk-*.tar")
+			if err != nil {
+				return nil, fmt.Errorf("push %s: %w", sn.Name, err)
+			}
+			defer os.Remove(f.Name())
+			_, werr := f.Write(make([]byte, 1024)) // a tar's end: two zero blocks
+			if cerr := f.Close(); werr != nil || cerr != nil {
+				return nil, fmt.Errorf("push %s: an empty disk: %v", sn.Name, errors.Join(werr, cerr))
+			}
+			disk = f.Name()
+		}
+		extra = map[string]string{diskTar: disk}
+	}
+	ref, pushed, err := t.store.PushWith(ctx, req.Ref, m.images.dir(sn.ID), extra, man, skip, t.opts...)
 	if err != nil {
 		return nil, registryError("push", req.Ref, err)
 	}

@@ -27,6 +27,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 
@@ -170,6 +171,13 @@ func (s *Store) Prune() (int64, error) {
 // also kept in the store, so that a pull of what this node pushed takes
 // nothing from the registry.
 func (s *Store) Push(ctx context.Context, ref string, dir string, m Manifest, skip func(path string) bool, opts ...remote.Option) (string, Manifest, error) {
+	return s.PushWith(ctx, ref, dir, nil, m, skip, opts...)
+}
+
+// PushWith is Push with more files: extra maps a path in the artifact to
+// a regular file of the host (a freeze's disk, which its image only
+// names), pushed after dir's unless dir has that path.
+func (s *Store) PushWith(ctx context.Context, ref string, dir string, extra map[string]string, m Manifest, skip func(path string) bool, opts ...remote.Option) (string, Manifest, error) {
 	r, err := name.ParseReference(ref)
 	if err != nil {
 		return "", m, fmt.Errorf("push: %w", err)
@@ -178,6 +186,22 @@ func (s *Store) Push(ctx context.Context, ref string, dir string, m Manifest, sk
 	m.Schema = Schema
 	m.Files = nil
 	var layers []v1.Descriptor
+	have := map[string]bool{}
+	add := func(p, rel string) error {
+		l, err := newFileLayer(p)
+		if err != nil {
+			return err
+		}
+		if err := remote.WriteLayer(r.Context(), l, opts...); err != nil {
+			return fmt.Errorf("push %s: %w", rel, err)
+		}
+		s.keep(p, l.digest.String())
+		have[rel] = true
+		m.Files = append(m.Files, File{Path: rel, Size: l.size, Digest: l.digest.String()})
+		layers = append(layers, v1.Descriptor{MediaType: FileMediaType, Size: l.size, Digest: l.digest,
+			Annotations: map[string]string{PathAnnotation: rel}})
+		return nil
+	}
 	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -192,22 +216,26 @@ func (s *Store) Push(ctx context.Context, ref string, dir string, m Manifest, sk
 		if skip != nil && skip(filepath.ToSlash(rel)) {
 			return nil
 		}
-		l, err := newFileLayer(p)
-		if err != nil {
-			return err
-		}
-		if err := remote.WriteLayer(r.Context(), l, opts...); err != nil {
-			return fmt.Errorf("push %s: %w", rel, err)
-		}
-		s.keep(p, l.digest.String())
-		rel = filepath.ToSlash(rel)
-		m.Files = append(m.Files, File{Path: rel, Size: l.size, Digest: l.digest.String()})
-		layers = append(layers, v1.Descriptor{MediaType: FileMediaType, Size: l.size, Digest: l.digest,
-			Annotations: map[string]string{PathAnnotation: rel}})
-		return nil
+		return add(p, filepath.ToSlash(rel))
 	})
 	if err != nil {
 		return "", m, fmt.Errorf("push %s: %w", dir, err)
+	}
+	rels := make([]string, 0, len(extra))
+	for rel := range extra {
+		rels = append(rels, rel)
+	}
+	sort.Strings(rels)
+	for _, rel := range rels {
+		if have[rel] {
+			continue
+		}
+		if fi, err := os.Lstat(extra[rel]); err != nil || !fi.Mode().IsRegular() {
+			return "", m, fmt.Errorf("push %s: %s is not a regular file (%v)", rel, extra[rel], err)
+		}
+		if err := add(extra[rel], rel); err != nil {
+			return "", m, fmt.Errorf("push %s: %w", dir, err)
+		}
 	}
 	cfg, err := json.Marshal(m)
 	if err != nil {

@@ -130,6 +130,9 @@ func (s *Store) SetSnapshotRef(ctx context.Context, name, id, ref, pending strin
 		return false, fmt.Errorf("record snapshot %s's ref: %w", name, err)
 	}
 	n, _ := res.RowsAffected()
+	if n > 0 {
+		s.changed() // the fleet's agent mirrors it at once
+	}
 	return n > 0, nil
 }
 

@@ -922,10 +922,11 @@ func TestFleetNodeAgents(t *testing.T) {
 		}
 		frozen := m[1]
 		t.Cleanup(func() { f.run(t, true, filepath.Join(f.root, "bin", "sbx"), n1, "snapshot", "rm", frozen) })
-		var fz api.Snapshot
+		var info struct{ Snapshot api.Snapshot }
 		waitFor(t, "the freeze's ref", 60*time.Second, func() bool {
-			return json.Unmarshal([]byte(f.sbx(t, "--json", "snapshot", "info", frozen)), &fz) == nil && strings.Contains(fz.Ref, "@sha256:")
+			return json.Unmarshal([]byte(f.sbx(t, "--json", "snapshot", "info", frozen)), &info) == nil && strings.Contains(info.Snapshot.Ref, "@sha256:")
 		})
+		fz := info.Snapshot
 		if !strings.HasPrefix(fz.Ref, reg+"/sbx/stops@") || fz.Node != "node-1" {
 			t.Errorf("the freeze: %+v, want on node-1, in %s/sbx/stops", fz, reg)
 		}
