@@ -3,18 +3,11 @@ package sandbox
 import (
 	"bytes"
 	"context"
-	"io"
-	"log"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/google/go-containerregistry/pkg/registry"
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/store"
@@ -80,21 +73,7 @@ func memorySnapshotOf(t *testing.T, m *Manager, name string, freeze bool) *store
 // left unpushed at sbxd's start is pushed then.
 func TestFreezePushedLater(t *testing.T) {
 	ctx := context.Background()
-	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	var down atomic.Bool
-	down.Store(true)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if down.Load() {
-			http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
-			return
-		}
-		reg.ServeHTTP(w, r)
-	}))
-	defer srv.Close()
-	m, _ := newTestManager(t, time.Hour)
-	m.cfg.HostFacts = func() (HostFacts, error) { return testFacts, nil }
-	m.cfg.StopRepository = strings.TrimPrefix(srv.URL, "http://") + "/sbx/stops"
-	m.cfg.After = func(time.Duration) <-chan time.Time { return time.After(10 * time.Millisecond) }
+	m, down := fleetManagerRegistryDown(t)
 
 	fz := frozenSnapshot(t, m, "freeze-assert-ab12")
 	named := namedSnapshot(t, m, "before-the-fix")

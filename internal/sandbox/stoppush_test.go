@@ -23,21 +23,7 @@ import (
 // records nothing.
 func TestStopImagePushedLater(t *testing.T) {
 	ctx := context.Background()
-	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	var down atomic.Bool
-	down.Store(true)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if down.Load() {
-			http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
-			return
-		}
-		reg.ServeHTTP(w, r)
-	}))
-	defer srv.Close()
-	m, _ := newTestManager(t, time.Hour)
-	m.cfg.HostFacts = func() (HostFacts, error) { return testFacts, nil }
-	m.cfg.StopRepository = strings.TrimPrefix(srv.URL, "http://") + "/sbx/stops"
-	m.cfg.After = func(time.Duration) <-chan time.Time { return time.After(10 * time.Millisecond) }
+	m, down := fleetManagerRegistryDown(t)
 	sb := stoppedSandbox(t, m, "kept")
 
 	m.pushStopSoon(sb.ID, sb.Image)
@@ -123,4 +109,26 @@ func TestStopPushYields(t *testing.T) {
 	if _, err := m.cfg.Store.Sandbox(context.Background(), sb.ID); err == nil {
 		t.Error("the sandbox is still recorded after its delete")
 	}
+}
+
+// fleetManagerRegistryDown is a test manager in a fleet whose registry
+// answers 503 until down is set false; its retries wait 10 ms.
+func fleetManagerRegistryDown(t *testing.T) (*Manager, *atomic.Bool) {
+	t.Helper()
+	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	down := new(atomic.Bool)
+	down.Store(true)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
+			return
+		}
+		reg.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	m, _ := newTestManager(t, time.Hour)
+	m.cfg.HostFacts = func() (HostFacts, error) { return testFacts, nil }
+	m.cfg.StopRepository = strings.TrimPrefix(srv.URL, "http://") + "/sbx/stops"
+	m.cfg.After = func(time.Duration) <-chan time.Time { return time.After(10 * time.Millisecond) }
+	return m, down
 }
