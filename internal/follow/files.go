@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/fsnotify/fsnotify"
 )
@@ -27,8 +28,9 @@ type Files struct {
 }
 
 type dirWatch struct {
-	n int // followers
-	b Broadcast
+	n      int // followers
+	b      Broadcast
+	closed atomic.Bool // by Close: each follower is woken once more
 }
 
 // Watch starts telling of the changes in dir. It returns the Source of
@@ -78,8 +80,24 @@ func (f *Files) Watch(dir string) (Source, func(), error) {
 	}
 	var once sync.Once
 	stop := func() { once.Do(func() { f.unwatch(dir, d) }) }
-	return d.b.Wait, stop, nil
+	return d.source(), stop, nil
 }
+
+// source is one follower's Source of d. A follower that takes its channel
+// only after Close woke the others is woken too, once: the channel first,
+// then closed, as Close sets closed before it notifies.
+func (d *dirWatch) source() Source {
+	var told atomic.Bool
+	return func() <-chan struct{} {
+		ch := d.b.Wait()
+		if d.closed.Load() && told.CompareAndSwap(false, true) {
+			return closedChan
+		}
+		return ch
+	}
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 func (f *Files) unwatch(dir string, d *dirWatch) {
 	f.opMu.Lock()
@@ -147,6 +165,7 @@ func (f *Files) Close() error {
 	f.dirs = nil
 	f.mu.Unlock()
 	for _, d := range all {
+		d.closed.Store(true)
 		d.wake() // their followers look once more, then wait on ctx
 	}
 	if f.w == nil {

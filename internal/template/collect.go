@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -280,7 +281,9 @@ func readLease(path string) (refs []string, held bool, err error) {
 	case !errors.Is(err, unix.EWOULDBLOCK):
 		return nil, false, fmt.Errorf("lock %s: %w", path, err)
 	}
-	b, err := os.ReadFile(path)
+	// from the file opened, not its path: its owner may end the lease (and
+	// remove the file) at any instant, since release is not in critical
+	b, err := io.ReadAll(f)
 	if err != nil {
 		return nil, false, err
 	}
