@@ -154,7 +154,7 @@ bench: deps build fleet-tools
 ## and a memory fork 10x each, the memory 8 idle forks share (density) once,
 ## and a freeze 10x, each with its goal and met or MISSED (a few minutes)
 bench-quick: deps build
-	$(GO) test -run '^$$' -bench '^Benchmark(Create|CreateWarm|Exec|ExecCLI|MemoryFork)$$' -benchtime 10x -timeout 15m ./internal/e2e/
+	$(GO) test -run '^$$' -bench '^Benchmark(Create|CreateWarm|Exec|ExecCLI|ExecChannel|ExecCLIChannel|MemoryFork)$$' -benchtime 10x -timeout 15m ./internal/e2e/
 	$(GO) test -run '^$$' -bench '^BenchmarkForkShare$$' -benchtime 1x -timeout 15m ./internal/e2e/
 	$(GO) test -run '^$$' -bench '^BenchmarkFreeze$$' -benchtime 10x -timeout 15m ./internal/e2e/
 

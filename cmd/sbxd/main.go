@@ -54,10 +54,12 @@ type config struct {
 	logLevel  string
 	logJSON   bool
 	runscLog  string
-	cleanup   bool
-	orphans   time.Duration
-	lifetime  time.Duration
-	shutdown  time.Duration
+	// execChannel: execs over a connection init keeps open (runsc/channel.go)
+	execChannel bool
+	cleanup     bool
+	orphans     time.Duration
+	lifetime    time.Duration
+	shutdown    time.Duration
 
 	previewListen string
 	previewDomain string
@@ -208,6 +210,7 @@ func main() {
 	fs.StringVar(&c.template, "default-template", "base", "template of sandboxes created without one")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.logJSON, "log-json", false, "log JSON lines instead of text")
+	fs.BoolVar(&c.execChannel, "exec-channel", false, "send execs over a connection each sandbox's init keeps open to sbxd, not a `runsc exec` each (gives runsc --host-uds=open; see the README)")
 	fs.StringVar(&c.runscLog, "runsc-debug-log", "", "directory for runsc's debug logs (debugging runsc itself; large)")
 	fs.DurationVar(&c.orphans, "orphan-grace", sandbox.DefaultOrphanGrace, "how long a hibernation image is kept after its sandbox is deleted")
 	fs.DurationVar(&c.lifetime, "max-lifetime", 0, "cap every sandbox's life at this long from its creation (0: no cap); persistent sandboxes are then refused")
@@ -394,7 +397,7 @@ func run(c config) error {
 	}
 	apiConns, previewConns, reserve := server.ConnBudget(nofile, c.maxConns)
 	log.Info("connection limits", "open_files", nofile, "reserve", reserve, "api", apiConns, "preview", previewConns)
-	driver := &runsc.Driver{Path: c.runsc, Root: filepath.Join(c.dataDir, "runsc")}
+	driver := &runsc.Driver{Path: c.runsc, Root: filepath.Join(c.dataDir, "runsc"), ExecChannel: c.execChannel}
 	// runsc's own errors about a sandbox go to its directory: the `runtime`
 	// log stream. Never for a sandbox whose directory is gone (runsc would
 	// fail to open the file, and say nothing else).
@@ -417,6 +420,7 @@ func run(c config) error {
 		DataDir: c.dataDir, Tag: c.tag, Runtime: driver, Networks: nets, Templates: templates,
 		Store: st, AgentBinary: c.agent, DefaultTemplate: c.template, Logger: log, OrphanGrace: c.orphans, MaxLifetime: c.lifetime,
 		Metrics: metrics.Default, Limits: c.limits, Warm: c.warm, StoppedRetention: c.stoppedRetention, OutputHead: head, OutputTail: tail,
+		ExecChannel: c.execChannel,
 		FreezeQuota: &c.freezeQuota, StorageMax: c.storageMaxN, OrphanMax: c.orphanMaxN, StopRepository: c.fleetRegistry,
 		HostFacts: sync.OnceValues(func() (sandbox.HostFacts, error) {
 			f, err := agent.ReadFacts(c.runsc, c.dataDir, "", version) // at the first push of a memory image

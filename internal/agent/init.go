@@ -22,6 +22,7 @@ import (
 	"sbx.dev/sbx/internal/agent/hooks"
 	"sbx.dev/sbx/internal/atomicfile"
 	"sbx.dev/sbx/internal/procfs"
+	"sbx.dev/sbx/internal/wire/agentwire"
 	"sbx.dev/sbx/internal/wire/freezewire"
 )
 
@@ -124,6 +125,9 @@ func runInit(stderr io.Writer) int {
 	}
 	_ = os.Unsetenv(CrashesEnv)
 	s.start()
+	if channelAvailable() {
+		serveChannel(agentwire.ChannelSocket)
+	}
 	<-sigs
 	return 0
 }

@@ -10,8 +10,9 @@ import (
 	"sbx.dev/sbx/api"
 )
 
-func TestExec(t *testing.T) {
-	d := shared
+func TestExec(t *testing.T) { testExec(t, shared) }
+
+func testExec(t *testing.T, d *daemon) {
 	id := d.newSandbox(t, "--template", "tiny")
 	tests := []struct {
 		name       string
@@ -50,8 +51,9 @@ func TestExec(t *testing.T) {
 
 // TestExecTimeout: the platform kills the command and its children inside
 // the sandbox, and the exit code is 124, whatever the client does.
-func TestExecTimeout(t *testing.T) {
-	d := shared
+func TestExecTimeout(t *testing.T) { testExecTimeout(t, shared) }
+
+func testExecTimeout(t *testing.T, d *daemon) {
 	id := d.newSandbox(t, "--template", "tiny")
 	start := time.Now()
 	r := d.sbx(t, "exec", id, "--timeout", "1s", "--", "sh", "-c", "(setsid sleep 300 &); sleep 300 & echo started; wait")
@@ -88,8 +90,9 @@ func TestExecTimeout(t *testing.T) {
 	}
 }
 
-func TestExecDetachAndLogs(t *testing.T) {
-	d := shared
+func TestExecDetachAndLogs(t *testing.T) { testExecDetachAndLogs(t, shared) }
+
+func testExecDetachAndLogs(t *testing.T, d *daemon) {
 	id := d.newSandbox(t, "--template", "tiny")
 	var e api.Exec
 	d.jsonOut(t, &e, "exec", id, "--detach", "--", "sh", "-c", "for i in 1 2 3; do echo line$i; sleep 0.3; done; echo err >&2; exit 5")

@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"sbx.dev/sbx/internal/wire/agentwire"
 )
 
 // A checkpoint's state file (checkpoint.img) starts with runsc's magic, an
@@ -105,7 +107,7 @@ func CheckImageSpec(imageDir string) error {
 		return nil
 	}
 	ours := map[string]specs.Mount{}
-	for _, m := range Spec(SpecOptions{}).Mounts {
+	for _, m := range Spec(SpecOptions{ChannelDir: "/"}).Mounts {
 		ours[m.Destination] = m
 	}
 	for _, spec := range all {
@@ -186,6 +188,11 @@ func fitMounts(image, bundle []specs.Mount) ([]specs.Mount, bool) {
 		switch s, ok := src[m.Destination]; {
 		case ok:
 			m.Source = s
+		case m.Destination == agentwire.ChannelDir:
+			// an exec channel the bundle has none of: never the image's
+			// source (the host directory of another sandbox, or anything a
+			// pulled image names); runsc refuses the restore instead
+			continue
 		case strings.HasPrefix(m.Destination, "/etc/") && src[RunSbx+"/etc"] != "":
 			m.Source = filepath.Join(src[RunSbx+"/etc"], filepath.Base(m.Destination))
 		}

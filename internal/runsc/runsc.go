@@ -43,6 +43,11 @@ type Driver struct {
 	// added to its environment.
 	ShimBinary string
 	ShimEnv    []string
+	// ExecChannel sends execs over the channel each sandbox's init keeps
+	// open (channel.go), and gives runsc --host-uds=open so that it can.
+	ExecChannel bool
+
+	channels channelTable
 }
 
 // logFlag is --log for calls about sandbox id.
@@ -124,6 +129,11 @@ func WithStarted(ctx context.Context, fn func(Proc)) context.Context {
 
 func (d *Driver) globalArgs() []string {
 	args := []string{"--root", d.Root}
+	if d.ExecChannel {
+		// init may connect to the host's unix sockets in its mounts: the
+		// channel's, the only one there (its directory is root's alone)
+		args = append(args, "--host-uds=open")
+	}
 	return append(args, d.Flags...)
 }
 
@@ -246,6 +256,10 @@ type RunOptions struct {
 	// PodInitConfig, if set, is runsc's --pod-init-config: the runtime
 	// monitoring session (points and sink) the sandbox starts with.
 	PodInitConfig string
+	// Channel is the host directory bound at agentwire.ChannelDir (the
+	// spec's SpecOptions.ChannelDir): with ExecChannel, the driver listens
+	// there for the sandbox's init before it starts.
+	Channel string
 }
 
 // NetworkNone is a sandbox without a network: loopback only.
@@ -288,6 +302,9 @@ func (d *Driver) Run(ctx context.Context, id string, o RunOptions) error {
 func (d *Driver) start(ctx context.Context, verb, id string, o RunOptions, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
 	defer cancel()
+	// init dials as soon as it runs: listen first. A channel that cannot
+	// be opened leaves the execs to shims, as without one.
+	_ = d.OpenChannel(id, o.Channel)
 	cmd := d.Command(ctx, verb, append(d.logFlag(id), sandboxFlags(o)...), args...)
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
@@ -526,6 +543,7 @@ func (d *Driver) Resume(ctx context.Context, id string) error {
 
 // Delete forcibly removes sandbox id; a sandbox runsc does not know is not an error.
 func (d *Driver) Delete(ctx context.Context, id string) error {
+	d.CloseChannel(id)
 	_, err := d.run(ctx, nil, "delete", id, "--force", id)
 	if errors.Is(err, ErrNotExist) {
 		return nil

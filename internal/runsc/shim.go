@@ -395,28 +395,12 @@ func shimExec(spec ShimSpec, say func(string, ...any)) int {
 	// DESIGN says. (TestLimits, in CI: a ready sandbox whose execs were
 	// lost; its cgroup's oom_kill counted a kill in every run.)
 	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0) // root's; otherwise as before
-	open := func(name string) (*cappedFile, error) {
-		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			return nil, err
-		}
-		var used int64
-		if fi, err := f.Stat(); err == nil {
-			used = fi.Size()
-		}
-		return newCappedFile(f, name, spec.Head, spec.Tail, used), nil
-	}
-	stdout, err := open("stdout")
+	out, err := openOutputs(dir, spec.Head, spec.Tail, spec.Offsets)
 	if err != nil {
 		say("lost %s", err)
 		return 1
 	}
-	stderr, err := open("stderr")
-	if err != nil {
-		stdout.Close()
-		say("lost %s", err)
-		return 1
-	}
+	stdout, stderr := out.stdout, out.stderr
 	// the request is read once, then gone from the disk
 	stdinPath := filepath.Join(dir, shimStdin)
 	var stdin io.Reader = nil
@@ -465,7 +449,6 @@ func shimExec(spec ShimSpec, say func(string, ...any)) int {
 		return 1
 	}
 	code, known, lost := -1, false, ""
-	offsets := spec.Offsets
 	waited := make(chan error, 1)
 	if spec.Framed {
 		// Our copy of the pipe's write end goes, so that its end is runsc
@@ -500,23 +483,9 @@ func shimExec(spec ShimSpec, say func(string, ...any)) int {
 				}
 				break
 			}
-			switch typ {
-			case frame.Stdout:
-				_, _ = stdout.Write(p)
-				offsets[0] += int64(len(p))
-			case frame.Stderr:
-				_, _ = stderr.Write(p)
-				offsets[1] += int64(len(p))
-			case frame.Pid:
-				if n, err := frame.Code(p); err == nil {
-					_ = writeFile0600(filepath.Join(dir, PidFile), []byte(strconv.Itoa(n)+"\n"))
-					say("pid %d", n)
-				}
-			case frame.Exit:
-				if n, err := frame.Code(p); err == nil {
-					code, known = n, true
-					break frames // the copier's last word
-				}
+			if c, ok := out.take(typ, p, say); ok {
+				code, known = c, true
+				break frames // the copier's last word
 			}
 		}
 		_ = outPipe.(*os.File).SetReadDeadline(time.Now().Add(drainGrace))
@@ -533,24 +502,92 @@ func shimExec(spec ShimSpec, say func(string, ...any)) int {
 			lost = "runsc: " + tail([]byte(s))
 		}
 	}
-	_ = stdout.Close()
-	_ = stderr.Close()
-	_ = writeFile0600(filepath.Join(dir, OffsetsFile), []byte(fmt.Sprintf("%d %d\n", offsets[0], offsets[1])))
+	out.close()
 	if !known {
 		say("lost %s", lost)
 		return 0
 	}
 	say("exit %d", code)
-	// The exit file is how a restarted sbxd learns the end: written as
-	// soon as there is room for it (a full disk frees up), for a day.
+	writeExitFile(dir, code)
+	return 0
+}
+
+// outputs are an exec's streams as the host keeps them (within a budget),
+// and how far into the command's output inside the sandbox a copy got.
+type outputs struct {
+	dir            string
+	stdout, stderr *cappedFile
+	offsets        [2]int64
+}
+
+// openOutputs opens dir's stdout and stderr to append to, a copy starting
+// at offsets of the command's output.
+func openOutputs(dir string, head, tail int64, offsets [2]int64) (*outputs, error) {
+	open := func(name string) (*cappedFile, error) {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		var used int64
+		if fi, err := f.Stat(); err == nil {
+			used = fi.Size()
+		}
+		return newCappedFile(f, name, head, tail, used), nil
+	}
+	stdout, err := open("stdout")
+	if err != nil {
+		return nil, err
+	}
+	stderr, err := open("stderr")
+	if err != nil {
+		stdout.Close()
+		return nil, err
+	}
+	return &outputs{dir: dir, stdout: stdout, stderr: stderr, offsets: offsets}, nil
+}
+
+// take keeps one frame of a copier's; it returns the exit code when the
+// frame is the last one, the exit frame.
+func (o *outputs) take(typ byte, p []byte, say func(string, ...any)) (int, bool) {
+	switch typ {
+	case frame.Stdout:
+		_, _ = o.stdout.Write(p)
+		o.offsets[0] += int64(len(p))
+	case frame.Stderr:
+		_, _ = o.stderr.Write(p)
+		o.offsets[1] += int64(len(p))
+	case frame.Pid:
+		if n, err := frame.Code(p); err == nil {
+			_ = writeFile0600(filepath.Join(o.dir, PidFile), []byte(strconv.Itoa(n)+"\n"))
+			say("pid %d", n)
+		}
+	case frame.Exit:
+		if n, err := frame.Code(p); err == nil {
+			return n, true
+		}
+	}
+	return 0, false
+}
+
+// close closes the streams and records the offsets reached, for the next
+// copy (a re-attach).
+func (o *outputs) close() {
+	_ = o.stdout.Close()
+	_ = o.stderr.Close()
+	_ = writeFile0600(filepath.Join(o.dir, OffsetsFile), []byte(fmt.Sprintf("%d %d\n", o.offsets[0], o.offsets[1])))
+}
+
+// writeExitFile records an exec's exit code: the exit file is how a
+// restarted sbxd learns the end, written as soon as there is room for it
+// (a full disk frees up), for a day.
+func writeExitFile(dir string, code int) {
 	for deadline := time.Now().Add(24 * time.Hour); ; {
 		err := writeFile0600(filepath.Join(dir, ExitFile), []byte(strconv.Itoa(code)+"\n"))
 		if err == nil || !errors.Is(err, syscall.ENOSPC) || time.Now().After(deadline) {
-			break
+			return
 		}
 		time.Sleep(time.Second)
 	}
-	return 0
 }
 
 // drainGrace is how long the shim reads a copier's output after runsc exec
@@ -660,6 +697,10 @@ type ShimExec struct {
 	Head, Tail int64
 	// Stall: see ShimSpec.Stall.
 	Stall time.Duration
+	// Channel is the sandbox's exec channel directory (channel.go): with
+	// Driver.ExecChannel the exec goes over a connection there when init
+	// has one open, through a shim and `runsc exec` when not.
+	Channel string
 }
 
 // StartExec starts a shim that runs o.Args in sandbox id through `runsc
@@ -668,6 +709,20 @@ func (d *Driver) StartExec(id string, o ShimExec) (*Shim, error) {
 	head, tailN := o.Head, o.Tail
 	if head == 0 {
 		head, tailN = DefaultOutputHead, DefaultOutputTail
+	}
+	if d.ExecChannel && o.Channel != "" {
+		ch := d.channel(id)
+		if ch == nil {
+			// an sbxd restarted: listen again, for the execs that follow
+			if err := d.OpenChannel(id, o.Channel); err != nil {
+				return nil, &Error{Verb: "exec", ID: id, Err: err}
+			}
+		} else if c := ch.take(); c != nil {
+			if sh, err := d.channelExec(c, o, head, tailN); err == nil {
+				return sh, nil
+			}
+			// the connection failed: a shim, as without a channel
+		}
 	}
 	argv := d.ExecArgv(id, ExecOptions{Args: o.Args})
 	sh, err := d.StartShim(ShimSpec{Kind: "exec", Dir: o.Dir, Argv: argv, Framed: true, RuntimeLog: o.RuntimeLog, Head: head, Tail: tailN, Offsets: o.Offsets, Stall: o.Stall}, o.Stdin, nil)

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"sbx.dev/sbx/internal/wire/agentwire"
 )
 
 // AgentDir is where the sbx agent directory is mounted inside every sandbox.
@@ -48,6 +50,10 @@ type SpecOptions struct {
 	Env  []string
 	// Annotations go into the spec as they are.
 	Annotations map[string]string
+	// ChannelDir is the host directory bound read-only at
+	// agentwire.ChannelDir, where sbxd listens for init (the exec channel);
+	// "" binds none.
+	ChannelDir string
 }
 
 // WriteBundle writes config.json for o into bundle.
@@ -118,6 +124,9 @@ func Spec(o SpecOptions) *specs.Spec {
 			},
 			Resources: resources(o),
 		},
+	}
+	if o.ChannelDir != "" {
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: agentwire.ChannelDir, Type: "bind", Source: o.ChannelDir, Options: []string{"rbind", "ro"}})
 	}
 	return s
 }

@@ -64,6 +64,7 @@ type execHost interface {
 	dataDirError(err error) error
 	execDir(sandboxID, execID string) string
 	runtimeLog(id string) string
+	channelDir(id string) string
 	watchDir(dir string) (follow.Source, func(), error)
 	agentCall(ctx context.Context, ref string, stdin io.Reader, stdout io.Writer, args ...string) error
 	touch(ctx context.Context, id string)
@@ -102,6 +103,7 @@ func (h managerExecHost) execDir(sandboxID, execID string) string {
 	return h.m.execDir(sandboxID, execID)
 }
 func (h managerExecHost) runtimeLog(id string) string { return h.m.runtimeLog(id) }
+func (h managerExecHost) channelDir(id string) string { return h.m.channelDir(id) }
 func (h managerExecHost) watchDir(dir string) (follow.Source, func(), error) {
 	return h.m.files.Watch(dir)
 }
@@ -375,6 +377,7 @@ func (x *execOwner) startCopier(run *execRun, argv []string, stdin []byte, offse
 	sh, err := x.host.StartExec(run.exec.SandboxID, runsc.ShimExec{
 		Dir: run.dir, Args: argv, Stdin: stdin, Offsets: offsets,
 		RuntimeLog: x.host.runtimeLog(run.exec.SandboxID), Head: x.head, Tail: x.tail, Stall: copierStall,
+		Channel: x.host.channelDir(run.exec.SandboxID),
 	})
 	if err != nil {
 		return err

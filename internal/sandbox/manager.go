@@ -122,6 +122,11 @@ type Config struct {
 	// StoppedRetention deletes a sandbox that has been stopped for longer
 	// (0: never). The idle reaper never takes a stopped sandbox.
 	StoppedRetention time.Duration
+	// ExecChannel binds every sandbox an exec channel directory
+	// (runsc.SpecOptions.ChannelDir) that the runtime listens on, so that
+	// execs go over a connection init keeps open (sbxd --exec-channel; the
+	// runtime must be told too).
+	ExecChannel bool
 	// OutputHead and OutputTail are the budget of each output stream of an
 	// exec and of the console: the first OutputHead bytes are kept, then
 	// only the last OutputTail (0: runsc's defaults).
@@ -235,9 +240,17 @@ func New(cfg Config) (*Manager, error) {
 	return m, nil
 }
 
-func (m *Manager) sandboxesDir() string         { return filepath.Join(m.cfg.DataDir, "sandboxes") }
-func (m *Manager) sandboxDir(id string) string  { return filepath.Join(m.sandboxesDir(), id) }
-func (m *Manager) agentDir() string             { return filepath.Join(m.cfg.DataDir, "agent") }
+func (m *Manager) sandboxesDir() string        { return filepath.Join(m.cfg.DataDir, "sandboxes") }
+func (m *Manager) sandboxDir(id string) string { return filepath.Join(m.sandboxesDir(), id) }
+func (m *Manager) agentDir() string            { return filepath.Join(m.cfg.DataDir, "agent") }
+
+// channelDir is sandbox id's exec channel directory, "" without one.
+func (m *Manager) channelDir(id string) string {
+	if !m.cfg.ExecChannel {
+		return ""
+	}
+	return filepath.Join(m.sandboxDir(id), "chan")
+}
 func (m *Manager) cgroupsPath(id string) string { return cgroup.Path(m.cfg.Tag, id) }
 
 // cgroupOf is sandbox id's cgroup on the host.

@@ -121,3 +121,31 @@ type StartRequest struct {
 	User    string `json:"user,omitempty"`
 	Timeout string `json:"timeout,omitempty"`
 }
+
+// The exec channel: sbxd listens on a unix socket in a host directory bound
+// read-only at ChannelDir (root's alone: 0700), and init keeps connections
+// to it open (gVisor's --host-uds=open lets it connect), so that an exec is
+// a message on a connection already there rather than a `runsc exec`. Each
+// connection carries one ChannelRequest, then the frames (package frame) of
+// what it asks for, as `sbx-agent start` or `attach --framed` would send
+// them on their stdout, and is closed after the exit frame.
+const (
+	ChannelDir    = "/run/sbx/chan"
+	ChannelSocket = ChannelDir + "/agent.sock"
+)
+
+// ChannelRequest is what sbxd sends first on an exec channel's connection:
+// the agent's arguments ("start", or "attach" and its flags) and what that
+// command would read on its stdin (a StartRequest). It is one JSON line.
+type ChannelRequest struct {
+	Args  []string `json:"args"`
+	Stdin []byte   `json:"stdin,omitempty"`
+}
+
+// ChannelPing is what init sends on an idle channel connection, so that it
+// learns when a capture closed it; no frame starts with it.
+const ChannelPing = 0
+
+// MaxChannelRequest bounds a ChannelRequest's line: a start request (8 MiB
+// at most) in base64, with room for the rest.
+const MaxChannelRequest = 12 << 20

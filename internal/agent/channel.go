@@ -1,0 +1,147 @@
+package agent
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"time"
+
+	"sbx.dev/sbx/internal/wire/agentwire"
+	"sbx.dev/sbx/internal/wire/frame"
+)
+
+// The exec channel, init's side (agentwire.ChannelSocket): init keeps
+// channelIdle connections to sbxd open, each waiting for one request. A
+// request is served as `sbx-agent start` or `attach --framed` would serve
+// it, with the connection as its stdout, in a goroutine of init rather than
+// in a process `runsc exec` starts: the command is init's child either way.
+// Once served, the connection is closed and a new one dialed.
+//
+// gVisor closes a sandbox's host sockets when it saves it (a checkpoint,
+// also one that leaves it running), and does not wake a reader of one: an
+// idle connection sends a ping (a NUL byte, which no frame starts with)
+// every channelPing, and a failed ping replaces it. A restored sandbox's
+// connections fail at once.
+const (
+	channelIdle = 2
+	channelPing = 200 * time.Millisecond
+	// channelBackoffMax bounds the wait between dials while nobody listens
+	// (an sbxd without the channel, or one restarting).
+	channelBackoffMax = 5 * time.Second
+)
+
+// serveChannel keeps init's connections to the exec channel at path, for
+// the life of the process.
+func serveChannel(path string) {
+	for i := 0; i < channelIdle; i++ {
+		go channelLoop(path)
+	}
+}
+
+func channelLoop(path string) {
+	for n := 0; ; {
+		conn, err := net.Dial("unix", path)
+		if err != nil {
+			n++
+			time.Sleep(min(backoff(n)*10, channelBackoffMax))
+			continue
+		}
+		n = 0
+		serveChannelConn(conn)
+		conn.Close()
+	}
+}
+
+// serveChannelConn waits on conn for one request, pinging while it waits,
+// and serves it.
+func serveChannelConn(conn net.Conn) {
+	r := bufio.NewReaderSize(conn, 64<<10)
+	for {
+		_ = conn.SetReadDeadline(time.Now().Add(channelPing))
+		_, err := r.Peek(1)
+		if err == nil {
+			break
+		}
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			return // closed: sbxd went, or a capture closed it
+		}
+		if _, err := conn.Write([]byte{agentwire.ChannelPing}); err != nil {
+			return
+		}
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(clientTimeout))
+	line, err := readLine(r, agentwire.MaxChannelRequest)
+	_ = conn.SetReadDeadline(time.Time{})
+	fw := frame.NewWriter(conn)
+	fail := func(format string, args ...any) {
+		_ = fw.Write(frame.Stderr, []byte("sbx: "+fmt.Sprintf(format, args...)+"\n"))
+		_ = fw.WriteCode(frame.Exit, ExitUsageExec)
+	}
+	if err != nil {
+		fail("channel: read the request: %s", err)
+		return
+	}
+	var req agentwire.ChannelRequest
+	if err := json.Unmarshal(line, &req); err != nil || len(req.Args) == 0 {
+		fail("channel: bad request")
+		return
+	}
+	serveChannelRequest(req, conn, fail)
+}
+
+// serveChannelRequest runs what a channel request asks for, writing its
+// frames to w. Only the copiers' two commands are served.
+func serveChannelRequest(req agentwire.ChannelRequest, w io.Writer, fail func(string, ...any)) {
+	switch req.Args[0] {
+	case "start":
+		if len(req.Args) != 1 {
+			fail("channel: start takes no arguments")
+			return
+		}
+		runStart(bytes.NewReader(req.Stdin), w, io.Discard)
+	case "attach":
+		if !slices.Contains(req.Args[1:], "--framed") {
+			fail("channel: attach is --framed here")
+			return
+		}
+		runAttach(req.Args[1:], w, io.Discard)
+	default:
+		fail("channel: %.32q is not served here", req.Args[0])
+	}
+}
+
+// readLine reads one line of at most max bytes (without its newline).
+func readLine(r *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if len(line)+len(chunk) > max+1 {
+			return nil, fmt.Errorf("the request is longer than %d bytes", max)
+		}
+		line = append(line, chunk...)
+		switch {
+		case err == nil:
+			return line[:len(line)-1], nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && len(line) > 0:
+			return nil, io.ErrUnexpectedEOF
+		default:
+			return nil, err
+		}
+	}
+}
+
+// channelAvailable reports whether the exec channel's directory is there
+// (a sandbox booted by an sbx that binds it).
+func channelAvailable() bool {
+	_, err := os.Stat(agentwire.ChannelDir)
+	return err == nil
+}

@@ -1,0 +1,140 @@
+package agent
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"sbx.dev/sbx/internal/wire/agentwire"
+)
+
+// channelPair is the two ends of one exec channel connection: host (the
+// test, as sbxd) and init's, served by serveChannelConn.
+func channelPair(t *testing.T) (host net.Conn, served chan struct{}) {
+	t.Helper()
+	ln, err := net.Listen("unix", filepath.Join(t.TempDir(), "agent.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	served = make(chan struct{})
+	go func() {
+		defer close(served)
+		c, err := net.Dial("unix", ln.Addr().String())
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		serveChannelConn(c)
+	}()
+	host, err = ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { host.Close() })
+	return host, served
+}
+
+// askChannel sends req on host and returns the frames that come back,
+// without the pings before them, and how many pings there were.
+func askChannel(t *testing.T, host net.Conn, req agentwire.ChannelRequest) (frames []byte, pings int) {
+	t.Helper()
+	line, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := host.Write(append(line, '\n')); err != nil {
+		t.Fatal(err)
+	}
+	_ = host.SetReadDeadline(time.Now().Add(20 * time.Second))
+	b, err := io.ReadAll(host)
+	if err != nil {
+		t.Fatalf("read the frames: %v", err)
+	}
+	for len(b) > 0 && b[0] == agentwire.ChannelPing {
+		b, pings = b[1:], pings+1
+	}
+	return b, pings
+}
+
+// TestChannelServesStart: a start on the channel is the start of `sbx-agent
+// start`: the command's pid, output and exit code, as frames, and the
+// connection closed after them; an idle connection pings while it waits.
+func TestChannelServesStart(t *testing.T) {
+	startSupervisor(t)
+	host, served := channelPair(t)
+	time.Sleep(3 * channelPing) // idle: pings come
+	req, _ := json.Marshal(StartRequest{ID: newExecID(), Argv: []string{"sh", "-c", "echo out; echo err >&2; exit 3"}, Env: []string{"K=V"}})
+	b, pings := askChannel(t, host, agentwire.ChannelRequest{Args: []string{"start"}, Stdin: req})
+	stdout, stderr, pid, exit := decodeFrames(t, b)
+	if stdout != "out\n" || stderr != "err\n" || exit != 3 || pid <= 0 {
+		t.Errorf("over the channel: stdout %q, stderr %q, pid %d, exit %d; want out, err, a pid, 3", stdout, stderr, pid, exit)
+	}
+	if pings < 1 {
+		t.Errorf("an idle connection sent %d pings in %s; want some (a capture's close is seen by them)", pings, 3*channelPing)
+	}
+	select {
+	case <-served:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the connection was not let go after its request")
+	}
+}
+
+// TestChannelAttach: attach --framed follows a command started before, from
+// offsets; attach without --framed, other subcommands, bad and oversized
+// requests are refused with exit 125 and a word why.
+func TestChannelAttach(t *testing.T) {
+	startSupervisor(t)
+	id := newExecID()
+	var out bytes.Buffer
+	Main([]string{"start"}, startReq(t, StartRequest{ID: id, Argv: []string{"sh", "-c", "echo one; sleep 0.3; echo two"}}), &out, io.Discard)
+	host, _ := channelPair(t)
+	b, _ := askChannel(t, host, agentwire.ChannelRequest{Args: []string{"attach", "--framed", "--id", id, "--stdout-offset", "4"}})
+	if stdout, _, _, exit := decodeFrames(t, b); stdout != "two\n" || exit != 0 {
+		t.Errorf("attach from offset 4: stdout %q, exit %d; want \"two\\n\", 0", stdout, exit)
+	}
+	for _, tc := range []struct {
+		name string
+		line string
+		want string
+	}{
+		{"attach, not framed", `{"args":["attach","--id","` + id + `"]}`, "--framed"},
+		{"another subcommand", `{"args":["rm","/"]}`, "not served"},
+		{"no arguments", `{"args":[]}`, "bad request"},
+		{"not JSON", `{"args":`, "bad request"},
+		{"start with arguments", `{"args":["start","x"]}`, "no arguments"},
+		{"too long", `{"args":["start"],"stdin":"` + strings.Repeat("A", agentwire.MaxChannelRequest) + `"}`, "longer than"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			host, _ := channelPair(t)
+			if _, err := io.WriteString(host, tc.line+"\n"); err != nil {
+				t.Fatal(err)
+			}
+			_ = host.SetReadDeadline(time.Now().Add(10 * time.Second))
+			b, _ := io.ReadAll(bufio.NewReader(host))
+			b = bytes.TrimLeft(b, "\x00")
+			_, stderr, _, exit := decodeFrames(t, b)
+			if exit != ExitUsageExec || !strings.Contains(stderr, tc.want) {
+				t.Errorf("%s: exit %d, stderr %q; want %d and %q", tc.name, exit, stderr, ExitUsageExec, tc.want)
+			}
+		})
+	}
+}
+
+// TestChannelIdleClosed: a connection closed while idle (sbxd gone, a
+// capture) ends its wait, so that init dials a new one.
+func TestChannelIdleClosed(t *testing.T) {
+	host, served := channelPair(t)
+	host.Close()
+	select {
+	case <-served:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a closed idle connection is still waited on")
+	}
+}

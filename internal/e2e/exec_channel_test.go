@@ -1,0 +1,174 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"sbx.dev/sbx/api"
+)
+
+// viaChannel reports whether exec ex of sandbox id went over the exec
+// channel: the host's own record (its directory holds no shim's spec),
+// not anything the sandbox says.
+func viaChannel(d *daemon, id, ex string) bool {
+	dir := filepath.Join(d.dir, "sandboxes", id, "execs", ex)
+	if _, err := os.Stat(dir); err != nil {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(dir, "shim.json"))
+	return os.IsNotExist(err)
+}
+
+// lastExec is the newest exec of sandbox id.
+func lastExec(t *testing.T, d *daemon, id string) api.Exec {
+	t.Helper()
+	var listed struct{ Execs []api.Exec }
+	d.jsonOut(t, &listed, "ps", id)
+	if len(listed.Execs) == 0 {
+		t.Fatalf("no execs in %s", id)
+	}
+	return listed.Execs[len(listed.Execs)-1]
+}
+
+// channelReady waits until an exec in id goes over the channel (init dials
+// at its start, and after a capture or a restart of sbxd).
+func channelReady(t *testing.T, d *daemon, id string) {
+	t.Helper()
+	waitFor(t, "an exec over the channel in "+id, 20*time.Second, func() bool {
+		if out := d.must(t, "exec", id, "--", "true"); out != "" {
+			t.Fatalf("true said %q", out)
+		}
+		return viaChannel(d, id, lastExec(t, d, id).ID)
+	})
+}
+
+// TestExecChannel: with sbxd --exec-channel, execs are messages on a
+// connection init keeps open, and every exec behaviour holds: output, exit
+// codes, signals, timeouts, detach and logs, users; a running command
+// through a stop and resume, a memory fork and a kill of sbxd; nothing
+// leaks once the sandboxes are gone.
+func TestExecChannel(t *testing.T) {
+	d, err := startDaemon([]string{"--exec-channel"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.stop(true) })
+	ctx := context.Background()
+
+	t.Run("over the channel", func(t *testing.T) {
+		id := d.newSandbox(t, "--template", "tiny")
+		channelReady(t, d, id)
+		n := 0
+		for i := 0; i < 5; i++ {
+			if out := d.must(t, "exec", id, "--", "echo", fmt.Sprint(i)); out != fmt.Sprintf("%d\n", i) {
+				t.Errorf("exec %d: %q", i, out)
+			}
+			if viaChannel(d, id, lastExec(t, d, id).ID) {
+				n++
+			}
+		}
+		if n < 5 {
+			t.Errorf("%d of 5 execs went over a ready channel; want all", n)
+		}
+	})
+	t.Run("exec", func(t *testing.T) { testExec(t, d) })
+	t.Run("timeout", func(t *testing.T) { testExecTimeout(t, d) })
+	t.Run("detach and logs", func(t *testing.T) { testExecDetachAndLogs(t, d) })
+
+	t.Run("user and signal", func(t *testing.T) {
+		id := d.newSandbox(t, "--template", "tiny")
+		channelReady(t, d, id)
+		if out := d.must(t, "exec", "--user", "1000", id, "--", "id", "-u"); out != "1000\n" {
+			t.Errorf("--user 1000: %q", out)
+		}
+		// the channel is root's alone: uid 1000 cannot reach its socket
+		r := d.sbx(t, "exec", "--user", "1000", id, "--", "ls", "/run/sbx/chan")
+		if r.code == 0 || !strings.Contains(r.stderr, "ermission denied") {
+			t.Errorf("uid 1000 lists the channel's directory: exit %d, %q %q", r.code, r.stdout, r.stderr)
+		}
+		var e api.Exec
+		d.jsonOut(t, &e, "exec", id, "--detach", "--", "sleep", "300")
+		d.must(t, "kill", "-s", "KILL", id, e.ID)
+		waitFor(t, "the killed exec's end", 20*time.Second, func() bool {
+			x, err := sdk(d.client).GetExec(ctx, id, e.ID)
+			return err == nil && x.State == api.ExecExited && x.ExitCode != nil && *x.ExitCode == 137
+		})
+		if !viaChannel(d, id, e.ID) {
+			t.Error("the detached exec did not go over the channel")
+		}
+	})
+
+	// a counter printing 1..N, which must come out whole and in order
+	const counter = `i=0; while [ $i -lt 40 ]; do i=$((i+1)); echo $i; sleep 0.1; done`
+	wantCount := func(t *testing.T, id, ex string) {
+		t.Helper()
+		r := d.sbx(t, "logs", id, "--exec", ex, "--follow")
+		var want strings.Builder
+		for i := 1; i <= 40; i++ {
+			fmt.Fprintf(&want, "%d\n", i)
+		}
+		if r.stdout != want.String() {
+			t.Errorf("the counter's output: %q; want 1..40, whole and in order", r.stdout)
+		}
+		x, err := sdk(d.client).GetExec(ctx, id, ex)
+		if err != nil || x.State != api.ExecExited || x.ExitCode == nil || *x.ExitCode != 0 {
+			t.Errorf("the counter's end: %+v, %v; want exited 0", x, err)
+		}
+	}
+
+	t.Run("stop and resume", func(t *testing.T) {
+		id := d.newSandbox(t, "--template", "tiny")
+		channelReady(t, d, id)
+		var e api.Exec
+		d.jsonOut(t, &e, "exec", id, "--detach", "--", "sh", "-c", counter)
+		time.Sleep(time.Second)
+		d.must(t, "stop", id, "--wait")
+		d.must(t, "resume", id)
+		wantCount(t, id, e.ID)
+		channelReady(t, d, id) // the restored init dials again
+	})
+
+	t.Run("memory fork", func(t *testing.T) {
+		id := d.newSandbox(t, "--template", "tiny")
+		channelReady(t, d, id)
+		var e api.Exec
+		d.jsonOut(t, &e, "exec", id, "--detach", "--", "sh", "-c", counter)
+		time.Sleep(time.Second)
+		kids := forkMemory(t, d, id, 1)
+		wantCount(t, id, e.ID) // the parent's copy was cut by the save, and attached again
+		channelReady(t, d, kids[0])
+		channelReady(t, d, id)
+	})
+
+	t.Run("sbxd killed mid-exec", func(t *testing.T) {
+		id := d.newSandbox(t, "--template", "tiny")
+		channelReady(t, d, id)
+		var e api.Exec
+		d.jsonOut(t, &e, "exec", id, "--detach", "--", "sh", "-c", counter)
+		time.Sleep(time.Second)
+		d.kill(syscall.SIGKILL)
+		d.waitExit(t, 30*time.Second)
+		if err := d.start([]string{"--exec-channel"}); err != nil {
+			t.Fatal(err)
+		}
+		wantCount(t, id, e.ID)
+		channelReady(t, d, id) // init dials the restarted sbxd
+	})
+
+	t.Run("nothing leaks", func(t *testing.T) {
+		for _, sb := range d.list(t) {
+			d.must(t, "rm", "--force", sb.ID)
+		}
+		checkNoLeaks(t, d)
+		matches, _ := filepath.Glob(filepath.Join(d.dir, "sandboxes", "*", "chan"))
+		if len(matches) > 0 {
+			t.Errorf("channel directories left: %v", matches)
+		}
+	})
+}
