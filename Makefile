@@ -100,6 +100,8 @@ test: deps build fleet-tools vet
 soak-storage: deps build
 	@echo "==> soak: hostile sandboxes for $${SBX_SOAK:-10m} (TestSoak22)"
 	SBX_SOAK=$${SBX_SOAK:-10m} $(GO) test -count=1 -timeout 60m -run '^TestSoak22$$' -v ./internal/e2e/
+	@echo "==> soak: an image layer of a million entries through sbxd (TestImportFlatMemory)"
+	SBX_SOAK=$${SBX_SOAK:-10m} $(GO) test -count=1 -timeout 60m -run '^TestImportFlatMemory$$' -v ./internal/e2e/
 
 ## fleet-tools: the fleet's control plane (issue 24): kube-apiserver,
 ## kubectl, etcd and the OCI registry, as tools/fleet pins them, built once

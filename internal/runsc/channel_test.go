@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"sbx.dev/sbx/internal/wire/agentwire"
 	"sbx.dev/sbx/internal/wire/frame"
 )
@@ -269,4 +271,41 @@ func TestChannelPingFlood(t *testing.T) {
 		}
 	}()
 	waitIdle(t, d, 0)
+}
+
+// TestChannelMountOfAnImage: an image's exec channel mount restores with
+// this sandbox's own directory, never the image's source; a bundle without
+// a channel drops it (runsc then refuses the restore), and an image whose
+// channel mount is writable is refused.
+func TestChannelMountOfAnImage(t *testing.T) {
+	with := Spec(SpecOptions{Rootfs: "/r", AgentDir: "/a", EtcDir: "/e", ChannelDir: "/ours/chan"}).Mounts
+	without := Spec(SpecOptions{Rootfs: "/r", AgentDir: "/a", EtcDir: "/e"}).Mounts
+	image := Spec(SpecOptions{Rootfs: "/r", AgentDir: "/a", EtcDir: "/e", ChannelDir: "/etc"}).Mounts // a pulled image's word
+	sources := func(ms []specs.Mount) map[string]string {
+		m := map[string]string{}
+		for _, x := range ms {
+			m[x.Destination] = x.Source
+		}
+		return m
+	}
+	got, _ := fitMounts(image, with)
+	if s := sources(got)[agentwire.ChannelDir]; s != "/ours/chan" {
+		t.Errorf("into a bundle with a channel: the channel's source is %q, want the sandbox's own", s)
+	}
+	got, _ = fitMounts(image, without)
+	if s, ok := sources(got)[agentwire.ChannelDir]; ok {
+		t.Errorf("into a bundle without a channel: the image's channel mount is kept, from %q", s)
+	}
+	ours := map[string]specs.Mount{}
+	for _, m := range Spec(SpecOptions{ChannelDir: "/"}).Mounts {
+		ours[m.Destination] = m
+	}
+	rw := specs.Mount{Destination: agentwire.ChannelDir, Type: "bind", Source: "/x", Options: []string{"rbind", "rw"}}
+	if err := checkImageMount(rw, ours); err == nil {
+		t.Error("an image with a writable channel mount was not refused")
+	}
+	ro := specs.Mount{Destination: agentwire.ChannelDir, Type: "bind", Source: "/x", Options: []string{"rbind", "ro"}}
+	if err := checkImageMount(ro, ours); err != nil {
+		t.Errorf("an image with sbx's channel mount was refused: %v", err)
+	}
 }
