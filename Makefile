@@ -96,7 +96,7 @@ test: deps build fleet-tools vet
 
 ## soak-storage: issue 22's soak for 10 minutes (make test plays it for
 ## one): hostile sandboxes against the storage budget, sbxd's memory and
-## restores
+## restores; then an image layer of a million entries through sbxd
 soak-storage: deps build
 	@echo "==> soak: hostile sandboxes for $${SBX_SOAK:-10m} (TestSoak22)"
 	SBX_SOAK=$${SBX_SOAK:-10m} $(GO) test -count=1 -timeout 60m -run '^TestSoak22$$' -v ./internal/e2e/
