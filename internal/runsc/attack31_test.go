@@ -2,11 +2,15 @@ package runsc
 
 import (
 	"net"
+	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
 	"testing"
 	"time"
+
+	"sbx.dev/sbx/internal/wire/agentwire"
+	"sbx.dev/sbx/internal/wire/frame"
 )
 
 // settleGoroutines waits for the goroutine count to fall to at most n.
@@ -64,4 +68,38 @@ func TestAttack31ConcurrentOpen(t *testing.T) {
 	}
 	d.CloseChannel("sb_1")
 	settleGoroutines(t, base)
+}
+
+// TestAttack31PidFlood: a copy has one command and start sends its pid
+// once; root inside can send pid frames without end, each of which was a
+// synced write of the pid file and an event, in sbxd's own process. Only
+// the first is kept.
+func TestAttack31PidFlood(t *testing.T) {
+	d, dir := channelDriver(t)
+	fakeInit(t, dir, func(req agentwire.ChannelRequest, fw *frame.Writer) {
+		for i := 1; i <= 2000; i++ {
+			if fw.WriteCode(frame.Pid, i) != nil {
+				return
+			}
+		}
+		fw.WriteCode(frame.Exit, 0)
+	})
+	waitIdle(t, d, 1)
+	execDir := t.TempDir()
+	sh, err := d.StartExec("sb_1", ShimExec{Dir: execDir, Args: []string{AgentPath, "start"}, Channel: dir, Stall: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for ev := range sh.Events {
+		if ev.Pid != 0 {
+			pids = append(pids, ev.Pid)
+		}
+	}
+	if len(pids) != 1 || pids[0] != 1 {
+		t.Errorf("%d pid events (the first %v); want one, the first pid", len(pids), pids[:min(len(pids), 3)])
+	}
+	if b, err := os.ReadFile(filepath.Join(execDir, PidFile)); err != nil || string(b) != "1\n" {
+		t.Errorf("the pid file: %q, %v; want the first pid", b, err)
+	}
 }
