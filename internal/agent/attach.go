@@ -29,6 +29,25 @@ const lostAfter = 10 * time.Second
 // byte offsets, until it ends, and exits with its exit code. An unknown id
 // exits 125.
 func runAttach(args []string, stdout, stderr io.Writer) int {
+	a, err := parseAttach(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "sbx-agent: attach: %s; usage: sbx-agent %s\n", err, attachSyntax)
+		return ExitUsageExec
+	}
+	if a.framed {
+		return attachFramed(a.id, a.outOff, a.errOff, frame.NewWriter(stdout), stderr)
+	}
+	return attach(a.id, a.outOff, a.errOff, stdout, stderr)
+}
+
+// attachArgs are attach's flags.
+type attachArgs struct {
+	id             string
+	outOff, errOff int64
+	framed         bool
+}
+
+func parseAttach(args []string) (attachArgs, error) {
 	fset := flag.NewFlagSet("attach", flag.ContinueOnError)
 	fset.SetOutput(io.Discard)
 	id := fset.String("id", "", "the exec id")
@@ -45,14 +64,7 @@ func runAttach(args []string, stdout, stderr io.Writer) int {
 	case *outOff < 0 || *errOff < 0:
 		err = errors.New("negative offset")
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "sbx-agent: attach: %s; usage: sbx-agent %s\n", err, attachSyntax)
-		return ExitUsageExec
-	}
-	if *framed {
-		return attachFramed(*id, *outOff, *errOff, frame.NewWriter(stdout), stderr)
-	}
-	return attach(*id, *outOff, *errOff, stdout, stderr)
+	return attachArgs{id: *id, outOff: *outOff, errOff: *errOff, framed: *framed}, err
 }
 
 // settled makes sure exec id has started or never will (see

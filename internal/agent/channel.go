@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"slices"
 	"time"
 
 	"sbx.dev/sbx/internal/wire/agentwire"
@@ -107,11 +106,18 @@ func serveChannelRequest(req agentwire.ChannelRequest, w io.Writer, fail func(st
 		}
 		runStart(bytes.NewReader(req.Stdin), w, io.Discard)
 	case "attach":
-		if !slices.Contains(req.Args[1:], "--framed") {
+		// parsed here, not by runAttach: its refusals go to its stderr,
+		// which is nowhere here, and a flag that says --framed is not
+		// enough (a --framed=false after it wins)
+		a, err := parseAttach(req.Args[1:])
+		switch {
+		case err != nil:
+			fail("channel: attach: %.200s", err)
+		case !a.framed:
 			fail("channel: attach is --framed here")
-			return
+		default:
+			attachFramed(a.id, a.outOff, a.errOff, frame.NewWriter(w), io.Discard)
 		}
-		runAttach(req.Args[1:], w, io.Discard)
 	default:
 		fail("channel: %.32q is not served here", req.Args[0])
 	}

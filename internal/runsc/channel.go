@@ -73,8 +73,14 @@ type idleConn struct {
 
 // channelTable holds the open channels by sandbox id.
 type channelTable struct {
-	mu sync.Mutex
-	m  map[string]*channel
+	// opening is held for the whole of an OpenChannel: two execs after a
+	// restart may both open a sandbox's channel at once, and the second's
+	// remove-and-listen must not come between the first's listen and its
+	// entry in m (a listener left out of m, never closed, that has the
+	// socket).
+	opening sync.Mutex
+	mu      sync.Mutex
+	m       map[string]*channel
 }
 
 // OpenChannel listens for sandbox id's init in dir (made 0700), replacing
@@ -87,6 +93,8 @@ func (d *Driver) OpenChannel(id, dir string) error {
 	if len(socket) > maxChannelSocket {
 		return fmt.Errorf("exec channel of %s: socket path %s is too long for a unix socket (%d bytes, at most %d); use a shorter --data-dir", id, socket, len(socket), maxChannelSocket)
 	}
+	d.channels.opening.Lock()
+	defer d.channels.opening.Unlock()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("exec channel of %s: %w", id, err)
 	}

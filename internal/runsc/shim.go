@@ -518,6 +518,7 @@ type outputs struct {
 	dir            string
 	stdout, stderr *cappedFile
 	offsets        [2]int64
+	pid            bool // a pid frame was kept
 }
 
 // openOutputs opens dir's stdout and stderr to append to, a copy starting
@@ -557,7 +558,12 @@ func (o *outputs) take(typ byte, p []byte, say func(string, ...any)) (int, bool)
 		_, _ = o.stderr.Write(p)
 		o.offsets[1] += int64(len(p))
 	case frame.Pid:
-		if n, err := frame.Code(p); err == nil {
+		// A copy follows one command, whose pid start sends once: only
+		// the first is kept. Root inside can send pid frames without end,
+		// and each would be a synced write of the pid file and an event,
+		// in sbxd's own process over the exec channel.
+		if n, err := frame.Code(p); err == nil && !o.pid {
+			o.pid = true
 			_ = writeFile0600(filepath.Join(o.dir, PidFile), []byte(strconv.Itoa(n)+"\n"))
 			say("pid %d", n)
 		}
