@@ -1,12 +1,10 @@
 package agent
 
 import (
-	"bufio"
 	"bytes"
 	"io"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestAttack31AttachRefusals: an attach on the channel is framed or
@@ -30,13 +28,7 @@ func TestAttack31AttachRefusals(t *testing.T) {
 		{"an argument", `{"args":["attach","--framed","--id","` + id + `","x"]}`, "unexpected"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			host, _ := channelPair(t)
-			if _, err := io.WriteString(host, tc.line+"\n"); err != nil {
-				t.Fatal(err)
-			}
-			_ = host.SetReadDeadline(time.Now().Add(10 * time.Second))
-			b, _ := io.ReadAll(bufio.NewReader(host))
-			b = bytes.TrimLeft(b, "\x00")
+			b := askChannelLine(t, tc.line)
 			if len(b) == 0 || b[0] != 'o' && b[0] != 'e' && b[0] != 'x' && b[0] != 'p' {
 				t.Fatalf("%s: not frames: %q", tc.name, b)
 			}

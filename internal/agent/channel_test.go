@@ -63,6 +63,19 @@ func askChannel(t *testing.T, host net.Conn, req agentwire.ChannelRequest) (fram
 	return b, pings
 }
 
+// askChannelLine sends line (a request, well formed or not) on a new
+// channel connection and returns what comes back, without the pings.
+func askChannelLine(t *testing.T, line string) []byte {
+	t.Helper()
+	host, _ := channelPair(t)
+	if _, err := io.WriteString(host, line+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	_ = host.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b, _ := io.ReadAll(bufio.NewReader(host))
+	return bytes.TrimLeft(b, "\x00")
+}
+
 // TestChannelServesStart: a start on the channel is the start of `sbx-agent
 // start`: the command's pid, output and exit code, as frames, and the
 // connection closed after them; an idle connection pings while it waits.
@@ -112,13 +125,7 @@ func TestChannelAttach(t *testing.T) {
 		{"too long", `{"args":["start"],"stdin":"` + strings.Repeat("A", agentwire.MaxChannelRequest) + `"}`, "longer than"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			host, _ := channelPair(t)
-			if _, err := io.WriteString(host, tc.line+"\n"); err != nil {
-				t.Fatal(err)
-			}
-			_ = host.SetReadDeadline(time.Now().Add(10 * time.Second))
-			b, _ := io.ReadAll(bufio.NewReader(host))
-			b = bytes.TrimLeft(b, "\x00")
+			b := askChannelLine(t, tc.line)
 			_, stderr, _, exit := decodeFrames(t, b)
 			if exit != ExitUsageExec || !strings.Contains(stderr, tc.want) {
 				t.Errorf("%s: exit %d, stderr %q; want %d and %q", tc.name, exit, stderr, ExitUsageExec, tc.want)

@@ -122,12 +122,20 @@ func TestExecChannel(t *testing.T) {
 		}
 	}
 
-	t.Run("stop and resume", func(t *testing.T) {
+	// startCounter starts the counter, detached, in a new sandbox whose
+	// channel is ready, and lets it run a second
+	startCounter := func(t *testing.T) (string, api.Exec) {
+		t.Helper()
 		id := d.newSandbox(t, "--template", "tiny")
 		channelReady(t, d, id)
 		var e api.Exec
 		d.jsonOut(t, &e, "exec", id, "--detach", "--", "sh", "-c", counter)
 		time.Sleep(time.Second)
+		return id, e
+	}
+
+	t.Run("stop and resume", func(t *testing.T) {
+		id, e := startCounter(t)
 		d.must(t, "stop", id, "--wait")
 		d.must(t, "resume", id)
 		wantCount(t, id, e.ID)
@@ -135,11 +143,7 @@ func TestExecChannel(t *testing.T) {
 	})
 
 	t.Run("memory fork", func(t *testing.T) {
-		id := d.newSandbox(t, "--template", "tiny")
-		channelReady(t, d, id)
-		var e api.Exec
-		d.jsonOut(t, &e, "exec", id, "--detach", "--", "sh", "-c", counter)
-		time.Sleep(time.Second)
+		id, e := startCounter(t)
 		kids := forkMemory(t, d, id, 1)
 		wantCount(t, id, e.ID) // the parent's copy was cut by the save, and attached again
 		channelReady(t, d, kids[0])
@@ -147,11 +151,7 @@ func TestExecChannel(t *testing.T) {
 	})
 
 	t.Run("sbxd killed mid-exec", func(t *testing.T) {
-		id := d.newSandbox(t, "--template", "tiny")
-		channelReady(t, d, id)
-		var e api.Exec
-		d.jsonOut(t, &e, "exec", id, "--detach", "--", "sh", "-c", counter)
-		time.Sleep(time.Second)
+		id, e := startCounter(t)
 		d.kill(syscall.SIGKILL)
 		d.waitExit(t, 30*time.Second)
 		if err := d.start([]string{"--exec-channel"}); err != nil {
