@@ -47,7 +47,7 @@ fi
 say "Building the base template (Debian bookworm with python3, curl, gdb, lsof; cached after the first time)"
 run sbx template build base
 
-say "The flaky test: it starts a service, sleeps a fixed 0.25 s instead of waiting until it listens, and never stops it"
+say "The flaky test: it starts a service, sleeps a fixed 0.6 s instead of waiting until it listens, and never stops it"
 cp -r "$ROOT/examples/flaky" "$work/project"
 sed -n '6,$p' "$work/project/test.sh"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A small service with a seeded startup delay: it sleeps (SEED % 5) * 0.1 s,
+"""A small service with a seeded startup delay: it sleeps (SEED % 5) * 0.25 s,
 then listens on 127.0.0.1:8765 and answers GET / with its token and a request
 counter kept in memory."""
 import http.server
@@ -8,7 +8,7 @@ import secrets
 import time
 
 seed = int(os.environ.get("SEED", "0"))
-time.sleep((seed % 5) * 0.1)
+time.sleep((seed % 5) * 0.25)
 
 token = secrets.token_hex(8)
 count = 0

@@ -535,7 +535,10 @@ func (d *daemon) rawAPI(t testing.TB, method, path string, body any) (int, []byt
 	if err != nil {
 		t.Fatal(err)
 	}
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+	// no keep-alive: a poll of /metrics every 100 ms would otherwise
+	// leave sbxd a connection (and a goroutine) idle for 30 s per call,
+	// and goroutinesBack would count its own polls
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var dl net.Dialer
 		return dl.DialContext(ctx, "unix", d.socket)
 	}}}
