@@ -13,8 +13,16 @@ import (
 // leave a runsc sandbox, namespace, cgroup or directory that the journal
 // did not know of yet (made just before its record, or just after the
 // record went). It runs at start, after the journal and the sandboxes are
-// reconciled and before sbxd serves, so nothing is being made meanwhile.
+// reconciled, before any freeze is settled and before sbxd serves, so
+// nothing should be made meanwhile. Even so, the directories are listed
+// before the records are read: what is made in between (its record or
+// journal entry first, then its directory) is not listed, so not removed.
 func (m *Manager) removeLeftovers(ctx context.Context) error {
+	dirs := []string{m.sandboxesDir(), m.freezes.freezeRoot(), m.images.root, m.storage.disksDir()}
+	listed := make([][]os.DirEntry, len(dirs))
+	for i, dir := range dirs {
+		listed[i], _ = os.ReadDir(dir)
+	}
 	sbs, err := m.cfg.Store.Sandboxes(ctx)
 	if err != nil {
 		return err
@@ -49,6 +57,7 @@ func (m *Manager) removeLeftovers(ctx context.Context) error {
 	for _, in := range ins {
 		images[in.ID] = true
 	}
+	testHookLeftoversRead()
 	// runsc sandboxes, with their processes and cgroups
 	if sts, err := m.cfg.Runtime.List(ctx); err == nil {
 		for _, st := range sts {
@@ -78,19 +87,25 @@ func (m *Manager) removeLeftovers(ctx context.Context) error {
 			}
 		}
 	}
-	removeUnnamed(m.sandboxesDir(), func(name string) bool { return known[name] })
-	removeUnnamed(m.freezes.freezeRoot(), func(name string) bool { return known[name] })
-	removeUnnamed(m.images.root, func(name string) bool { return images[name] })
-	removeUnnamed(m.storage.disksDir(), func(name string) bool { return disks[filepath.Join(m.storage.disksDir(), name)] })
+	keep := []func(name string) bool{
+		func(name string) bool { return known[name] },
+		func(name string) bool { return known[name] },
+		func(name string) bool { return images[name] },
+		func(name string) bool { return disks[filepath.Join(m.storage.disksDir(), name)] },
+	}
+	for i, dir := range dirs {
+		removeUnnamed(dir, listed[i], keep[i])
+	}
 	return nil
 }
 
-// removeUnnamed removes the entries of dir that keep says nothing names.
-func removeUnnamed(dir string, keep func(name string) bool) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return
-	}
+// testHookLeftoversRead runs once removeLeftovers has read the records
+// (a unit test makes something meanwhile).
+var testHookLeftoversRead = func() {}
+
+// removeUnnamed removes the entries of dir, as listed before the records
+// were read, that keep says nothing names.
+func removeUnnamed(dir string, ents []os.DirEntry, keep func(name string) bool) {
 	for _, e := range ents {
 		if !keep(e.Name()) {
 			_ = os.RemoveAll(filepath.Join(dir, e.Name()))

@@ -275,6 +275,14 @@ func (m *Manager) Start(ctx context.Context) error {
 	for _, sb := range sbs {
 		m.reconcile(ctx, sb)
 	}
+	// leftovers go before any freeze is settled: a settle may leave a
+	// watcher behind (awaitSlot) that records a freeze in the background,
+	// journal first, then its image; removeLeftovers reads the journal
+	// once and then removes every image it does not name, so one
+	// recorded between the two lost its image mid-sync
+	if err := m.removeLeftovers(ctx); err != nil {
+		return fmt.Errorf("start: remove leftovers: %w", err)
+	}
 	// freezes taken while sbxd was away are recorded now
 	if sbs, err = m.cfg.Store.Sandboxes(ctx); err != nil {
 		return fmt.Errorf("start: list sandboxes: %w", err)
@@ -285,9 +293,6 @@ func (m *Manager) Start(ctx context.Context) error {
 		if running {
 			m.freezes.watchFreezes(ctx, sb.ID)
 		}
-	}
-	if err := m.removeLeftovers(ctx); err != nil {
-		return fmt.Errorf("start: remove leftovers: %w", err)
 	}
 	go m.collectTemplates(context.WithoutCancel(ctx))
 	if err := m.execs.recoverExecs(ctx); err != nil {
