@@ -74,12 +74,15 @@ func parseAttach(args []string) (attachArgs, error) {
 // way (stopped, wedged, its queue of connections full): any answer means
 // it has decided, as it remembers a settled id even when it cannot write
 // its records.
-func settled(id string) {
+func settled(id string) { settledOn(socketLink{}, id) }
+
+// settledOn is settled, reaching init through link.
+func settledOn(link initLink, id string) {
 	if _, err := readExecPid(execsDir, id); err == nil {
 		return
 	}
 	for n := 1; ; n++ {
-		if _, err := callInit(initRequest{Op: "settle", ID: id}); err == nil {
+		if _, err := link.call(initRequest{Op: "settle", ID: id}); err == nil {
 			return
 		}
 		time.Sleep(backoff(n))

@@ -19,7 +19,8 @@ import (
 // channelIdle connections to sbxd open, each waiting for one request. A
 // request is served as `sbx-agent start` or `attach --framed` would serve
 // it, with the connection as its stdout, in a goroutine of init rather than
-// in a process `runsc exec` starts: the command is init's child either way.
+// in a process `runsc exec` starts: the command is init's child either way,
+// and the goroutine calls init's supervisor directly (inProcess).
 // Once served, the connection is closed and a new one dialed.
 //
 // gVisor closes a sandbox's host sockets when it saves it (a checkpoint,
@@ -36,14 +37,15 @@ const (
 )
 
 // serveChannel keeps init's connections to the exec channel at path, for
-// the life of the process.
-func serveChannel(path string) {
+// the life of the process; their requests reach init through link (init's
+// own supervisor, in its process).
+func serveChannel(path string, link initLink) {
 	for i := 0; i < channelIdle; i++ {
-		go channelLoop(path)
+		go channelLoop(path, link)
 	}
 }
 
-func channelLoop(path string) {
+func channelLoop(path string, link initLink) {
 	for n := 0; ; {
 		conn, err := net.Dial("unix", path)
 		if err != nil {
@@ -52,14 +54,14 @@ func channelLoop(path string) {
 			continue
 		}
 		n = 0
-		serveChannelConn(conn)
+		serveChannelConn(conn, link)
 		conn.Close()
 	}
 }
 
 // serveChannelConn waits on conn for one request, pinging while it waits,
 // and serves it.
-func serveChannelConn(conn net.Conn) {
+func serveChannelConn(conn net.Conn, link initLink) {
 	r := bufio.NewReaderSize(conn, 64<<10)
 	for {
 		_ = conn.SetReadDeadline(time.Now().Add(channelPing))
@@ -92,19 +94,19 @@ func serveChannelConn(conn net.Conn) {
 		fail("channel: bad request")
 		return
 	}
-	serveChannelRequest(req, conn, fail)
+	serveChannelRequest(link, req, conn, fail)
 }
 
 // serveChannelRequest runs what a channel request asks for, writing its
 // frames to w. Only the copiers' two commands are served.
-func serveChannelRequest(req agentwire.ChannelRequest, w io.Writer, fail func(string, ...any)) {
+func serveChannelRequest(link initLink, req agentwire.ChannelRequest, w io.Writer, fail func(string, ...any)) {
 	switch req.Args[0] {
 	case "start":
 		if len(req.Args) != 1 {
 			fail("channel: start takes no arguments")
 			return
 		}
-		runStart(bytes.NewReader(req.Stdin), w, io.Discard)
+		startOn(link, bytes.NewReader(req.Stdin), w, io.Discard)
 	case "attach":
 		// parsed here, not by runAttach: its refusals go to its stderr,
 		// which is nowhere here, and a flag that says --framed is not
@@ -116,7 +118,7 @@ func serveChannelRequest(req agentwire.ChannelRequest, w io.Writer, fail func(st
 		case !a.framed:
 			fail("channel: attach is --framed here")
 		default:
-			attachFramed(a.id, a.outOff, a.errOff, frame.NewWriter(w), io.Discard)
+			attachOn(link, a.id, a.outOff, a.errOff, frame.NewWriter(w), io.Discard)
 		}
 	default:
 		fail("channel: %.32q is not served here", req.Args[0])

@@ -6,8 +6,12 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"os"
+	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,8 +19,13 @@ import (
 )
 
 // channelPair is the two ends of one exec channel connection: host (the
-// test, as sbxd) and init's, served by serveChannelConn.
-func channelPair(t *testing.T) (host net.Conn, served chan struct{}) {
+// test, as sbxd) and init's, served by serveChannelConn with supervisor s
+// in the test's process (nil: over init's socket).
+func channelPair(t *testing.T, s *supervisor) (host net.Conn, served chan struct{}) {
+	var link initLink = socketLink{}
+	if s != nil {
+		link = inProcess{s}
+	}
 	t.Helper()
 	ln, err := net.Listen("unix", filepath.Join(t.TempDir(), "agent.sock"))
 	if err != nil {
@@ -31,7 +40,7 @@ func channelPair(t *testing.T) (host net.Conn, served chan struct{}) {
 			return
 		}
 		defer c.Close()
-		serveChannelConn(c)
+		serveChannelConn(c, link)
 	}()
 	host, err = ln.Accept()
 	if err != nil {
@@ -67,7 +76,7 @@ func askChannel(t *testing.T, host net.Conn, req agentwire.ChannelRequest) (fram
 // channel connection and returns what comes back, without the pings.
 func askChannelLine(t *testing.T, line string) []byte {
 	t.Helper()
-	host, _ := channelPair(t)
+	host, _ := channelPair(t, nil)
 	if _, err := io.WriteString(host, line+"\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -80,8 +89,7 @@ func askChannelLine(t *testing.T, line string) []byte {
 // start`: the command's pid, output and exit code, as frames, and the
 // connection closed after them; an idle connection pings while it waits.
 func TestChannelServesStart(t *testing.T) {
-	startSupervisor(t)
-	host, served := channelPair(t)
+	host, served := channelPair(t, startSupervisor(t))
 	time.Sleep(3 * channelPing) // idle: pings come
 	req, _ := json.Marshal(StartRequest{ID: newExecID(), Argv: []string{"sh", "-c", "echo out; echo err >&2; exit 3"}, Env: []string{"K=V"}})
 	b, pings := askChannel(t, host, agentwire.ChannelRequest{Args: []string{"start"}, Stdin: req})
@@ -103,11 +111,11 @@ func TestChannelServesStart(t *testing.T) {
 // offsets; attach without --framed, other subcommands, bad and oversized
 // requests are refused with exit 125 and a word why.
 func TestChannelAttach(t *testing.T) {
-	startSupervisor(t)
+	s := startSupervisor(t)
 	id := newExecID()
 	var out bytes.Buffer
 	Main([]string{"start"}, startReq(t, StartRequest{ID: id, Argv: []string{"sh", "-c", "echo one; sleep 0.3; echo two"}}), &out, io.Discard)
-	host, _ := channelPair(t)
+	host, _ := channelPair(t, s)
 	b, _ := askChannel(t, host, agentwire.ChannelRequest{Args: []string{"attach", "--framed", "--id", id, "--stdout-offset", "4"}})
 	if stdout, _, _, exit := decodeFrames(t, b); stdout != "two\n" || exit != 0 {
 		t.Errorf("attach from offset 4: stdout %q, exit %d; want \"two\\n\", 0", stdout, exit)
@@ -137,11 +145,41 @@ func TestChannelAttach(t *testing.T) {
 // TestChannelIdleClosed: a connection closed while idle (sbxd gone, a
 // capture) ends its wait, so that init dials a new one.
 func TestChannelIdleClosed(t *testing.T) {
-	host, served := channelPair(t)
+	host, served := channelPair(t, nil)
 	host.Close()
 	select {
 	case <-served:
 	case <-time.After(5 * time.Second):
 		t.Fatal("a closed idle connection is still waited on")
+	}
+}
+
+// TestChannelKeepsInitSignals: serving the channel in init's process
+// changes none of init's signal dispositions, which its commands inherit:
+// a copier's own process ignores SIGPIPE, and an ignored signal survives
+// exec, so a command init started after a channel request ignored it too
+// (`yes | head -1` then never ended by SIGPIPE). Init catches SIGPIPE
+// (ignoreOtherSignals), as this test does first.
+func TestChannelKeepsInitSignals(t *testing.T) {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGPIPE)
+	t.Cleanup(func() { signal.Stop(c) })
+	s := startSupervisor(t)
+	for i := 0; i < 2; i++ {
+		host, _ := channelPair(t, s)
+		req, _ := json.Marshal(StartRequest{ID: newExecID(), Argv: []string{"grep", "^SigIgn:", "/proc/self/status"}})
+		b, _ := askChannel(t, host, agentwire.ChannelRequest{Args: []string{"start"}, Stdin: req})
+		stdout, stderr, _, exit := decodeFrames(t, b)
+		f := strings.Fields(stdout)
+		if exit != 0 || len(f) != 2 {
+			t.Fatalf("request %d: %q %q exit %d", i+1, stdout, stderr, exit)
+		}
+		mask, err := strconv.ParseUint(f[1], 16, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mask&(1<<(syscall.SIGPIPE-1)) != 0 {
+			t.Errorf("request %d: the command's SigIgn %s has SIGPIPE: init's served channel ignored it", i+1, f[1])
+		}
 	}
 }

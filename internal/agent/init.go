@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -126,7 +127,7 @@ func runInit(stderr io.Writer) int {
 	_ = os.Unsetenv(CrashesEnv)
 	s.start()
 	if channelAvailable() {
-		serveChannel(agentwire.ChannelSocket)
+		serveChannel(agentwire.ChannelSocket, inProcess{s})
 	}
 	<-sigs
 	return 0
@@ -161,6 +162,11 @@ type supervisor struct {
 	// freezer does the sandbox's freezes (nil: none, as in tests that do
 	// not need them).
 	freezer *freezer
+
+	// pruning is set while a prune runs (pruneSoon); lastPrune is when
+	// the last one began, under mu.
+	pruning   atomic.Bool
+	lastPrune time.Time
 }
 
 // spawned is a command init started and has not yet recorded the end of.
@@ -525,10 +531,10 @@ func (s *supervisor) spawn(req initRequest) initReply {
 		env = mergeEnv(env, []string{execArgsEnv + "=" + string(args)})
 	}
 
-	s.prune()
 	dir := filepath.Join(s.dir, req.ID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.pruneSoon()
 	// the pid file is written under mu, so two spawns of one id cannot both pass
 	if _, err := os.Lstat(filepath.Join(dir, "pid")); err == nil {
 		return fail(ExitUsageExec, "spawn: exec %s already exists", req.ID)
@@ -638,6 +644,23 @@ const (
 	keepEnded      = 256
 	keepEndedBytes = 128 << 20
 )
+
+// pruneEvery is how often, at most, a spawn starts a prune.
+const pruneEvery = 250 * time.Millisecond
+
+// pruneSoon starts a prune in the background, unless one runs or began
+// within pruneEvery: it reads every ended command's directory, up to
+// keepEnded of them, which a spawn need not wait for. Called with mu held.
+func (s *supervisor) pruneSoon() {
+	if time.Since(s.lastPrune) < pruneEvery || !s.pruning.CompareAndSwap(false, true) {
+		return
+	}
+	s.lastPrune = time.Now()
+	go func() {
+		defer s.pruning.Store(false)
+		s.prune()
+	}()
+}
 
 // prune removes the oldest ended commands' directories past the budget.
 func (s *supervisor) prune() {

@@ -29,6 +29,54 @@ const maxStartRequest = 8 << 20
 // Failures to start are an stderr frame "sbx: <message>" and an exit frame
 // with the code a shell would use (127 not found, 126 not executable).
 func runStart(stdin io.Reader, stdout, stderr io.Writer) int {
+	return startOn(socketLink{}, stdin, stdout, stderr)
+}
+
+// initLink is how a copier reaches init: over init's socket, from a process
+// of its own (`sbx-agent start` or `attach --framed`, started by `runsc
+// exec`), or in init's own process (inProcess: the exec channel, whose
+// requests init's goroutines serve).
+type initLink interface {
+	// call asks init for a spawn or a settle.
+	call(req initRequest) (initReply, error)
+	// wait answers once exec id has ended.
+	wait(id string) (initReply, error)
+	// ownProcess says the copier is a process of its own, which may
+	// change its signal dispositions: init's are its children's.
+	ownProcess() bool
+}
+
+// socketLink reaches init over its socket.
+type socketLink struct{}
+
+func (socketLink) call(req initRequest) (initReply, error) { return callInit(req) }
+func (socketLink) wait(id string) (initReply, error)       { return callInitWait(id) }
+func (socketLink) ownProcess() bool                        { return true }
+
+// inProcess is init's supervisor, called in its own process: no socket,
+// no JSON, no connection per request. Its caller is sbxd (the channel is
+// root's alone), so a spawn runs with root's rights, as a copier's does.
+type inProcess struct{ s *supervisor }
+
+func (l inProcess) call(req initRequest) (initReply, error) {
+	followHostname()
+	switch req.Op {
+	case "spawn":
+		return l.s.spawn(req), nil
+	case "settle":
+		return l.s.settle(req), nil
+	}
+	return initReply{Code: ExitUsageExec, Error: fmt.Sprintf("unknown op %q", req.Op)}, nil
+}
+
+func (l inProcess) wait(id string) (initReply, error) {
+	return l.s.waitExec(initRequest{Op: "wait", ID: id}), nil
+}
+
+func (inProcess) ownProcess() bool { return false }
+
+// startOn is runStart, reaching init through link.
+func startOn(link initLink, stdin io.Reader, stdout, stderr io.Writer) int {
 	fw := frame.NewWriter(stdout)
 	fail := func(code int, format string, args ...any) int {
 		_ = fw.Write(frame.Stderr, []byte("sbx: "+fmt.Sprintf(format, args...)+"\n"))
@@ -49,7 +97,7 @@ func runStart(stdin io.Reader, stdout, stderr io.Writer) int {
 	if !validExecID(req.ID) {
 		return fail(ExitUsageExec, "start: bad exec id %q", req.ID)
 	}
-	rep, err := callInit(initRequest{Op: "spawn", ID: req.ID, Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, User: req.User, Timeout: req.Timeout})
+	rep, err := link.call(initRequest{Op: "spawn", ID: req.ID, Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, User: req.User, Timeout: req.Timeout})
 	switch {
 	case errors.Is(err, errUnreachable):
 		return fail(ExitUsageExec, "start %s: %s", req.ID, oneLine(err.Error()))
@@ -57,7 +105,7 @@ func runStart(stdin io.Reader, stdout, stderr io.Writer) int {
 		// The request may be with init, to be spawned later (an init
 		// stopped or wedged past the timeout): following the exec settles
 		// it, so that it ends now or is the command's, never both.
-		return attachFramed(req.ID, 0, 0, fw, stderr)
+		return attachOn(link, req.ID, 0, 0, fw, stderr)
 	case rep.Code != 0 || rep.Error != "":
 		code := rep.Code
 		if code == 0 {
@@ -68,7 +116,7 @@ func runStart(stdin io.Reader, stdout, stderr io.Writer) int {
 	if err := fw.WriteCode(frame.Pid, rep.Pid); err != nil {
 		return 128 + int(syscall.SIGPIPE)
 	}
-	return attachFramed(req.ID, 0, 0, fw, stderr)
+	return attachOn(link, req.ID, 0, 0, fw, stderr)
 }
 
 // aliveEvery is how often a copier says it is there (frame.Alive).
@@ -81,6 +129,11 @@ var aliveEvery = frame.AliveEvery
 // the exit file. If stdout cannot be written it returns 141 (as SIGPIPE
 // would): the command is init's child and goes on.
 func attachFramed(id string, outOff, errOff int64, fw *frame.Writer, stderr io.Writer) int {
+	return attachOn(socketLink{}, id, outOff, errOff, fw, stderr)
+}
+
+// attachOn is attachFramed, reaching init through link.
+func attachOn(link initLink, id string, outOff, errOff int64, fw *frame.Writer, stderr io.Writer) int {
 	dir := filepath.Join(execsDir, id)
 	fail := func(code int, format string, args ...any) int {
 		_ = fw.Write(frame.Stderr, []byte("sbx: "+fmt.Sprintf(format, args...)+"\n"))
@@ -90,7 +143,7 @@ func attachFramed(id string, outOff, errOff int64, fw *frame.Writer, stderr io.W
 	if !validExecID(id) {
 		return fail(ExitUsageExec, "exec %s not found", id)
 	}
-	settled(id)
+	settledOn(link, id)
 	var srcs [2]*os.File
 	for i, name := range []string{"stdout", "stderr"} {
 		f, err := os.Open(filepath.Join(dir, name))
@@ -108,7 +161,13 @@ func attachFramed(id string, outOff, errOff int64, fw *frame.Writer, stderr io.W
 			return fail(ExitError, "attach %s: %s", id, err)
 		}
 	}
-	signal.Ignore(syscall.SIGPIPE) // a closed pipe must fail the write, not kill the copy
+	if link.ownProcess() {
+		// a closed pipe must fail the write, not kill the copy. Not in
+		// init: an ignored signal stays ignored across exec, in every
+		// command init starts after (init catches SIGPIPE, and a write
+		// to a closed socket fails with EPIPE there all the same)
+		signal.Ignore(syscall.SIGPIPE)
+	}
 	// still here, says the copier, however quiet the command (the shim
 	// gives up on a copier that stops saying so: root inside can stop it)
 	stopAlive, aliveDone := make(chan struct{}), make(chan struct{})
@@ -130,7 +189,7 @@ func attachFramed(id string, outOff, errOff int64, fw *frame.Writer, stderr io.W
 	defer func() { close(stopAlive); <-aliveDone }()
 	ended := make(chan int, 1)
 	go func() {
-		if rep, err := callInitWait(id); err == nil && rep.Error == "" && rep.Exit != nil {
+		if rep, err := link.wait(id); err == nil && rep.Error == "" && rep.Exit != nil {
 			ended <- *rep.Exit
 		}
 	}()
