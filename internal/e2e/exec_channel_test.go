@@ -104,6 +104,21 @@ func TestExecChannel(t *testing.T) {
 		}
 	})
 
+	// init serves the channel in its own process: nothing of that may
+	// reach a command (an ignored SIGPIPE survives exec), however many
+	// requests came before it
+	t.Run("signals at their default", func(t *testing.T) {
+		id := d.newSandbox(t, "--template", "tiny")
+		channelReady(t, d, id)
+		upload(t, d, id, buildAttackInit(t), "/a")
+		for i := 0; i < 3; i++ {
+			r := d.sbx(t, "exec", "--user", "root", id, "--", "/a", "sigs")
+			if !strings.Contains(r.stdout, "sigs-not-default=0") || !viaChannel(d, id, lastExec(t, d, id).ID) {
+				t.Errorf("exec %d over the channel: %+v; want every signal at its default, none blocked", i+1, r)
+			}
+		}
+	})
+
 	// a counter printing 1..N, which must come out whole and in order
 	const counter = `i=0; while [ $i -lt 40 ]; do i=$((i+1)); echo $i; sleep 0.1; done`
 	wantCount := func(t *testing.T, id, ex string) {
