@@ -106,13 +106,15 @@ func TestExecChannel(t *testing.T) {
 
 	// init serves the channel in its own process: nothing of that may
 	// reach a command (an ignored SIGPIPE survives exec), however many
-	// requests came before it
+	// requests came before it. --timeout 0: init starts the command
+	// itself (under a timeout it starts an agent, which starts the
+	// command with Go's defaults, whatever it inherited)
 	t.Run("signals at their default", func(t *testing.T) {
 		id := d.newSandbox(t, "--template", "tiny")
 		channelReady(t, d, id)
 		upload(t, d, id, buildAttackInit(t), "/a")
 		for i := 0; i < 3; i++ {
-			r := d.sbx(t, "exec", "--user", "root", id, "--", "/a", "sigs")
+			r := d.sbx(t, "exec", "--timeout", "0", "--user", "root", id, "--", "/a", "sigs")
 			if !strings.Contains(r.stdout, "sigs-not-default=0") || !viaChannel(d, id, lastExec(t, d, id).ID) {
 				t.Errorf("exec %d over the channel: %+v; want every signal at its default, none blocked", i+1, r)
 			}
