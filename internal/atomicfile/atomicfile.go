@@ -16,6 +16,21 @@ import (
 // caller applies a umask if it wants one) and returns how many bytes it
 // wrote. Nothing is at path until all of r is read and on disk.
 func Write(path string, r io.Reader, perm fs.FileMode) (int64, error) {
+	return write(path, r, perm, true)
+}
+
+// WriteBytesUnsynced writes b to path whole or not at all, as WriteBytes
+// does, without syncing it first: a reader, and this process killed at
+// any instant, still see the old content or all of the new, but the host
+// losing power may leave it empty. For what does not outlive the host
+// anyway (an exec's pid, offsets and exit code: its sandbox does not
+// survive a reboot), where a sync was most of the write's time.
+func WriteBytesUnsynced(path string, b []byte, perm fs.FileMode) error {
+	_, err := write(path, strings.NewReader(string(b)), perm, false)
+	return err
+}
+
+func write(path string, r io.Reader, perm fs.FileMode, sync bool) (int64, error) {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".sbx-*")
 	if err != nil {
 		return 0, fmt.Errorf("write %s: %w", path, err)
@@ -24,7 +39,7 @@ func Write(path string, r io.Reader, perm fs.FileMode) (int64, error) {
 	if err == nil && perm.Perm() != 0o600 { // CreateTemp's own
 		err = f.Chmod(perm.Perm())
 	}
-	if err == nil {
+	if err == nil && sync {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {

@@ -54,3 +54,27 @@ func TestWrite(t *testing.T) {
 		t.Error("a write into a missing dir: no error")
 	}
 }
+
+// TestWriteBytesUnsynced: the unsynced write replaces a file whole, with
+// its mode, leaving no temporary, and fails into a missing dir.
+func TestWriteBytesUnsynced(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "exit")
+	for _, want := range []string{"0\n", "137\n"} {
+		if err := WriteBytesUnsynced(path, []byte(want), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile(path); string(b) != want {
+			t.Errorf("read %q, want %q", b, want)
+		}
+	}
+	if st, _ := os.Stat(path); st.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v, want 0600", st.Mode().Perm())
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("%d entries in the dir, want the file alone", len(ents))
+	}
+	if err := WriteBytesUnsynced(filepath.Join(dir, "no", "such"), []byte("x"), 0o600); err == nil {
+		t.Error("a write into a missing dir: no error")
+	}
+}

@@ -236,6 +236,12 @@ func writeFile0600(path string, b []byte) error {
 	return atomicfile.WriteBytes(path, b, 0o600)
 }
 
+// writeRecord0600 writes one of an exec's records (its pid, offsets, exit
+// code), which need not survive the host: see WriteBytesUnsynced.
+func writeRecord0600(path string, b []byte) error {
+	return atomicfile.WriteBytesUnsynced(path, b, 0o600)
+}
+
 // ShimMain is the shim process: sbxd's main calls it for ShimArg. It
 // returns the process's exit code.
 func ShimMain(args []string) int {
@@ -564,7 +570,7 @@ func (o *outputs) take(typ byte, p []byte, say func(string, ...any)) (int, bool)
 		// in sbxd's own process over the exec channel.
 		if n, err := frame.Code(p); err == nil && !o.pid {
 			o.pid = true
-			_ = writeFile0600(filepath.Join(o.dir, PidFile), []byte(strconv.Itoa(n)+"\n"))
+			_ = writeRecord0600(filepath.Join(o.dir, PidFile), []byte(strconv.Itoa(n)+"\n"))
 			say("pid %d", n)
 		}
 	case frame.Exit:
@@ -580,7 +586,7 @@ func (o *outputs) take(typ byte, p []byte, say func(string, ...any)) (int, bool)
 func (o *outputs) close() {
 	_ = o.stdout.Close()
 	_ = o.stderr.Close()
-	_ = writeFile0600(filepath.Join(o.dir, OffsetsFile), []byte(fmt.Sprintf("%d %d\n", o.offsets[0], o.offsets[1])))
+	_ = writeRecord0600(filepath.Join(o.dir, OffsetsFile), []byte(fmt.Sprintf("%d %d\n", o.offsets[0], o.offsets[1])))
 }
 
 // writeExitFile records an exec's exit code: the exit file is how a
@@ -588,7 +594,7 @@ func (o *outputs) close() {
 // (a full disk frees up), for a day.
 func writeExitFile(dir string, code int) {
 	for deadline := time.Now().Add(24 * time.Hour); ; {
-		err := writeFile0600(filepath.Join(dir, ExitFile), []byte(strconv.Itoa(code)+"\n"))
+		err := writeRecord0600(filepath.Join(dir, ExitFile), []byte(strconv.Itoa(code)+"\n"))
 		if err == nil || !errors.Is(err, syscall.ENOSPC) || time.Now().After(deadline) {
 			return
 		}
