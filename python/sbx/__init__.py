@@ -20,7 +20,7 @@ server's ``code`` and ``message``. The flaky-test workflows are
 the pytest plugin is ``pytest -p sbx.pytest_plugin``.
 """
 
-from .client import MAX_FORKS, Client, Files, Process, Sandbox, Snapshot, argv
+from .client import MAX_FORKS, MAX_WAITS, Client, Files, Process, Sandbox, Snapshot, argv
 from .errors import (
     Conflict,
     Forbidden,
@@ -53,7 +53,7 @@ from .types import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "Sandbox", "Process", "Files", "Snapshot", "MAX_FORKS", "argv",
+    "Client", "Sandbox", "Process", "Files", "Snapshot", "MAX_FORKS", "MAX_WAITS", "argv",
     "SbxError", "NotFound", "Conflict", "Invalid", "Forbidden", "Unavailable", "TooLarge",
     "Unauthorized", "Internal", "StreamError",
     "Result", "ExecInfo", "SandboxInfo", "ResumeResult", "SnapshotInfo", "FileInfo", "LogEvent",

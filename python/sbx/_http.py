@@ -11,7 +11,7 @@ import json
 import os
 import socket
 import urllib.parse
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import Invalid, SbxError, StreamError, Unavailable, error_from_body, stream_error
 
@@ -50,6 +50,39 @@ class _UnixConnection(http.client.HTTPConnection):
             s.close()
             raise
         self.sock = s
+
+
+#: MAX_INFORMATIONAL bounds the informational (1xx) answers one request may
+#: get before its answer: more are not sbx's.
+MAX_INFORMATIONAL = 64
+
+InfoCallback = Callable[[int, http.client.HTTPMessage], None]
+
+
+class _InfoResponse(http.client.HTTPResponse):
+    """An HTTPResponse that reads past informational answers (102, 103...), telling on_info of each.
+
+    http.client skips only a 100 Continue: any other 1xx it takes for the
+    answer itself, so a fleet's 102 Processing (a resume saying why it waits)
+    would end the request there.
+    """
+
+    def __init__(self, sock: socket.socket, *args: Any, on_info: Optional[InfoCallback] = None, **kw: Any) -> None:
+        super().__init__(sock, *args, **kw)
+        self._on_info = on_info
+        self._infos = 0
+
+    def _read_status(self):  # type: ignore[no-untyped-def]
+        while True:
+            version, status, reason = super()._read_status()  # type: ignore[misc]
+            if not 100 < status < 200 or status == 101:
+                return version, status, reason
+            self._infos += 1
+            if self._infos > MAX_INFORMATIONAL:
+                raise http.client.HTTPException("more than %d informational answers: not sbx's" % MAX_INFORMATIONAL)
+            headers = http.client.parse_headers(self.fp)
+            if self._on_info is not None:
+                self._on_info(status, headers)
 
 
 class Response:
@@ -149,6 +182,8 @@ class Transport:
         length: Optional[int] = None,
         stream: bool = False,
         idle: Idle = CLIENT_TIMEOUT,
+        extra_headers: Optional[Mapping[str, str]] = None,
+        on_info: Optional[InfoCallback] = None,
     ) -> Response:
         """send performs one request and returns its 2xx answer, or raises the error it names.
 
@@ -157,12 +192,14 @@ class Transport:
         seconds: the client's timeout by default, None for no bound (a follow
         the caller bounds itself). ``body`` may be bytes or a file object of
         ``length`` bytes. A read that idles past it is Unavailable.
+        ``extra_headers`` are sent besides the request's own; ``on_info`` hears each
+        informational answer (status and headers) before the answer.
         """
         url = path
         if query:
             items = list(query.items()) if isinstance(query, Mapping) else list(query)
             url += "?" + urllib.parse.urlencode([(k, v) for k, v in items if v is not None])
-        headers: Dict[str, str] = {}
+        headers: Dict[str, str] = dict(extra_headers or {})
         if json_body is not None:
             body = json.dumps(json_body).encode("utf-8")
             content_type = "application/json"
@@ -181,6 +218,7 @@ class Transport:
                 raise Invalid("%s %s: a streamed body needs its length" % (method, path))
             headers["Content-Length"] = str(length)
         conn = self._connection(self.timeout)
+        conn.response_class = lambda sock, *a, **kw: _InfoResponse(sock, *a, on_info=on_info, **kw)  # type: ignore[assignment]
         sent = False
         try:
             try:
@@ -216,9 +254,10 @@ class Transport:
             raise error_from_body(resp.status, resp.reason, data)
         return Response(conn, resp, self)
 
-    def call(self, method: str, path: str, query: Query = None, json_body: Any = None) -> Any:
+    def call(self, method: str, path: str, query: Query = None, json_body: Any = None,
+             extra_headers: Optional[Mapping[str, str]] = None, on_info: Optional[InfoCallback] = None) -> Any:
         """call sends a request with a JSON body (if any) and returns the decoded JSON answer (None if empty)."""
-        with self.send(method, path, query=query, json_body=json_body) as r:
+        with self.send(method, path, query=query, json_body=json_body, extra_headers=extra_headers, on_info=on_info) as r:
             return r.json()
 
 

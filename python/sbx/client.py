@@ -43,6 +43,11 @@ Path = Union[str, bytes]
 CREATE_TOKEN = "sbx.create"
 #: MAX_FORKS is the most children one fork call of the API makes; Sandbox.fork grows a tree past it.
 MAX_FORKS = 16
+#: MAX_WAITS bounds how many times Sandbox.resume's on_wait hears why one resume waits (a fleet's controller sends at most 8).
+MAX_WAITS = 8
+#: HEADER_PROGRESS asks for informational answers while a request waits; HEADER_WAITING is the why in each.
+HEADER_PROGRESS = "Sbx-Progress"
+HEADER_WAITING = "Sbx-Waiting"
 #: DEFAULT_MAX_OUTPUT bounds what Sandbox.exec and Process.wait keep of one stream in memory.
 DEFAULT_MAX_OUTPUT = 64 << 20
 #: DEFAULT_MAX_READ bounds what Files.read reads into memory (use read_to past it).
@@ -851,14 +856,31 @@ class Sandbox:
         """
         return self._set(self._t.call("POST", self._path("stop"), query=[("wait", "1")] if wait else None))
 
-    def resume(self, require_memory: bool = False) -> ResumeResult:
+    def resume(self, require_memory: bool = False, on_wait: Optional[Callable[[str], None]] = None) -> ResumeResult:
         """resume brings a stopped sandbox back; the result says whether its memory was restored and, if not, why.
 
         With ``require_memory`` a resume that cannot restore the memory is
         refused (the image is kept) instead of booting from the disk.
+        Through a fleet's controller such a resume waits for a node where its
+        memory restores; ``on_wait`` then hears why it waits, while it waits
+        (again when the why changes, at most MAX_WAITS times). The why is the
+        fleet's words, from what its nodes publish. One sbxd never waits.
         """
-        info = self._set(self._t.call("POST", self._path("resume"), json_body={"requireMemory": True} if require_memory else {}))
-        return ResumeResult(info.memory_restored, info.resume_reason, info)
+        heard = [0]
+
+        def info(status: int, headers: Any) -> None:
+            why = headers.get(HEADER_WAITING, "")
+            if on_wait is not None and status == 102 and why and heard[0] < MAX_WAITS:
+                heard[0] += 1
+                on_wait(why)
+
+        body = {"requireMemory": True} if require_memory else {}
+        if on_wait is None:
+            d = self._t.call("POST", self._path("resume"), json_body=body)
+        else:
+            d = self._t.call("POST", self._path("resume"), json_body=body, extra_headers={HEADER_PROGRESS: "102"}, on_info=info)
+        info_ = self._set(d)
+        return ResumeResult(info_.memory_restored, info_.resume_reason, info_)
 
     # lifetime
 

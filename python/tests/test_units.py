@@ -189,3 +189,98 @@ def test_everything_public_has_a_docstring():
         if not (fn.__doc__ or "").strip():
             missing.append(fn.__name__)
     assert not missing, "no docstring: %s" % missing
+
+
+def _fake_sbxd(answers):
+    """_fake_sbxd serves one connection per item of answers on a unix socket: each
+    reads a request (its head) and writes the bytes the item gives for it
+    (a function of the head). It returns the socket's path, the heads read,
+    and a function that stops it."""
+    d = tempfile.mkdtemp()
+    path = os.path.join(d, "s.sock")
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(path)
+    srv.listen(len(answers))
+    heads = []
+
+    def serve():
+        for answer in answers:
+            conn, _ = srv.accept()
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            n = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    n = int(line.split(b":", 1)[1])
+            while len(body) < n:
+                body += conn.recv(4096)
+            heads.append(head.decode())
+            conn.sendall(answer(head.decode()))
+            conn.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+
+    def stop():
+        t.join(5)
+        srv.close()
+        os.unlink(path)
+        os.rmdir(d)
+
+    return path, heads, stop
+
+
+def _ok(doc):
+    import json
+    body = json.dumps(doc).encode()
+    return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+_SB = {"id": "sb_wait", "state": "ready", "memoryRestored": True}
+
+
+def _info(status, why):
+    return b"HTTP/1.1 %d Processing\r\nSbx-Waiting: %s\r\n\r\n" % (status, why.encode())
+
+
+def test_resume_hears_why_it_waits():
+    # a fleet's controller: 102s saying why, then the answer; the client asks
+    # for them only when it has someone to tell
+    def resume(head):
+        if "sbx-progress: 102" not in head.lower():
+            return _ok(_SB)
+        return b"".join(_info(102, "waiting for node-%d" % i) for i in range(12)) + _info(103, "hints") + _ok(_SB)
+
+    path, heads, stop = _fake_sbxd([lambda h: _ok(_SB), resume, resume])
+    try:
+        sb = sbx.Client("unix://" + path).sandbox("sb_wait", keep=True)
+        heard = []
+        r = sb.resume(require_memory=True, on_wait=heard.append)
+        assert r.memory_restored
+        assert heard == ["waiting for node-%d" % i for i in range(sbx.MAX_WAITS)]
+        assert sb.resume(require_memory=True).memory_restored
+    finally:
+        stop()
+    assert "sbx-progress: 102" in heads[1].lower() and "sbx-progress" not in heads[2].lower()
+
+
+def test_informational_answers_are_not_the_answer():
+    # a 102 nobody asked for is read past, not taken for the answer; a
+    # flood of them is not sbx's
+    path, _, stop = _fake_sbxd([
+        lambda h: _info(102, "unasked") + _ok({"status": "ok"}),
+        lambda h: _info(102, "x") * (sbx._http.MAX_INFORMATIONAL + 1) + _ok({"status": "ok"}),
+    ])
+    try:
+        c = sbx.Client("unix://" + path)
+        assert c._t.call("GET", "/v1/health") == {"status": "ok"}
+        with pytest.raises(sbx.Unavailable) as e:
+            c._t.call("GET", "/v1/health")
+        assert "informational" in str(e.value)
+    finally:
+        stop()
