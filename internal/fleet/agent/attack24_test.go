@@ -362,12 +362,12 @@ func unstructuredSet(obj map[string]any, v string, path ...string) error {
 }
 
 // TestAttack24DeletedWhileMade: the object is deleted while sbxd makes its
-// sandbox. The agent then mirrors the sandbox under its id's name (the
-// sandbox lives on; deleting an object deletes no sandbox in this slice).
-// A new object of the same name, asking something else, is then not made:
-// makeBound's "made already" goes by the object's name (sbx.object), so
-// the old sandbox is taken for the new object, its spec overwritten with
-// the old sandbox's.
+// sandbox, before the agent's finalizer is on it. Its deletion asks for the
+// sandbox's, as any object's does: the sandbox is deleted, not mirrored
+// under its id (it lived on so before, a sandbox nobody had asked to keep).
+// A new object of the same name, asking something else, is then made
+// for itself: makeBound's "made already" goes by the object's name and
+// uid.
 func TestAttack24DeletedWhileMade(t *testing.T) {
 	src := &managerSource{}
 	f := newFleetFixture(t, src)
@@ -380,13 +380,16 @@ func TestAttack24DeletedWhileMade(t *testing.T) {
 	f.pass()
 	src.mu.Lock()
 	src.during = nil
-	first := src.sbs[0].ID
+	left := len(src.sbs)
 	src.mu.Unlock()
-	if _, ok := f.get("web"); ok {
-		t.Fatalf("the deleted object web was made again")
+	if len(src.asked()) != 1 {
+		t.Fatalf("sbxd was asked %d times for web, want once", len(src.asked()))
 	}
-	if o, ok := f.get(v1alpha1.ObjectName(first)); !ok || o.Status.ID != first {
-		t.Errorf("the sandbox made for a deleted object has no mirror: %v %+v (objects %v)", ok, o.Status, f.objects())
+	if left != 0 {
+		t.Errorf("%d sandboxes left after their object was deleted while they were made, want none; objects %v", left, f.objects())
+	}
+	if objs := f.objects(); len(objs) != 0 {
+		t.Errorf("objects after the deleted web: %v, want none", objs)
 	}
 	// the same name asked again, for another template
 	f.ask("web", v1alpha1.SandboxSpec{Template: "big", NodeName: "node-1", Name: "new"})
@@ -399,9 +402,9 @@ func TestAttack24DeletedWhileMade(t *testing.T) {
 		}
 	}
 	o, _ := f.get("web")
-	if len(forWeb) != 2 || o.Spec.Template != "big" {
-		t.Fatalf("a Sandbox object web (template big, name new), asked after an earlier web was deleted while being made, was never made: sbxd asked for web with %v; object web is now spec.template %q spec.name %q status.id %s (the first web's sandbox %s); objects %v",
-			forWeb, o.Spec.Template, o.Spec.Name, o.Status.ID, first, f.objects())
+	if len(forWeb) != 2 || o.Spec.Template != "big" || o.Status.ID == "" {
+		t.Fatalf("a Sandbox object web (template big, name new), asked after an earlier web was deleted while being made, was never made: sbxd asked for web with %v; object web is now spec.template %q spec.name %q status.id %s; objects %v",
+			forWeb, o.Spec.Template, o.Spec.Name, o.Status.ID, f.objects())
 	}
 }
 

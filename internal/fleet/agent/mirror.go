@@ -165,12 +165,25 @@ func (a *Agent) mirrorOnce(ctx context.Context) error {
 			uid := sb.Meta[v1alpha1.MetaObjectUID]
 			if old == nil || string(old.GetUID()) != uid {
 				old = nil
-				if u, err := rc.Get(ctx, name, metav1.GetOptions{}); err == nil && string(u.GetUID()) == uid &&
-					(boundHere(u, a.cfg.Node) || statusID(u) == sb.ID) {
+				u, err := rc.Get(ctx, name, metav1.GetOptions{})
+				switch {
+				case kerrors.IsNotFound(err) || err == nil && string(u.GetUID()) != uid:
+					// the object it was made for is gone: deleted while
+					// sbxd made it, before this agent's finalizer was on
+					// it (or since, by hand). Its deletion asked for the
+					// sandbox's, as any object's does
+					if err := a.deleteOrphan(ctx, sb, name); err != nil {
+						errs = append(errs, err)
+					}
+					continue
+				case err != nil:
+					errs = append(errs, fmt.Errorf("get sandbox object %s: %w", name, err))
+					continue
+				case boundHere(u, a.cfg.Node) || statusID(u) == sb.ID:
 					old = u
 				}
 			}
-			if old == nil { // gone: the sandbox lives on, mirrored by its id
+			if old == nil { // another node's now: the sandbox lives on, mirrored by its id
 				name = v1alpha1.ObjectName(sb.ID)
 				old = have[name]
 			}
@@ -233,6 +246,16 @@ func (a *Agent) deleteAsked(ctx context.Context, rc dynamic.ResourceInterface, h
 		}
 	}
 	return gone, errors.Join(errs...)
+}
+
+// deleteOrphan deletes sb, whose object (name) was deleted before the
+// agent could put its finalizer on it.
+func (a *Agent) deleteOrphan(ctx context.Context, sb api.Sandbox, name string) error {
+	if _, err := a.cfg.Source.Delete(ctx, sb.ID, false); err != nil && !errors.Is(err, api.ErrNotFound) {
+		return fmt.Errorf("delete sandbox %s, whose object %s was deleted while it was made: %w", sb.ID, name, err)
+	}
+	a.log.Info("fleet: deleted a sandbox whose object was deleted while it was made", "object", name, "sandbox", sb.ID)
+	return nil
 }
 
 // mirrors reports whether u is sb's own object: the one it was made for
