@@ -417,6 +417,13 @@ func TestAttack24TransientFailureIsFinal(t *testing.T) {
 	f := newFleetFixture(t, src)
 	f.ask("web", v1alpha1.SandboxSpec{Template: "tiny", NodeName: "node-1"})
 	f.pass() // the data dir is full
+	// whoever waits for it hears why (a create through the controller
+	// answers with it), and it is still bound here, not refused
+	if o, _ := f.get("web"); o.Status.State != "" || !slices.ContainsFunc(o.Status.Conditions, func(c metav1.Condition) bool {
+		return c.Type == v1alpha1.ConditionReady && c.Reason == v1alpha1.ReasonNodeCannotYet && strings.Contains(c.Message, "data dir /var/lib/sbx is full")
+	}) {
+		t.Errorf("an object its node cannot make yet: status %+v, want no state and Ready=False %s saying why", o.Status, v1alpha1.ReasonNodeCannotYet)
+	}
 	f.pass() // it is not any more
 	f.pass()
 	o, _ := f.get("web")

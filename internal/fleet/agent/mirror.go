@@ -347,6 +347,9 @@ func (a *Agent) makeBound(ctx context.Context, rc dynamic.ResourceInterface, bou
 				// sbxd's, not the spec's (its data dir full, shutting
 				// down): tried again at the next pass
 				a.log.Warn("fleet: a sandbox bound to this node waits: sbxd cannot make it now", "object", u.GetName(), "err", err)
+				if werr := a.tellCannotYet(ctx, rc, u, err); werr != nil {
+					errs = append(errs, werr)
+				}
 				continue
 			}
 			a.log.Warn("fleet: a sandbox bound to this node could not be made", "object", u.GetName(), "err", err)
@@ -396,6 +399,36 @@ func createRequest(name, uid string, spec v1alpha1.SandboxSpec) (api.CreateReque
 		req.Disk = strconv.FormatInt(spec.DiskBytes, 10)
 	}
 	return req, nil
+}
+
+// tellCannotYet writes into u's status that its node cannot make it for
+// now, and why (a Ready=False condition, the state left unset: it is still
+// bound here, and tried again), so that whoever waits for it hears why.
+// Written once per why: a pass that finds the same says nothing.
+func (a *Agent) tellCannotYet(ctx context.Context, rc dynamic.ResourceInterface, u *unstructured.Unstructured, why error) error {
+	var obj v1alpha1.Sandbox
+	if err := v1alpha1.FromUnstructured(u, &obj); err != nil {
+		return err
+	}
+	msg := "node " + a.cfg.Node + " cannot make it yet: " + why.Error()
+	for _, c := range obj.Status.Conditions {
+		if c.Type == v1alpha1.ConditionReady && c.Reason == v1alpha1.ReasonNodeCannotYet && c.Message == msg {
+			return nil
+		}
+	}
+	obj.Status.Conditions = v1alpha1.SetCondition(obj.Status.Conditions, metav1.Condition{
+		Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNodeCannotYet, Message: msg,
+	}, a.now())
+	st, err := v1alpha1.ToUnstructured(&obj.Status)
+	if err != nil {
+		return err
+	}
+	w := u.DeepCopy()
+	w.Object["status"] = st.Object
+	if _, err := rc.UpdateStatus(ctx, w, metav1.UpdateOptions{}); err != nil && !kerrors.IsConflict(err) && !kerrors.IsNotFound(err) {
+		return fmt.Errorf("tell sandbox object %s why it is not made yet: %w", u.GetName(), err)
+	}
+	return nil
 }
 
 // refuse writes into u's status that its node would not make it, and why.

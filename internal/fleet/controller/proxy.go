@@ -114,6 +114,21 @@ func (c *Controller) create(w http.ResponseWriter, r *http.Request) {
 					writeError(w, refused)
 					return
 				}
+				if why := notYet(&sb); why != "" {
+					// as one sbxd that cannot make a sandbox now answers
+					// 503 having made none: the object goes, so that
+					// nothing is made after the answer (a sandbox its
+					// node made meanwhile goes with it, at the node's
+					// next pass)
+					uid := got.GetUID()
+					err := rc.Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+					if err != nil && !apierrors.IsNotFound(err) {
+						writeError(w, api.Errorf(api.ErrUnavailable, "%s; sandbox object %s could not be withdrawn (%v): it may still be made", why, name, err))
+						return
+					}
+					writeError(w, api.Errorf(api.ErrUnavailable, "%s; nothing was made: ask again", why))
+					return
+				}
 			}
 		}
 		select {
@@ -134,6 +149,24 @@ func (c *Controller) waitingWhy(name string) string {
 		return "placement: " + why
 	}
 	return "no node has made it yet"
+}
+
+// notYet says why a Sandbox object's node cannot make it for now, if it
+// cannot: its sbxd refuses for the moment (ReasonNodeCannotYet), or the
+// node went down before making it (the controller marked it lost).
+func notYet(sb *v1alpha1.Sandbox) string {
+	if sb.Status.ID != "" {
+		return ""
+	}
+	if sb.Status.State == string(api.StateLost) {
+		return cmp.Or(sb.Status.Reason, "its node went down") + " before it made the sandbox"
+	}
+	for _, cond := range sb.Status.Conditions {
+		if cond.Type == v1alpha1.ConditionReady && cond.Reason == v1alpha1.ReasonNodeCannotYet {
+			return cond.Message
+		}
+	}
+	return ""
 }
 
 // refusal is the error of a Sandbox object its node would not make (its

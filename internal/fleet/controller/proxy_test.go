@@ -214,7 +214,18 @@ func TestCreateThroughTheFleet(t *testing.T) {
 						_ = rc.Delete(ctx, u.GetName(), metav1.DeleteOptions{})
 						continue
 					}
-					if sb.Spec.Template == "missing" {
+					if sb.Spec.Template == "busy" { // its node's sbxd cannot make it now
+						if len(sb.Status.Conditions) == 0 {
+							sb.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNodeCannotYet, Message: "node n1 cannot make it yet: sbxd is shutting down", LastTransitionTime: metav1.NewTime(t0)}}
+							st, _ := v1alpha1.ToUnstructured(&sb.Status)
+							u.Object["status"] = st.Object
+							_, _ = rc.UpdateStatus(ctx, u, metav1.UpdateOptions{})
+						}
+						continue
+					}
+					if sb.Spec.Template == "lostfirst" { // its node went down before making it
+						sb.Status.State, sb.Status.Reason = "lost", "node n1 is down: its Lease expired"
+					} else if sb.Spec.Template == "missing" {
 						sb.Status.State, sb.Status.Reason = "error", "node n1 could not make it: template missing not found"
 						sb.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.RefusedReason("not_found"), Message: sb.Status.Reason, LastTransitionTime: metav1.NewTime(t0)}}
 					} else {
@@ -252,6 +263,25 @@ func TestCreateThroughTheFleet(t *testing.T) {
 	}
 	if _, err := c.Create(ctx, client.WithTemplate("missing")); err == nil || !strings.Contains(err.Error(), "template missing not found") || !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("a create its node refused: %v, want not found with the reason", err)
+	}
+	for _, tc := range []struct{ template, want string }{
+		{"busy", "node n1 cannot make it yet: sbxd is shutting down; nothing was made"},
+		{"lostfirst", "node n1 is down: its Lease expired before it made the sandbox; nothing was made"},
+	} {
+		// answered at once, as one sbxd answers, and withdrawn: nothing
+		// is made after the answer
+		start := time.Now()
+		_, err := c.Create(ctx, client.WithTemplate(tc.template))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, api.ErrUnavailable) || time.Since(start) > 30*time.Second {
+			t.Errorf("a create whose node cannot make it (%s): %v after %s, want unavailable, %q, at once", tc.template, err, time.Since(start), tc.want)
+		}
+		l, _ := rc.List(ctx, metav1.ListOptions{})
+		for i := range l.Items {
+			var o v1alpha1.Sandbox
+			if v1alpha1.FromUnstructured(&l.Items[i], &o) == nil && o.Spec.Template == tc.template {
+				t.Errorf("the object of a create answered 503 (%s) is still there: %+v", tc.template, o.Status)
+			}
+		}
 	}
 	if _, err := c.Create(ctx, client.WithTemplate("vanish")); err == nil || !strings.Contains(err.Error(), "was deleted before a node made") || !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("a create whose object was deleted while it waited: %v, want not found, saying so", err)

@@ -78,6 +78,10 @@ const (
 	ReasonAgentPublishing = "NodeAgentPublishing"
 	ReasonUnschedulable   = "Unschedulable" // Placed=False: no node fits
 	ReasonMadeOnNode      = "MadeOnNode"    // Placed=True
+	// ReasonNodeCannotYet is a bound Sandbox's Ready=False while its
+	// node's sbxd cannot make it for now (ErrUnavailable: its data dir
+	// full, shutting down); the node tries again at each pass.
+	ReasonNodeCannotYet = "NodeCannotMakeItYet"
 )
 
 // ObjectName is the Kubernetes name of the Sandbox object of sbx sandbox
