@@ -458,3 +458,55 @@ func TestAttack24MadeOnceAcrossFailedWrite(t *testing.T) {
 		t.Errorf("the object after its write failed once: %+v", o.Status)
 	}
 }
+
+// TestDeletedWhileDownDeletesSandboxes: node-1 comes back to find objects
+// deleted while it was down noted on its SandboxNode (the controller let
+// them go): a sandbox made for its object and one mirrored by its id are
+// deleted before anything is mirrored (so no object is written for them
+// again), and the list is emptied. An entry naming a sandbox with another
+// object's name (a status id written by hand) deletes nothing.
+func TestDeletedWhileDownDeletesSandboxes(t *testing.T) {
+	src := &managerSource{sbs: []api.Sandbox{
+		{ID: "sb_madeforweb", Template: "tiny", State: api.StateReady, Meta: map[string]string{api.MetaObject: "web", api.MetaObjectUID: "uid-web"}},
+		{ID: "sb_mirrorbyid", Template: "tiny", State: api.StateReady},
+		{ID: "sb_someoneels", Template: "tiny", State: api.StateReady},
+	}}
+	f := newFleetFixture(t, src)
+	node, err := v1alpha1.ToUnstructured(&v1alpha1.SandboxNode{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindSandboxNode},
+		ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.SetDeletedWhileDown(node, []v1alpha1.DeletedObject{
+		{Object: "web", UID: "uid-web", ID: "sb_madeforweb"},
+		{Object: v1alpha1.ObjectName("sb_mirrorbyid"), UID: "uid-m", ID: "sb_mirrorbyid"},
+		{Object: "hostile", UID: "uid-h", ID: "sb_someoneels"},
+		{Object: "gone", UID: "uid-g", ID: "sb_notherenow"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	nodes := f.dyn.Resource(v1alpha1.SandboxNodesResource)
+	if _, err := nodes.Create(f.ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.pass()
+	var left []string
+	for _, sb := range src.sbs {
+		left = append(left, sb.ID)
+	}
+	if !slices.Equal(left, []string{"sb_someoneels"}) {
+		t.Errorf("sandboxes after the pass: %v, want only sb_someoneels (its entry named another object)", left)
+	}
+	if objs := f.objects(); !slices.Equal(objs, []string{v1alpha1.ObjectName("sb_someoneels")}) {
+		t.Errorf("objects after the pass: %v, want only sb_someoneels's mirror", objs)
+	}
+	n, err := nodes.Get(f.ctx, "node-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := v1alpha1.DeletedWhileDown(n); len(l) != 0 {
+		t.Errorf("the list after the pass: %+v, want it empty", l)
+	}
+}

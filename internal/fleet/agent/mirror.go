@@ -15,6 +15,7 @@ import (
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 
@@ -129,6 +130,13 @@ func (a *Agent) mirrorOnce(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list sandboxes: %w", err)
 	}
+	var errs []error
+	// objects deleted while this node was down, let go by the controller:
+	// their sandboxes go before anything is mirrored
+	sbs, err = a.deleteDeletedWhileDown(ctx, sbs)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	have := map[string]*unstructured.Unstructured{}
 	var bound []*unstructured.Unstructured
 	for i := range list.Items {
@@ -140,7 +148,6 @@ func (a *Agent) mirrorOnce(ctx context.Context) error {
 			bound = append(bound, u)
 		}
 	}
-	var errs []error
 	// objects deleted (kubectl delete): their sandboxes go first, then the
 	// finalizer, and the object with it
 	gone, err := a.deleteAsked(ctx, rc, have, sbs)
@@ -246,6 +253,58 @@ func (a *Agent) deleteAsked(ctx context.Context, rc dynamic.ResourceInterface, h
 		}
 	}
 	return gone, errors.Join(errs...)
+}
+
+// deleteDeletedWhileDown deletes the sandboxes whose objects were deleted
+// while this node was down (v1alpha1.AnnotationDeletedWhileDown on its
+// SandboxNode), each only if the object was its own, and takes those done
+// off the list. It returns sbs without the sandboxes it deleted. A
+// sandbox it cannot delete now stays on the list, and in sbs, for the
+// next pass.
+func (a *Agent) deleteDeletedWhileDown(ctx context.Context, sbs []api.Sandbox) ([]api.Sandbox, error) {
+	nodes := a.dyn.Resource(v1alpha1.SandboxNodesResource)
+	n, err := nodes.Get(ctx, a.cfg.Node, metav1.GetOptions{})
+	if kerrors.IsNotFound(err) {
+		return sbs, nil
+	}
+	if err != nil {
+		return sbs, fmt.Errorf("get sandboxnode %s: %w", a.cfg.Node, err)
+	}
+	list := v1alpha1.DeletedWhileDown(n)
+	if len(list) == 0 {
+		return sbs, nil
+	}
+	var keep []v1alpha1.DeletedObject
+	var errs []error
+	gone := map[string]bool{}
+	for _, d := range list {
+		i := slices.IndexFunc(sbs, func(sb api.Sandbox) bool { return sb.ID == d.ID })
+		if i < 0 || gone[d.ID] {
+			continue // gone already
+		}
+		sb := sbs[i]
+		own := &unstructured.Unstructured{}
+		own.SetName(d.Object)
+		own.SetUID(types.UID(d.UID))
+		if !mirrors(own, sb) {
+			a.log.Warn("fleet: an object deleted while this node was down named a sandbox it was not made for; that sandbox stays", "object", d.Object, "sandbox", d.ID)
+			continue
+		}
+		if _, err := a.cfg.Source.Delete(ctx, sb.ID, false); err != nil && !errors.Is(err, api.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("delete sandbox %s, whose object %s was deleted while this node was down: %w", sb.ID, d.Object, err))
+			keep = append(keep, d)
+			continue
+		}
+		a.log.Info("fleet: deleted a sandbox whose object was deleted while this node was down", "object", d.Object, "sandbox", sb.ID)
+		gone[sb.ID] = true
+	}
+	if err := v1alpha1.SetDeletedWhileDown(n, keep); err != nil {
+		errs = append(errs, err)
+	} else if _, err := nodes.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		// deleted again at the next pass: a delete of a sandbox gone is fine
+		errs = append(errs, fmt.Errorf("take the objects deleted while it was down off sandboxnode %s: %w", a.cfg.Node, err))
+	}
+	return slices.DeleteFunc(sbs, func(sb api.Sandbox) bool { return gone[sb.ID] }), errors.Join(errs...)
 }
 
 // deleteOrphan deletes sb, whose object (name) was deleted before the

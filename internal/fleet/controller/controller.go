@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -20,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -399,6 +399,9 @@ func (c *Controller) markSandboxesLost(ctx context.Context, nodeName, reason str
 		return fmt.Errorf("list the sandboxes of node %s: %w", nodeName, err)
 	}
 	var errs []error
+	if err := c.releaseDeleted(ctx, nodeName, l.Items); err != nil {
+		errs = append(errs, err)
+	}
 	for i := range l.Items {
 		u := &l.Items[i]
 		var sb v1alpha1.Sandbox
@@ -409,7 +412,7 @@ func (c *Controller) markSandboxesLost(ctx context.Context, nodeName, reason str
 		if u.GetLabels()[v1alpha1.LabelNode] != nodeName && sb.Spec.NodeName != nodeName {
 			continue
 		}
-		if sb.Status.State == string(api.StateLost) {
+		if sb.Status.State == string(api.StateLost) || u.GetDeletionTimestamp() != nil {
 			continue
 		}
 		msg := "node " + nodeName + " is down: " + reason
@@ -428,6 +431,67 @@ func (c *Controller) markSandboxesLost(ctx context.Context, nodeName, reason str
 		if _, err := res.UpdateStatus(ctx, obj, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
 			errs = append(errs, fmt.Errorf("mark sandbox %s lost: %w", u.GetName(), err))
 		}
+	}
+	return errors.Join(errs...)
+}
+
+// releaseDeleted lets go of the objects of down node nodeName that are
+// being deleted: their agent, away, cannot delete their sandboxes and drop
+// its finalizer, and they would stay Terminating for good if the node
+// never comes back. Each is noted on the node's SandboxNode first
+// (v1alpha1.AnnotationDeletedWhileDown), so that its agent, back, deletes
+// the sandbox rather than mirror it again; then its finalizer is dropped.
+// A crash between the two notes it twice, which the agent takes as once.
+func (c *Controller) releaseDeleted(ctx context.Context, nodeName string, items []unstructured.Unstructured) error {
+	var gone []*unstructured.Unstructured
+	for i := range items {
+		u := &items[i]
+		if u.GetDeletionTimestamp() == nil || !slices.Contains(u.GetFinalizers(), v1alpha1.Finalizer) {
+			continue
+		}
+		spec, _, _ := unstructured.NestedString(u.Object, "spec", "nodeName")
+		if u.GetLabels()[v1alpha1.LabelNode] != nodeName && spec != nodeName {
+			continue
+		}
+		gone = append(gone, u)
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	nodes := c.dyn.Resource(v1alpha1.SandboxNodesResource)
+	n, err := nodes.Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("note the objects deleted while node %s is down: %w", nodeName, err)
+	}
+	list := v1alpha1.DeletedWhileDown(n)
+	noted := len(list)
+	for _, u := range gone {
+		id, _, _ := unstructured.NestedString(u.Object, "status", "id")
+		d := v1alpha1.DeletedObject{Object: u.GetName(), UID: string(u.GetUID()), ID: id}
+		if id != "" && !slices.Contains(list, d) {
+			list = append(list, d)
+		}
+	}
+	if len(list) != noted {
+		if err := v1alpha1.SetDeletedWhileDown(n, list); err != nil {
+			return err
+		}
+		// preconditioned on its resourceVersion: a write of another's
+		// meanwhile is a conflict, tried again at the next check
+		if _, err := nodes.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("note the objects deleted while node %s is down: %w", nodeName, err)
+		}
+	}
+	res := c.dyn.Resource(v1alpha1.SandboxesResource).Namespace(c.cfg.Namespace)
+	var errs []error
+	for _, u := range gone {
+		w := u.DeepCopy()
+		w.SetFinalizers(slices.DeleteFunc(w.GetFinalizers(), func(f string) bool { return f == v1alpha1.Finalizer }))
+		if _, err := res.Update(ctx, w, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			errs = append(errs, fmt.Errorf("let sandbox object %s go (node %s is down): %w", u.GetName(), nodeName, err))
+			continue
+		}
+		c.log.Info("fleet: let go of a sandbox object deleted while its node is down", "object", u.GetName(), "node", nodeName)
 	}
 	return errors.Join(errs...)
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stypes "k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
@@ -364,5 +366,56 @@ func TestPlace(t *testing.T) {
 	}
 	if writes != 0 {
 		t.Errorf("a round with the same why wrote %d times", writes)
+	}
+}
+
+// TestDeletedWhileNodeDown: objects of a down node being deleted (kubectl
+// delete; their agent, away, cannot drop its finalizer) are noted on the
+// node's SandboxNode, then let go; another node's, and one not being
+// deleted, are left alone. A second check notes nothing twice.
+func TestDeletedWhileNodeDown(t *testing.T) {
+	ctx := context.Background()
+	deleting := func(u *unstructured.Unstructured, uid string) *unstructured.Unstructured {
+		now := metav1.NewTime(t0)
+		u.SetDeletionTimestamp(&now)
+		u.SetFinalizers([]string{v1alpha1.Finalizer})
+		u.SetUID(k8stypes.UID(uid))
+		return u
+	}
+	f := newTestFleet(t, []runtime.Object{
+		nodeObj(t, "n1"), nodeObj(t, "n2"),
+		deleting(sandboxObj(t, "sb_aaaaaaaaaa", "n2", "ready", t0), "uid-a"),
+		sandboxObj(t, "sb_bbbbbbbbbb", "n2", "ready", t0),
+		deleting(sandboxObj(t, "sb_cccccccccc", "n1", "ready", t0), "uid-c"),
+	}, lease("n1", t0.Add(10*time.Second)), lease("n2", t0.Add(-5*time.Second)))
+	*f.now = t0.Add(11 * time.Second)
+	for i := 0; i < 2; i++ {
+		if err := f.c.CheckNodes(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n2, err := f.dyn.Resource(v1alpha1.SandboxNodesResource).Get(ctx, "n2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []v1alpha1.DeletedObject{{Object: v1alpha1.ObjectName("sb_aaaaaaaaaa"), UID: "uid-a", ID: "sb_aaaaaaaaaa"}}
+	if got := v1alpha1.DeletedWhileDown(n2); !slices.Equal(got, want) {
+		t.Errorf("noted on n2: %+v, want %+v", got, want)
+	}
+	rc := f.dyn.Resource(v1alpha1.SandboxesResource).Namespace(v1alpha1.DefaultNamespace)
+	for _, tc := range []struct {
+		id        string
+		finalizer bool
+	}{{"sb_aaaaaaaaaa", false}, {"sb_bbbbbbbbbb", false}, {"sb_cccccccccc", true}} {
+		u, err := rc.Get(ctx, v1alpha1.ObjectName(tc.id), metav1.GetOptions{})
+		if err != nil {
+			continue // gone: let go
+		}
+		if has := slices.Contains(u.GetFinalizers(), v1alpha1.Finalizer); has != tc.finalizer {
+			t.Errorf("%s: finalizer %v, want %v", tc.id, has, tc.finalizer)
+		}
+	}
+	if n1, _ := f.dyn.Resource(v1alpha1.SandboxNodesResource).Get(ctx, "n1", metav1.GetOptions{}); len(v1alpha1.DeletedWhileDown(n1)) != 0 {
+		t.Errorf("noted on n1, which is up: %+v", v1alpha1.DeletedWhileDown(n1))
 	}
 }
