@@ -475,16 +475,14 @@ func TestDeletedWhileDownDeletesSandboxes(t *testing.T) {
 	node, err := v1alpha1.ToUnstructured(&v1alpha1.SandboxNode{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindSandboxNode},
 		ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
+		Status: v1alpha1.SandboxNodeStatus{DeletedWhileDown: []v1alpha1.DeletedObject{
+			{Object: "web", UID: "uid-web", ID: "sb_madeforweb"},
+			{Object: v1alpha1.ObjectName("sb_mirrorbyid"), UID: "uid-m", ID: "sb_mirrorbyid"},
+			{Object: "hostile", UID: "uid-h", ID: "sb_someoneels"},
+			{Object: "gone", UID: "uid-g", ID: "sb_notherenow"},
+		}},
 	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.SetDeletedWhileDown(node, []v1alpha1.DeletedObject{
-		{Object: "web", UID: "uid-web", ID: "sb_madeforweb"},
-		{Object: v1alpha1.ObjectName("sb_mirrorbyid"), UID: "uid-m", ID: "sb_mirrorbyid"},
-		{Object: "hostile", UID: "uid-h", ID: "sb_someoneels"},
-		{Object: "gone", UID: "uid-g", ID: "sb_notherenow"},
-	}); err != nil {
 		t.Fatal(err)
 	}
 	nodes := f.dyn.Resource(v1alpha1.SandboxNodesResource)
@@ -506,7 +504,11 @@ func TestDeletedWhileDownDeletesSandboxes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := v1alpha1.DeletedWhileDown(n); len(l) != 0 {
+	var typed v1alpha1.SandboxNode
+	if err := v1alpha1.FromUnstructured(n, &typed); err != nil {
+		t.Fatal(err)
+	}
+	if l := typed.Status.DeletedWhileDown; len(l) != 0 {
 		t.Errorf("the list after the pass: %+v, want it empty", l)
 	}
 }

@@ -256,11 +256,10 @@ func (a *Agent) deleteAsked(ctx context.Context, rc dynamic.ResourceInterface, h
 }
 
 // deleteDeletedWhileDown deletes the sandboxes whose objects were deleted
-// while this node was down (v1alpha1.AnnotationDeletedWhileDown on its
-// SandboxNode), each only if the object was its own, and takes those done
-// off the list. It returns sbs without the sandboxes it deleted. A
-// sandbox it cannot delete now stays on the list, and in sbs, for the
-// next pass.
+// while this node was down (DeletedWhileDown in its SandboxNode's status),
+// each only if the object was its own, and takes those done off the list.
+// It returns sbs without the sandboxes it deleted. A sandbox it cannot
+// delete now stays on the list, and in sbs, for the next pass.
 func (a *Agent) deleteDeletedWhileDown(ctx context.Context, sbs []api.Sandbox) ([]api.Sandbox, error) {
 	nodes := a.dyn.Resource(v1alpha1.SandboxNodesResource)
 	n, err := nodes.Get(ctx, a.cfg.Node, metav1.GetOptions{})
@@ -270,7 +269,11 @@ func (a *Agent) deleteDeletedWhileDown(ctx context.Context, sbs []api.Sandbox) (
 	if err != nil {
 		return sbs, fmt.Errorf("get sandboxnode %s: %w", a.cfg.Node, err)
 	}
-	list := v1alpha1.DeletedWhileDown(n)
+	var typed v1alpha1.SandboxNode
+	if err := v1alpha1.FromUnstructured(n, &typed); err != nil {
+		return sbs, err
+	}
+	list := typed.Status.DeletedWhileDown
 	if len(list) == 0 {
 		return sbs, nil
 	}
@@ -298,9 +301,13 @@ func (a *Agent) deleteDeletedWhileDown(ctx context.Context, sbs []api.Sandbox) (
 		a.log.Info("fleet: deleted a sandbox whose object was deleted while this node was down", "object", d.Object, "sandbox", sb.ID)
 		gone[sb.ID] = true
 	}
-	if err := v1alpha1.SetDeletedWhileDown(n, keep); err != nil {
-		errs = append(errs, err)
-	} else if _, err := nodes.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+	typed.Status.DeletedWhileDown = keep
+	st, err := v1alpha1.ToUnstructured(&typed.Status)
+	if err != nil {
+		return sbs, err
+	}
+	n.Object["status"] = st.Object
+	if _, err := nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 		// deleted again at the next pass: a delete of a sandbox gone is fine
 		errs = append(errs, fmt.Errorf("take the objects deleted while it was down off sandboxnode %s: %w", a.cfg.Node, err))
 	}

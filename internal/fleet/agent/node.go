@@ -54,6 +54,8 @@ func (a *Agent) publishNode(ctx context.Context) error {
 		return err
 	}
 	status := a.nodeStatus(cur.Status.Conditions)
+	// the controller's, taken off by the mirror once dealt with
+	status.DeletedWhileDown = cur.Status.DeletedWhileDown
 	st, err := v1alpha1.ToUnstructured(&status)
 	if err != nil {
 		return err

@@ -438,8 +438,8 @@ func (c *Controller) markSandboxesLost(ctx context.Context, nodeName, reason str
 // releaseDeleted lets go of the objects of down node nodeName that are
 // being deleted: their agent, away, cannot delete their sandboxes and drop
 // its finalizer, and they would stay Terminating for good if the node
-// never comes back. Each is noted on the node's SandboxNode first
-// (v1alpha1.AnnotationDeletedWhileDown), so that its agent, back, deletes
+// never comes back. Each is noted in the node's SandboxNode status first
+// (DeletedWhileDown), so that its agent, back, deletes
 // the sandbox rather than mirror it again; then its finalizer is dropped.
 // A crash between the two notes it twice, which the agent takes as once.
 func (c *Controller) releaseDeleted(ctx context.Context, nodeName string, items []unstructured.Unstructured) error {
@@ -463,7 +463,11 @@ func (c *Controller) releaseDeleted(ctx context.Context, nodeName string, items 
 	if err != nil {
 		return fmt.Errorf("note the objects deleted while node %s is down: %w", nodeName, err)
 	}
-	list := v1alpha1.DeletedWhileDown(n)
+	var typed v1alpha1.SandboxNode
+	if err := v1alpha1.FromUnstructured(n, &typed); err != nil {
+		return err
+	}
+	list := typed.Status.DeletedWhileDown
 	noted := len(list)
 	for _, u := range gone {
 		id, _, _ := unstructured.NestedString(u.Object, "status", "id")
@@ -472,13 +476,19 @@ func (c *Controller) releaseDeleted(ctx context.Context, nodeName string, items 
 			list = append(list, d)
 		}
 	}
+	if len(list) > v1alpha1.MaxDeletedWhileDown {
+		return fmt.Errorf("node %s: more than %d objects deleted while it is down; the rest stay Terminating until it is back", nodeName, v1alpha1.MaxDeletedWhileDown)
+	}
 	if len(list) != noted {
-		if err := v1alpha1.SetDeletedWhileDown(n, list); err != nil {
+		typed.Status.DeletedWhileDown = list
+		st, err := v1alpha1.ToUnstructured(&typed.Status)
+		if err != nil {
 			return err
 		}
+		n.Object["status"] = st.Object
 		// preconditioned on its resourceVersion: a write of another's
 		// meanwhile is a conflict, tried again at the next check
-		if _, err := nodes.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		if _, err := nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("note the objects deleted while node %s is down: %w", nodeName, err)
 		}
 	}

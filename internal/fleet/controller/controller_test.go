@@ -399,7 +399,7 @@ func TestDeletedWhileNodeDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []v1alpha1.DeletedObject{{Object: v1alpha1.ObjectName("sb_aaaaaaaaaa"), UID: "uid-a", ID: "sb_aaaaaaaaaa"}}
-	if got := v1alpha1.DeletedWhileDown(n2); !slices.Equal(got, want) {
+	if got := deletedWhileDown(t, n2); !slices.Equal(got, want) {
 		t.Errorf("noted on n2: %+v, want %+v", got, want)
 	}
 	rc := f.dyn.Resource(v1alpha1.SandboxesResource).Namespace(v1alpha1.DefaultNamespace)
@@ -415,7 +415,16 @@ func TestDeletedWhileNodeDown(t *testing.T) {
 			t.Errorf("%s: finalizer %v, want %v", tc.id, has, tc.finalizer)
 		}
 	}
-	if n1, _ := f.dyn.Resource(v1alpha1.SandboxNodesResource).Get(ctx, "n1", metav1.GetOptions{}); len(v1alpha1.DeletedWhileDown(n1)) != 0 {
-		t.Errorf("noted on n1, which is up: %+v", v1alpha1.DeletedWhileDown(n1))
+	if n1, _ := f.dyn.Resource(v1alpha1.SandboxNodesResource).Get(ctx, "n1", metav1.GetOptions{}); len(deletedWhileDown(t, n1)) != 0 {
+		t.Errorf("noted on n1, which is up: %+v", deletedWhileDown(t, n1))
 	}
+}
+
+func deletedWhileDown(t *testing.T, u *unstructured.Unstructured) []v1alpha1.DeletedObject {
+	t.Helper()
+	var n v1alpha1.SandboxNode
+	if err := v1alpha1.FromUnstructured(u, &n); err != nil {
+		t.Fatal(err)
+	}
+	return n.Status.DeletedWhileDown
 }

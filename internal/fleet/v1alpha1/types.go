@@ -274,6 +274,11 @@ type SandboxNodeStatus struct {
 	Layers     []string           `json:"layers,omitempty"`
 	Sandboxes  int                `json:"sandboxes"` // how many it holds
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// DeletedWhileDown are the Sandbox objects deleted while the node was
+	// down, which the controller let go of (see DeletedObject). Written
+	// by the controller; the node's agent carries them in what it
+	// publishes, and takes off those it has dealt with.
+	DeletedWhileDown []DeletedObject `json:"deletedWhileDown,omitempty"`
 }
 
 // Capacity is what a node has for sandboxes.
