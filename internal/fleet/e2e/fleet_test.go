@@ -1572,6 +1572,33 @@ func TestFleetNodeAgents(t *testing.T) {
 			t.Errorf("a resume of the dead node's running sandbox: %v %q, want refused, saying it was running there", err, out)
 		}
 		f.sbx(t, "rm", stopped, "--yes")
+
+		// kubectl delete of the dead node's running sandbox: its agent
+		// cannot drop its finalizer, so the controller lets the object
+		// go, noting it in the node's status; the node, back, deletes the
+		// sandbox rather than mirror it again
+		label := "sbx.dev/sandbox-id=" + strings.ReplaceAll(victimSandbox, "_", "-")
+		f.kube(t, "delete", "sandboxes", "-l", label, "--wait=false")
+		waitFor(t, "the object deleted while its node is down to go", 60*time.Second, func() bool {
+			return strings.TrimSpace(f.kube(t, "get", "sandboxes", "-l", label, "-o", "name")) == ""
+		})
+		if noted := f.kube(t, "get", "sandboxnode", victim.name, "-o", "jsonpath={.status.deletedWhileDown[*].id}"); !strings.Contains(noted, victimSandbox) {
+			t.Errorf("%s's status notes %q as deleted while it was down, want %s", victim.name, noted, victimSandbox)
+		}
+		if out, err := exec.Command(filepath.Join(f.root, "scripts", "fleet.sh"), "node", f.dir, victim.name).CombinedOutput(); err != nil {
+			t.Fatalf("fleet.sh node: %v\n%s", err, out)
+		}
+		onVictim = "--host=unix://" + victim.socket
+		waitFor(t, victimSandbox+" deleted on "+victim.name+" once it is back", 90*time.Second, func() bool {
+			_, err := f.run(t, true, bin, onVictim, "info", victimSandbox)
+			return err != nil && strings.Contains(err.Error(), "not found")
+		})
+		waitFor(t, victim.name+"'s list of objects deleted while it was down emptied", 60*time.Second, func() bool {
+			return strings.TrimSpace(f.kube(t, "get", "sandboxnode", victim.name, "-o", "jsonpath={.status.deletedWhileDown}")) == ""
+		})
+		if got := strings.TrimSpace(f.kube(t, "get", "sandboxes", "-l", label, "-o", "name")); got != "" {
+			t.Errorf("the sandbox deleted while its node was down has an object again: %s", got)
+		}
 	})
 
 	// every write the agents and the controller made went through as
