@@ -469,15 +469,26 @@ func (c *Controller) releaseDeleted(ctx context.Context, nodeName string, items 
 	}
 	list := typed.Status.DeletedWhileDown
 	noted := len(list)
+	// those that fit are let go, the rest wait (Terminating) for room or
+	// the node: a burst past the bound must not keep all of them
+	var release []*unstructured.Unstructured
+	full := false
 	for _, u := range gone {
 		id, _, _ := unstructured.NestedString(u.Object, "status", "id")
 		d := v1alpha1.DeletedObject{Object: u.GetName(), UID: string(u.GetUID()), ID: id}
 		if id != "" && !slices.Contains(list, d) {
+			if len(list) >= v1alpha1.MaxDeletedWhileDown {
+				full = true
+				continue
+			}
 			list = append(list, d)
 		}
+		release = append(release, u)
 	}
-	if len(list) > v1alpha1.MaxDeletedWhileDown {
-		return fmt.Errorf("node %s: more than %d objects deleted while it is down; the rest stay Terminating until it is back", nodeName, v1alpha1.MaxDeletedWhileDown)
+	gone = release
+	var errs []error
+	if full {
+		errs = append(errs, fmt.Errorf("node %s: more than %d objects deleted while it is down; the rest stay Terminating until it is back", nodeName, v1alpha1.MaxDeletedWhileDown))
 	}
 	if len(list) != noted {
 		typed.Status.DeletedWhileDown = list
@@ -493,7 +504,6 @@ func (c *Controller) releaseDeleted(ctx context.Context, nodeName string, items 
 		}
 	}
 	res := c.dyn.Resource(v1alpha1.SandboxesResource).Namespace(c.cfg.Namespace)
-	var errs []error
 	for _, u := range gone {
 		w := u.DeepCopy()
 		w.SetFinalizers(slices.DeleteFunc(w.GetFinalizers(), func(f string) bool { return f == v1alpha1.Finalizer }))
