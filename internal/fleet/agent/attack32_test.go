@@ -137,3 +137,24 @@ func TestAttack32DeletingObjectWithoutStatusID(t *testing.T) {
 		t.Errorf("web still has the agent's finalizer: %v", sb.Finalizers)
 	}
 }
+
+// TestAttack32CutMoveCopyNoted: node-1 holds the stopped copy it adopted
+// for a resume of sb_movedbyidx (mirrored by its id) off a down node; the
+// object was deleted meanwhile and let go by the controller, which noted
+// it on node-1's list too (the move's target). node-1 deletes the copy and
+// writes no object for it: without the note it would mirror the copy as
+// a sandbox of its own, the deleted object written again.
+func TestAttack32CutMoveCopyNoted(t *testing.T) {
+	src := &managerSource{sbs: []api.Sandbox{
+		{ID: "sb_movedbyidx", Template: "tiny", State: api.StateStopped, Meta: map[string]string{api.MetaAdopted: "reg/moves:sb_movedbyidx-1"}},
+	}}
+	f := newFleetFixture(t, src)
+	f.putNode([]v1alpha1.DeletedObject{{Object: v1alpha1.ObjectName("sb_movedbyidx"), UID: "uid-x", ID: "sb_movedbyidx"}})
+	f.pass()
+	if len(src.sbs) != 0 {
+		t.Errorf("the copy is kept: %+v", src.sbs)
+	}
+	if objs := f.objects(); len(objs) != 0 {
+		t.Errorf("objects: %v, want none", objs)
+	}
+}

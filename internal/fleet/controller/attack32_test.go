@@ -72,3 +72,39 @@ func TestAttack32ReleasePastMax(t *testing.T) {
 		t.Errorf("%d objects keep the finalizer, want %d (those past the list's bound)", held, extra)
 	}
 }
+
+// TestAttack32ReleaseCutMove: a resume of stopped sb_movingxxxx, whose
+// node n2 is down, had n1 adopt a copy (the object marked moving to n1)
+// when the object was deleted; the rebind is refused, and the controller
+// lets the object go for n2. n1's agent kept its copy while the object was
+// bound to n2; once the object is gone it mirrors the copy as a sandbox of
+// its own, the deleted object written again. So the object must be noted
+// on n1's list too (its agent deletes the copy), before it is let go; an
+// object marked for a node that is not in the fleet is let go alone.
+func TestAttack32ReleaseCutMove(t *testing.T) {
+	ctx := context.Background()
+	moving := deletingObj(t, "sb_movingxxxx", "n2", "uid-m")
+	moving.SetAnnotations(map[string]string{v1alpha1.AnnotationMovingTo: "n1 " + t0.Format(time.RFC3339) + " abcd"})
+	nowhere := deletingObj(t, "sb_nowherexxx", "n2", "uid-w")
+	nowhere.SetAnnotations(map[string]string{v1alpha1.AnnotationMovingTo: "n9 " + t0.Format(time.RFC3339) + " abcd"})
+	f := newTestFleet(t, []runtime.Object{nodeObj(t, "n1"), nodeObj(t, "n2"), moving, nowhere},
+		lease("n1", t0.Add(10*time.Second)), lease("n2", t0.Add(-5*time.Second)))
+	*f.now = t0.Add(11 * time.Second)
+	if err := f.c.CheckNodes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n1, err := f.dyn.Resource(v1alpha1.SandboxNodesResource).Get(ctx, "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []v1alpha1.DeletedObject{{Object: v1alpha1.ObjectName("sb_movingxxxx"), UID: "uid-m", ID: "sb_movingxxxx"}}
+	if got := deletedWhileDown(t, n1); !slices.Equal(got, want) {
+		t.Errorf("noted on n1, the move's target: %+v, want %+v", got, want)
+	}
+	rc := f.dyn.Resource(v1alpha1.SandboxesResource).Namespace(v1alpha1.DefaultNamespace)
+	for _, id := range []string{"sb_movingxxxx", "sb_nowherexxx"} {
+		if u, err := rc.Get(ctx, v1alpha1.ObjectName(id), metav1.GetOptions{}); err == nil && slices.Contains(u.GetFinalizers(), v1alpha1.Finalizer) {
+			t.Errorf("%s is not let go", id)
+		}
+	}
+}
