@@ -133,7 +133,11 @@ func (a *Agent) mirrorOnce(ctx context.Context) error {
 	var errs []error
 	// objects deleted while this node was down, let go by the controller:
 	// their sandboxes go before anything is mirrored
-	sbs, err = a.deleteDeletedWhileDown(ctx, sbs)
+	sbs, waiting, err := a.deleteDeletedWhileDown(ctx, sbs)
+	var unknown *unknownDeleted
+	if errors.As(err, &unknown) {
+		return err
+	}
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -160,7 +164,7 @@ func (a *Agent) mirrorOnce(ctx context.Context) error {
 	} else {
 		sbs = append(sbs, made...)
 	}
-	a.sandboxes.Store(int64(len(sbs)))
+	a.sandboxes.Store(int64(len(sbs) + waiting))
 	for _, sb := range sbs {
 		name := objectName(sb)
 		old := have[name]
@@ -236,16 +240,26 @@ func (a *Agent) deleteAsked(ctx context.Context, rc dynamic.ResourceInterface, h
 		if u.GetDeletionTimestamp() == nil {
 			continue
 		}
-		id := statusID(u)
-		// only the sandbox this very object mirrors: an object that names
-		// another's id in its status (written by hand) deletes nothing
-		if id != "" && slices.ContainsFunc(sbs, func(sb api.Sandbox) bool { return sb.ID == id && mirrors(u, sb) }) {
-			if _, err := a.cfg.Source.Delete(ctx, id, false); err != nil && !errors.Is(err, api.ErrNotFound) {
-				errs = append(errs, fmt.Errorf("delete sandbox %s, whose object %s is deleted: %w", id, name, err))
+		// only the sandboxes this very object mirrors: an object that
+		// names another's id in its status (written by hand) deletes
+		// nothing. Found by the object, not by its status id: a status
+		// write lost after the finalizer's names none, and the sandbox
+		// made for the object still goes
+		failed := false
+		for _, sb := range sbs {
+			if !mirrors(u, sb) {
 				continue
 			}
-			a.log.Info("fleet: deleted a sandbox whose object was deleted", "object", name, "sandbox", id)
-			gone[id] = true
+			if _, err := a.cfg.Source.Delete(ctx, sb.ID, false); err != nil && !errors.Is(err, api.ErrNotFound) {
+				errs = append(errs, fmt.Errorf("delete sandbox %s, whose object %s is deleted: %w", sb.ID, name, err))
+				failed = true
+				continue
+			}
+			a.log.Info("fleet: deleted a sandbox whose object was deleted", "object", name, "sandbox", sb.ID)
+			gone[sb.ID] = true
+		}
+		if failed {
+			continue
 		}
 		delete(have, name)
 		if err := dropFinalizer(ctx, rc, u); err != nil {
@@ -258,28 +272,31 @@ func (a *Agent) deleteAsked(ctx context.Context, rc dynamic.ResourceInterface, h
 // deleteDeletedWhileDown deletes the sandboxes whose objects were deleted
 // while this node was down (DeletedWhileDown in its SandboxNode's status),
 // each only if the object was its own, and takes those done off the list.
-// It returns sbs without the sandboxes it deleted. A sandbox it cannot
-// delete now stays on the list, and in sbs, for the next pass.
-func (a *Agent) deleteDeletedWhileDown(ctx context.Context, sbs []api.Sandbox) ([]api.Sandbox, error) {
+// It returns sbs without the sandboxes it deleted, nor those it could not
+// delete now: these stay on the list for the next pass, and are not
+// mirrored meanwhile (an id-named one's object, deleted, would be written
+// again); waiting counts them, still held here.
+func (a *Agent) deleteDeletedWhileDown(ctx context.Context, sbs []api.Sandbox) (left []api.Sandbox, waiting int, _ error) {
 	nodes := a.dyn.Resource(v1alpha1.SandboxNodesResource)
 	n, err := nodes.Get(ctx, a.cfg.Node, metav1.GetOptions{})
 	if kerrors.IsNotFound(err) {
-		return sbs, nil
+		return sbs, 0, nil
 	}
 	if err != nil {
-		return sbs, fmt.Errorf("get sandboxnode %s: %w", a.cfg.Node, err)
+		return sbs, 0, &unknownDeleted{fmt.Errorf("get sandboxnode %s: %w", a.cfg.Node, err)}
 	}
 	var typed v1alpha1.SandboxNode
 	if err := v1alpha1.FromUnstructured(n, &typed); err != nil {
-		return sbs, err
+		return sbs, 0, &unknownDeleted{err}
 	}
 	list := typed.Status.DeletedWhileDown
 	if len(list) == 0 {
-		return sbs, nil
+		return sbs, 0, nil
 	}
 	var keep []v1alpha1.DeletedObject
 	var errs []error
 	gone := map[string]bool{}
+	held := map[string]bool{} // to delete, not deleted yet
 	for _, d := range list {
 		i := slices.IndexFunc(sbs, func(sb api.Sandbox) bool { return sb.ID == d.ID })
 		if i < 0 || gone[d.ID] {
@@ -296,23 +313,33 @@ func (a *Agent) deleteDeletedWhileDown(ctx context.Context, sbs []api.Sandbox) (
 		if _, err := a.cfg.Source.Delete(ctx, sb.ID, false); err != nil && !errors.Is(err, api.ErrNotFound) {
 			errs = append(errs, fmt.Errorf("delete sandbox %s, whose object %s was deleted while this node was down: %w", sb.ID, d.Object, err))
 			keep = append(keep, d)
+			held[sb.ID] = true
 			continue
 		}
 		a.log.Info("fleet: deleted a sandbox whose object was deleted while this node was down", "object", d.Object, "sandbox", sb.ID)
 		gone[sb.ID] = true
 	}
 	typed.Status.DeletedWhileDown = keep
+	left = slices.DeleteFunc(sbs, func(sb api.Sandbox) bool { return gone[sb.ID] || held[sb.ID] })
 	st, err := v1alpha1.ToUnstructured(&typed.Status)
 	if err != nil {
-		return sbs, err
+		return left, len(held), err
 	}
 	n.Object["status"] = st.Object
 	if _, err := nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 		// deleted again at the next pass: a delete of a sandbox gone is fine
 		errs = append(errs, fmt.Errorf("take the objects deleted while it was down off sandboxnode %s: %w", a.cfg.Node, err))
 	}
-	return slices.DeleteFunc(sbs, func(sb api.Sandbox) bool { return gone[sb.ID] }), errors.Join(errs...)
+	return left, len(held), errors.Join(errs...)
 }
+
+// unknownDeleted is deleteDeletedWhileDown's error when it could not read
+// the list: whether a sandbox here is one to delete is not known, so the
+// pass mirrors nothing (it would write a deleted object again).
+type unknownDeleted struct{ err error }
+
+func (e *unknownDeleted) Error() string { return e.err.Error() }
+func (e *unknownDeleted) Unwrap() error { return e.err }
 
 // deleteOrphan deletes sb, whose object (name) was deleted before the
 // agent could put its finalizer on it.

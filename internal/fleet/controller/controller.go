@@ -15,6 +15,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -469,15 +470,26 @@ func (c *Controller) releaseDeleted(ctx context.Context, nodeName string, items 
 	}
 	list := typed.Status.DeletedWhileDown
 	noted := len(list)
+	// those that fit are let go, the rest wait (Terminating) for room or
+	// the node: a burst past the bound must not keep all of them
+	var release []*unstructured.Unstructured
+	full := false
 	for _, u := range gone {
 		id, _, _ := unstructured.NestedString(u.Object, "status", "id")
 		d := v1alpha1.DeletedObject{Object: u.GetName(), UID: string(u.GetUID()), ID: id}
 		if id != "" && !slices.Contains(list, d) {
+			if len(list) >= v1alpha1.MaxDeletedWhileDown {
+				full = true
+				continue
+			}
 			list = append(list, d)
 		}
+		release = append(release, u)
 	}
-	if len(list) > v1alpha1.MaxDeletedWhileDown {
-		return fmt.Errorf("node %s: more than %d objects deleted while it is down; the rest stay Terminating until it is back", nodeName, v1alpha1.MaxDeletedWhileDown)
+	gone = release
+	var errs []error
+	if full {
+		errs = append(errs, fmt.Errorf("node %s: more than %d objects deleted while it is down; the rest stay Terminating until it is back", nodeName, v1alpha1.MaxDeletedWhileDown))
 	}
 	if len(list) != noted {
 		typed.Status.DeletedWhileDown = list
@@ -492,8 +504,11 @@ func (c *Controller) releaseDeleted(ctx context.Context, nodeName string, items 
 			return fmt.Errorf("note the objects deleted while node %s is down: %w", nodeName, err)
 		}
 	}
+	gone, err = c.noteOnMoveTargets(ctx, nodeName, gone)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	res := c.dyn.Resource(v1alpha1.SandboxesResource).Namespace(c.cfg.Namespace)
-	var errs []error
 	for _, u := range gone {
 		w := u.DeepCopy()
 		w.SetFinalizers(slices.DeleteFunc(w.GetFinalizers(), func(f string) bool { return f == v1alpha1.Finalizer }))
@@ -504,4 +519,74 @@ func (c *Controller) releaseDeleted(ctx context.Context, nodeName string, items 
 		c.log.Info("fleet: let go of a sandbox object deleted while its node is down", "object", u.GetName(), "node", nodeName)
 	}
 	return errors.Join(errs...)
+}
+
+// noteOnMoveTargets notes each of gone, objects of down node from about to
+// be let go, that a move was under way for (sbx.dev/moving-to: a resume
+// adopting it elsewhere, cut by its deletion) on the SandboxNode of the
+// node it was moving to, too: that node holds a stopped copy adopted for
+// the move, which its agent keeps while the object is bound to from, and
+// would mirror as a sandbox of its own once the object is gone. Its agent
+// deletes the copy, as the node's own agent does its sandbox when back. It
+// returns those of gone that may be let go: one whose target's list could
+// not be written keeps its finalizer, for the next check.
+func (c *Controller) noteOnMoveTargets(ctx context.Context, from string, gone []*unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
+	byTarget := map[string][]*unstructured.Unstructured{}
+	for _, u := range gone {
+		f := strings.Fields(u.GetAnnotations()[v1alpha1.AnnotationMovingTo])
+		if len(f) == 0 || f[0] == from || statusID(u) == "" {
+			out = append(out, u)
+			continue
+		}
+		byTarget[f[0]] = append(byTarget[f[0]], u)
+	}
+	nodes := c.dyn.Resource(v1alpha1.SandboxNodesResource)
+	var errs []error
+	for to, us := range byTarget {
+		n, err := nodes.Get(ctx, to, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			out = append(out, us...) // no such node: no copy there
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("note the objects deleted while moving to node %s: %w", to, err))
+			continue
+		}
+		var typed v1alpha1.SandboxNode
+		if err := v1alpha1.FromUnstructured(n, &typed); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		list := typed.Status.DeletedWhileDown
+		noted := len(list)
+		var ok []*unstructured.Unstructured
+		for _, u := range us {
+			d := v1alpha1.DeletedObject{Object: u.GetName(), UID: string(u.GetUID()), ID: statusID(u)}
+			if !slices.Contains(list, d) {
+				if len(list) >= v1alpha1.MaxDeletedWhileDown {
+					errs = append(errs, fmt.Errorf("node %s: its list of objects deleted is full; %s stays Terminating", to, u.GetName()))
+					continue
+				}
+				list = append(list, d)
+			}
+			ok = append(ok, u)
+		}
+		if len(list) != noted {
+			typed.Status.DeletedWhileDown = list
+			st, err := v1alpha1.ToUnstructured(&typed.Status)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			n.Object["status"] = st.Object
+			// preconditioned on its resourceVersion, as the down node's
+			if _, err := nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+				errs = append(errs, fmt.Errorf("note the objects deleted while moving to node %s: %w", to, err))
+				continue
+			}
+		}
+		out = append(out, ok...)
+	}
+	return out, errors.Join(errs...)
 }

@@ -275,7 +275,9 @@ type SandboxNodeStatus struct {
 	Sandboxes  int                `json:"sandboxes"` // how many it holds
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 	// DeletedWhileDown are the Sandbox objects deleted while the node was
-	// down, which the controller let go of (see DeletedObject). Written
+	// down, which the controller let go of (see DeletedObject), and those
+	// of a down node deleted while a move to this node was under way
+	// (this node's adopted copy goes with them). Written
 	// by the controller; the node's agent carries them in what it
 	// publishes, and takes off those it has dealt with.
 	DeletedWhileDown []DeletedObject `json:"deletedWhileDown,omitempty"`
