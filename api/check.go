@@ -100,7 +100,7 @@ func (r *PruneRequest) Validate() error { return checkDuration("olderThan", r.Ol
 // CheckOwnMeta refuses the meta keys sbx sets itself: the fleet's object
 // and the warm pool's mark.
 func CheckOwnMeta(meta map[string]string) error {
-	for _, k := range []string{MetaObject, MetaObjectUID} {
+	for _, k := range []string{MetaObject, MetaObjectUID, MetaObjectNamespace} {
 		if _, ok := meta[k]; ok {
 			return Errorf(ErrInvalid, "meta: %s is the fleet's: a node agent sets it for the Sandbox object it makes a sandbox for", k)
 		}

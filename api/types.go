@@ -301,6 +301,11 @@ const MetaObject = "sbx.object"
 // first object went, is another object.
 const MetaObjectUID = "sbx.object-uid"
 
+// MetaObjectNamespace is that object's namespace: an agent watching
+// another namespace (its --fleet-namespace changed) finds no object of that
+// name there, which says nothing of the object, so it deletes nothing.
+const MetaObjectNamespace = "sbx.object-namespace"
+
 // ExecRequest is the body of POST /v1/sandboxes/{id}/exec.
 type ExecRequest struct {
 	// Cmd is the program and its arguments, run as they are: no shell is

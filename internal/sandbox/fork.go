@@ -265,6 +265,7 @@ func mergeMeta(parent, fork map[string]string) (map[string]string, error) {
 		parent = maps.Clone(parent)
 		delete(parent, api.MetaObject)
 		delete(parent, api.MetaObjectUID)
+		delete(parent, api.MetaObjectNamespace)
 		delete(parent, api.MetaAdopted) // the parent's move, not the child's
 		delete(parent, api.MetaImageRef)
 		delete(parent, api.MetaImagePending)

@@ -191,7 +191,7 @@ func (f *fleetFixture) objects() []string {
 // just made for it as gone and deletes it, while the sandbox lives on,
 // hidden, to be given to someone else's create.
 func TestAttack24PoolMetaInSpec(t *testing.T) {
-	if req, err := createRequest("web", "uid-web", v1alpha1.SandboxSpec{Template: "tiny", Meta: map[string]string{api.MetaPool: "tiny"}}); err == nil && req.Meta[api.MetaPool] != "" {
+	if req, err := createRequest("web", "uid-web", "sbx-system", v1alpha1.SandboxSpec{Template: "tiny", Meta: map[string]string{api.MetaPool: "tiny"}}); err == nil && req.Meta[api.MetaPool] != "" {
 		t.Errorf("createRequest passes spec.meta %s=%s on to sbxd (over HTTP, api.CreateRequest.Validate refuses the key)", api.MetaPool, req.Meta[api.MetaPool])
 	}
 	src := &managerSource{}
@@ -218,7 +218,7 @@ func TestAttack24PoolMetaInSpec(t *testing.T) {
 // internal/sandbox TestAttack25CPUsNaN).
 func TestAttack24CPUsNaN(t *testing.T) {
 	for _, s := range []string{"NaN", "nan", "-0", "+Inf", "1e400", "0x1p-2", "1_0"} {
-		req, err := createRequest("web", "uid-web", v1alpha1.SandboxSpec{Template: "tiny", CPUs: s})
+		req, err := createRequest("web", "uid-web", "sbx-system", v1alpha1.SandboxSpec{Template: "tiny", CPUs: s})
 		if err != nil {
 			continue
 		}

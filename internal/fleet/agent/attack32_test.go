@@ -158,3 +158,30 @@ func TestAttack32CutMoveCopyNoted(t *testing.T) {
 		t.Errorf("objects: %v, want none", objs)
 	}
 }
+
+// TestAttack32OrphanOfAnotherNamespace: the agent's namespace changed (its
+// --fleet-namespace): the objects its sandboxes were made for are not
+// found in the new one, which says nothing of them. They are kept,
+// mirrored by their ids, not deleted as orphans (a helper's suspicion: a
+// namespace change would have deleted every sandbox made through the
+// apiserver). One made in this namespace whose object is gone still goes.
+func TestAttack32OrphanOfAnotherNamespace(t *testing.T) {
+	src := &managerSource{sbs: []api.Sandbox{
+		{ID: "sb_madeinold1", Template: "tiny", State: api.StateReady, Meta: map[string]string{
+			api.MetaObject: "web", api.MetaObjectUID: "uid-web", api.MetaObjectNamespace: "sbx-old"}},
+		{ID: "sb_madehere01", Template: "tiny", State: api.StateReady, Meta: map[string]string{
+			api.MetaObject: "api", api.MetaObjectUID: "uid-api", api.MetaObjectNamespace: "sbx-system"}},
+	}}
+	f := newFleetFixture(t, src)
+	f.pass()
+	var left []string
+	for _, sb := range src.sbs {
+		left = append(left, sb.ID)
+	}
+	if !slices.Equal(left, []string{"sb_madeinold1"}) {
+		t.Errorf("sandboxes left: %v, want the one made in another namespace only", left)
+	}
+	if o, ok := f.get(v1alpha1.ObjectName("sb_madeinold1")); !ok || o.Status.ID != "sb_madeinold1" {
+		t.Errorf("the sandbox made in another namespace has no mirror here: %v %+v (objects %v)", ok, o.Status, f.objects())
+	}
+}

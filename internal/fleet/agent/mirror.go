@@ -178,19 +178,22 @@ func (a *Agent) mirrorOnce(ctx context.Context) error {
 				old = nil
 				u, err := rc.Get(ctx, name, metav1.GetOptions{})
 				switch {
-				case kerrors.IsNotFound(err) || err == nil && string(u.GetUID()) != uid:
+				case (kerrors.IsNotFound(err) || err == nil && string(u.GetUID()) != uid) && sb.Meta[v1alpha1.MetaObjectNamespace] == a.cfg.Namespace:
 					// the object it was made for is gone: deleted while
 					// sbxd made it, before this agent's finalizer was on
 					// it (or since, by hand). Its deletion asked for the
-					// sandbox's, as any object's does
+					// sandbox's, as any object's does. (Only in the
+					// namespace it was made in: an agent watching another
+					// knows nothing of that object, and keeps the sandbox,
+					// mirrored by its id)
 					if err := a.deleteOrphan(ctx, sb, name); err != nil {
 						errs = append(errs, err)
 					}
 					continue
-				case err != nil:
+				case err != nil && !kerrors.IsNotFound(err):
 					errs = append(errs, fmt.Errorf("get sandbox object %s: %w", name, err))
 					continue
-				case boundHere(u, a.cfg.Node) || statusID(u) == sb.ID:
+				case err == nil && (boundHere(u, a.cfg.Node) || statusID(u) == sb.ID):
 					old = u
 				}
 			}
@@ -427,7 +430,7 @@ func (a *Agent) makeBound(ctx context.Context, rc dynamic.ResourceInterface, bou
 			errs = append(errs, err)
 			continue
 		}
-		req, err := createRequest(u.GetName(), string(u.GetUID()), obj.Spec)
+		req, err := createRequest(u.GetName(), string(u.GetUID()), a.cfg.Namespace, obj.Spec)
 		var sb *api.Sandbox
 		if err == nil {
 			sb, err = a.cfg.Source.Create(ctx, req)
@@ -458,9 +461,9 @@ func (a *Agent) makeBound(ctx context.Context, rc dynamic.ResourceInterface, bou
 }
 
 // createRequest is what sbxd is asked to make for the object named name,
-// of uid uid. sbx's own meta keys in the spec are refused, as the API
-// refuses them.
-func createRequest(name, uid string, spec v1alpha1.SandboxSpec) (api.CreateRequest, error) {
+// of uid uid, in namespace ns. sbx's own meta keys in the spec are refused,
+// as the API refuses them.
+func createRequest(name, uid, ns string, spec v1alpha1.SandboxSpec) (api.CreateRequest, error) {
 	req := api.CreateRequest{Template: spec.Template, Name: spec.Name, Network: spec.Network, From: spec.From,
 		Meta: maps.Clone(spec.Meta)}
 	if err := api.CheckOwnMeta(req.Meta); err != nil {
@@ -471,6 +474,7 @@ func createRequest(name, uid string, spec v1alpha1.SandboxSpec) (api.CreateReque
 	}
 	req.Meta[v1alpha1.MetaObject] = name
 	req.Meta[v1alpha1.MetaObjectUID] = uid
+	req.Meta[v1alpha1.MetaObjectNamespace] = ns
 	if spec.TTL != "" {
 		d, err := api.ParseDuration("spec.ttl", spec.TTL)
 		if err != nil {

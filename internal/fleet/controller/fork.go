@@ -312,7 +312,7 @@ func checkChild(kid api.Sandbox, parent string, made []api.Sandbox) error {
 // unless req gives one, recorded as a fork of it.
 func forkCreate(obj v1alpha1.Sandbox, req api.ForkRequest) (api.CreateRequest, error) {
 	meta := maps.Clone(obj.Spec.Meta)
-	for _, k := range []string{api.MetaObject, api.MetaObjectUID, api.MetaAdopted, api.MetaPool, api.MetaImageRef, api.MetaImagePending} {
+	for _, k := range []string{api.MetaObject, api.MetaObjectUID, api.MetaObjectNamespace, api.MetaAdopted, api.MetaPool, api.MetaImageRef, api.MetaImagePending} {
 		delete(meta, k)
 	}
 	if len(req.Meta) > 0 && meta == nil {

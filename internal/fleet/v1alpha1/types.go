@@ -45,9 +45,11 @@ const (
 	// sandbox was made for: one asked for through the apiserver, placed,
 	// and made by its node's agent (the mirror keeps that object, not one
 	// named after the id). The API refuses it in a user's request.
-	MetaObject     = "sbx.object"         // api.MetaObject
-	MetaObjectUID  = "sbx.object-uid"     // api.MetaObjectUID: the object's uid
-	LabelSandboxID = "sbx.dev/sandbox-id" // on a Sandbox: its sbx id, "_" as "-"
+	MetaObject    = "sbx.object"     // api.MetaObject
+	MetaObjectUID = "sbx.object-uid" // api.MetaObjectUID: the object's uid
+	// MetaObjectNamespace is api.MetaObjectNamespace: the object's namespace
+	MetaObjectNamespace = "sbx.object-namespace"
+	LabelSandboxID      = "sbx.dev/sandbox-id" // on a Sandbox: its sbx id, "_" as "-"
 	// Finalizer is on every Sandbox object a node agent mirrors: deleting
 	// the object (kubectl delete sandbox) deletes its sandbox on the node
 	// first, and the object goes once that is done.
