@@ -152,12 +152,19 @@ func (c *crashes) handle(name string) {
 	if crash.FaultAddr != "" {
 		reason += " at " + crash.FaultAddr
 	}
+	// the process goes as soon as the image holds it: gVisor has written
+	// the checkpoint (sbxd's word on keeping it may take many seconds, a
+	// copy's of a crash caught mid-capture too), or at the end
+	release := sync.OnceFunc(func() {
+		_ = os.Remove(path)
+		_ = syscall.Kill(rep.Pid, syscall.SIGCONT)
+	})
 	rec := FreezeRecord{State: FreezeUnsupported}
 	if env, err := readBootEnv(); err == nil && env.crashesOff {
 		rec.Error = "crash capture is off in this boot"
 	} else if c.freezer != nil {
 		rec = c.freezer.freeze(initRequest{Op: "freeze", Self: true, Reason: reason, Crash: crash,
-			FailedAt: time.Unix(0, rep.Time).UTC().Format(time.RFC3339Nano)}, peer{pid: rep.Pid, uid: rep.UID})
+			FailedAt: time.Unix(0, rep.Time).UTC().Format(time.RFC3339Nano), written: release}, peer{pid: rep.Pid, uid: rep.UID})
 	}
 	switch rec.State {
 	case FreezeCopy:
@@ -170,8 +177,7 @@ func (c *crashes) handle(name string) {
 	default:
 		fmt.Fprintf(c.log, "sbx: %s: not caught (%s); the process dies now\n", reason, rec.Error)
 	}
-	_ = os.Remove(path)
-	_ = syscall.Kill(rep.Pid, syscall.SIGCONT)
+	release()
 }
 
 func readCrash(path string) (crashReport, error) {

@@ -256,6 +256,9 @@ func (f *freezer) freeze(req initRequest, p peer) FreezeRecord {
 	switch result {
 	case "resume":
 		// gVisor wrote it: frozen once sbxd says it recorded it
+		if req.written != nil {
+			req.written()
+		}
 		f.tell(rec, freezewire.Frozen)
 		rec = f.confirmed(rec, env)
 		f.mu.Lock()

@@ -67,6 +67,10 @@ type initRequest struct {
 	// Crash is set by init itself for a crash's freeze (crash.go); no
 	// request can carry it.
 	Crash *freezewire.Crash `json:"-"`
+	// written, set by init itself for a crash's freeze, runs once gVisor
+	// has written the checkpoint in this boot (it answered "resume"),
+	// before sbxd's word on it is waited for.
+	written func() `json:"-"`
 }
 
 // initReply is init's answer: {"pid":N} for a started command, {} for a
