@@ -65,6 +65,9 @@ ABSENT = {
     "GET /v1/nodes/{name}": "see GET /v1/nodes",
     "POST /v1/nodes/{name}/cordon": "cordoning is the fleet operator's (`sbx node cordon`)",
     "POST /v1/nodes/{name}/uncordon": "see cordon",
+    "POST /v1/nodes/{name}/drain": "draining a node is the fleet operator's (`sbx node drain`)",
+    "POST /v1/sandboxes/{id}/push": "a stopped sandbox's image pushed for a move between nodes: the fleet's controller asks a node; Sandbox.resume moves one",
+    "POST /v1/sandboxes/adopt": "a node adopting a moved sandbox from the registry: the fleet's controller asks; Sandbox.resume moves one",
 }
 
 CLASSES = {"Client": sbx.Client, "Sandbox": sbx.Sandbox, "Process": sbx.Process, "Files": sbx.Files, "Snapshot": sbx.Snapshot}
