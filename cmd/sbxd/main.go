@@ -210,7 +210,7 @@ func main() {
 	fs.StringVar(&c.template, "default-template", "base", "template of sandboxes created without one")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.logJSON, "log-json", false, "log JSON lines instead of text")
-	fs.BoolVar(&c.execChannel, "exec-channel", false, "send execs over a connection each sandbox's init keeps open to sbxd, not a `runsc exec` each (gives runsc --host-uds=open; see the README)")
+	fs.BoolVar(&c.execChannel, "exec-channel", true, "send execs over a connection each sandbox's init keeps open to sbxd, not a `runsc exec` each (gives runsc --host-uds=open; =false: a shim and a `runsc exec` each; see the README)")
 	fs.StringVar(&c.runscLog, "runsc-debug-log", "", "directory for runsc's debug logs (debugging runsc itself; large)")
 	fs.DurationVar(&c.orphans, "orphan-grace", sandbox.DefaultOrphanGrace, "how long a hibernation image is kept after its sandbox is deleted")
 	fs.DurationVar(&c.lifetime, "max-lifetime", 0, "cap every sandbox's life at this long from its creation (0: no cap); persistent sandboxes are then refused")

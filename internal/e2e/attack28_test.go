@@ -58,9 +58,10 @@ PY`
 // carries an exec's output out. The exec does not wait for ever: its shim
 // hears nothing from the copier (not even its alive frames) for 30 s,
 // gives it up, and sbxd attaches a new copier, which brings the output and
-// the exit code.
+// the exit code. (A copier is a process on the path without the exec
+// channel: over the channel it is a goroutine of init.)
 func TestAttackStoppedCopier(t *testing.T) {
-	d := shared
+	d := shimShared(t)
 	id := d.newSandbox(t, "--template", "base")
 	type res struct {
 		out  string

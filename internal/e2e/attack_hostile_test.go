@@ -248,9 +248,18 @@ while True:
 // has long ended), the exec stays `running` for ever, which exempts the
 // sandbox from the idle reaper, and its shim never ends on the host. The
 // copier's exit frame says the command ended; the shim should end the exec
-// there (or bound the wait for EOF after it).
+// there (or bound the wait for EOF after it). Without the exec channel:
+// over it, the copier is init's own goroutine (TestAttackHeldCopierPipeChannel).
 func TestAttackHeldCopierPipe(t *testing.T) {
-	d := shared
+	testHeldCopierPipe(t, shimShared(t))
+}
+
+// TestAttackHeldCopierPipeChannel: the same over the exec channel.
+func TestAttackHeldCopierPipeChannel(t *testing.T) {
+	testHeldCopierPipe(t, shared)
+}
+
+func testHeldCopierPipe(t *testing.T, d *daemon) {
 	id := d.newSandbox(t, "--template", "base")
 	putFile(t, d, id, "/tmp/hold.py", holdScript)
 	detachRoot(t, d, id, "python3", "/tmp/hold.py")
@@ -279,8 +288,9 @@ func TestAttackHeldCopierPipe(t *testing.T) {
 
 // TestAttackKillCopiers (held): root kills every exec copier; a detached
 // command goes on and its output is still followed (a new copier attaches).
+// Copiers are processes without the exec channel.
 func TestAttackKillCopiers(t *testing.T) {
-	d := shared
+	d := shimShared(t)
 	id := d.newSandbox(t, "--template", "tiny")
 	x := d.must(t, "exec", "-d", id, "--", "sh", "-c", "i=0; while :; do i=$((i+1)); echo tick $i; sleep 0.5; done")
 	ex := strings.Fields(x)[0]

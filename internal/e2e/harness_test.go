@@ -134,6 +134,13 @@ func TestMain(m *testing.M) {
 	shared = d
 	code := func() int {
 		defer d.stop(true)
+		defer func() {
+			shimMu.Lock()
+			defer shimMu.Unlock()
+			if shim != nil {
+				shim.stop(true)
+			}
+		}()
 		if err := d.ensureTemplates(); err != nil {
 			fmt.Println("e2e:", err)
 			return 1
@@ -176,6 +183,31 @@ var (
 	daemonsMu sync.Mutex
 	daemons   []*daemon
 )
+
+var (
+	shimMu sync.Mutex
+	shim   *daemon
+)
+
+// shimShared is a daemon shared by the tests written against the path
+// without the exec channel (a shim and a copier process per exec), started
+// at the first's call; stopAll and TestMain's end remove it.
+func shimShared(t testing.TB) *daemon {
+	t.Helper()
+	shimMu.Lock()
+	defer shimMu.Unlock()
+	if shim == nil {
+		d, err := startDaemon([]string{"--exec-channel=false"})
+		if err != nil {
+			if d != nil {
+				d.stop(true)
+			}
+			t.Fatalf("start an sbxd with --exec-channel=false: %v", err)
+		}
+		shim = d
+	}
+	return shim
+}
 
 // stopAll stops and cleans up every daemon this run started.
 func stopAll() {
