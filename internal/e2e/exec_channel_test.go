@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -188,4 +189,45 @@ func TestExecChannel(t *testing.T) {
 			t.Errorf("channel directories left: %v", matches)
 		}
 	})
+}
+
+// TestChannelCapturesBackToBack: a sandbox whose detached command is quiet
+// (its output's connection over the channel idle between alive frames) is
+// captured twice within a second, the original running on: a memory
+// snapshot, then a freeze from inside. The first save closes the sandbox's
+// host sockets and leaves the closed connection held by init until its
+// next frame; gVisor's second save then failed on it ("encoding error: ...
+// nil pointer dereference" in SCMConnectedEndpoint.beforeSave, patch 08).
+// Both captures restore, and the command goes on in the original.
+func TestChannelCapturesBackToBack(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny")
+	channelReady(t, d, id)
+	quiet := strings.Fields(d.must(t, "exec", "-d", id, "--", "sh", "-c", "while :; do date +%s%N > /tmp/now; sleep 0.2; done"))[0]
+	waitFor(t, "the quiet command over the channel", 20*time.Second, func() bool { return viaChannel(d, id, quiet) })
+	snap := "b2b-" + randHex(3)
+	d.must(t, "snapshot", id, snap, "--memory")
+	t.Cleanup(func() { d.sbx(t, "snapshot", "rm", snap) })
+	r := d.sbx(t, "exec", id, "--", "sh", "-c", "/.sbx/freeze --reason back-to-back 2>&1")
+	m := regexp.MustCompile(`as snapshot (freeze-[A-Za-z0-9._-]+)`).FindStringSubmatch(r.stdout)
+	if m == nil {
+		t.Fatalf("a freeze right after a memory snapshot, a quiet command's connection open over the channel: %q %q", r.stdout, r.stderr)
+	}
+	t.Cleanup(func() { d.sbx(t, "snapshot", "rm", m[1]) })
+	for _, from := range []string{snap, m[1]} {
+		c := d.newSandbox(t, "--from", from)
+		if out := d.must(t, "exec", c, "--", "sh", "-c", "test -s /tmp/now && echo ok"); out != "ok\n" {
+			t.Errorf("a copy from %s: %q", from, out)
+		}
+		d.must(t, "rm", c, "--yes")
+	}
+	before := d.must(t, "exec", id, "--", "cat", "/tmp/now")
+	waitFor(t, "the quiet command going on in the original", 10*time.Second, func() bool {
+		return d.must(t, "exec", id, "--", "cat", "/tmp/now") != before
+	})
+	for _, e := range mustExecs(t, d, id) {
+		if e.ID == quiet && e.State != api.ExecRunning {
+			t.Errorf("the quiet command is %s after the two captures", e.State)
+		}
+	}
 }

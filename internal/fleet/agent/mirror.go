@@ -503,19 +503,44 @@ func createRequest(name, uid, ns string, spec v1alpha1.SandboxSpec) (api.CreateR
 // bound here, and tried again), so that whoever waits for it hears why.
 // Written once per why: a pass that finds the same says nothing.
 func (a *Agent) tellCannotYet(ctx context.Context, rc dynamic.ResourceInterface, u *unstructured.Unstructured, why error) error {
+	msg := "node " + a.cfg.Node + " cannot make it yet: " + why.Error()
+	return a.writeStatus(ctx, rc, u, "why it is not made yet", func(st *v1alpha1.SandboxStatus) bool {
+		for _, c := range st.Conditions {
+			if c.Type == v1alpha1.ConditionReady && c.Reason == v1alpha1.ReasonNodeCannotYet && c.Message == msg {
+				return false
+			}
+		}
+		st.Conditions = v1alpha1.SetCondition(st.Conditions, metav1.Condition{
+			Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNodeCannotYet, Message: msg,
+		}, a.now())
+		return true
+	})
+}
+
+// refuse writes into u's status that its node would not make it, and why.
+func (a *Agent) refuse(ctx context.Context, rc dynamic.ResourceInterface, u *unstructured.Unstructured, why error) error {
+	msg := "node " + a.cfg.Node + " could not make it: " + why.Error()
+	_, code := api.StatusOf(why)
+	return a.writeStatus(ctx, rc, u, "why it was not made", func(st *v1alpha1.SandboxStatus) bool {
+		st.State, st.Reason, st.Node = string(api.StateError), msg, a.cfg.Node
+		st.Conditions = v1alpha1.SetCondition(st.Conditions, metav1.Condition{
+			Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.RefusedReason(code), Message: msg,
+		}, a.now())
+		return true
+	})
+}
+
+// writeStatus writes u's status as edit changes it, unless edit says there
+// is nothing to write. A conflict (someone wrote it meanwhile: the next
+// pass sees theirs) and an object gone are not failures.
+func (a *Agent) writeStatus(ctx context.Context, rc dynamic.ResourceInterface, u *unstructured.Unstructured, what string, edit func(*v1alpha1.SandboxStatus) bool) error {
 	var obj v1alpha1.Sandbox
 	if err := v1alpha1.FromUnstructured(u, &obj); err != nil {
 		return err
 	}
-	msg := "node " + a.cfg.Node + " cannot make it yet: " + why.Error()
-	for _, c := range obj.Status.Conditions {
-		if c.Type == v1alpha1.ConditionReady && c.Reason == v1alpha1.ReasonNodeCannotYet && c.Message == msg {
-			return nil
-		}
+	if !edit(&obj.Status) {
+		return nil
 	}
-	obj.Status.Conditions = v1alpha1.SetCondition(obj.Status.Conditions, metav1.Condition{
-		Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNodeCannotYet, Message: msg,
-	}, a.now())
 	st, err := v1alpha1.ToUnstructured(&obj.Status)
 	if err != nil {
 		return err
@@ -523,31 +548,7 @@ func (a *Agent) tellCannotYet(ctx context.Context, rc dynamic.ResourceInterface,
 	w := u.DeepCopy()
 	w.Object["status"] = st.Object
 	if _, err := rc.UpdateStatus(ctx, w, metav1.UpdateOptions{}); err != nil && !kerrors.IsConflict(err) && !kerrors.IsNotFound(err) {
-		return fmt.Errorf("tell sandbox object %s why it is not made yet: %w", u.GetName(), err)
-	}
-	return nil
-}
-
-// refuse writes into u's status that its node would not make it, and why.
-func (a *Agent) refuse(ctx context.Context, rc dynamic.ResourceInterface, u *unstructured.Unstructured, why error) error {
-	var obj v1alpha1.Sandbox
-	if err := v1alpha1.FromUnstructured(u, &obj); err != nil {
-		return err
-	}
-	msg := "node " + a.cfg.Node + " could not make it: " + why.Error()
-	obj.Status.State, obj.Status.Reason, obj.Status.Node = string(api.StateError), msg, a.cfg.Node
-	_, code := api.StatusOf(why)
-	obj.Status.Conditions = v1alpha1.SetCondition(obj.Status.Conditions, metav1.Condition{
-		Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.RefusedReason(code), Message: msg,
-	}, a.now())
-	st, err := v1alpha1.ToUnstructured(&obj.Status)
-	if err != nil {
-		return err
-	}
-	w := u.DeepCopy()
-	w.Object["status"] = st.Object
-	if _, err := rc.UpdateStatus(ctx, w, metav1.UpdateOptions{}); err != nil && !kerrors.IsConflict(err) {
-		return fmt.Errorf("tell sandbox object %s why it was not made: %w", u.GetName(), err)
+		return fmt.Errorf("tell sandbox object %s %s: %w", u.GetName(), what, err)
 	}
 	return nil
 }

@@ -459,50 +459,15 @@ func (c *Controller) releaseDeleted(ctx context.Context, nodeName string, items 
 	if len(gone) == 0 {
 		return nil
 	}
-	nodes := c.dyn.Resource(v1alpha1.SandboxNodesResource)
-	n, err := nodes.Get(ctx, nodeName, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("note the objects deleted while node %s is down: %w", nodeName, err)
-	}
-	var typed v1alpha1.SandboxNode
-	if err := v1alpha1.FromUnstructured(n, &typed); err != nil {
-		return err
-	}
-	list := typed.Status.DeletedWhileDown
-	noted := len(list)
+	var errs []error
 	// those that fit are let go, the rest wait (Terminating) for room or
 	// the node: a burst past the bound must not keep all of them
-	var release []*unstructured.Unstructured
-	full := false
-	for _, u := range gone {
-		id, _, _ := unstructured.NestedString(u.Object, "status", "id")
-		d := v1alpha1.DeletedObject{Object: u.GetName(), UID: string(u.GetUID()), ID: id}
-		if id != "" && !slices.Contains(list, d) {
-			if len(list) >= v1alpha1.MaxDeletedWhileDown {
-				full = true
-				continue
-			}
-			list = append(list, d)
-		}
-		release = append(release, u)
-	}
-	gone = release
-	var errs []error
-	if full {
-		errs = append(errs, fmt.Errorf("node %s: more than %d objects deleted while it is down; the rest stay Terminating until it is back", nodeName, v1alpha1.MaxDeletedWhileDown))
-	}
-	if len(list) != noted {
-		typed.Status.DeletedWhileDown = list
-		st, err := v1alpha1.ToUnstructured(&typed.Status)
-		if err != nil {
+	gone, err := c.noteDeleted(ctx, nodeName, gone)
+	if err != nil {
+		if gone == nil {
 			return err
 		}
-		n.Object["status"] = st.Object
-		// preconditioned on its resourceVersion: a write of another's
-		// meanwhile is a conflict, tried again at the next check
-		if _, err := nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("note the objects deleted while node %s is down: %w", nodeName, err)
-		}
+		errs = append(errs, err)
 	}
 	gone, err = c.noteOnMoveTargets(ctx, nodeName, gone)
 	if err != nil {
@@ -519,6 +484,57 @@ func (c *Controller) releaseDeleted(ctx context.Context, nodeName string, items 
 		c.log.Info("fleet: let go of a sandbox object deleted while its node is down", "object", u.GetName(), "node", nodeName)
 	}
 	return errors.Join(errs...)
+}
+
+// noteDeleted adds us, objects being deleted, to node's list of those
+// deleted while it could not see them (its SandboxNode's DeletedWhileDown),
+// for its agent to delete their sandboxes, and returns those of us that
+// are noted there (or need not be: an object no sandbox was made for yet),
+// which may be let go. Past MaxDeletedWhileDown the rest are not, and the
+// error says so; an error with nothing returned is one of reading or
+// writing the list, for the next check.
+func (c *Controller) noteDeleted(ctx context.Context, node string, us []*unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
+	nodes := c.dyn.Resource(v1alpha1.SandboxNodesResource)
+	n, err := nodes.Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("note the objects deleted on node %s: %w", node, err)
+	}
+	var typed v1alpha1.SandboxNode
+	if err := v1alpha1.FromUnstructured(n, &typed); err != nil {
+		return nil, err
+	}
+	list := typed.Status.DeletedWhileDown
+	noted := len(list)
+	var ok []*unstructured.Unstructured
+	left := 0
+	for _, u := range us {
+		d := v1alpha1.DeletedObject{Object: u.GetName(), UID: string(u.GetUID()), ID: statusID(u)}
+		if d.ID != "" && !slices.Contains(list, d) {
+			if len(list) >= v1alpha1.MaxDeletedWhileDown {
+				left++
+				continue
+			}
+			list = append(list, d)
+		}
+		ok = append(ok, u)
+	}
+	if len(list) != noted {
+		typed.Status.DeletedWhileDown = list
+		st, err := v1alpha1.ToUnstructured(&typed.Status)
+		if err != nil {
+			return nil, err
+		}
+		n.Object["status"] = st.Object
+		// preconditioned on its resourceVersion: a write of another's
+		// meanwhile is a conflict, tried again at the next check
+		if _, err := nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+			return nil, fmt.Errorf("note the objects deleted on node %s: %w", node, err)
+		}
+	}
+	if left > 0 {
+		return ok, fmt.Errorf("node %s: its list of objects deleted while it could not see them is full (%d); %d more stay Terminating until it is back", node, v1alpha1.MaxDeletedWhileDown, left)
+	}
+	return ok, nil
 }
 
 // noteOnMoveTargets notes each of gone, objects of down node from about to
@@ -541,50 +557,15 @@ func (c *Controller) noteOnMoveTargets(ctx context.Context, from string, gone []
 		}
 		byTarget[f[0]] = append(byTarget[f[0]], u)
 	}
-	nodes := c.dyn.Resource(v1alpha1.SandboxNodesResource)
 	var errs []error
 	for to, us := range byTarget {
-		n, err := nodes.Get(ctx, to, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
+		ok, err := c.noteDeleted(ctx, to, us)
+		if ok == nil && apierrors.IsNotFound(err) {
 			out = append(out, us...) // no such node: no copy there
 			continue
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("note the objects deleted while moving to node %s: %w", to, err))
-			continue
-		}
-		var typed v1alpha1.SandboxNode
-		if err := v1alpha1.FromUnstructured(n, &typed); err != nil {
 			errs = append(errs, err)
-			continue
-		}
-		list := typed.Status.DeletedWhileDown
-		noted := len(list)
-		var ok []*unstructured.Unstructured
-		for _, u := range us {
-			d := v1alpha1.DeletedObject{Object: u.GetName(), UID: string(u.GetUID()), ID: statusID(u)}
-			if !slices.Contains(list, d) {
-				if len(list) >= v1alpha1.MaxDeletedWhileDown {
-					errs = append(errs, fmt.Errorf("node %s: its list of objects deleted is full; %s stays Terminating", to, u.GetName()))
-					continue
-				}
-				list = append(list, d)
-			}
-			ok = append(ok, u)
-		}
-		if len(list) != noted {
-			typed.Status.DeletedWhileDown = list
-			st, err := v1alpha1.ToUnstructured(&typed.Status)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			n.Object["status"] = st.Object
-			// preconditioned on its resourceVersion, as the down node's
-			if _, err := nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
-				errs = append(errs, fmt.Errorf("note the objects deleted while moving to node %s: %w", to, err))
-				continue
-			}
 		}
 		out = append(out, ok...)
 	}
