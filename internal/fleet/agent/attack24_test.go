@@ -472,23 +472,12 @@ func TestDeletedWhileDownDeletesSandboxes(t *testing.T) {
 		{ID: "sb_someoneels", Template: "tiny", State: api.StateReady},
 	}}
 	f := newFleetFixture(t, src)
-	node, err := v1alpha1.ToUnstructured(&v1alpha1.SandboxNode{
-		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindSandboxNode},
-		ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
-		Status: v1alpha1.SandboxNodeStatus{DeletedWhileDown: []v1alpha1.DeletedObject{
-			{Object: "web", UID: "uid-web", ID: "sb_madeforweb"},
-			{Object: v1alpha1.ObjectName("sb_mirrorbyid"), UID: "uid-m", ID: "sb_mirrorbyid"},
-			{Object: "hostile", UID: "uid-h", ID: "sb_someoneels"},
-			{Object: "gone", UID: "uid-g", ID: "sb_notherenow"},
-		}},
+	f.putNode([]v1alpha1.DeletedObject{
+		{Object: "web", UID: "uid-web", ID: "sb_madeforweb"},
+		{Object: v1alpha1.ObjectName("sb_mirrorbyid"), UID: "uid-m", ID: "sb_mirrorbyid"},
+		{Object: "hostile", UID: "uid-h", ID: "sb_someoneels"},
+		{Object: "gone", UID: "uid-g", ID: "sb_notherenow"},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodes := f.dyn.Resource(v1alpha1.SandboxNodesResource)
-	if _, err := nodes.Create(f.ctx, node, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	f.pass()
 	var left []string
 	for _, sb := range src.sbs {
@@ -500,7 +489,7 @@ func TestDeletedWhileDownDeletesSandboxes(t *testing.T) {
 	if objs := f.objects(); !slices.Equal(objs, []string{v1alpha1.ObjectName("sb_someoneels")}) {
 		t.Errorf("objects after the pass: %v, want only sb_someoneels's mirror", objs)
 	}
-	n, err := nodes.Get(f.ctx, "node-1", metav1.GetOptions{})
+	n, err := f.dyn.Resource(v1alpha1.SandboxNodesResource).Get(f.ctx, "node-1", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,8 @@ import (
 // Attacks on releaseDeleted (attack 32): the objects of a down node that
 // are being deleted, noted on its SandboxNode and let go.
 
+// deletingObj is sandbox id's object on node, being deleted (kubectl
+// delete): a deletion timestamp, the agent's finalizer still on it.
 func deletingObj(t *testing.T, id, node, uid string) *unstructured.Unstructured {
 	u := sandboxObj(t, id, node, "ready", t0)
 	now := metav1.NewTime(t0)

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	k8stypes "k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
@@ -375,18 +374,11 @@ func TestPlace(t *testing.T) {
 // deleted, are left alone. A second check notes nothing twice.
 func TestDeletedWhileNodeDown(t *testing.T) {
 	ctx := context.Background()
-	deleting := func(u *unstructured.Unstructured, uid string) *unstructured.Unstructured {
-		now := metav1.NewTime(t0)
-		u.SetDeletionTimestamp(&now)
-		u.SetFinalizers([]string{v1alpha1.Finalizer})
-		u.SetUID(k8stypes.UID(uid))
-		return u
-	}
 	f := newTestFleet(t, []runtime.Object{
 		nodeObj(t, "n1"), nodeObj(t, "n2"),
-		deleting(sandboxObj(t, "sb_aaaaaaaaaa", "n2", "ready", t0), "uid-a"),
+		deletingObj(t, "sb_aaaaaaaaaa", "n2", "uid-a"),
 		sandboxObj(t, "sb_bbbbbbbbbb", "n2", "ready", t0),
-		deleting(sandboxObj(t, "sb_cccccccccc", "n1", "ready", t0), "uid-c"),
+		deletingObj(t, "sb_cccccccccc", "n1", "uid-c"),
 	}, lease("n1", t0.Add(10*time.Second)), lease("n2", t0.Add(-5*time.Second)))
 	*f.now = t0.Add(11 * time.Second)
 	for i := 0; i < 2; i++ {
