@@ -150,12 +150,14 @@ type execRun struct {
 	dir string
 	// done is closed once the exec has ended (it may not be stored yet).
 	done chan struct{}
-	// attaches counts copiers started for the exec by this sbxd.
-	attaches int
 
-	mu     sync.Mutex
-	exec   api.Exec
-	stored bool // the end is in the store
+	mu sync.Mutex
+	// attaches counts copiers started for the exec by this sbxd since
+	// its sandbox was last captured (a capture cuts a copy over the exec
+	// channel: that is no copier failing).
+	attaches int
+	exec     api.Exec
+	stored   bool // the end is in the store
 }
 
 func (r *execRun) snapshot() *api.Exec {
@@ -163,6 +165,28 @@ func (r *execRun) snapshot() *api.Exec {
 	defer r.mu.Unlock()
 	e := r.exec
 	return &e
+}
+
+func (r *execRun) attachCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.attaches
+}
+
+// captured forgets the copiers of sandbox id's execs counted so far: a
+// save closes the sandbox's host sockets, and with them every copy over
+// the exec channel, which is attached again; a sandbox captured more
+// often than copierEnded's limit would otherwise lose its running execs.
+func (x *execOwner) captured(id string) {
+	x.table.mu.Lock()
+	defer x.table.mu.Unlock()
+	for _, r := range x.table.m {
+		if r.exec.SandboxID == id {
+			r.mu.Lock()
+			r.attaches = 0
+			r.mu.Unlock()
+		}
+	}
 }
 
 func (r *execRun) ended() bool {
@@ -382,7 +406,9 @@ func (x *execOwner) startCopier(run *execRun, argv []string, stdin []byte, offse
 	if err != nil {
 		return err
 	}
+	run.mu.Lock()
 	run.attaches++
+	run.mu.Unlock()
 	x.table.put(run)
 	go func() {
 		lost := ""
@@ -461,7 +487,7 @@ func (x *execOwner) copierEnded(run *execRun, code int, lost string) {
 			x.finishExec(ctx, run, -1)
 		}
 		return
-	case sb.State == api.StateReady && run.attaches < 3:
+	case sb.State == api.StateReady && run.attachCount() < 3:
 		x.log.Warn("an exec's copier ended early; attaching again", "exec", run.exec.ID, "reason", lost)
 		if err := x.reattach(ctx, run); err == nil {
 			return

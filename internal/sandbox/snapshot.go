@@ -71,6 +71,7 @@ func (m *Manager) capture(ctx context.Context, c *inFlight, id string, kind capt
 		}
 		err := m.cfg.Runtime.Checkpoint(rctx, id, m.images.mem(img), true)
 		paused = time.Since(start)
+		m.execs.captured(id)
 		if err != nil {
 			return 0, 0, fmt.Errorf("write memory: %w", err)
 		}
