@@ -21,7 +21,8 @@ import (
 // it, with the connection as its stdout, in a goroutine of init rather than
 // in a process `runsc exec` starts: the command is init's child either way,
 // and the goroutine calls init's supervisor directly (inProcess).
-// Once served, the connection is closed and a new one dialed.
+// A request is served in a goroutine of its own (the copy of an exec lasts
+// as long as its command), and a new connection dialed at once.
 //
 // gVisor closes a sandbox's host sockets when it saves it (a checkpoint,
 // also one that leaves it running), and does not wake a reader of one: an
@@ -54,7 +55,17 @@ func channelLoop(path string, link initLink) {
 			continue
 		}
 		n = 0
-		serveChannelConn(conn, link)
+		// a request is served in a goroutine of its own, and the loop
+		// dials again at once: an exec's copy lasts as long as its
+		// command, and two long ones would otherwise leave init no
+		// connection for the execs that follow
+		if serve := waitChannelRequest(conn, link); serve != nil {
+			go func() {
+				serve()
+				conn.Close()
+			}()
+			continue
+		}
 		conn.Close()
 	}
 }
@@ -62,6 +73,14 @@ func channelLoop(path string, link initLink) {
 // serveChannelConn waits on conn for one request, pinging while it waits,
 // and serves it.
 func serveChannelConn(conn net.Conn, link initLink) {
+	if serve := waitChannelRequest(conn, link); serve != nil {
+		serve()
+	}
+}
+
+// waitChannelRequest waits on conn for one request, pinging while it
+// waits, and returns what serves it; nil if conn closed first.
+func waitChannelRequest(conn net.Conn, link initLink) func() {
 	r := bufio.NewReaderSize(conn, 64<<10)
 	for {
 		_ = conn.SetReadDeadline(time.Now().Add(channelPing))
@@ -71,30 +90,32 @@ func serveChannelConn(conn net.Conn, link initLink) {
 		}
 		var ne net.Error
 		if !errors.As(err, &ne) || !ne.Timeout() {
-			return // closed: sbxd went, or a capture closed it
+			return nil // closed: sbxd went, or a capture closed it
 		}
 		if _, err := conn.Write([]byte{agentwire.ChannelPing}); err != nil {
-			return
+			return nil
 		}
 	}
-	_ = conn.SetReadDeadline(time.Now().Add(clientTimeout))
-	line, err := readLine(r, agentwire.MaxChannelRequest)
-	_ = conn.SetReadDeadline(time.Time{})
-	fw := frame.NewWriter(conn)
-	fail := func(format string, args ...any) {
-		_ = fw.Write(frame.Stderr, []byte("sbx: "+fmt.Sprintf(format, args...)+"\n"))
-		_ = fw.WriteCode(frame.Exit, ExitUsageExec)
+	return func() {
+		_ = conn.SetReadDeadline(time.Now().Add(clientTimeout))
+		line, err := readLine(r, agentwire.MaxChannelRequest)
+		_ = conn.SetReadDeadline(time.Time{})
+		fw := frame.NewWriter(conn)
+		fail := func(format string, args ...any) {
+			_ = fw.Write(frame.Stderr, []byte("sbx: "+fmt.Sprintf(format, args...)+"\n"))
+			_ = fw.WriteCode(frame.Exit, ExitUsageExec)
+		}
+		if err != nil {
+			fail("channel: read the request: %s", err)
+			return
+		}
+		var req agentwire.ChannelRequest
+		if err := json.Unmarshal(line, &req); err != nil || len(req.Args) == 0 {
+			fail("channel: bad request")
+			return
+		}
+		serveChannelRequest(link, req, conn, fail)
 	}
-	if err != nil {
-		fail("channel: read the request: %s", err)
-		return
-	}
-	var req agentwire.ChannelRequest
-	if err := json.Unmarshal(line, &req); err != nil || len(req.Args) == 0 {
-		fail("channel: bad request")
-		return
-	}
-	serveChannelRequest(link, req, conn, fail)
 }
 
 // serveChannelRequest runs what a channel request asks for, writing its
