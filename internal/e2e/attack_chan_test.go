@@ -460,7 +460,7 @@ func buildHolder(t *testing.T) string {
 // exec, and skips any number of pings before the first frame, each one
 // resetting its 30 s stall: the exec hangs for as long as root pings,
 // where a stall of 30 s should lose the copy and attach again.
-// Want: the exec answers within a minute.
+// Want: the exec ends (answered, or lost) within 75 s.
 func TestAttackChanPingingHolderHangsExec(t *testing.T) {
 	d := shared
 	id := d.newSandbox(t, "--template", "tiny")
@@ -469,8 +469,10 @@ func TestAttackChanPingingHolderHangsExec(t *testing.T) {
 	detach(t, d, id, "/h", "ping-on", "12", "600")
 	time.Sleep(2 * time.Second)
 	r, hung := sbxWithin(t, d, 75*time.Second, "exec", id, "--", "echo", "ok")
-	if hung || r.stdout != "ok\n" {
-		t.Errorf("an exec with root's pinging connections on the channel: hung=%v (75 s) %+v; want ok within the 30 s stall and an attach", hung, r)
+	// it may be lost (root took every copy of it): that is root's to do;
+	// hanging past the stall is not
+	if hung {
+		t.Errorf("an exec with root's pinging connections on the channel: hung for 75 s %+v; want an end (ok, or lost) within the 30 s stall and the attaches", r)
 	}
 }
 

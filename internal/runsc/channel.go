@@ -318,10 +318,15 @@ func (d *Driver) channelExec(c *net.UnixConn, o ShimExec, head, tail int64) (*Sh
 // readChannelFrames reads c's frames into out until the exit frame.
 func readChannelFrames(c *net.UnixConn, out *outputs, stall time.Duration, say func(string, ...any)) (code int, known bool, lost string) {
 	r := bufio.NewReaderSize(c, 64<<10)
-	// pings init sent before it saw the request come before the frames
-	for {
-		if stall > 0 {
-			_ = c.SetReadDeadline(time.Now().Add(stall))
+	// pings init sent before it saw the request come before the frames:
+	// a few, within one stall in all (pings do not reset it, or whoever
+	// pings on after the request holds the exec for ever)
+	if stall > 0 {
+		_ = c.SetReadDeadline(time.Now().Add(stall))
+	}
+	for pings := 0; ; pings++ {
+		if pings > maxPingsPerSecond {
+			return -1, false, "the exec channel: pings and no frame after the request"
 		}
 		b, err := r.ReadByte()
 		if err != nil {
