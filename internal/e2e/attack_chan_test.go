@@ -194,6 +194,8 @@ func TestAttackChanManySnapshotsKeepExec(t *testing.T) {
 // TestAttackChanFreezeThenSnapshotsKeepExec: as ManySnapshotsKeepExec,
 // a freeze from inside first (gVisor's own checkpoint, of which sbxd
 // learns only afterwards; one per boot), then three memory snapshots.
+// (It passed before the snapshots reset the count too: the freeze's cut
+// did not use up an attach there; a guard, not a break.)
 func TestAttackChanFreezeThenSnapshotsKeepExec(t *testing.T) {
 	d := shared
 	id := d.newSandbox(t, "--template", "tiny")
@@ -225,7 +227,10 @@ func TestAttackChanFreezeThenSnapshotsKeepExec(t *testing.T) {
 // TestAttackChanBackToBack: memory snapshot, then memory fork, then stop
 // and resume, all within a second of each other, an exact exec streaming
 // over the channel; then a snapshot right after the resume, and a freeze
-// from inside the fork.
+// from inside the fork. It failed (twice of two) before init served each
+// request in a goroutine of its own: with a quiet exec running for good
+// and copies cut by each capture, neither the original nor the fork had
+// an exec over the channel within 10 s of the captures.
 func TestAttackChanBackToBack(t *testing.T) {
 	d := shared
 	id := d.newSandbox(t, "--template", "tiny")
