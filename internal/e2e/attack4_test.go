@@ -155,9 +155,11 @@ while True:
 // exec caught at the stop is followed without being settled. Expectation:
 // the exec caught at the stop gets a true answer after the resume: told
 // it failed (not found, lost), the command must never run, even once
-// init is continued; told it ran, it ran once.
+// init is continued; told it ran, it ran once. Without the exec channel:
+// the queue is that of init's socket for copier processes (over the
+// channel, init's own goroutine serves the start: TestAttack4StartTimeoutGhost).
 func TestAttack4SettleBacklogGhost(t *testing.T) {
-	d := shared
+	d := shimShared(t)
 	id := d.newSandbox(t, "--template", "base")
 	if r := a3Sbx(t, d, time.Minute, "", "exec", "--detach", "-u", "0", id, "--", "python3", "-c", a4Flooder); r.code != 0 {
 		t.Fatalf("the flooder: exit %d %q %q", r.code, r.stdout, r.stderr)

@@ -284,7 +284,9 @@ func TestCLIChecks(t *testing.T) {
 // TestCLIRuntimeLogLines: the runtime stream is lines, one per runsc
 // message, so --tail counts them.
 func TestCLIRuntimeLogLines(t *testing.T) {
-	d := shared
+	// copiers of `runsc exec`: without the exec channel, whose copies
+	// are init's goroutines (no runsc, nothing on its stderr)
+	d := shimShared(t)
 	id := d.newSandbox(t, "--template", "tiny")
 	// a stop ends the copiers of running execs, and runsc says so on its
 	// stderr, which goes to the runtime log (never the execs' output)

@@ -57,6 +57,10 @@ func TestWarmPool(t *testing.T) {
 	// must hold too (nothing more)
 	cold0 := d.newSandbox(t, "--template", "tiny", "--memory", "256M")
 	procs := func(id string) string {
+		// over the exec channel, as a fresh boot's first execs may not
+		// be (init dials at its start): a copier process of a runsc exec
+		// would be the reading's own
+		channelReady(t, d, id)
 		// sh's builtins only: no process of the reading's own but sh
 		out := d.must(t, "exec", id, "--", "sh", "-c", `for f in /proc/[0-9]*/comm; do read c < "$f" && echo "$c"; done`)
 		names := strings.Fields(out)
