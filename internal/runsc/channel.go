@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"sbx.dev/sbx/internal/wire/agentwire"
 	"sbx.dev/sbx/internal/wire/frame"
 )
@@ -239,6 +241,13 @@ func (ch *channel) take() *net.UnixConn {
 			_ = ic.c.SetReadDeadline(time.Now()) // stops drain
 			<-ic.done
 			_ = ic.c.SetReadDeadline(time.Time{})
+			if !alive(ic.c) {
+				// closed before drain saw it (a save closes the
+				// sandbox's end; one queued to accept may be dead
+				// already): the next, or a new one
+				ic.c.Close()
+				continue
+			}
 			return ic.c
 		}
 		spoke, arrived := ch.spoke, ch.arrived
@@ -252,6 +261,37 @@ func (ch *channel) take() *net.UnixConn {
 		case <-time.After(left):
 		}
 	}
+}
+
+// alive reports whether c's peer is still there: it reads, without
+// waiting, what c holds, pings all, and finds no end after them.
+func alive(c *net.UnixConn) bool {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return false
+	}
+	ok := false
+	var b [64]byte
+	err = rc.Read(func(fd uintptr) bool {
+		for {
+			n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_DONTWAIT)
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err == unix.EAGAIN:
+				ok = true // nothing more to read, and no end
+				return true
+			case err != nil || n == 0:
+				return true // an error, or the end
+			}
+			for _, x := range b[:n] {
+				if x != agentwire.ChannelPing {
+					return true
+				}
+			}
+		}
+	})
+	return err == nil && ok
 }
 
 func (ch *channel) close() {

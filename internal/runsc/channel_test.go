@@ -11,6 +11,7 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"sbx.dev/sbx/internal/wire/agentwire"
 	"sbx.dev/sbx/internal/wire/frame"
@@ -307,5 +308,64 @@ func TestChannelMountOfAnImage(t *testing.T) {
 	ro := specs.Mount{Destination: agentwire.ChannelDir, Type: "bind", Source: "/x", Options: []string{"rbind", "ro"}}
 	if err := checkImageMount(ro, ours); err != nil {
 		t.Errorf("an image with sbx's channel mount was refused: %v", err)
+	}
+}
+
+// TestChannelTakeSkipsDead: a connection whose sandbox end closed before
+// drain saw it (a save closes them all; one may wait in the accept queue
+// already dead) is never given to an exec: take gives the live one under
+// it, pings and all.
+func TestChannelTakeSkipsDead(t *testing.T) {
+	ch := &channel{arrived: make(chan struct{})}
+	pair := func() (*net.UnixConn, *os.File) {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := os.NewFile(uintptr(fds[0]), "host")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		peer := os.NewFile(uintptr(fds[1]), "sandbox")
+		t.Cleanup(func() { peer.Close() })
+		return c.(*net.UnixConn), peer
+	}
+	idle := func(c *net.UnixConn) {
+		// as accept would leave it, but drain has not read yet
+		ic := &idleConn{c: c, done: make(chan struct{})}
+		close(ic.done)
+		ch.idle = append(ch.idle, ic)
+	}
+	live, livePeer := pair()
+	deadPinged, dp := pair()
+	dead, deadPeer := pair()
+	if _, err := livePeer.Write([]byte{agentwire.ChannelPing, agentwire.ChannelPing}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dp.Write([]byte{agentwire.ChannelPing}); err != nil {
+		t.Fatal(err)
+	}
+	dp.Close()
+	deadPeer.Close()
+	idle(live)
+	idle(deadPinged)
+	idle(dead) // the newest, taken first
+	got := ch.take()
+	if got != live {
+		t.Fatalf("take gave %v, want the live connection %v", got, live)
+	}
+	if len(ch.idle) != 0 {
+		t.Errorf("%d idle connections left, want none", len(ch.idle))
+	}
+	if _, err := livePeer.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	_ = got.SetReadDeadline(time.Now().Add(time.Second))
+	var b [1]byte
+	if _, err := got.Read(b[:]); err != nil || b[0] != 'x' {
+		t.Errorf("the live connection reads %q, %v; want what its peer wrote after its pings", b[:], err)
 	}
 }
