@@ -45,6 +45,11 @@ func testMain(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "build sbx-agent: %s\n%s", err, out)
 		return 1
 	}
+	// beside the agent, as sbxd installs it: a timeout is then init's
+	if out, err := exec.Command("../../cmd/sbx-reaper/build.sh", filepath.Join(dir, reaperName)).CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build sbx-reaper (gcc: make deps installs it): %s\n%s", err, out)
+		return 1
+	}
 	return m.Run()
 }
 

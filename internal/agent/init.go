@@ -149,6 +149,9 @@ type supervisor struct {
 
 	mu      sync.Mutex // held across fork and record, so no exit is reaped unrecorded
 	running map[int]*spawned
+	// noReaper has a timeout enforced by the agent's exec even where
+	// sbx-reaper is installed (tests of that way).
+	noReaper bool
 	// waiters are told the exit code of a command once it is recorded.
 	waiters map[string][]chan int
 	// settled holds the ids settled before they started (see settle):
@@ -180,6 +183,52 @@ type spawned struct {
 	dir string
 	// reaped is set under supervisor.mu once the command has been reaped.
 	reaped bool
+	// timer ends the command at its deadline when init enforces it
+	// (sbx-reaper); expired, under supervisor.mu, is the timeout once it
+	// has.
+	timer   *time.Timer
+	expired time.Duration
+}
+
+// reaperName is sbx-reaper's name beside the agent (/.sbx in a sandbox).
+const reaperName = "sbx-reaper"
+
+// reaperPath is sbx-reaper beside the agent, "" when there is none (an
+// sbxd that installs none, or noReaper): a timeout is then the agent's.
+func (s *supervisor) reaperPath() string {
+	if s.noReaper {
+		return ""
+	}
+	self, err := agentExe()
+	if err != nil {
+		return ""
+	}
+	p := filepath.Join(filepath.Dir(self), reaperName)
+	if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o001 == 0 {
+		return "" // every user's commands go through it: it must be theirs to run
+	}
+	return p
+}
+
+// expire ends command e at its deadline, after: it and every process it
+// started, found as its descendants (it is their subreaper), those that
+// left its group or session included. Its end is then recorded as a
+// timeout (reap).
+func (s *supervisor) expire(e *spawned, after time.Duration) {
+	s.mu.Lock()
+	if e.reaped {
+		s.mu.Unlock()
+		return
+	}
+	e.expired = after
+	// stopped under mu: reaped it cannot be (its pid then someone else's),
+	// and stopped it cannot end, while its tree is gathered
+	_ = syscall.Kill(e.pid, syscall.SIGSTOP)
+	s.mu.Unlock()
+	killTree(e.pid, e.pid)
+	// last: its orphans come to it (the subreaper) until it is gone, and
+	// killTree has them all by now; it itself may have left its group
+	_ = syscall.Kill(e.pid, syscall.SIGKILL)
 }
 
 func newSupervisor(socket, dir string, reapAll bool, log io.Writer) *supervisor {
@@ -505,11 +554,22 @@ func (s *supervisor) spawn(req initRequest) initReply {
 		return fail(code, "%s: %s", req.Argv[0], msg)
 	}
 	argv := req.Argv
-	if timeout > 0 {
-		// The agent's exec enforces it: a subreaper, so that at the deadline
-		// every process the command started is found and killed, those that
-		// left its session included (under init, an orphan would be lost
-		// among all of init's).
+	var deadline time.Duration // init's to enforce (expire)
+	reaper := s.reaperPath()
+	switch {
+	case timeout > 0 && reaper != "":
+		// The command is its own subreaper (sbx-reaper sets the flag and
+		// becomes it), so that at the deadline init finds every process
+		// it started among its descendants, those that left its session
+		// included (under init, an orphan would be lost among all of
+		// init's); and init keeps the clock. No process of sbx's stands
+		// between, and it runs as the user from its first instruction.
+		argv = append([]string{reaper, prog}, req.Argv...)
+		prog, deadline = reaper, timeout
+	case timeout > 0:
+		// Without sbx-reaper (an sbxd that installs none): the agent's
+		// exec enforces it, a subreaper of its own, at the price of a Go
+		// program's start.
 		self, err := agentExe()
 		if err != nil {
 			return fail(ExitError, "spawn %s: %s", req.ID, err)
@@ -583,6 +643,9 @@ func (s *supervisor) spawn(req initRequest) initReply {
 	}
 	e := &spawned{id: req.ID, pid: pid, dir: dir}
 	s.running[pid] = e
+	if deadline > 0 {
+		e.timer = time.AfterFunc(deadline, func() { s.expire(e, deadline) })
+	}
 	if err := writeFileAtomic(filepath.Join(dir, "pid"), strconv.Itoa(pid)+"\n"); err != nil {
 		// kill and attach find the command by this file: without it the
 		// command could never be reached, so it must not run
@@ -612,14 +675,24 @@ func (s *supervisor) reap() {
 		}
 		delete(s.running, pid)
 		e.reaped = true
+		if e.timer != nil {
+			e.timer.Stop()
+		}
 		code := ws.ExitStatus()
 		if ws.Signaled() {
 			code = 128 + int(ws.Signal())
+		}
+		if e.expired > 0 {
+			code = ExitTimeoutExec
 		}
 		done = append(done, ended{e, code})
 	}
 	s.mu.Unlock()
 	for _, d := range done {
+		if d.e.expired > 0 {
+			// what the agent's exec says at its deadline, last on stderr
+			appendStderr(d.e.dir, fmt.Sprintf("sbx: command timed out after %s\n", d.e.expired))
+		}
 		s.recordExit(d.e, d.code)
 	}
 }
@@ -707,6 +780,16 @@ func (s *supervisor) prune() {
 
 // recordExit writes the exit file of a command that has ended, and tells
 // those waiting for it.
+// appendStderr adds line to the stderr file in an exec's directory.
+func appendStderr(dir, line string) {
+	f, err := os.OpenFile(filepath.Join(dir, "stderr"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = f.WriteString(line)
+}
+
 func (s *supervisor) recordExit(e *spawned, code int) {
 	if err := writeFileAtomic(filepath.Join(e.dir, "exit"), strconv.Itoa(code)+"\n"); err != nil {
 		fmt.Fprintf(s.log, "sbx-agent: init: exec %s: record exit: %s\n", e.id, err)

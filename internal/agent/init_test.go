@@ -155,13 +155,35 @@ func TestSpawnDuplicateID(t *testing.T) {
 	}
 }
 
-func TestSpawnTimeoutKillsTree(t *testing.T) {
-	s := startSupervisor(t)
+// timeoutWays runs a test of a timed spawn both ways a timeout is kept:
+// by init, the command its own subreaper (sbx-reaper), and by the agent's
+// exec (an sbxd that installs no sbx-reaper).
+func timeoutWays(t *testing.T, test func(t *testing.T, s *supervisor)) {
+	for _, way := range []struct {
+		name     string
+		noReaper bool
+	}{{"reaper", false}, {"agent", true}} {
+		t.Run(way.name, func(t *testing.T) {
+			s := startSupervisor(t)
+			s.noReaper = way.noReaper
+			if got := s.reaperPath() != ""; got == way.noReaper {
+				t.Fatalf("sbx-reaper in use: %v, want %v (beside %s)", got, !way.noReaper, agentBin)
+			}
+			test(t, s)
+		})
+	}
+}
+
+func TestSpawnTimeoutKillsTree(t *testing.T) { timeoutWays(t, testSpawnTimeoutKillsTree) }
+
+func testSpawnTimeoutKillsTree(t *testing.T, s *supervisor) {
 	dir := t.TempDir()
-	child, grandchild := filepath.Join(dir, "child.pid"), filepath.Join(dir, "grandchild.pid")
-	killPidFiles(t, child, grandchild)
-	// the grandchild leaves the session, so only the /proc walk can find it
+	child, grandchild, orphan := filepath.Join(dir, "child.pid"), filepath.Join(dir, "grandchild.pid"), filepath.Join(dir, "orphan.pid")
+	killPidFiles(t, child, grandchild, orphan)
+	// the grandchild leaves the session, so only the /proc walk can find
+	// it; the orphan's parent is gone too, so only a subreaper has it
 	script := `echo started; setsid /bin/sh -c 'echo $$ > grandchild.pid.tmp; mv grandchild.pid.tmp grandchild.pid; exec sleep 100' &
+(setsid sleep 100 & echo $! > orphan.pid.tmp; mv orphan.pid.tmp orphan.pid)
 echo $$ > child.pid
 exec sleep 100`
 	id := newExecID()
@@ -183,7 +205,7 @@ exec sleep 100`
 	if b, _ := os.ReadFile(filepath.Join(s.dir, id, "exit")); string(b) != "124\n" {
 		t.Errorf("exit file: got %q, want %q", b, "124\n")
 	}
-	for _, f := range []string{child, grandchild} {
+	for _, f := range []string{child, grandchild, orphan} {
 		pid := readPid(t, f)
 		deadline := time.Now().Add(2 * time.Second)
 		for alive(pid) && time.Now().Before(deadline) {
@@ -380,8 +402,9 @@ func (b *syncBuffer) String() string {
 	return b.b.String()
 }
 
-func TestSpawnLeavesDaemon(t *testing.T) {
-	startSupervisor(t)
+func TestSpawnLeavesDaemon(t *testing.T) { timeoutWays(t, testSpawnLeavesDaemon) }
+
+func testSpawnLeavesDaemon(t *testing.T, _ *supervisor) {
 	dir := t.TempDir()
 	bg := filepath.Join(dir, "bg.pid")
 	killPidFiles(t, bg)
@@ -760,8 +783,9 @@ func TestInstallEtc(t *testing.T) {
 // `sbx-agent exec` alone, so `pgrep -f` and `pkill -f` of a pattern in the
 // user's command find the command, never sbx's agent; and the command does
 // not inherit what carried its arguments.
-func TestSpawnTimedHidesCommand(t *testing.T) {
-	startSupervisor(t)
+func TestSpawnTimedHidesCommand(t *testing.T) { timeoutWays(t, testSpawnTimedHidesCommand) }
+
+func testSpawnTimedHidesCommand(t *testing.T, s *supervisor) {
 	dir := t.TempDir()
 	marker := "hidden-" + strconv.Itoa(os.Getpid())
 	script := `echo $PPID > ppid; env > env; echo ` + marker + `; exec sleep 30`
@@ -782,7 +806,12 @@ func TestSpawnTimedHidesCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")
-	if len(args) != 2 || filepath.Base(args[0]) != "sbx-agent" || args[1] != "exec" || strings.Contains(string(cmdline), marker) {
+	switch {
+	case !s.noReaper && ppid != os.Getpid():
+		// the command is what init started (sbx-reaper became it):
+		// nothing of sbx's between them
+		t.Errorf("the timed command's parent is pid %d (%q), want init (%d) itself", ppid, args, os.Getpid())
+	case s.noReaper && (len(args) != 2 || filepath.Base(args[0]) != "sbx-agent" || args[1] != "exec" || strings.Contains(string(cmdline), marker)):
 		t.Errorf("the timeout's agent (pid %d) shows %q; want sbx-agent exec alone", ppid, args)
 	}
 	env, _ := os.ReadFile(filepath.Join(dir, "env"))
@@ -824,4 +853,37 @@ func TestRenameHost(t *testing.T) {
 	if err := renameHost(filepath.Join(t.TempDir(), "none"), "x"); err != nil {
 		t.Errorf("no /etc at all: %v", err)
 	}
+}
+
+// TestSpawnTimedCannotRun: a program the user may not run is refused the
+// same with a timeout as without (init looks it up as root; the execve is
+// the user's): 126 and "permission denied" on its stderr, both ways.
+func TestSpawnTimedCannotRun(t *testing.T) {
+	timeoutWays(t, func(t *testing.T, s *supervisor) {
+		dir := t.TempDir()
+		prog := filepath.Join(dir, "bin", "x")
+		if err := os.MkdirAll(filepath.Dir(prog), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(prog, []byte("#!/bin/sh\necho secret\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, timeout := range []string{"", "1m"} {
+			id := newExecID()
+			rep := s.spawn(initRequest{Op: "spawn", ID: id, Argv: []string{prog}, User: "nobody", Timeout: timeout})
+			code, stderr := rep.Code, rep.Error
+			if rep.Error == "" && rep.Code == 0 {
+				// started: its end says
+				exit := filepath.Join(s.dir, id, "exit")
+				waitFor(t, "the exit of "+id, func() bool { _, err := os.Stat(exit); return err == nil })
+				b, _ := os.ReadFile(exit)
+				code, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+				e, _ := os.ReadFile(filepath.Join(s.dir, id, "stderr"))
+				stderr = string(e)
+			}
+			if code != ExitCannotExec || !strings.Contains(stderr, "permission denied") || strings.Contains(stderr, "secret") {
+				t.Errorf("timeout %q: exit %d, stderr %q; want %d and permission denied", timeout, code, stderr, ExitCannotExec)
+			}
+		}
+	})
 }

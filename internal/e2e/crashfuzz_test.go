@@ -141,7 +141,17 @@ func withHolder(t *testing.T, d *daemon) fuzzState {
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	return fuzzState{id: sb.ID, mem: startHolderTiny(t, d, sb.ID)}
+	h := startHolderTiny(t, d, sb.ID)
+	if d.preview != "" {
+		// httpd answers before the crash: one that does not after it
+		// is the crash's doing
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := previewGetState(ctx, d, sb.ID, 8080, "/state"); err != nil {
+			t.Fatalf("%s: httpd does not answer before the operation: %v", sb.ID, err)
+		}
+	}
+	return fuzzState{id: sb.ID, mem: h}
 }
 
 func fuzzOps() []fuzzOp {

@@ -176,9 +176,24 @@ func checkNetwork(t testing.TB, d *daemon, id string, preview bool) {
 	}
 	if preview && d.preview != "" {
 		if err := previewGetState(ctx, d, id, 8080, "/state"); err != nil {
-			t.Errorf("%s: preview GET: %v", id, err)
+			t.Errorf("%s: preview GET: %v; its processes: %s; its execs: %s", id, err,
+				strings.Join(strings.Fields(run("sh", "-c", `for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' < "$f"; echo; done`)), " "),
+				execsSaid(ctx, d, id))
 		}
 	}
+}
+
+// execsSaid is what sbxd says of sandbox id's execs, for a failure.
+func execsSaid(ctx context.Context, d *daemon, id string) string {
+	execs, err := d.client.Sandbox(id).Execs(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, e := range execs {
+		fmt.Fprintf(&b, "[%s %s %q exit %v] ", e.ID, e.State, e.Cmd, e.ExitCode)
+	}
+	return b.String()
 }
 
 // previewGetState GETs path of port in sandbox id through the daemon's preview

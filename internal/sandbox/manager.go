@@ -6,8 +6,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base32"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -331,6 +333,18 @@ func (m *Manager) installAgent() error {
 	}
 	if err := installFile(filepath.Join(m.agentDir(), "sbx-agent"), src, 0o755); err != nil {
 		return fmt.Errorf("install agent: %w", err)
+	}
+	// sbx-reaper beside the agent binary, when it was built (gcc): init
+	// then keeps an exec's timeout itself, without the agent's start
+	// (cmd/sbx-reaper); without it, or with an old one gone, the agent's
+	// exec does
+	reaper := filepath.Join(m.agentDir(), "sbx-reaper")
+	if body, err := os.ReadFile(filepath.Join(filepath.Dir(m.cfg.AgentBinary), "sbx-reaper")); err == nil {
+		if err := installFile(reaper, body, 0o755); err != nil {
+			return fmt.Errorf("install agent: sbx-reaper: %w", err)
+		}
+	} else if err := os.Remove(reaper); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("install agent: sbx-reaper: %w", err)
 	}
 	link := filepath.Join(m.agentDir(), "freeze")
 	if t, err := os.Readlink(link); err != nil || t != "sbx-agent" {
