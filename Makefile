@@ -44,7 +44,8 @@ install: build
 # that reads only the pages that hold data, one checkpoint at a time,
 # crashes held at their fault, an init nothing inside can stop, a checkpoint
 # file opened before a restore that triggers nothing, a memory image that
-# restores on another node, a host unix connection saved twice). Go builds
+# restores on another node, a host unix connection saved twice, a clone's
+# process group as Linux gives it). Go builds
 # nothing in the module cache it did not download, so the pinned module is
 # copied once per version and set of patches beside the Go build cache
 # (~/.cache/sbx-gvisor/VERSION-KEY, 69 MB, outside the tree), each patch is

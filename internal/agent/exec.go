@@ -440,6 +440,76 @@ func killTree(root, pgid int) {
 	}
 }
 
+// killUnder kills every process of command root but root itself: its
+// process group and its descendants, those that left the group or the
+// session included, and any child of a process it has seen, wherever that
+// child went. root, stopped by the caller (and again each round: one of
+// its own may continue it), stays alive throughout as their anchor: it is
+// their subreaper (sbx-reaper), so what is orphaned meanwhile comes to it
+// and is found by the next scan, never to init, where it would be lost.
+// Each round kills all it finds; it returns once a scan finds none, or
+// after 5 s. The caller then kills root.
+func killUnder(root int) {
+	known := map[int]bool{}
+	deadline := time.Now().Add(5 * time.Second)
+	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
+		_ = syscall.Kill(root, syscall.SIGSTOP)
+		pids := treeOf(root, known)
+		if len(pids) == 0 || time.Now().After(deadline) {
+			return
+		}
+		for _, pid := range pids {
+			known[pid] = true
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(delay)
+	}
+}
+
+// treeOf lists the live processes of root but root: the members of its
+// process group and the descendants of root and of every process in
+// known, from one scan of /proc.
+func treeOf(root int, known map[int]bool) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	var out []int
+	seen := map[int]bool{root: true}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == root {
+			continue
+		}
+		ppid, state, ok := procStat(pid)
+		if !ok || state == 'Z' || state == 'X' {
+			continue
+		}
+		children[ppid] = append(children[ppid], pid)
+		if pg, err := syscall.Getpgid(pid); err == nil && pg == root {
+			seen[pid] = true
+			out = append(out, pid)
+		}
+	}
+	queue := append([]int{root}, out...)
+	for pid := range known {
+		queue = append(queue, pid)
+	}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			if !seen[c] {
+				seen[c] = true
+				out = append(out, c)
+				queue = append(queue, c)
+			}
+		}
+	}
+	return out
+}
+
 // spareThreads has the Go runtime make n threads now and keep them idle
 // (it keeps the threads it made), for work that must not need a new one.
 func spareThreads(n int) {

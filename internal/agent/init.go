@@ -222,12 +222,12 @@ func (s *supervisor) expire(e *spawned, after time.Duration) {
 	}
 	e.expired = after
 	// stopped under mu: reaped it cannot be (its pid then someone else's),
-	// and stopped it cannot end, while its tree is gathered
+	// and stopped it cannot end, while its tree is killed
 	_ = syscall.Kill(e.pid, syscall.SIGSTOP)
 	s.mu.Unlock()
-	killTree(e.pid, e.pid)
-	// last: its orphans come to it (the subreaper) until it is gone, and
-	// killTree has them all by now; it itself may have left its group
+	// last: its orphans come to it (the subreaper) for as long as it
+	// lives, so it outlives them all; it itself may have left its group
+	killUnder(e.pid)
 	_ = syscall.Kill(e.pid, syscall.SIGKILL)
 }
 
