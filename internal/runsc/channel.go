@@ -392,12 +392,17 @@ func readChannelFrames(c *net.UnixConn, out *outputs, stall time.Duration, say f
 	}
 }
 
+// ChannelClosed is the reason an exec's copy over the channel ended when
+// the connection closed before the exit code: a capture closed it (most
+// often), or init's copy ended.
+const ChannelClosed = "the exec channel closed before the exit code (a capture, or init's copy ended)"
+
 func channelLost(err error, stall time.Duration) string {
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return fmt.Sprintf("the copier in the sandbox sent nothing for %s (stopped, or wedged)", stall)
 	case errors.Is(err, io.EOF):
-		return "the exec channel closed before the exit code (a capture, or init's copy ended)"
+		return ChannelClosed
 	}
 	return "the exec channel: " + err.Error()
 }

@@ -583,3 +583,49 @@ func execGone(m *Manager, sandboxID, execID string) string {
 	}
 	return fmt.Sprint("there: ", err)
 }
+
+// TestExecSurvivesChannelClosedThrice: a crash's freeze from inside holds
+// no claim of sbxd's, so the copy attached again after its save closed
+// the channel may take a connection the same save closes: the channel
+// closes under an exec three times in a row, and the exec still ends with
+// its own exit code, not lost.
+func TestExecSurvivesChannelClosedThrice(t *testing.T) {
+	ctx := context.Background()
+	m, rt := newCtlManager(t)
+	sb, err := m.Create(ctx, api.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	rt.startExec = func(id string, o runsc.ShimExec) (*runsc.Shim, error) {
+		ev := make(chan runsc.ShimEvent, 2)
+		if calls.Add(1) <= 3 {
+			ev <- runsc.ShimEvent{Pid: 7}
+			ev <- runsc.ShimEvent{Lost: runsc.ChannelClosed}
+		} else {
+			code := 3
+			ev <- runsc.ShimEvent{Exit: &code}
+		}
+		close(ev)
+		return &runsc.Shim{Events: ev}, nil
+	}
+	e, err := m.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}, Detach: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		x, err := m.GetExec(ctx, sb.ID, e.ID)
+		if err == nil && x.State != api.ExecRunning {
+			if x.State != api.ExecExited || x.ExitCode == nil || *x.ExitCode != 3 {
+				t.Errorf("after three closed channels the exec is %s (exit %v), want exited with 3 (copiers: %d)", x.State, x.ExitCode, calls.Load())
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the exec is still %v after 10 s (err %v)", x, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	waitNoClaims(t, m)
+}

@@ -449,6 +449,15 @@ func (m *Manager) runtimeLog(id string) string {
 	return filepath.Join(m.sandboxDir(id), "runsc.log")
 }
 
+// maxAttaches bounds the copiers one exec is given before it is lost:
+// each capture of its sandbox (a snapshot, a crash's freeze) ends one.
+// reattachPause, times the copiers it had, is the wait before another
+// after the channel closed.
+const (
+	maxAttaches   = 4
+	reattachPause = 150 * time.Millisecond
+)
+
 // copierEnded decides what the end of an exec's copier means: the exec
 // ended (code >= 0); or its sandbox stopped, and the command is frozen in
 // the hibernation image until a resume attaches again; or the copier
@@ -459,6 +468,13 @@ func (x *execOwner) copierEnded(run *execRun, code int, lost string) {
 	if code >= 0 {
 		x.finishExec(ctx, run, code)
 		return
+	}
+	// A capture closes the sandbox's connections, and a freeze from
+	// inside (a crash's) holds no claim of sbxd's: a copy attached again
+	// at once may take a connection that save is about to close. Wait
+	// out a save (init replaces its connections within a ping) first.
+	if lost == runsc.ChannelClosed {
+		time.Sleep(time.Duration(run.attachCount()) * reattachPause)
 	}
 	// A copier also ends when its sandbox is stopped or deleted: decide
 	// once that is over, from what it left.
@@ -487,7 +503,7 @@ func (x *execOwner) copierEnded(run *execRun, code int, lost string) {
 			x.finishExec(ctx, run, -1)
 		}
 		return
-	case sb.State == api.StateReady && run.attachCount() < 3:
+	case sb.State == api.StateReady && run.attachCount() < maxAttaches:
 		x.log.Warn("an exec's copier ended early; attaching again", "exec", run.exec.ID, "reason", lost)
 		if err := x.reattach(ctx, run); err == nil {
 			return
