@@ -852,9 +852,10 @@ func TestHostileCapabilities(t *testing.T) {
 	}
 	// a user namespace of its own may mount there, but not where sbxd looks
 	d.sbx(t, "exec", id, "--", "sh", "-c", "unshare -U -r -m sh -c 'mount -t tmpfs x /.sbx && echo fake > /.sbx/sbx-agent; sleep 30' &")
-	// what sbx ships there: the agent, the freeze command and the pytest plugin
-	if out := d.must(t, "exec", id, "--", "ls", "/.sbx"); strings.TrimSpace(out) != "freeze\npython\nsbx-agent" {
-		t.Errorf("/.sbx holds %q, want only what sbx ships (freeze, python, sbx-agent)", out)
+	// what sbx ships there: the agent, the freeze command, the pytest
+	// plugin and the timed exec's reaper
+	if out := d.must(t, "exec", id, "--", "ls", "/.sbx"); strings.TrimSpace(out) != "freeze\npython\nsbx-agent\nsbx-reaper" {
+		t.Errorf("/.sbx holds %q, want only what sbx ships (freeze, python, sbx-agent, sbx-reaper)", out)
 	}
 	if _, err := d.client.Sandbox(id).Ports(context.Background()); err != nil {
 		t.Errorf("the agent after the attacks: %v", err)

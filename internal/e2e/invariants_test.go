@@ -51,19 +51,24 @@ func startHolderTiny(t testing.TB, d *daemon, id string) holder {
 	if _, err := sdk(d.client).ExecDetached(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", holderScript}, Detach: true}); err != nil {
 		t.Fatalf("start the holder in %s: %v", id, err)
 	}
-	if _, err := sdk(d.client).ExecDetached(ctx, id, api.ExecRequest{Cmd: []string{"httpd", "-f", "-p", "8080", "-h", "/srv/www"}, Detach: true}); err != nil {
-		t.Fatalf("start httpd in %s: %v", id, err)
-	}
 	var h holder
 	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	for {
 		var err error
 		if h, err = readHolder(d, id); err == nil && h.Count > 0 {
-			return h
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the holder in %s does not write its state", id)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("the holder in %s does not write its state", id)
+	// httpd only once /srv/www exists: busybox's httpd exits at once
+	// when it cannot chdir to its home, and a detached exec over the
+	// channel starts it before the holder's mkdir
+	if _, err := sdk(d.client).ExecDetached(ctx, id, api.ExecRequest{Cmd: []string{"httpd", "-f", "-p", "8080", "-h", "/srv/www"}, Detach: true}); err != nil {
+		t.Fatalf("start httpd in %s: %v", id, err)
+	}
 	return h
 }
 
