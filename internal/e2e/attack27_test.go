@@ -3,8 +3,10 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -349,6 +351,10 @@ func TestAttack27CrashWhileInitStopped(t *testing.T) {
 	r, hung := sbxWithin(t, d, 60*time.Second, "exec", "--user", "root", "--timeout", "30", id, "--", "sh", "-c", `kill -STOP 1; sh -c 'kill -SEGV $$'; echo rc=$?; kill -CONT 1`)
 	if hung || !strings.Contains(r.stdout, "rc=139") {
 		t.Errorf("a crash after root's kill -STOP 1: hung=%v %+v; want rc=139", hung, r)
+		d.logAbout(t, append(regexp.MustCompile(`ex_[a-z0-9]+`).FindAllString(r.stderr, -1), id)...)
+		if b, err := os.ReadFile(filepath.Join(d.dir, "sandboxes", id, "runsc.log")); err == nil {
+			t.Logf("runsc.log's end:\n%s", tailLines(string(b), 40))
+		}
 	}
 	_, _ = sbxWithin(t, d, 30*time.Second, "exec", "--user", "root", id, "--", "kill", "-CONT", "1")
 	if r, hung := sbxWithin(t, d, 60*time.Second, "exec", id, "--", "true"); hung || r.code != 0 {

@@ -52,6 +52,30 @@ type daemon struct {
 	exited   chan struct{}
 }
 
+// logAbout logs sbxd's log lines that name any of ids (the last 60), for
+// a failure that only its daemon can explain.
+func (d *daemon) logAbout(t testing.TB, ids ...string) {
+	t.Helper()
+	b, err := os.ReadFile(d.logPath)
+	if err != nil {
+		t.Logf("sbxd's log: %v", err)
+		return
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, id := range ids {
+			if id != "" && strings.Contains(l, id) {
+				lines = append(lines, l)
+				break
+			}
+		}
+	}
+	if len(lines) > 60 {
+		lines = lines[len(lines)-60:]
+	}
+	t.Logf("sbxd's log about %v:\n%s", ids, strings.Join(lines, "\n"))
+}
+
 // waitExit waits for sbxd to end by itself (a crash hook) and forgets it.
 func (d *daemon) waitExit(t *testing.T, limit time.Duration) {
 	t.Helper()
