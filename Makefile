@@ -45,7 +45,8 @@ install: build
 # crashes held at their fault, an init nothing inside can stop, a checkpoint
 # file opened before a restore that triggers nothing, a memory image that
 # restores on another node, a host unix connection saved twice, a clone's
-# process group as Linux gives it). Go builds
+# process group as Linux gives it, a restore that loads pages on demand,
+# the sentry's seccomp filter precompiled as bazel's build does). Go builds
 # nothing in the module cache it did not download, so the pinned module is
 # copied once per version and set of patches beside the Go build cache
 # (~/.cache/sbx-gvisor/VERSION-KEY, 69 MB, outside the tree), each patch is
@@ -74,6 +75,12 @@ $(BIN)/runsc: go.mod go.sum $(RUNSC_PATCHES)
 			fi; \
 			patch -d "$$tmp" -p1 -F0 -N --quiet --no-backup-if-mismatch < "$$p"; \
 		done; \
+		echo "==> runsc: precompiling the sentry's seccomp filter for systrap (patch 11: bazel's build does, go build does not)"; \
+		mkdir -p $(BIN); cp go.mod $(BIN)/.seccomp.mod; cp go.sum $(BIN)/.seccomp.sum; \
+		echo "replace gvisor.dev/gvisor => $$tmp" >> $(BIN)/.seccomp.mod; \
+		$(GO) run -modfile $(BIN)/.seccomp.mod gvisor.dev/gvisor/runsc/boot/filter/config/sbxprecompile "$$tmp/runsc/boot/filter/filter_precompiled.go" \
+			|| { rm -rf "$$tmp"; exit 1; }; \
+		rm -f $(BIN)/.seccomp.mod $(BIN)/.seccomp.sum; \
 		touch "$$tmp/.sbx-complete"; \
 		if ! mv -T "$$tmp" "$$copy" 2>/dev/null; then \
 			if [ ! -e "$$copy/.sbx-complete" ]; then mv -T "$$copy" "$$copy.old$$$$" && mv -T "$$tmp" "$$copy"; fi; \
