@@ -56,10 +56,12 @@ type config struct {
 	runscLog  string
 	// execChannel: execs over a connection init keeps open (runsc/channel.go)
 	execChannel bool
-	cleanup     bool
-	orphans     time.Duration
-	lifetime    time.Duration
-	shutdown    time.Duration
+	// forkPagesOnDemand: memory forks load their pages when they use them
+	forkPagesOnDemand bool
+	cleanup           bool
+	orphans           time.Duration
+	lifetime          time.Duration
+	shutdown          time.Duration
 
 	previewListen string
 	previewDomain string
@@ -210,6 +212,7 @@ func main() {
 	fs.StringVar(&c.template, "default-template", "base", "template of sandboxes created without one")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.logJSON, "log-json", false, "log JSON lines instead of text")
+	fs.BoolVar(&c.forkPagesOnDemand, "fork-pages-on-demand", true, "memory forks load each page of memory from the fork's image only when they use it, so forks of one sandbox hold only what each touches (the image is kept while a fork reads it; =false: every fork loads every page at once)")
 	fs.BoolVar(&c.execChannel, "exec-channel", true, "send execs over a connection each sandbox's init keeps open to sbxd, not a `runsc exec` each (gives runsc --host-uds=open; =false: a shim and a `runsc exec` each; see the README)")
 	fs.StringVar(&c.runscLog, "runsc-debug-log", "", "directory for runsc's debug logs (debugging runsc itself; large)")
 	fs.DurationVar(&c.orphans, "orphan-grace", sandbox.DefaultOrphanGrace, "how long a hibernation image is kept after its sandbox is deleted")
@@ -420,8 +423,9 @@ func run(c config) error {
 		DataDir: c.dataDir, Tag: c.tag, Runtime: driver, Networks: nets, Templates: templates,
 		Store: st, AgentBinary: c.agent, DefaultTemplate: c.template, Logger: log, OrphanGrace: c.orphans, MaxLifetime: c.lifetime,
 		Metrics: metrics.Default, Limits: c.limits, Warm: c.warm, StoppedRetention: c.stoppedRetention, OutputHead: head, OutputTail: tail,
-		ExecChannel: c.execChannel,
-		FreezeQuota: &c.freezeQuota, StorageMax: c.storageMaxN, OrphanMax: c.orphanMaxN, StopRepository: c.fleetRegistry,
+		ExecChannel:       c.execChannel,
+		ForkPagesOnDemand: c.forkPagesOnDemand,
+		FreezeQuota:       &c.freezeQuota, StorageMax: c.storageMaxN, OrphanMax: c.orphanMaxN, StopRepository: c.fleetRegistry,
 		HostFacts: sync.OnceValues(func() (sandbox.HostFacts, error) {
 			f, err := agent.ReadFacts(c.runsc, c.dataDir, "", version) // at the first push of a memory image
 			return sandbox.HostFacts{RunscSHA256: f.RunscSHA256, CPUFeatures: f.CPUFeatures, CacheLineBytes: f.CacheLineBytes}, err

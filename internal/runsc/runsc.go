@@ -294,18 +294,18 @@ func sandboxFlags(o RunOptions) []string {
 // a pipe to a console shim (never a pipe that sbxd waits on: a detached
 // runsc keeps what it was given, and outlives sbxd).
 func (d *Driver) Run(ctx context.Context, id string, o RunOptions) error {
-	return d.start(ctx, "run", id, o, []string{"--detach", "--bundle", o.Bundle, id})
+	return d.start(ctx, "run", id, o, nil, []string{"--detach", "--bundle", o.Bundle, id})
 }
 
 // start runs `runsc run` or `runsc restore` of a detached sandbox, its
 // console going to a console shim.
-func (d *Driver) start(ctx context.Context, verb, id string, o RunOptions, args []string) error {
+func (d *Driver) start(ctx context.Context, verb, id string, o RunOptions, global, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
 	defer cancel()
 	// init dials as soon as it runs: listen first. A channel that cannot
 	// be opened leaves the execs to shims, as without one.
 	_ = d.OpenChannel(id, o.Channel)
-	cmd := d.Command(ctx, verb, append(d.logFlag(id), sandboxFlags(o)...), args...)
+	cmd := d.Command(ctx, verb, append(append(d.logFlag(id), sandboxFlags(o)...), global...), args...)
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		return err
@@ -391,6 +391,12 @@ type RestoreOptions struct {
 	ImageDir string
 	// Background lets runsc return before every page is loaded.
 	Background bool
+	// PagesOnDemand loads each page of memory only when the sandbox uses
+	// it (gVisor patch 10): what it never touches stays in the image,
+	// which runsc reads for the sandbox's whole life, or until a capture
+	// of it has loaded every page. Sandboxes restored from one image this
+	// way hold only the memory each of them touched.
+	PagesOnDemand bool
 }
 
 // Restore creates sandbox id from a checkpoint image, detached, and lets it
@@ -404,7 +410,11 @@ func (d *Driver) Restore(ctx context.Context, id string, o RestoreOptions) error
 	if o.Background {
 		args = append(args, "--background")
 	}
-	return d.start(ctx, "restore", id, o.RunOptions, append(args, id))
+	var global []string
+	if o.PagesOnDemand {
+		global = append(global, "--restore-pages-on-demand")
+	}
+	return d.start(ctx, "restore", id, o.RunOptions, global, append(args, id))
 }
 
 // TarUpper writes sandbox id's disk changes (its root overlay's upper

@@ -221,6 +221,9 @@ type bootSpec struct {
 	from string
 	// background lets runsc load a restored image's pages after it returns.
 	background bool
+	// onDemand loads a restored image's pages only when the sandbox uses
+	// them: runsc reads the image for the sandbox's life (a memory fork's).
+	onDemand bool
 	// monitor boots the sandbox with runtime monitoring.
 	monitor bool
 }
@@ -294,7 +297,7 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, b bootSpec) error
 		m.monitors.stop(sb.ID) // an earlier boot's (a resume boots unmonitored)
 	}
 	if b.image != "" {
-		err = m.cfg.Runtime.Restore(ctx, sb.ID, runsc.RestoreOptions{RunOptions: run, ImageDir: b.image, Background: b.background})
+		err = m.cfg.Runtime.Restore(ctx, sb.ID, runsc.RestoreOptions{RunOptions: run, ImageDir: b.image, Background: b.background, PagesOnDemand: b.onDemand})
 	} else {
 		err = m.cfg.Runtime.Run(ctx, sb.ID, run)
 	}

@@ -64,9 +64,9 @@ func (m *Manager) deleteLocked(ctx context.Context, id string, o DeleteOptions, 
 // files and, in one transaction, its record, its images' ownership, the
 // journal entry and the "deleted" event; then its snapshots if asked.
 func (m *Manager) finishDelete(ctx context.Context, c *inFlight, id string, withSnapshots bool, extra *store.Event) (*api.DeleteResult, error) {
-	var disk, name string
+	var disk, name, pages string
 	if sb, err := m.cfg.Store.Sandbox(ctx, id); err == nil {
-		disk, name = sb.Disk, sb.Name
+		disk, name, pages = sb.Disk, sb.Name, sb.PagesImage
 		// a freeze it took is a named snapshot, which outlives it
 		m.freezes.settleFreezesLocked(ctx, sb, false)
 	}
@@ -125,6 +125,9 @@ func (m *Manager) finishDelete(ctx context.Context, c *inFlight, id string, with
 	// now (woken before, by forget, they found them still recorded)
 	m.execs.table.broadcast()
 	m.storage.releaseDisk(ctx, disk)
+	if pages != "" {
+		m.sweepSoon(0) // the fork's image it read may be read by none now
+	}
 	defer m.TemplateChanged(ctx) // its template version may be held by nothing now
 	for _, sn := range sns {
 		if err := m.deleteSnapshot(ctx, sn); err != nil {

@@ -176,9 +176,11 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 	// after the fork (sbx hunt) may go on while they boot
 	send(api.ForkEvent{Event: "sandbox.captured"})
 	img := c.img
-	closed := false
+	closed, kept := false, false
 	defer func() {
-		_ = m.images.remove(img)
+		if !kept {
+			_ = m.images.remove(img)
+		}
 		if !closed {
 			c.abandon(ctx)
 		}
@@ -195,6 +197,7 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 	b := bootSpec{rootfs: rootfs, monitor: monitor}
 	if withMemory {
 		b.image, b.from = m.images.mem(img), img
+		b.onDemand = m.cfg.ForkPagesOnDemand
 	} else {
 		// One disk for all the children: the parent's disk as of now.
 		disk, err := m.storage.newDisk(m.images.disk(img))
@@ -228,10 +231,26 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 		return nil, 0, err
 	}
 	crashPoint("fork:booted")
-	// All booted: all ready at once, with the journal entry closed.
+	// All booted: all ready at once, with the journal entry closed. Forks
+	// that load their pages on demand keep the image: it is recorded
+	// retired, and goes once none of them reads it (sweep.go).
 	err = m.cfg.Store.Update(ctx, func(tx *store.Store) error {
 		for _, child := range children {
 			if err := m.readyIn(ctx, tx, child, "created", map[string]any{"parent": parent.ID, "memory": withMemory}); err != nil {
+				return err
+			}
+			if b.onDemand {
+				if err := tx.SetPagesImage(ctx, child.ID, img); err != nil {
+					return err
+				}
+			}
+		}
+		if b.onDemand {
+			now := m.now()
+			if err := tx.AddImage(ctx, &store.Image{ID: img, SandboxID: parent.ID, Kind: "fork", CreatedAt: now}); err != nil {
+				return err
+			}
+			if err := tx.RetireImage(ctx, img, now, now); err != nil {
 				return err
 			}
 		}
@@ -241,7 +260,7 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 		undo()
 		return nil, 0, err
 	}
-	closed = true
+	closed, kept = true, b.onDemand
 	out := make([]api.Sandbox, len(children))
 	for i, child := range children {
 		m.watch(ctx, child.ID)
@@ -252,6 +271,22 @@ func (m *Manager) fork(ctx context.Context, parent *store.Sandbox, children []*s
 	}
 	send(api.ForkEvent{Event: "done", Sandboxes: out})
 	return out, size, nil
+}
+
+// pagesAllLoaded notes that sandbox id holds every page of its memory: a
+// checkpoint of it has just read them all, so the image a memory fork
+// loads on demand is no longer read by it, and may go once no other fork
+// reads it.
+func (m *Manager) pagesAllLoaded(ctx context.Context, id string) {
+	sb, err := m.cfg.Store.Sandbox(ctx, id)
+	if err != nil || sb.PagesImage == "" {
+		return
+	}
+	if err := m.cfg.Store.SetPagesImage(ctx, id, ""); err != nil {
+		m.log.Warn("forget the image a fork loaded its memory from", "sandbox", id, "image", sb.PagesImage, "err", err)
+		return
+	}
+	m.sweepSoon(0)
 }
 
 // mergeMeta is a child's metadata: the parent's, with the fork's keys

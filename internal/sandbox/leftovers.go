@@ -34,6 +34,7 @@ func (m *Manager) removeLeftovers(ctx context.Context) error {
 		known[sb.ID] = true
 		disks[sb.Disk] = true
 		images[sb.Image] = true
+		images[sb.PagesImage] = true // a memory fork's, read by runsc
 	}
 	sns, err := m.cfg.Store.Snapshots(ctx, "")
 	if err != nil {

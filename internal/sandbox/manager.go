@@ -129,6 +129,11 @@ type Config struct {
 	// execs go over a connection init keeps open (sbxd --exec-channel; the
 	// runtime must be told too).
 	ExecChannel bool
+	// ForkPagesOnDemand restores memory forks with their pages loaded on
+	// demand (runsc.RestoreOptions.PagesOnDemand): forks of one image hold
+	// only the memory each touches, and the image is kept while any fork
+	// reads it (sbxd --fork-pages-on-demand).
+	ForkPagesOnDemand bool
 	// OutputHead and OutputTail are the budget of each output stream of an
 	// exec and of the console: the first OutputHead bytes are kept, then
 	// only the last OutputTail (0: runsc's defaults).

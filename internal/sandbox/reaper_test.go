@@ -31,6 +31,8 @@ type fakeRuntime struct {
 	tar func(file string, max int64) error
 	// checkpoint, if set, is called as a checkpoint begins: a slow runsc
 	checkpoint func(id string)
+	// restores are the options of each restore, by sandbox id
+	restores map[string]runsc.RestoreOptions
 }
 
 var _ Runtime = (*fakeRuntime)(nil)
@@ -42,6 +44,12 @@ func (f *fakeRuntime) Run(ctx context.Context, id string, o runsc.RunOptions) er
 	return nil
 }
 func (f *fakeRuntime) Restore(ctx context.Context, id string, o runsc.RestoreOptions) error {
+	f.mu.Lock()
+	if f.restores == nil {
+		f.restores = map[string]runsc.RestoreOptions{}
+	}
+	f.restores[id] = o
+	f.mu.Unlock()
 	return f.Run(ctx, id, o.RunOptions)
 }
 func (f *fakeRuntime) Checkpoint(ctx context.Context, id, dir string, leave bool) error {

@@ -79,6 +79,7 @@ func (m *Manager) capture(ctx context.Context, c *inFlight, id string, kind capt
 			return 0, 0, err
 		}
 		c.step(ctx, stepMemoryWritten)
+		m.pagesAllLoaded(ctx, id)
 	}
 	if size, err = m.images.complete(img, !kind.scratch); err != nil {
 		return 0, 0, err

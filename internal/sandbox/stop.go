@@ -115,6 +115,9 @@ func (m *Manager) stop(ctx context.Context, sb *store.Sandbox) error {
 		return fmt.Errorf("stop %s: %w", sb.ID, err)
 	}
 	m.retireImage(ctx, old)
+	if sb.PagesImage != "" {
+		m.sweepSoon(0) // the fork's image may be read by none now
+	}
 	m.touch(ctx, sb.ID)
 	m.captureEvent(ctx, sb.ID, "stopped", start, size, nil, extra)
 	m.pushStopSoon(sb.ID, img)
@@ -143,6 +146,10 @@ func (m *Manager) adoptStopped(ctx context.Context, c *inFlight, id, img string,
 			return err
 		}
 		if err := dropImageRef(ctx, tx, id); err != nil { // another image's
+			return err
+		}
+		// its runsc, which read a fork's image on demand, is gone
+		if err := tx.SetPagesImage(ctx, id, ""); err != nil {
 			return err
 		}
 		return c.closeIn(ctx, tx)

@@ -303,6 +303,11 @@ func (s *storageOwner) usage(ctx context.Context) (*api.Storage, error) {
 		if sb.Image != "" {
 			it.Bytes += u.of(s.images.dir(sb.Image))
 		}
+		// the image its memory is loaded from: counted once, with the
+		// first of the forks that read it
+		if sb.PagesImage != "" {
+			it.Bytes += u.of(s.images.dir(sb.PagesImage))
+		}
 		bySandbox[sb.ID] = it
 	}
 	for _, sb := range v.sandboxes {
@@ -417,6 +422,7 @@ func (s *storageOwner) orphans(ctx context.Context, v *view) []api.StorageItem {
 	}
 	for _, sb := range v.sandboxes {
 		owned[sb.Image] = true
+		owned[sb.PagesImage] = true // read by a sandbox, not an orphan yet
 	}
 	for _, in := range v.intents {
 		owned[in.ID] = true

@@ -183,10 +183,12 @@ func (s *Store) DeleteImage(ctx context.Context, id string) error {
 }
 
 // ImagesDue returns the images to remove at now: those whose retire time
-// has passed, and those orphaned before now-grace.
+// has passed, and those orphaned before now-grace; never one a sandbox
+// still loads its memory from (SetPagesImage).
 func (s *Store) ImagesDue(ctx context.Context, now time.Time, grace time.Duration) ([]*Image, error) {
 	rows, err := s.q.QueryContext(ctx, `SELECT id, sandbox_id, kind, created_at, orphaned_at FROM images
-		WHERE orphaned_at IS NOT NULL AND (orphaned_at < ? OR (retire_at IS NOT NULL AND retire_at <= ?))`,
+		WHERE orphaned_at IS NOT NULL AND (orphaned_at < ? OR (retire_at IS NOT NULL AND retire_at <= ?))
+		AND id NOT IN (SELECT pages_image FROM sandboxes WHERE pages_image != '')`,
 		now.Add(-grace).UnixNano(), now.UnixNano())
 	if err != nil {
 		return nil, err

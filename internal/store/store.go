@@ -71,7 +71,7 @@ func (s *Store) update(ctx context.Context, fn func(tx *Store) error) error {
 
 // migrations bring a database from user_version i to i+1; a database is
 // never opened by an sbx that does not know its version.
-var migrations = []string{schemaV1, schemaV2, schemaV3, schemaV4, schemaV5, schemaV6, schemaV7, schemaV8, schemaV9, schemaV10, schemaV11, schemaV12}
+var migrations = []string{schemaV1, schemaV2, schemaV3, schemaV4, schemaV5, schemaV6, schemaV7, schemaV8, schemaV9, schemaV10, schemaV11, schemaV12, schemaV13}
 
 const schemaV1 = `
 CREATE TABLE IF NOT EXISTS sandboxes (
@@ -120,6 +120,13 @@ ALTER TABLE snapshots ADD COLUMN template_version TEXT NOT NULL DEFAULT '';
 ALTER TABLE snapshots ADD COLUMN pids INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE snapshots ADD COLUMN disk_limit INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE images ADD COLUMN retire_at INTEGER;
+`
+
+// schemaV13 records the image a sandbox's memory is loaded from on demand
+// (a memory fork's): runsc reads it for the sandbox's life, so it is kept
+// while any sandbox names it.
+const schemaV13 = `
+ALTER TABLE sandboxes ADD COLUMN pages_image TEXT NOT NULL DEFAULT '';
 `
 
 // schemaV11 records how a sandbox's traffic is shaped (explain's network
@@ -322,6 +329,9 @@ type Sandbox struct {
 	// NetDelay and NetLoss shape the traffic leaving it (netns.Shape).
 	NetDelay time.Duration
 	NetLoss  float64
+	// PagesImage is the image its memory is loaded from on demand (a
+	// memory fork's), "" if none: runsc reads it while the sandbox runs.
+	PagesImage string
 }
 
 func nullable(s string) any {
@@ -426,6 +436,13 @@ func (s *Store) SetDisk(ctx context.Context, id, disk string) error {
 	return err
 }
 
+// SetPagesImage records the image sandbox id's memory is loaded from on
+// demand ("": none, or no longer: every page is loaded, or runsc is gone).
+func (s *Store) SetPagesImage(ctx context.Context, id, image string) error {
+	_, err := s.q.ExecContext(ctx, `UPDATE sandboxes SET pages_image = ? WHERE id = ?`, image, id)
+	return err
+}
+
 // DiskInUse reports whether a sandbox or a snapshot still boots on disk.
 func (s *Store) DiskInUse(ctx context.Context, disk string) (bool, error) {
 	var n int
@@ -520,7 +537,7 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	})
 }
 
-const sandboxCols = `id, COALESCE(name, ''), template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image, persistent, disk, template_version, pids, disk_limit, network, net_delay_ns, net_loss`
+const sandboxCols = `id, COALESCE(name, ''), template, state, reason, created_at, ttl_ns, meta, cpus, memory, last_activity, source, parent, memory_restored, resume_reason, image, persistent, disk, template_version, pids, disk_limit, network, net_delay_ns, net_loss, pages_image`
 
 func scanSandbox(row interface{ Scan(...any) error }) (*Sandbox, error) {
 	var sb Sandbox
@@ -528,7 +545,7 @@ func scanSandbox(row interface{ Scan(...any) error }) (*Sandbox, error) {
 	var created, ttl, last, delay int64
 	if err := row.Scan(&sb.ID, &sb.Name, &sb.Template, &state, &sb.Reason, &created, &ttl, &meta, &sb.CPUs, &sb.Memory, &last,
 		&sb.Source, &sb.Parent, &sb.MemoryRestored, &sb.ResumeReason, &sb.Image, &sb.Persistent, &sb.Disk,
-		&sb.TemplateVersion, &sb.Pids, &sb.DiskLimit, &sb.Network, &delay, &sb.NetLoss); err != nil {
+		&sb.TemplateVersion, &sb.Pids, &sb.DiskLimit, &sb.Network, &delay, &sb.NetLoss, &sb.PagesImage); err != nil {
 		return nil, err
 	}
 	sb.NetDelay = time.Duration(delay)
