@@ -81,8 +81,11 @@ func readHolder(d *daemon, id string) (holder, error) {
 	if err != nil {
 		return holder{}, err
 	}
-	if e.ExitCode == nil || *e.ExitCode != 0 {
-		return holder{}, fmt.Errorf("cat /srv/www/state: exit %v", e.ExitCode)
+	if e.ExitCode == nil {
+		return holder{}, fmt.Errorf("cat /srv/www/state: no exit code (%s)", e.State)
+	}
+	if *e.ExitCode != 0 {
+		return holder{}, fmt.Errorf("cat /srv/www/state: exit %d", *e.ExitCode)
 	}
 	return parseHolder(out.String())
 }

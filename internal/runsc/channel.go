@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -310,7 +311,12 @@ func (ch *channel) close() {
 
 // channelExec runs o over c: it sends the request, then keeps the frames
 // that come back in o.Dir as a shim would, reporting on the Shim's Events.
-func (d *Driver) channelExec(c *net.UnixConn, o ShimExec, head, tail int64) (*Shim, error) {
+// A connection the sandbox reset before it read the request (ECONNRESET
+// before any frame: init closed its end with the request unread, so it
+// spawned nothing) is replaced by another of ch's, and the request sent
+// again, up to resendMax times; an end that may have read it is an exec
+// lost, for the caller to attach to (it settles what init did).
+func (d *Driver) channelExec(ch *channel, c *net.UnixConn, o ShimExec, head, tail int64) (*Shim, error) {
 	if len(o.Args) == 0 || o.Args[0] != AgentPath {
 		c.Close()
 		return nil, fmt.Errorf("exec channel: %q is not the agent", o.Args)
@@ -320,6 +326,7 @@ func (d *Driver) channelExec(c *net.UnixConn, o ShimExec, head, tail int64) (*Sh
 		c.Close()
 		return nil, err
 	}
+	line = append(line, '\n')
 	out, err := openOutputs(o.Dir, head, tail, o.Offsets)
 	if err != nil {
 		c.Close()
@@ -327,13 +334,11 @@ func (d *Driver) channelExec(c *net.UnixConn, o ShimExec, head, tail int64) (*Sh
 	}
 	_ = os.Remove(filepath.Join(o.Dir, ExitFile))
 	_ = os.Remove(filepath.Join(o.Dir, ShimPidFile)) // no shim follows this exec now
-	_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.Write(append(line, '\n')); err != nil {
+	if err := sendChannelRequest(c, line); err != nil {
 		out.close()
 		c.Close()
-		return nil, fmt.Errorf("exec channel: send: %w", err)
+		return nil, err
 	}
-	_ = c.SetWriteDeadline(time.Time{})
 	events := make(chan ShimEvent, 4)
 	say := func(format string, args ...any) {
 		if ev, ok := parseShimLine(fmt.Sprintf(format, args...)); ok {
@@ -342,8 +347,23 @@ func (d *Driver) channelExec(c *net.UnixConn, o ShimExec, head, tail int64) (*Sh
 	}
 	go func() {
 		defer close(events)
-		defer c.Close()
-		code, known, lost := readChannelFrames(c, out, o.Stall, say)
+		var code int
+		var known, unread bool
+		var lost string
+		for sent := 1; ; sent++ {
+			code, known, unread, lost = readChannelFrames(c, out, o.Stall, say)
+			c.Close()
+			if !unread || sent > resendMax {
+				break
+			}
+			if c = ch.take(); c == nil {
+				break
+			}
+			if err := sendChannelRequest(c, line); err != nil {
+				c.Close()
+				break
+			}
+		}
 		out.close()
 		if !known {
 			say("lost %s", lost)
@@ -355,8 +375,24 @@ func (d *Driver) channelExec(c *net.UnixConn, o ShimExec, head, tail int64) (*Sh
 	return &Shim{Events: events}, nil
 }
 
-// readChannelFrames reads c's frames into out until the exit frame.
-func readChannelFrames(c *net.UnixConn, out *outputs, stall time.Duration, say func(string, ...any)) (code int, known bool, lost string) {
+// resendMax bounds the times one exec's request is sent again over the
+// channel after a connection reset it unread.
+const resendMax = 3
+
+func sendChannelRequest(c *net.UnixConn, line []byte) error {
+	_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(line); err != nil {
+		return fmt.Errorf("exec channel: send: %w", err)
+	}
+	_ = c.SetWriteDeadline(time.Time{})
+	return nil
+}
+
+// readChannelFrames reads c's frames into out until the exit frame. unread
+// says the connection was reset before any frame came: the sandbox closed
+// its end with the request still unread (a capture's save, or a restored
+// init dropping a connection of its old life), so nothing was started.
+func readChannelFrames(c *net.UnixConn, out *outputs, stall time.Duration, say func(string, ...any)) (code int, known, unread bool, lost string) {
 	r := bufio.NewReaderSize(c, 64<<10)
 	// pings init sent before it saw the request come before the frames:
 	// a few, within one stall in all (pings do not reset it, or whoever
@@ -366,11 +402,11 @@ func readChannelFrames(c *net.UnixConn, out *outputs, stall time.Duration, say f
 	}
 	for pings := 0; ; pings++ {
 		if pings > maxPingsPerSecond {
-			return -1, false, "the exec channel: pings and no frame after the request"
+			return -1, false, false, "the exec channel: pings and no frame after the request"
 		}
 		b, err := r.ReadByte()
 		if err != nil {
-			return -1, false, channelLost(err, stall)
+			return -1, false, errors.Is(err, syscall.ECONNRESET), channelLost(err, stall)
 		}
 		if b != agentwire.ChannelPing {
 			_ = r.UnreadByte()
@@ -384,10 +420,10 @@ func readChannelFrames(c *net.UnixConn, out *outputs, stall time.Duration, say f
 		}
 		typ, p, err := frame.Read(r, buf)
 		if err != nil {
-			return -1, false, channelLost(err, stall)
+			return -1, false, false, channelLost(err, stall)
 		}
 		if code, ok := out.take(typ, p, say); ok {
-			return code, true, ""
+			return code, true, false, ""
 		}
 	}
 }

@@ -369,3 +369,68 @@ func TestChannelTakeSkipsDead(t *testing.T) {
 		t.Errorf("the live connection reads %q, %v; want what its peer wrote after its pings", b[:], err)
 	}
 }
+
+// TestChannelExecResentAfterReset: a connection the sandbox closes with the
+// request unread (a restored init dropping a connection of its old life,
+// seen in CI right after a resume: "read: connection reset by peer") has
+// started nothing, so the request goes again over the next connection, and
+// the exec runs once, with its own exit code, rather than being lost.
+func TestChannelExecResentAfterReset(t *testing.T) {
+	d, dir := channelDriver(t)
+	served := fakeInit(t, dir, func(req agentwire.ChannelRequest, fw *frame.Writer) {
+		fw.WriteCode(frame.Pid, 9)
+		fw.WriteCode(frame.Exit, 4)
+	})
+	waitIdle(t, d, 1)
+	// the newest connection, taken first: it closes as soon as the
+	// request is there, without reading it
+	c, err := net.Dial("unix", filepath.Join(dir, ChannelSocketName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := c.(*net.UnixConn).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	resetDone := make(chan struct{})
+	go func() {
+		defer close(resetDone)
+		defer f.Close()
+		fds := []unix.PollFd{{Fd: int32(f.Fd()), Events: unix.POLLIN}}
+		for {
+			if _, err := unix.Poll(fds, 5000); err != unix.EINTR {
+				return
+			}
+		}
+	}()
+	waitIdle(t, d, 2)
+	sh, err := d.StartExec("sb_1", ShimExec{Dir: t.TempDir(), Args: []string{AgentPath, "start"}, Stdin: []byte(`{"id":"ex_2"}`), Channel: dir, Stall: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid, exit int
+	lost := ""
+	for ev := range sh.Events {
+		switch {
+		case ev.Pid > 0:
+			pid = ev.Pid
+		case ev.Exit != nil:
+			exit = *ev.Exit
+		case ev.Lost != "":
+			lost = ev.Lost
+		}
+	}
+	<-resetDone
+	if lost != "" || pid != 9 || exit != 4 {
+		t.Errorf("events: pid %d, exit %d, lost %q; want 9, 4, not lost (the request sent again)", pid, exit, lost)
+	}
+	select {
+	case req := <-served:
+		if string(req.Stdin) != `{"id":"ex_2"}` {
+			t.Errorf("the request sent again: %+v", req)
+		}
+	default:
+		t.Error("the live connection never got the request")
+	}
+}

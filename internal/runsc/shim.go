@@ -730,7 +730,7 @@ func (d *Driver) StartExec(id string, o ShimExec) (*Shim, error) {
 				return nil, &Error{Verb: "exec", ID: id, Err: err}
 			}
 		} else if c := ch.take(); c != nil {
-			if sh, err := d.channelExec(c, o, head, tailN); err == nil {
+			if sh, err := d.channelExec(ch, c, o, head, tailN); err == nil {
 				return sh, nil
 			}
 			// the connection failed: a shim, as without a channel
