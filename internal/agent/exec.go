@@ -447,19 +447,35 @@ func killTree(root, pgid int) {
 // its own may continue it), stays alive throughout as their anchor: it is
 // their subreaper (sbx-reaper), so what is orphaned meanwhile comes to it
 // and is found by the next scan, never to init, where it would be lost.
-// Each round kills all it finds; it returns once a scan finds none, or
-// after 5 s. The caller then kills root.
+// Each round first stops them all (the group at once, then whatever a
+// scan finds, until a scan finds nothing new: a stopped process cannot
+// fork, so a fork bomb stops growing), then kills all it found; it returns
+// once a scan finds none, or after 5 s. The caller then kills root.
 func killUnder(root int) {
 	known := map[int]bool{}
 	deadline := time.Now().Add(5 * time.Second)
 	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
-		_ = syscall.Kill(root, syscall.SIGSTOP)
-		pids := treeOf(root, known)
+		_ = syscall.Kill(-root, syscall.SIGSTOP) // its group, root too
+		_ = syscall.Kill(root, syscall.SIGSTOP)  // if it left the group
+		var pids []int
+		for range 50 {
+			pids = treeOf(root, known)
+			fresh := false
+			for _, pid := range pids {
+				if !known[pid] {
+					known[pid] = true
+					fresh = true
+				}
+				_ = syscall.Kill(pid, syscall.SIGSTOP)
+			}
+			if !fresh {
+				break
+			}
+		}
 		if len(pids) == 0 || time.Now().After(deadline) {
 			return
 		}
 		for _, pid := range pids {
-			known[pid] = true
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 		time.Sleep(delay)
