@@ -144,7 +144,7 @@ const freezeGoal = 60 * time.Millisecond
 func reportFreeze(frozenT, pauseT []time.Duration) {
 	mf, mp := median(frozenT), median(pauseT)
 	fmt.Printf("%-28s sbx %8.1f ms   goal ≤ %6.0f ms   %s  (median of %d)\n", "hunt --freeze: failure → frozen", ms(mf), ms(freezeGoal), verdict(mf <= freezeGoal), len(frozenT))
-	fmt.Printf("%-28s sbx %8.1f ms   (median of %d)\n", "hunt --freeze: the original's pause", ms(mp), len(pauseT))
+	fmt.Printf("%-28s sbx %8.1f ms   no goal (a figure)  (median of %d)\n", "hunt --freeze: the original's pause", ms(mp), len(pauseT))
 }
 
 // BenchmarkFreeze is the freeze half of BenchmarkHunt alone (for make
