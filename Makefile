@@ -75,12 +75,14 @@ $(BIN)/runsc: go.mod go.sum $(RUNSC_PATCHES)
 			fi; \
 			patch -d "$$tmp" -p1 -F0 -N --quiet --no-backup-if-mismatch < "$$p"; \
 		done; \
-		echo "==> runsc: precompiling the sentry's seccomp filter for systrap (patch 11: bazel's build does, go build does not)"; \
-		mkdir -p $(BIN); cp go.mod $(BIN)/.seccomp.mod; cp go.sum $(BIN)/.seccomp.sum; \
-		echo "replace gvisor.dev/gvisor => $$tmp" >> $(BIN)/.seccomp.mod; \
-		$(GO) run -modfile $(BIN)/.seccomp.mod gvisor.dev/gvisor/runsc/boot/filter/config/sbxprecompile "$$tmp/runsc/boot/filter/filter_precompiled.go" \
-			|| { rm -rf "$$tmp"; exit 1; }; \
-		rm -f $(BIN)/.seccomp.mod $(BIN)/.seccomp.sum; \
+		if [ -d "$$tmp/runsc/boot/filter/config/sbxprecompile" ]; then \
+			echo "==> runsc: precompiling the sentry's seccomp filter for systrap (patch 11: bazel's build does, go build does not)"; \
+			mkdir -p $(BIN); cp go.mod $(BIN)/.seccomp.mod; cp go.sum $(BIN)/.seccomp.sum; \
+			echo "replace gvisor.dev/gvisor => $$tmp" >> $(BIN)/.seccomp.mod; \
+			$(GO) run -modfile $(BIN)/.seccomp.mod gvisor.dev/gvisor/runsc/boot/filter/config/sbxprecompile "$$tmp/runsc/boot/filter/filter_precompiled.go" \
+				|| { rm -rf "$$tmp"; exit 1; }; \
+			rm -f $(BIN)/.seccomp.mod $(BIN)/.seccomp.sum; \
+		fi; \
 		touch "$$tmp/.sbx-complete"; \
 		if ! mv -T "$$tmp" "$$copy" 2>/dev/null; then \
 			if [ ! -e "$$copy/.sbx-complete" ]; then mv -T "$$copy" "$$copy.old$$$$" && mv -T "$$tmp" "$$copy"; fi; \
