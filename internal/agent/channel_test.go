@@ -107,6 +107,38 @@ func TestChannelServesStart(t *testing.T) {
 	}
 }
 
+// TestChannelStartSentAgain: a start sent again (sbxd's, after a capture
+// closed the first's connection before any frame) follows the command the
+// first started, which runs once; a start of an id that was settled
+// before it started is refused.
+func TestChannelStartSentAgain(t *testing.T) {
+	s := startSupervisor(t)
+	dir := t.TempDir()
+	id := newExecID()
+	req, _ := json.Marshal(StartRequest{ID: id, Argv: []string{"sh", "-c", "echo ran >> " + dir + "/runs; echo out"}})
+	var pids [2]int
+	for i := range pids {
+		host, _ := channelPair(t, s)
+		b, _ := askChannel(t, host, agentwire.ChannelRequest{Args: []string{"start"}, Stdin: req})
+		stdout, stderr, pid, exit := decodeFrames(t, b)
+		if stdout != "out\n" || exit != 0 || pid <= 0 {
+			t.Errorf("start %d of one id: stdout %q, stderr %q, pid %d, exit %d; want out, a pid, 0", i+1, stdout, stderr, pid, exit)
+		}
+		pids[i] = pid
+	}
+	if runs, _ := os.ReadFile(filepath.Join(dir, "runs")); string(runs) != "ran\n" || pids[0] != pids[1] {
+		t.Errorf("two starts of one id: ran %q, pids %v; want once, one pid", runs, pids)
+	}
+	settledID := newExecID()
+	s.settle(initRequest{Op: "settle", ID: settledID})
+	req, _ = json.Marshal(StartRequest{ID: settledID, Argv: []string{"true"}})
+	host, _ := channelPair(t, s)
+	b, _ := askChannel(t, host, agentwire.ChannelRequest{Args: []string{"start"}, Stdin: req})
+	if _, stderr, _, exit := decodeFrames(t, b); exit != ExitUsageExec || !strings.Contains(stderr, "given up") {
+		t.Errorf("a start of a settled id: exit %d %q; want %d, given up", exit, stderr, ExitUsageExec)
+	}
+}
+
 // TestChannelAttach: attach --framed follows a command started before, from
 // offsets; attach without --framed, other subcommands, bad and oversized
 // requests are refused with exit 125 and a word why.

@@ -59,6 +59,12 @@ type initRequest struct {
 	// User runs the command as this user: a name or uid, optionally with
 	// ":group" (resolved from the sandbox's /etc/passwd and /etc/group).
 	User string `json:"user,omitempty"`
+	// Again makes a spawn of an id that has started answer with its pid
+	// rather than fail: the request may have been sent again (sbxd sends
+	// a start again when a capture closed its connection before any
+	// answer, not knowing whether init read it), and the command started
+	// is the one to follow. An id spawns once all the same.
+	Again bool `json:"again,omitempty"`
 	// A freeze's (see freeze.go): what failed, when, and whether the
 	// process asking is the one to keep (else its parent is).
 	Reason   string `json:"reason,omitempty"`
@@ -601,6 +607,9 @@ func (s *supervisor) spawn(req initRequest) initReply {
 	s.pruneSoon()
 	// the pid file is written under mu, so two spawns of one id cannot both pass
 	if _, err := os.Lstat(filepath.Join(dir, "pid")); err == nil {
+		if pid, err := readExecPid(s.dir, req.ID); err == nil && req.Again {
+			return initReply{Pid: pid}
+		}
 		return fail(ExitUsageExec, "spawn: exec %s already exists", req.ID)
 	}
 	if s.settled[req.ID] {

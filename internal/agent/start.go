@@ -97,7 +97,9 @@ func startOn(link initLink, stdin io.Reader, stdout, stderr io.Writer) int {
 	if !validExecID(req.ID) {
 		return fail(ExitUsageExec, "start: bad exec id %q", req.ID)
 	}
-	rep, err := link.call(initRequest{Op: "spawn", ID: req.ID, Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, User: req.User, Timeout: req.Timeout})
+	// Again: sbxd may send this start twice (channelExec), the
+	// second following what the first started
+	rep, err := link.call(initRequest{Op: "spawn", ID: req.ID, Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, User: req.User, Timeout: req.Timeout, Again: true})
 	switch {
 	case errors.Is(err, errUnreachable):
 		return fail(ExitUsageExec, "start %s: %s", req.ID, oneLine(err.Error()))

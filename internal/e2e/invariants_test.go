@@ -76,16 +76,16 @@ func startHolderTiny(t testing.TB, d *daemon, id string) holder {
 func readHolder(d *daemon, id string) (holder, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	var out strings.Builder
-	e, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"cat", "/srv/www/state"}, Timeout: api.Duration(10 * time.Second)}, &out, io.Discard)
+	var out, errs strings.Builder
+	e, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"cat", "/srv/www/state"}, Timeout: api.Duration(10 * time.Second)}, &out, &errs)
 	if err != nil {
 		return holder{}, err
 	}
 	if e.ExitCode == nil {
-		return holder{}, fmt.Errorf("cat /srv/www/state: no exit code (%s)", e.State)
+		return holder{}, fmt.Errorf("cat /srv/www/state: no exit code (%s): %q", e.State, errs.String())
 	}
 	if *e.ExitCode != 0 {
-		return holder{}, fmt.Errorf("cat /srv/www/state: exit %d", *e.ExitCode)
+		return holder{}, fmt.Errorf("cat /srv/www/state: exit %d: %q", *e.ExitCode, errs.String())
 	}
 	return parseHolder(out.String())
 }

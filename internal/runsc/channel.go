@@ -311,11 +311,15 @@ func (ch *channel) close() {
 
 // channelExec runs o over c: it sends the request, then keeps the frames
 // that come back in o.Dir as a shim would, reporting on the Shim's Events.
-// A connection the sandbox reset before it read the request (ECONNRESET
-// before any frame: init closed its end with the request unread, so it
-// spawned nothing) is replaced by another of ch's, and the request sent
-// again, up to resendMax times; an end that may have read it is an exec
-// lost, for the caller to attach to (it settles what init did).
+// A connection the sandbox closed before any frame (a capture's save
+// closes it, whether or not init had read the request) is replaced by
+// another of ch's, and the request sent again, up to resendMax times:
+// init spawns an exec id once, and a start sent again follows the command
+// the first started (initRequest.Again), so nothing runs twice, and an
+// exec a freeze or a snapshot crossed on its way in runs rather than
+// being given up (settled, exit 125). A connection closed after a frame,
+// or silent past the stall, is an exec lost, for the caller to attach to
+// (it settles what init did).
 func (d *Driver) channelExec(ch *channel, c *net.UnixConn, o ShimExec, head, tail int64) (*Shim, error) {
 	if len(o.Args) == 0 || o.Args[0] != AgentPath {
 		c.Close()
@@ -376,7 +380,7 @@ func (d *Driver) channelExec(ch *channel, c *net.UnixConn, o ShimExec, head, tai
 }
 
 // resendMax bounds the times one exec's request is sent again over the
-// channel after a connection reset it unread.
+// channel after a connection closed before any frame.
 const resendMax = 3
 
 func sendChannelRequest(c *net.UnixConn, line []byte) error {
@@ -389,9 +393,10 @@ func sendChannelRequest(c *net.UnixConn, line []byte) error {
 }
 
 // readChannelFrames reads c's frames into out until the exit frame. unread
-// says the connection was reset before any frame came: the sandbox closed
-// its end with the request still unread (a capture's save, or a restored
-// init dropping a connection of its old life), so nothing was started.
+// says the connection ended before any frame came (reset, or closed: a
+// capture's save, or a restored init dropping a connection of its old
+// life), so nothing of the exec was read: the request can be sent again
+// from where it was.
 func readChannelFrames(c *net.UnixConn, out *outputs, stall time.Duration, say func(string, ...any)) (code int, known, unread bool, lost string) {
 	r := bufio.NewReaderSize(c, 64<<10)
 	// pings init sent before it saw the request come before the frames:
@@ -406,7 +411,8 @@ func readChannelFrames(c *net.UnixConn, out *outputs, stall time.Duration, say f
 		}
 		b, err := r.ReadByte()
 		if err != nil {
-			return -1, false, errors.Is(err, syscall.ECONNRESET), channelLost(err, stall)
+			closed := errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE)
+			return -1, false, closed, channelLost(err, stall)
 		}
 		if b != agentwire.ChannelPing {
 			_ = r.UnreadByte()

@@ -375,7 +375,15 @@ func TestChannelTakeSkipsDead(t *testing.T) {
 // seen in CI right after a resume: "read: connection reset by peer") has
 // started nothing, so the request goes again over the next connection, and
 // the exec runs once, with its own exit code, rather than being lost.
-func TestChannelExecResentAfterReset(t *testing.T) {
+func TestChannelExecResentAfterReset(t *testing.T) { channelExecResent(t, false) }
+
+// TestChannelExecResentAfterClose: a connection that read the request and
+// closed before any frame (a freeze's save, the request read or not) is
+// replaced, and the request sent again: init spawns an id once, a start
+// sent again follows what the first started (initRequest.Again).
+func TestChannelExecResentAfterClose(t *testing.T) { channelExecResent(t, true) }
+
+func channelExecResent(t *testing.T, readFirst bool) {
 	d, dir := channelDriver(t)
 	served := fakeInit(t, dir, func(req agentwire.ChannelRequest, fw *frame.Writer) {
 		fw.WriteCode(frame.Pid, 9)
@@ -400,6 +408,10 @@ func TestChannelExecResentAfterReset(t *testing.T) {
 		fds := []unix.PollFd{{Fd: int32(f.Fd()), Events: unix.POLLIN}}
 		for {
 			if _, err := unix.Poll(fds, 5000); err != unix.EINTR {
+				if readFirst {
+					b := make([]byte, 4096)
+					unix.Read(int(f.Fd()), b) // closed with nothing unread: an EOF, not a reset
+				}
 				return
 			}
 		}

@@ -190,6 +190,9 @@ func (m *Manager) reconcileSnapshot(ctx context.Context, c *inFlight, in *store.
 		return "error", fmt.Sprintf("the snapshot's image is complete but cannot be recorded: %v; it stays in %s", err, m.images.dir(in.ID))
 	}
 	reason := "the snapshot's image was complete: the snapshot " + name + " is kept"
+	if memory {
+		m.pagesAllLoaded(ctx, sb.ID) // its memory was written whole, so runsc had loaded it all
+	}
 	if memory && sb.State == api.StateReady {
 		if st, _ := m.runtimeState(ctx, sb.ID); st == runtimeGone {
 			if err := m.adoptOnCopy(ctx, sb.ID, in.ID); err == nil {

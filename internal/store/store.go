@@ -403,6 +403,10 @@ func (s *Store) Transition(ctx context.Context, id string, c Change) error {
 		if c.Disk != nil {
 			q, args = q+`, disk = ?`, append(args, *c.Disk)
 		}
+		if runscGone(c.To) {
+			// no runsc of it reads a fork's image any more (SetPagesImage)
+			q += `, pages_image = ''`
+		}
 		q += ` WHERE id = ? AND state = ?`
 		args = append(args, cur.ID, string(cur.State))
 		if _, err := tx.q.ExecContext(ctx, q, args...); err != nil {
@@ -414,6 +418,17 @@ func (s *Store) Transition(ctx context.Context, id string, c Change) error {
 		}
 		return tx.AddEvent(ctx, id, "state."+string(c.To), detail)
 	})
+}
+
+// runscGone says a sandbox in state st has no runsc process: stopped,
+// failed, lost or deleted. A resume boots it anew, from an image of its
+// own.
+func runscGone(st api.State) bool {
+	switch st {
+	case api.StateStopped, api.StateError, api.StateLost, api.StateDeleted:
+		return true
+	}
+	return false
 }
 
 func joinStates(states []api.State) string {
