@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -135,6 +136,12 @@ func TestMain(m *testing.M) {
 			fmt.Printf("e2e: bin/%s missing: run `make build` first\n", b)
 			os.Exit(1)
 		}
+	}
+	if sharded, code := shardMain(); sharded {
+		os.Exit(code) // the whole suite, run as shards (shard_test.go)
+	}
+	if f := flag.Lookup("test.list"); f != nil && f.Value.String() != "" {
+		os.Exit(m.Run()) // names only: no daemon
 	}
 	// Raw runsc sandboxes of the benchmarks are reaped as sbxd reaps its
 	// own, so that neither side waits for a slow init.

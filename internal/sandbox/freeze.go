@@ -72,6 +72,9 @@ type freezeHost interface {
 	// stop's capture (letFreezeTell)
 	runtimeState(ctx context.Context, id string) (runsc.State, error)
 	runtimeResume(ctx context.Context, id string) error
+	// a fork's memory written whole by a freeze: it reads its fork image
+	// no more (fork.go)
+	pagesAllLoaded(ctx context.Context, id string)
 	// claims (claims.go): a settle claims the sandbox whole
 	claim(ctx context.Context, id, op string) (release func(), err error)
 	// the journal (journal.go): its capture gate, and an entry of its own
@@ -101,6 +104,9 @@ func (h managerFreezeHost) runtimeState(ctx context.Context, id string) (runsc.S
 }
 func (h managerFreezeHost) runtimeResume(ctx context.Context, id string) error {
 	return h.m.cfg.Runtime.Resume(ctx, id)
+}
+func (h managerFreezeHost) pagesAllLoaded(ctx context.Context, id string) {
+	h.m.pagesAllLoaded(ctx, id)
 }
 func (h managerFreezeHost) claim(ctx context.Context, id, op string) (func(), error) {
 	return h.m.claim(ctx, id, op)
@@ -781,6 +787,7 @@ func (f *freezeOwner) recordFreeze(ctx context.Context, sb *store.Sandbox, slot 
 		fail(fmt.Errorf("record the freeze: %w", err))
 		return
 	}
+	f.host.pagesAllLoaded(ctx, sb.ID) // gVisor's checkpoint loaded every page
 	f.host.captureEvent(ctx, sb.ID, "frozen", start, size, nil, detail)
 	f.confirmFreeze(sb.ID, slot, freezewire.Confirm{Result: freezewire.Frozen, Name: sn.Name})
 	f.host.pushSnapshotSoon(sn.Name, sn.ID)
@@ -863,6 +870,7 @@ func (f *freezeOwner) reconcileFreeze(ctx context.Context, c *inFlight, in *stor
 	if err != nil {
 		return "error", fmt.Sprintf("the freeze's image is complete but cannot be recorded: %v; it stays in %s", err, f.images.dir(in.ID))
 	}
+	f.host.pagesAllLoaded(ctx, in.SandboxID)
 	f.confirmFreeze(in.SandboxID, in.ID, freezewire.Confirm{Result: freezewire.Frozen, Name: sn.Name})
 	f.host.pushSnapshotSoon(sn.Name, sn.ID)
 	return "snapshot kept", "the freeze's image was whole: the snapshot " + sn.Name + " is kept"

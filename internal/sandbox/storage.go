@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -59,7 +60,9 @@ type storageHost interface {
 	// room on the data dir's disk for any new work (limits.go)
 	checkRoom(what string) error
 	// what a capture of a running sandbox may write: its overlay's upper
-	// layer, the files its runsc process holds open there, its memory
+	// layer, the files its runsc process holds open there, its memory,
+	// and a memory fork's pages still in its parent's image
+	Sandbox(ctx context.Context, ref string) (*store.Sandbox, error)
 	sandboxDir(id string) string
 	sandboxPid(id string) (int, bool)
 	cgroupOf(id string) cgroup.Group
@@ -249,8 +252,9 @@ func (s *storageOwner) allows(ctx context.Context, what string, need int64) erro
 
 // expectedCapture is what a capture of running sandbox id may write: its
 // disk's changes (the blocks its overlay's file store holds), and with
-// memory what its memory cgroup holds.
-func (s *storageOwner) expectedCapture(id string, memory bool) int64 {
+// memory what its memory cgroup holds, and the pages a memory fork has not
+// loaded yet (unloaded).
+func (s *storageOwner) expectedCapture(id string, memory bool, unloaded int64) int64 {
 	upper := filepath.Join(s.host.sandboxDir(id), "upper")
 	n := diskUsage(upper)
 	if pid, ok := s.host.sandboxPid(id); ok {
@@ -260,18 +264,50 @@ func (s *storageOwner) expectedCapture(id string, memory bool) int64 {
 		if b, ok := s.host.cgroupOf(id).MemoryCurrent(); ok {
 			n += b
 		}
+		n += unloaded
 	}
 	return n
 }
 
+// unloadedPages bounds what memory fork id still reads from its parent's
+// image (pages on demand, gVisor patch 10): a memory capture loads all of
+// it first, into the fork's memory cgroup, and writes it. While the fork's
+// runsc holds a file of that image open some pages are unloaded, how many
+// sbxd cannot see: it counts the image's whole; once runsc closed it (every
+// page loaded), none.
+func (s *storageOwner) unloadedPages(ctx context.Context, id string) int64 {
+	sb, err := s.host.Sandbox(ctx, id)
+	if err != nil || sb.PagesImage == "" {
+		return 0
+	}
+	pid, ok := s.host.sandboxPid(id)
+	if !ok {
+		return 0
+	}
+	return openUnder(pid, s.images.dir(sb.PagesImage))
+}
+
 // captureRoom is the check a capture (snapshot, stop, fork) makes before it
 // starts: room on the data dir's disk for what it may write, as for any new
-// work (checkRoom), and within --storage-max.
+// work (checkRoom), and within --storage-max; and, with memory, room in a
+// memory fork's memory limit for the pages the capture loads.
 func (s *storageOwner) captureRoom(ctx context.Context, kind, id string, memory bool) error {
 	if err := s.host.checkRoom(kind); err != nil {
 		return err
 	}
-	need := s.expectedCapture(id, memory)
+	var unloaded int64
+	if memory {
+		unloaded = s.unloadedPages(ctx, id)
+	}
+	if unloaded > 0 {
+		g := s.host.cgroupOf(id)
+		cur, ok1 := g.MemoryCurrent()
+		limit, ok2 := g.MemoryMax()
+		if ok1 && ok2 && limit < math.MaxInt64 && cur+unloaded > limit {
+			return api.Errorf(api.ErrConflict, "%s of %s with its memory: it is a memory fork that still reads up to %s of its memory from its parent's image, and a capture loads all of it first: with the %s its memory cgroup holds, that may pass its memory limit of %s, and the kernel would stop it in the middle of the capture. Nothing was captured and the sandbox runs on: a snapshot or a fork without --memory keeps its disk, `sbx rm` ends it", kind, id, fmtBytes(unloaded), fmtBytes(cur), fmtBytes(limit))
+		}
+	}
+	need := s.expectedCapture(id, memory, unloaded)
 	if free := s.freeBytes(); free >= 0 && free-need < minFree {
 		return api.Errorf(api.ErrUnavailable, "%s of %s: sbxd's data dir %s has %s free, and this capture may write up to %s (sbxd keeps %s free); nothing was captured and the sandbox runs on: free some space there (`sbx df`, `sbx prune`)", kind, id, s.dataDir, fmtBytes(free), fmtBytes(need), fmtBytes(minFree))
 	}
