@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,24 +18,25 @@ import (
 	"time"
 )
 
-// The whole suite runs as shards: test binaries of this package, each
-// with its share of the tests and daemons of its own, at once. Most of a
-// test's time is spent waiting on sandboxes (a boot, a capture, a holder
-// counting), so on two cores two shards take little more than half the
-// time of one. The tests were already isolated from one another's
-// daemons (each daemon has its own tag, data dir, runsc root, cgroups,
-// namespaces and tmpfs mounts: checkNoLeaks looks at its own), as the
-// other packages' tests run beside this one.
+// The whole suite can run as shards: test binaries of this package, each
+// with its share of the tests and daemons of its own, at once. The tests
+// are isolated from one another's daemons (each daemon has its own tag,
+// data dir, runsc root, cgroups, namespaces and tmpfs mounts:
+// checkNoLeaks looks at its own), as the other packages' tests run beside
+// this one.
 //
-// SBX_E2E_SHARDS sets how many (1: none). A run of chosen tests (-run),
+// It pays only where there are cores to spare: the suite keeps two cores
+// busy by itself (the sentry's systrap, the captures), and two shards on
+// this kind of machine took as long as one (69 minutes against 71, load
+// 20 to 50), and four tests that pass alone failed under that load. So a
+// machine gets one shard per two cores (defaultShards), and
+// SBX_E2E_SHARDS sets the number (1: none). A run of chosen tests (-run),
 // a list, benchmarks and -json's test2json output run as one binary, as
 // ever: shards would interleave their lines, or their figures.
 const shardEnv = "SBX_E2E_SHARD"
 
-// defaultShards is the number of shards on this kind of machine (2
-// cores): beyond it the tests would wait on the CPU rather than on their
-// sandboxes.
-const defaultShards = 2
+// defaultShards is one shard per two cores: 1 on this kind of machine.
+var defaultShards = max(1, runtime.NumCPU()/2)
 
 // shardMain runs the suite as shards if this run is one to shard, and
 // says so; code is the exit code of the whole.
