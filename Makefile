@@ -104,7 +104,7 @@ vet:
 ## fleet-tools); the Python client's tests last
 test: deps build fleet-tools vet
 	@echo "==> running the tests (unit and integration, real runsc)"
-	$(GO) test -count=1 -timeout 80m ./...
+	$(GO) test -count=1 -timeout 85m ./...
 	@$(MAKE) --no-print-directory python-test
 
 ## soak-storage: issue 22's soak for 10 minutes (make test plays it for

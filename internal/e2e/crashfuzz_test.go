@@ -30,7 +30,7 @@ import (
 //     once everything is deleted nothing of it is left on the host.
 //
 // SBX_CRASH_OFFSETS sets the offsets per operation (default 1, a new
-// random one each run: the suite's 80 minutes have no room for more;
+// random one each run: the suite's time has no room for more;
 // `make soak` runs 30) and SBX_CRASH_SEED the seed (printed, to replay a
 // failure).
 func TestCrashFuzz(t *testing.T) {
