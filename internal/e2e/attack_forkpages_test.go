@@ -510,11 +510,7 @@ func TestAttackForkPagesMemoryOps(t *testing.T) {
 // (a verify runs in it meanwhile), a sandbox from that snapshot: each has
 // its parent's bytes, and every image goes once nothing reads it.
 func TestAttackForkPagesChain(t *testing.T) {
-	d, err := startDaemon([]string{"--orphan-grace", "2s"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.stop(true) })
+	d := forkPagesDaemon(t)
 	p := d.newSandbox(t, "--template", "base", "--memory", "2G")
 	a := startAtk(t, d, p)
 	f1 := atkForks(t, d, p, 1)[0]
@@ -560,9 +556,7 @@ func TestAttackForkPagesChain(t *testing.T) {
 	a.verify(t, d, f3[1], "the fork after its memory snapshot")
 
 	checkConsistent(t, d)
-	deleteEverything(t, d)
-	waitNoImages(t, d, 30*time.Second)
-	checkNoLeaks(t, d)
+	endForkPages(t, d)
 }
 
 // TestAttackForkPagesImageClosedAfterCapture: once a fork is captured with
@@ -577,11 +571,7 @@ func TestAttackForkPagesChain(t *testing.T) {
 // overlay after reading everything else there: the overlay's filestore is
 // such a memory file.
 func TestAttackForkPagesImageClosedAfterCapture(t *testing.T) {
-	d, err := startDaemon([]string{"--orphan-grace", "2s"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.stop(true) })
+	d := forkPagesDaemon(t)
 	p := d.newSandbox(t, "--template", "base", "--memory", "2G")
 	a := startAtk(t, d, p)
 	cases := []struct {
@@ -626,9 +616,7 @@ func TestAttackForkPagesImageClosedAfterCapture(t *testing.T) {
 			}
 		})
 	}
-	deleteEverything(t, d)
-	waitNoImages(t, d, 30*time.Second)
-	checkNoLeaks(t, d)
+	endForkPages(t, d)
 }
 
 // TestAttackForkPagesFreezeReleases: a freeze from inside a fork
@@ -637,14 +625,9 @@ func TestAttackForkPagesImageClosedAfterCapture(t *testing.T) {
 // the image is removed when the last fork that reads it is deleted,
 // stopped, or captured with its memory.
 func TestAttackForkPagesFreezeReleases(t *testing.T) {
-	d, err := startDaemon([]string{"--orphan-grace", "2s"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.stop(true) })
+	d := forkPagesDaemon(t)
 	p := d.newSandbox(t, "--template", "base", "--memory", "1G")
-	d.must(t, "exec", p, "--", "sh", "-c", "cat > /tmp/holder.py <<'EOF'\n"+pageHolder+"EOF")
-	d.must(t, "exec", "--detach", p, "--", "python3", "/tmp/holder.py")
+	startPageHolder(t, d, p)
 	pid, want := readHeld(t, d, p, 0)
 	k := atkForks(t, d, p, 1)[0]
 	img := pagesImageOf(t, d, k)
@@ -662,9 +645,7 @@ func TestAttackForkPagesFreezeReleases(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(d.dir, "images", img)); err == nil {
 		t.Errorf("the fork image %s is kept after its only fork froze itself", img)
 	}
-	deleteEverything(t, d)
-	waitNoImages(t, d, 30*time.Second)
-	checkNoLeaks(t, d)
+	endForkPages(t, d)
 }
 
 // TestAttackForkPagesManyReadAtOnce: 8 forks of a sandbox holding 256 MiB
@@ -673,15 +654,10 @@ func TestAttackForkPagesFreezeReleases(t *testing.T) {
 // parent's memory by its cgroup. (16 took two minutes of the suite here,
 // on 2 cores, and found nothing 8 do not.)
 func TestAttackForkPagesManyReadAtOnce(t *testing.T) {
-	d, err := startDaemon([]string{"--orphan-grace", "2s"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.stop(true) })
+	d := forkPagesDaemon(t)
 	ctx := context.Background()
 	p := d.newSandbox(t, "--template", "base", "--memory", "1G")
-	d.must(t, "exec", p, "--", "sh", "-c", "cat > /tmp/holder.py <<'EOF'\n"+pageHolder+"EOF")
-	d.must(t, "exec", "--detach", p, "--", "python3", "/tmp/holder.py")
+	startPageHolder(t, d, p)
 	pid, want := readHeld(t, d, p, 0)
 	const n = 8
 	kids := atkForks(t, d, p, n)
@@ -711,9 +687,7 @@ func TestAttackForkPagesManyReadAtOnce(t *testing.T) {
 			t.Errorf("fork %s read 256 MiB and holds %d MiB by its cgroup", k, m.MemoryBytes>>20)
 		}
 	}
-	deleteEverything(t, d)
-	waitNoImages(t, d, 30*time.Second)
-	checkNoLeaks(t, d)
+	endForkPages(t, d)
 }
 
 // TestAttackForkPagesOOMWhileLoading: a fork that passes its memory limit
@@ -722,14 +696,9 @@ func TestAttackForkPagesManyReadAtOnce(t *testing.T) {
 // siblings, reading the same image, keep every byte; and the image goes
 // once every fork is deleted, the dead one included.
 func TestAttackForkPagesOOMWhileLoading(t *testing.T) {
-	d, err := startDaemon([]string{"--orphan-grace", "2s"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.stop(true) })
+	d := forkPagesDaemon(t)
 	p := d.newSandbox(t, "--template", "base", "--memory", "512M")
-	d.must(t, "exec", p, "--", "sh", "-c", "cat > /tmp/holder.py <<'EOF'\n"+pageHolder+"EOF")
-	d.must(t, "exec", "--detach", p, "--", "python3", "/tmp/holder.py")
+	startPageHolder(t, d, p)
 	pid, want := readHeld(t, d, p, 0)
 	kids := atkForks(t, d, p, 3)
 	img := pagesImageOf(t, d, kids[0])
@@ -755,9 +724,7 @@ func TestAttackForkPagesOOMWhileLoading(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(d.dir, "images", img)); err != nil {
 		t.Errorf("the fork image while two forks read it: %v", err)
 	}
-	deleteEverything(t, d)
-	waitNoImages(t, d, 30*time.Second)
-	checkNoLeaks(t, d)
+	endForkPages(t, d)
 }
 
 // TestAttackForkPagesCLI: what a user types. `sbx fork --memory --count 17
@@ -887,9 +854,7 @@ func TestAttackForkPagesRestartOnDemandOff(t *testing.T) {
 		return os.IsNotExist(err)
 	})
 	checkConsistent(t, d)
-	deleteEverything(t, d)
-	waitNoImages(t, d, 30*time.Second)
-	checkNoLeaks(t, d)
+	endForkPages(t, d)
 }
 
 // forkCrashState is what one crash of the fork-pages fuzz works on.
@@ -1134,8 +1099,7 @@ func TestAttackForkPagesStorageMaxUnderestimate(t *testing.T) {
 	t.Cleanup(func() { d.stop(true) })
 	ctx := context.Background()
 	p := d.newSandbox(t, "--template", "base", "--memory", "1G")
-	d.must(t, "exec", p, "--", "sh", "-c", "cat > /tmp/holder.py <<'EOF'\n"+pageHolder+"EOF")
-	d.must(t, "exec", "--detach", p, "--", "python3", "/tmp/holder.py")
+	startPageHolder(t, d, p)
 	readHeld(t, d, p, 0)
 	k := atkForks(t, d, p, 1)[0]
 	var st api.Storage
@@ -1157,6 +1121,32 @@ func TestAttackForkPagesStorageMaxUnderestimate(t *testing.T) {
 		t.Errorf("a memory snapshot of a fork went through sbxd --storage-max %d MiB and left the data dir holding %d MiB: "+
 			"its estimate (the fork's memory cgroup, %d MiB) misses the pages still in the fork image", budget>>20, st.Used>>20, m.MemoryBytes>>20)
 	}
+	endForkPages(t, d)
+}
+
+// forkPagesDaemon starts an sbxd for an attack on on-demand forks, whose
+// orphan images go after 2 s; the test's end stops it.
+func forkPagesDaemon(t *testing.T) *daemon {
+	t.Helper()
+	d, err := startDaemon([]string{"--orphan-grace", "2s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.stop(true) })
+	return d
+}
+
+// startPageHolder starts pageHolder (256 MiB, every page different) in p.
+func startPageHolder(t *testing.T, d *daemon, p string) {
+	t.Helper()
+	d.must(t, "exec", p, "--", "sh", "-c", "cat > /tmp/holder.py <<'EOF'\n"+pageHolder+"EOF")
+	d.must(t, "exec", "--detach", p, "--", "python3", "/tmp/holder.py")
+}
+
+// endForkPages deletes everything of d and checks that no image, file or
+// record, and nothing else of it is left.
+func endForkPages(t *testing.T, d *daemon) {
+	t.Helper()
 	deleteEverything(t, d)
 	waitNoImages(t, d, 30*time.Second)
 	checkNoLeaks(t, d)
