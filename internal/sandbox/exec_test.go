@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/runsc"
@@ -124,5 +126,65 @@ func TestCopierEndsWithItsSandbox(t *testing.T) {
 	}
 	if _, watched := m.watcher.get(sb.ID); watched {
 		t.Error("a sandbox that ended is still watched")
+	}
+}
+
+// TestEndedWhileRunscCountsAZombie: the kernel killed a sandbox's process
+// out of memory, and runsc state still called it running with its pid (a
+// zombie its parent had not reaped). sbxd re-watched that pid, found
+// nothing to watch, and watched nothing more: the sandbox stayed ready
+// while every exec failed with "container in state stopped"
+// (TestAttackForkPagesOOMWhileLoading, in CI). A zombie is an end, and a
+// sandbox whose process cannot be named is watched as ended.
+func TestEndedWhileRunscCountsAZombie(t *testing.T) {
+	ctx := context.Background()
+	m, _ := newTestManager(t, 0)
+	rt := m.cfg.Runtime.(*fakeRuntime)
+	zombie := exec.Command("true")
+	if err := zombie.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = zombie.Wait() })
+	waitZombie := func() {
+		for i := 0; i < 200 && runsc.ProcessStart(zombie.Process.Pid) != ""; i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if runsc.ProcessStart(zombie.Process.Pid) != "" {
+			t.Fatal("the child did not end")
+		}
+	}
+	waitZombie()
+	for _, how := range []string{"the watcher's look", "a watch that finds it gone"} {
+		sb, err := m.Create(ctx, api.CreateRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt.mu.Lock()
+		if rt.pids == nil {
+			rt.pids = map[string]int{}
+		}
+		rt.pids[sb.ID] = zombie.Process.Pid // runsc: running, as this zombie
+		rt.mu.Unlock()
+		if how == "the watcher's look" {
+			m.unwatch(sb.ID)
+			m.sandboxEnded(ctx, sb.ID)
+		} else {
+			m.watch(ctx, sb.ID)
+			ended := m.watcher.ended()
+			if len(ended) != 1 || ended[0] != sb.ID {
+				t.Fatalf("%s: the watcher's ended sandboxes are %q, want %s", how, ended, sb.ID)
+			}
+			m.sandboxEnded(ctx, sb.ID)
+		}
+		got, err := m.Get(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State != api.StateError {
+			t.Errorf("%s: a sandbox whose process is a zombie runsc calls running is %s, want error", how, got.State)
+		}
+		if _, watched := m.watcher.get(sb.ID); watched {
+			t.Errorf("%s: a sandbox that ended is still watched", how)
+		}
 	}
 }

@@ -33,6 +33,9 @@ type fakeRuntime struct {
 	checkpoint func(id string)
 	// restores are the options of each restore, by sandbox id
 	restores map[string]runsc.RestoreOptions
+	// pids, when set for a sandbox, is the pid State names for it (this
+	// process's otherwise)
+	pids map[string]int
 }
 
 var _ Runtime = (*fakeRuntime)(nil)
@@ -77,7 +80,11 @@ func (f *fakeRuntime) State(ctx context.Context, id string) (runsc.State, error)
 	if !f.running[id] {
 		return runsc.State{}, runsc.ErrNotExist
 	}
-	return runsc.State{ID: id, Pid: os.Getpid(), Status: runsc.StatusRunning}, nil
+	pid := os.Getpid()
+	if p, ok := f.pids[id]; ok {
+		pid = p
+	}
+	return runsc.State{ID: id, Pid: pid, Status: runsc.StatusRunning}, nil
 }
 func (f *fakeRuntime) Delete(ctx context.Context, id string) error {
 	f.mu.Lock()

@@ -43,6 +43,18 @@ func (w *watcher) get(id string) (runsc.Proc, bool) {
 	return p, ok
 }
 
+// addIfAbsent watches p for id unless something watches id already.
+func (w *watcher) addIfAbsent(id string, p runsc.Proc) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.m[id]; !ok {
+		if w.m == nil {
+			w.m = map[string]runsc.Proc{}
+		}
+		w.m[id] = p
+	}
+}
+
 func (w *watcher) remove(id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -73,21 +85,44 @@ func (w *watcher) ended() []string {
 // watchInterval is how often the watcher looks at the sandbox processes.
 const watchInterval = 250 * time.Millisecond
 
-// watch starts watching sandbox id's runsc sandbox process.
+// watch starts watching sandbox id's runsc sandbox process. A sandbox
+// whose process runsc cannot name, or which is already gone (killed out
+// of memory as it started), is watched as ended: the next look records
+// why, rather than it staying ready with nothing watching it.
 func (m *Manager) watch(ctx context.Context, id string) {
-	st, err := m.cfg.Runtime.State(ctx, id)
-	if err != nil || st.Pid <= 0 {
-		m.log.Warn("cannot watch sandbox", "sandbox", id, "err", err)
-		return
+	p, err := m.sandboxProcess(ctx, id)
+	if err != nil {
+		m.log.Warn("cannot watch sandbox; looking again", "sandbox", id, "err", err)
 	}
-	m.watcher.add(id, runsc.Proc{Pid: st.Pid, Start: runsc.ProcessStart(st.Pid)})
-	// At the sandbox's memory limit the kernel kills one process of its
-	// cgroup: let it be the sandbox itself, so that it stops whole and is
-	// reported out of memory (DESIGN §3). Left to the kernel's choice, it
-	// took as often one of runsc's small helpers, and the sandbox went on
-	// called ready while its execs were lost (TestLimits, in CI). The
-	// copiers' runsc exec are exempt (runsc/shim.go).
-	preferOOMKill(st.Pid)
+	m.watcher.add(id, p)
+	if p.Alive() {
+		// At the sandbox's memory limit the kernel kills one process of
+		// its cgroup: let it be the sandbox itself, so that it stops
+		// whole and is reported out of memory (DESIGN §3). Left to the
+		// kernel's choice, it took as often one of runsc's small helpers,
+		// and the sandbox went on called ready while its execs were lost
+		// (TestLimits, in CI). The copiers' runsc exec are exempt
+		// (runsc/shim.go).
+		preferOOMKill(p.Pid)
+	}
+}
+
+// sandboxProcess is sandbox id's runsc sandbox process as runsc names it:
+// a Proc that is not Alive when runsc says the sandbox is not running, or
+// names a process already gone. runsc counts a killed process its parent
+// has not yet reaped (a zombie) as running; Alive does not. The error is
+// runsc's when it could not say.
+func (m *Manager) sandboxProcess(ctx context.Context, id string) (runsc.Proc, error) {
+	st, err := m.cfg.Runtime.State(ctx, id)
+	switch {
+	case errors.Is(err, runsc.ErrNotExist):
+		return runsc.Proc{}, nil
+	case err != nil:
+		return runsc.Proc{}, err
+	case !st.Live() || st.Pid <= 0:
+		return runsc.Proc{}, nil
+	}
+	return runsc.Proc{Pid: st.Pid, Start: runsc.ProcessStart(st.Pid)}, nil
 }
 
 // preferOOMKill makes pid the first the kernel kills at its cgroup's
@@ -130,17 +165,20 @@ func (m *Manager) sandboxEnded(ctx context.Context, id string) {
 	if err != nil || sb.State != api.StateReady {
 		return // deleted or changed on purpose meanwhile
 	}
-	if m.runtimeLive(ctx, id) {
-		m.watch(ctx, id) // a restore replaced the process under the same id
+	p, err := m.sandboxProcess(ctx, id)
+	switch {
+	case err != nil:
+		// runsc could not say: look again in a while (never call a
+		// sandbox ended on a failed runsc state alone)
+		m.log.Warn("sandbox process gone; runsc cannot say more, looking again", "sandbox", id, "err", err)
+		time.AfterFunc(time.Second, func() { m.watcher.addIfAbsent(id, runsc.Proc{}) })
+		return
+	case p.Alive():
+		m.watcher.add(id, p) // a restore replaced the process under the same id
+		preferOOMKill(p.Pid)
 		return
 	}
 	m.recordEnd(ctx, sb)
-}
-
-// runtimeLive reports whether runsc says sandbox id's process runs.
-func (m *Manager) runtimeLive(ctx context.Context, id string) bool {
-	st, err := m.cfg.Runtime.State(ctx, id)
-	return err == nil && st.Live()
 }
 
 // processGone reports whether sandbox id's watched process has ended and
