@@ -551,11 +551,16 @@ func (d *daemon) list(t *testing.T) []api.Sandbox {
 func waitFor(t testing.TB, what string, limit time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
+	// Looks back off from 50 ms to 250: many conditions are an exec in a
+	// sandbox (a CLI process and a process inside), and 20 of them a
+	// second through a long wait took the CPU the awaited work needed.
+	pause := 50 * time.Millisecond
 	for time.Now().Before(deadline) {
 		if cond() {
 			return
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(pause)
+		pause = min(2*pause, 250*time.Millisecond)
 	}
 	t.Fatalf("timed out after %s waiting for %s", limit, what)
 }
