@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -29,6 +30,7 @@ import (
 	"sbx.dev/sbx/client/image"
 	"sbx.dev/sbx/internal/flaky"
 	"sbx.dev/sbx/internal/netns"
+	"sbx.dev/sbx/internal/procfs"
 	"sbx.dev/sbx/internal/runsc"
 )
 
@@ -148,6 +150,7 @@ func TestMain(m *testing.M) {
 	if err := runsc.ReapSandboxes(context.Background()); err != nil {
 		fmt.Println("e2e: cannot reap raw sandboxes:", err)
 	}
+	go reapOrphanShims()
 	// An interrupted run (^C, a CI timeout) still removes what it made.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -687,4 +690,45 @@ func (f flatClient) Events(ctx context.Context, id string, follow bool, fn func(
 		opts = append(opts, client.Follow())
 	}
 	return f.C.Sandbox(id).Events(ctx, fn, opts...)
+}
+
+// reapOrphanShims reaps the exec shims (`sbxd __shim`) of the daemons a
+// test killed: as this process is a subreaper (ReapSandboxes) they come to
+// it when their daemon dies, and stayed zombies for the rest of the run (a
+// hundred of them in one). A zombie is reaped only once it has been one
+// for half a minute: a child an exec.Cmd waits for (a daemon, an sbxd run
+// for its exit code) is reaped by its Wait long before.
+func reapOrphanShims() {
+	self := os.Getpid()
+	type seen struct {
+		start string
+		since time.Time
+	}
+	zombies := map[int]seen{}
+	for range time.Tick(5 * time.Second) {
+		now := time.Now()
+		ents, _ := os.ReadDir("/proc")
+		next := map[int]seen{}
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			st, err := procfs.ReadStat(pid)
+			if err != nil || st.State != 'Z' || st.PPid != self || st.Comm != "sbxd" {
+				continue
+			}
+			z, ok := zombies[pid]
+			if !ok || z.start != st.Start {
+				z = seen{st.Start, now}
+			}
+			if now.Sub(z.since) < 30*time.Second {
+				next[pid] = z
+				continue
+			}
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		}
+		zombies = next
+	}
 }
