@@ -365,6 +365,11 @@ func (s *supervisor) admit(conn *os.File) {
 		conn.Close()
 		return
 	}
+	if p.uid == 0 {
+		// a copier `runsc exec` started: its exec found no live channel
+		// connection (a capture closed them); replace them now
+		pacer.kick()
+	}
 	if p.uid != 0 {
 		s.mu.Lock()
 		if s.userConns == nil {

@@ -235,7 +235,7 @@ func TestAttackChanBackToBack(t *testing.T) {
 	d := shared
 	id := d.newSandbox(t, "--template", "tiny")
 	channelReady(t, d, id)
-	quiet := detach(t, d, id, "sh", "-c", "while :; do date +%s%N > /tmp/now; sleep 0.2; done")
+	quiet := detach(t, d, id, "sh", "-c", "while :; do date +%s%N > /tmp/now.t && mv /tmp/now.t /tmp/now; sleep 0.2; done")
 	exact := detach(t, d, id, "sh", "-c", slowSeq(200, 1000, "0.05"))
 	time.Sleep(300 * time.Millisecond)
 	snap := "b2b-" + randHex(3)

@@ -203,7 +203,7 @@ func TestChannelCapturesBackToBack(t *testing.T) {
 	d := shared
 	id := d.newSandbox(t, "--template", "tiny")
 	channelReady(t, d, id)
-	quiet := strings.Fields(d.must(t, "exec", "-d", id, "--", "sh", "-c", "while :; do date +%s%N > /tmp/now; sleep 0.2; done"))[0]
+	quiet := strings.Fields(d.must(t, "exec", "-d", id, "--", "sh", "-c", "while :; do date +%s%N > /tmp/now.t && mv /tmp/now.t /tmp/now; sleep 0.2; done"))[0]
 	waitFor(t, "the quiet command over the channel", 20*time.Second, func() bool { return viaChannel(d, id, quiet) })
 	snap := "b2b-" + randHex(3)
 	d.must(t, "snapshot", id, snap, "--memory")
