@@ -198,11 +198,9 @@ func attachOn(link initLink, id string, outOff, errOff int64, fw *frame.Writer, 
 	streams := [2]io.Writer{fw.Stream(frame.Stdout), fw.Stream(frame.Stderr)}
 	buf := make([]byte, frame.MaxPayload)
 	pid, _ := readExecPid(execsDir, id)
-	w := watchOutput(dir)
-	defer w.close()
-	var goneSince, checked time.Time
+	var goneSince time.Time
 	code := -1
-	for {
+	for tick := 0; ; tick++ {
 		// looked at before the copy: once it is known the command has
 		// written all it will
 		if code < 0 {
@@ -218,10 +216,8 @@ func attachOn(link initLink, id string, outOff, errOff int64, fw *frame.Writer, 
 				}
 			}
 		}
-		copied := false
 		for i := range srcs {
-			c, writeFailed, err := copyNew(streams[i], srcs[i], buf)
-			copied = copied || c
+			writeFailed, err := copyNew(streams[i], srcs[i], buf)
 			if writeFailed {
 				return 128 + int(syscall.SIGPIPE)
 			}
@@ -235,10 +231,9 @@ func attachOn(link initLink, id string, outOff, errOff int64, fw *frame.Writer, 
 			}
 			return code
 		}
-		if pid > 0 && time.Since(checked) >= aliveCheckEvery {
+		if tick%100 == 0 && pid > 0 {
 			// a command whose process is gone with no exit recorded was
 			// not reaped by this init (a sandbox restarted from scratch)
-			checked = time.Now()
 			switch {
 			case processExists(pid):
 				goneSince = time.Time{}
@@ -248,8 +243,9 @@ func attachOn(link initLink, id string, outOff, errOff int64, fw *frame.Writer, 
 				return fail(ExitError, "exec %s: its process is gone and no exit code was recorded", id)
 			}
 		}
-		if c, ok := w.wait(copied, ended); ok {
-			code = c
+		select {
+		case code = <-ended:
+		case <-time.After(attachPoll):
 		}
 	}
 }
