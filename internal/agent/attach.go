@@ -18,7 +18,9 @@ import (
 
 const attachSyntax = "attach --id ID [--stdout-offset N] [--stderr-offset N] [--framed]"
 
-// attachPoll is how often attach looks for new output and the exit file.
+// attachPoll is how soon a copier looks again for new output and the exit
+// file after a change (outwatch.go: while the command is quiet it sleeps
+// longer).
 const attachPoll = 10 * time.Millisecond
 
 // lostAfter is how long attach waits for the exit file of a command whose
@@ -132,14 +134,18 @@ func attach(id string, outOff, errOff int64, stdout, stderr io.Writer) int {
 	dsts := [2]io.Writer{stdout, stderr}
 	pid, _ := readExecPid(execsDir, id)
 	buf := make([]byte, 64<<10)
-	var goneSince time.Time
-	for tick := 0; ; tick++ {
+	w := watchOutput(dir)
+	defer w.close()
+	var goneSince, checked time.Time
+	for {
 		// looked at before the copy: once it exists the command has
 		// written all it will
 		_, err := os.Stat(filepath.Join(dir, "exit"))
 		ended := err == nil
+		copied := false
 		for i := range srcs {
-			writeFailed, err := copyNew(dsts[i], srcs[i], buf)
+			c, writeFailed, err := copyNew(dsts[i], srcs[i], buf)
+			copied = copied || c
 			if writeFailed {
 				return 128 + int(syscall.SIGPIPE)
 			}
@@ -157,9 +163,10 @@ func attach(id string, outOff, errOff int64, stdout, stderr io.Writer) int {
 			}
 			return code
 		}
-		if tick%100 == 0 && pid > 0 {
+		if pid > 0 && time.Since(checked) >= aliveCheckEvery {
 			// a command whose process is gone with no exit recorded was
 			// not reaped by this init (a sandbox restarted from scratch)
+			checked = time.Now()
 			switch {
 			case processExists(pid):
 				goneSince = time.Time{}
@@ -170,25 +177,27 @@ func attach(id string, outOff, errOff int64, stdout, stderr io.Writer) int {
 				return ExitError
 			}
 		}
-		time.Sleep(attachPoll)
+		w.wait(copied, nil)
 	}
 }
 
 // copyNew copies what src holds past its offset to dst. It tells a failed
 // write, which ends attach quietly, from a failed read.
-func copyNew(dst io.Writer, src *os.File, buf []byte) (writeFailed bool, err error) {
+// copied says it copied anything.
+func copyNew(dst io.Writer, src *os.File, buf []byte) (copied, writeFailed bool, err error) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			copied = true
 			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return true, werr
+				return copied, true, werr
 			}
 		}
 		if err == io.EOF {
-			return false, nil
+			return copied, false, nil
 		}
 		if err != nil {
-			return false, err
+			return copied, false, err
 		}
 	}
 }

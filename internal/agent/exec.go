@@ -450,7 +450,8 @@ func killTree(root, pgid int) {
 // Each round first stops them all (the group at once, then whatever a
 // scan finds, until a scan finds nothing new: a stopped process cannot
 // fork, so a fork bomb stops growing), then kills all it found; it returns
-// once a scan finds none, or after 5 s. The caller then kills root.
+// once a scan finds none, or after the round that passes 5 s (which kills
+// what it stopped too). The caller then kills root.
 func killUnder(root int) {
 	known := map[int]bool{}
 	deadline := time.Now().Add(5 * time.Second)
@@ -472,11 +473,14 @@ func killUnder(root int) {
 				break
 			}
 		}
-		if len(pids) == 0 || time.Now().After(deadline) {
-			return
-		}
+		// killed even at the deadline: what this round stopped would
+		// otherwise stay stopped for ever (a storm that outgrew the
+		// 5 s left 847 sleeps in T state)
 		for _, pid := range pids {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if len(pids) == 0 || time.Now().After(deadline) {
+			return
 		}
 		time.Sleep(delay)
 	}

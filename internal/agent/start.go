@@ -198,9 +198,11 @@ func attachOn(link initLink, id string, outOff, errOff int64, fw *frame.Writer, 
 	streams := [2]io.Writer{fw.Stream(frame.Stdout), fw.Stream(frame.Stderr)}
 	buf := make([]byte, frame.MaxPayload)
 	pid, _ := readExecPid(execsDir, id)
-	var goneSince time.Time
+	w := watchOutput(dir)
+	defer w.close()
+	var goneSince, checked time.Time
 	code := -1
-	for tick := 0; ; tick++ {
+	for {
 		// looked at before the copy: once it is known the command has
 		// written all it will
 		if code < 0 {
@@ -216,8 +218,10 @@ func attachOn(link initLink, id string, outOff, errOff int64, fw *frame.Writer, 
 				}
 			}
 		}
+		copied := false
 		for i := range srcs {
-			writeFailed, err := copyNew(streams[i], srcs[i], buf)
+			c, writeFailed, err := copyNew(streams[i], srcs[i], buf)
+			copied = copied || c
 			if writeFailed {
 				return 128 + int(syscall.SIGPIPE)
 			}
@@ -231,9 +235,10 @@ func attachOn(link initLink, id string, outOff, errOff int64, fw *frame.Writer, 
 			}
 			return code
 		}
-		if tick%100 == 0 && pid > 0 {
+		if pid > 0 && time.Since(checked) >= aliveCheckEvery {
 			// a command whose process is gone with no exit recorded was
 			// not reaped by this init (a sandbox restarted from scratch)
+			checked = time.Now()
 			switch {
 			case processExists(pid):
 				goneSince = time.Time{}
@@ -243,9 +248,8 @@ func attachOn(link initLink, id string, outOff, errOff int64, fw *frame.Writer, 
 				return fail(ExitError, "exec %s: its process is gone and no exit code was recorded", id)
 			}
 		}
-		select {
-		case code = <-ended:
-		case <-time.After(attachPoll):
+		if c, ok := w.wait(copied, ended); ok {
+			code = c
 		}
 	}
 }
