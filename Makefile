@@ -20,23 +20,24 @@ deps:
 		APT_LOCK_WAIT=$(APT_LOCK_WAIT) ./scripts/apt-install.sh $$missing >/dev/null; \
 	else echo "==> Debian packages present: $(DEBS)"; fi
 
-## build: sbx, sbxd, sbx-agent, sbx-reaper and runsc (from the go.mod pin) into bin/
+## build: sbx, sbxd, sbx-shim, sbx-agent, sbx-reaper and runsc (from the go.mod pin) into bin/
 build: $(BIN)/runsc
-	@echo "==> building sbx, sbxd, sbx-controller and sbx-agent into bin/"
+	@echo "==> building sbx, sbxd, sbx-shim, sbx-controller and sbx-agent into bin/"
 	@$(GO) build -o $(BIN)/sbx ./cmd/sbx
 	@$(GO) build -o $(BIN)/sbxd ./cmd/sbxd
+	@$(GO) build -o $(BIN)/sbx-shim ./cmd/sbx-shim
 	@$(GO) build -o $(BIN)/sbx-controller ./cmd/sbx-controller
 	@$(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/sbx-agent ./cmd/sbx-agent
 	@echo "==> building sbx-reaper (gcc, no libc) into bin/: init keeps an exec's timeout with it"
 	@cmd/sbx-reaper/build.sh $(BIN)/sbx-reaper
 
-## install: sbx, sbxd, sbx-agent, sbx-reaper and runsc into $(PREFIX)/bin (on PATH), so
+## install: sbx, sbxd, sbx-shim, sbx-agent, sbx-reaper and runsc into $(PREFIX)/bin (on PATH), so
 ## that `sbxd &` and `sbx ...` work from anywhere
 PREFIX ?= /usr/local
 install: build
-	@echo "==> installing sbx, sbxd, sbx-agent, sbx-reaper and runsc into $(DESTDIR)$(PREFIX)/bin"
+	@echo "==> installing sbx, sbxd, sbx-shim, sbx-agent, sbx-reaper and runsc into $(DESTDIR)$(PREFIX)/bin"
 	@install -d $(DESTDIR)$(PREFIX)/bin
-	@install -m 0755 $(BIN)/sbx $(BIN)/sbxd $(BIN)/sbx-agent $(BIN)/sbx-reaper $(BIN)/runsc $(DESTDIR)$(PREFIX)/bin/
+	@install -m 0755 $(BIN)/sbx $(BIN)/sbxd $(BIN)/sbx-shim $(BIN)/sbx-agent $(BIN)/sbx-reaper $(BIN)/runsc $(DESTDIR)$(PREFIX)/bin/
 
 # runsc is built from the pinned gVisor with the patches in
 # third_party/gvisor/patches applied, in order (third_party/gvisor/README.md

@@ -155,7 +155,7 @@ up() {
 	local bin b
 	bin=$(tools)
 	if [ "$nodes" -gt 0 ]; then
-		for b in sbxd sbx runsc sbx-agent sbx-reaper; do
+		for b in sbxd sbx-shim sbx runsc sbx-agent sbx-reaper; do
 			[ -x "$here/bin/$b" ] || die "$here/bin/$b is missing: run make build"
 		done
 	fi

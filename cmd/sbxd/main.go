@@ -286,6 +286,12 @@ func besideSelf(name string) string {
 	return filepath.Join(filepath.Dir(exe), name)
 }
 
+// isExecutable says path is a regular file someone may execute.
+func isExecutable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
+}
+
 // defaultTag derives a daemon's tag from its data dir, so two daemons with
 // different data dirs never share names, and a restarted one finds its own.
 func defaultTag(dataDir string) string {
@@ -401,6 +407,12 @@ func run(c config) error {
 	apiConns, previewConns, reserve := server.ConnBudget(nofile, c.maxConns)
 	log.Info("connection limits", "open_files", nofile, "reserve", reserve, "api", apiConns, "preview", previewConns)
 	driver := &runsc.Driver{Path: c.runsc, Root: filepath.Join(c.dataDir, "runsc"), ExecChannel: c.execChannel}
+	// the shims (an exec's without the channel, a boot's console) are
+	// sbx-shim beside sbxd when it is there: sbxd itself, started again,
+	// takes ten times as long to start (runsc/shim.go; cmd/sbx-shim)
+	if shim := besideSelf("sbx-shim"); isExecutable(shim) {
+		driver.ShimBinary = shim
+	}
 	// runsc's own errors about a sandbox go to its directory: the `runtime`
 	// log stream. Never for a sandbox whose directory is gone (runsc would
 	// fail to open the file, and say nothing else).

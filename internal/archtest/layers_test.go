@@ -22,7 +22,7 @@ const module = "sbx.dev/sbx/"
 // packages of the floors below its own (tests import anything). A name
 // ending in /... stands for the packages below it.
 var floors = [][]string{
-	1: {"cmd/sbx", "cmd/sbxd", "cmd/sbx-agent", "cmd/sbx-controller"},
+	1: {"cmd/sbx", "cmd/sbxd", "cmd/sbx-shim", "cmd/sbx-agent", "cmd/sbx-controller"},
 	2: {
 		"client", "client/image", "internal/server", "internal/flaky", "internal/explain", "internal/explain/analyze",
 		"internal/fleet/agent",

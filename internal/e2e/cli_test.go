@@ -514,7 +514,7 @@ func TestMakeDepsWaitsForAptLock(t *testing.T) {
 	}
 }
 
-// TestMakeInstall: make install puts the four binaries on PATH, and the
+// TestMakeInstall: make install puts the binaries on PATH, and the
 // sbxd there finds runsc and the agent beside it.
 func TestMakeInstall(t *testing.T) {
 	dest := t.TempDir()
@@ -523,7 +523,7 @@ func TestMakeInstall(t *testing.T) {
 		t.Fatalf("make install: %v\n%s", err, out)
 	}
 	bin := filepath.Join(dest, "usr", "local", "bin")
-	for _, b := range []string{"sbx", "sbxd", "sbx-agent", "runsc"} {
+	for _, b := range []string{"sbx", "sbxd", "sbx-shim", "sbx-agent", "runsc"} {
 		fi, err := os.Stat(filepath.Join(bin, b))
 		if err != nil || fi.Mode()&0o111 == 0 {
 			t.Errorf("%s: %v, mode %v", b, err, fi)

@@ -133,7 +133,7 @@ func TestMain(m *testing.M) {
 		fmt.Println("e2e: run as root: these tests drive runsc, network namespaces and cgroups (sudo make test)")
 		os.Exit(1)
 	}
-	for _, b := range []string{"sbx", "sbxd", "sbx-agent", "runsc"} {
+	for _, b := range []string{"sbx", "sbxd", "sbx-shim", "sbx-agent", "runsc"} {
 		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
 			fmt.Printf("e2e: bin/%s missing: run `make build` first\n", b)
 			os.Exit(1)
@@ -715,7 +715,7 @@ func reapOrphanShims() {
 				continue
 			}
 			st, err := procfs.ReadStat(pid)
-			if err != nil || st.State != 'Z' || st.PPid != self || st.Comm != "sbxd" {
+			if err != nil || st.State != 'Z' || st.PPid != self || (st.Comm != "sbxd" && st.Comm != "sbx-shim") {
 				continue
 			}
 			z, ok := zombies[pid]
