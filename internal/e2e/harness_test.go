@@ -433,12 +433,53 @@ func (d *daemon) stopAndClean() {
 		}
 		_ = nm.Cleanup()
 	}
+	// A runsc restore a killed sbxd left in flight boots after the list
+	// above (a sandbox of a removed data dir ran on for the rest of a CI
+	// run): whatever still names the data dir, or lives in its cgroups,
+	// is killed.
+	killNaming(d.dir, "/sbx-"+d.tag+"/")
 	ctrls, _ := os.ReadDir("/sys/fs/cgroup")
 	for _, c := range ctrls {
-		os.Remove(filepath.Join("/sys/fs/cgroup", c.Name(), "sbx-"+d.tag))
+		root := filepath.Join("/sys/fs/cgroup", c.Name(), "sbx-"+d.tag)
+		kids, _ := os.ReadDir(root)
+		for _, k := range kids {
+			if k.IsDir() {
+				os.Remove(filepath.Join(root, k.Name()))
+			}
+		}
+		os.Remove(root)
 	}
 	os.Remove(filepath.Join(d.dir, "templates"))
 	os.RemoveAll(d.dir)
+}
+
+// killNaming kills every process (this one's ancestors aside) whose
+// command line holds dir or whose cgroup path holds cgroup, until none is
+// left or 10 s have passed.
+func killNaming(dir, cgroup string) {
+	self := os.Getpid()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		found := false
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == self || pid == 1 {
+				continue
+			}
+			if st, err := procfs.ReadStat(pid); err != nil || st.State == 'Z' {
+				continue // gone, or gone but for its parent's wait
+			}
+			cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+			cg, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
+			if bytes.Contains(cmdline, []byte(dir+"/")) || bytes.Contains(cg, []byte(cgroup)) {
+				found = true
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		if !found {
+			return
+		}
+	}
 }
 
 func (d *daemon) ensureTemplates() error {
