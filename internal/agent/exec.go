@@ -449,13 +449,17 @@ func killTree(root, pgid int) {
 // and is found by the next scan, never to init, where it would be lost.
 // Each round first stops them all (the group at once, then whatever a
 // scan finds, until a scan finds nothing new: a stopped process cannot
-// fork, so a fork bomb stops growing), then kills all it found; it returns
-// once a scan finds none, or after the round that passes 5 s (which kills
-// what it stopped too). The caller then kills root.
+// fork, so a fork bomb stops growing), then kills all it found. Past
+// killStopFor, processes that continue one another (kill -CONT -1) have
+// beaten the stops: rounds then kill what each scan finds at once, which
+// no SIGCONT undoes. It returns once three scans in a row find none, or
+// after killGiveUp. The caller then kills root.
 func killUnder(root int) {
 	known := map[int]bool{}
-	deadline := time.Now().Add(5 * time.Second)
+	start := time.Now()
+	empty := 0 // scans in a row that found none
 	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
+		late := time.Since(start) > killStopFor
 		_ = syscall.Kill(-root, syscall.SIGSTOP) // its group, root too
 		_ = syscall.Kill(root, syscall.SIGSTOP)  // if it left the group
 		var pids []int
@@ -467,24 +471,42 @@ func killUnder(root int) {
 					known[pid] = true
 					fresh = true
 				}
-				_ = syscall.Kill(pid, syscall.SIGSTOP)
+				if late {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				} else {
+					_ = syscall.Kill(pid, syscall.SIGSTOP)
+				}
 			}
 			if !fresh {
 				break
 			}
 		}
-		// killed even at the deadline: what this round stopped would
-		// otherwise stay stopped for ever (a storm that outgrew the
-		// 5 s left 847 sleeps in T state)
 		for _, pid := range pids {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		if len(pids) == 0 || time.Now().After(deadline) {
+		// a fork in flight when its parent was killed shows up after the
+		// scan: only scans that find none three times over, 50 ms
+		// apart, end it (one empty scan was taken for the end, root was
+		// killed, and what came next was orphaned to init for good)
+		if len(pids) == 0 {
+			empty++
+			delay = 50 * time.Millisecond
+		} else {
+			empty = 0
+		}
+		if empty >= 3 || time.Since(start) > killGiveUp {
 			return
 		}
 		time.Sleep(delay)
 	}
 }
+
+// The phases of killUnder: stop then kill, then kill at once, then give
+// up (a storm that outruns the kills: none is known).
+const (
+	killStopFor = 5 * time.Second
+	killGiveUp  = 30 * time.Second
+)
 
 // treeOf lists the live processes of root but root: the members of its
 // process group and the descendants of root and of every process in

@@ -135,12 +135,32 @@ func runInit(stderr io.Writer) int {
 		}
 	}
 	_ = os.Unsetenv(CrashesEnv)
+	// Threads for init's own work, made now: the process limit is per
+	// user and init is root, so a root command that forks up to it left
+	// init's Go runtime no thread to make ("failed to create new OS
+	// thread", a fatal error that ended the sandbox) in the middle of the
+	// very sweep that kills that command at its timeout
+	// (TestAttackCopierStormAsRootKillsInit). The runtime keeps the
+	// threads it made.
+	spareThreads(initSpareThreads())
 	s.start()
 	if channelAvailable() {
 		serveChannel(agentwire.ChannelSocket, inProcess{s})
 	}
 	<-sigs
 	return 0
+}
+
+// initSpareThreads is how many idle threads init makes at its start: 24,
+// or an eighth of the process limit where that is less (its threads
+// count against root's limit as its commands do; the least a sandbox may
+// have is 16).
+func initSpareThreads() int {
+	var r unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NPROC, &r); err != nil || r.Cur == unix.RLIM_INFINITY {
+		return 24
+	}
+	return int(min(24, r.Cur/8))
 }
 
 // supervisor is init's work: it starts commands, reaps children, and
@@ -163,8 +183,14 @@ type supervisor struct {
 	// settled holds the ids settled before they started (see settle):
 	// spawn refuses them, whatever became of their records on disk.
 	settled map[string]bool
-	ln      *os.File // the listening socket
-	stopped bool
+	// pruned holds how the commands prune removed the records of ended
+	// (the newest maxPruned, oldest first in prunedOrder): a copier
+	// attached again later (after sbxd restarted, or a capture cut the
+	// last one) learns the real end, not that the exec never ran.
+	pruned      map[string]prunedExec
+	prunedOrder []string
+	ln          *os.File // the listening socket
+	stopped     bool
 	// userConns counts, by uid, the open connections of peers that are
 	// not root (admit).
 	userConns map[int]int
@@ -246,6 +272,7 @@ func newSupervisor(socket, dir string, reapAll bool, log io.Writer) *supervisor 
 		running: map[int]*spawned{},
 		waiters: map[string][]chan int{},
 		settled: map[string]bool{},
+		pruned:  map[string]prunedExec{},
 		sigs:    make(chan os.Signal, 8),
 		done:    make(chan struct{}),
 	}
@@ -620,6 +647,14 @@ func (s *supervisor) spawn(req initRequest) initReply {
 	if s.settled[req.ID] {
 		return fail(ExitUsageExec, "spawn: exec %s was given up before it started (settle)", req.ID)
 	}
+	if p, ok := s.pruned[req.ID]; ok {
+		// it ran and ended, and its records were pruned: a start sent
+		// again follows that end, and never runs the command twice
+		if req.Again && restoreEnd(dir, req.ID, p) == nil {
+			return initReply{Pid: p.pid}
+		}
+		return fail(ExitUsageExec, "spawn: exec %s already ran (exit %d)", req.ID, p.code)
+	}
 	// nothing of sbx's is there: whatever is (put there by hand) is not
 	// this command's, and its followers must not read it as such
 	_ = os.RemoveAll(dir)
@@ -786,11 +821,41 @@ func (s *supervisor) prune() {
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].at.Before(all[j].at) })
 	for i := 0; i < len(all) && (len(all)-i > keepEnded || total > keepEndedBytes); i++ {
+		id := filepath.Base(all[i].dir)
+		b, err := os.ReadFile(filepath.Join(all[i].dir, "exit"))
+		code, cerr := strconv.Atoi(strings.TrimSpace(string(b)))
+		pid, _ := readExecPid(s.dir, id)
 		if os.RemoveAll(all[i].dir) == nil {
 			total -= all[i].size
+			if err == nil && cerr == nil && validExecID(id) {
+				s.rememberPruned(id, prunedExec{pid: pid, code: code})
+			}
 		}
 	}
 }
+
+// prunedExec is what is kept of a command whose records prune removed.
+type prunedExec struct{ pid, code int }
+
+// maxPruned bounds the pruned commands init remembers.
+const maxPruned = 4096
+
+func (s *supervisor) rememberPruned(id string, p prunedExec) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.pruned[id]; !ok {
+		s.prunedOrder = append(s.prunedOrder, id)
+	}
+	s.pruned[id] = p
+	for len(s.prunedOrder) > maxPruned {
+		delete(s.pruned, s.prunedOrder[0])
+		s.prunedOrder = s.prunedOrder[1:]
+	}
+}
+
+// prunedNote is what an exec whose records were pruned says on its
+// stderr when a copier attaches to it again.
+const prunedNote = "sbx: exec %s ended (exit %d) and its output was pruned inside the sandbox before sbx could copy the rest (init keeps the newest 256 ended execs, 128 MiB of output)\n"
 
 // recordExit writes the exit file of a command that has ended, and tells
 // those waiting for it.
@@ -882,6 +947,14 @@ func (s *supervisor) settle(req initRequest) initReply {
 	if pid, err := readExecPid(s.dir, req.ID); err == nil {
 		return initReply{Pid: pid} // started, and ended
 	}
+	if p, ok := s.pruned[req.ID]; ok {
+		// started, ended, and its records pruned: put back its end (its
+		// output is gone), so that it is followed to its real code
+		if err := restoreEnd(dir, req.ID, p); err != nil {
+			return initReply{Code: ExitError, Error: fmt.Sprintf("settle %s: %s", req.ID, err)}
+		}
+		return initReply{Pid: p.pid}
+	}
 	if s.settled[req.ID] {
 		return initReply{}
 	}
@@ -901,6 +974,26 @@ func (s *supervisor) settle(req initRequest) initReply {
 		return initReply{Code: ExitError, Error: fmt.Sprintf("settle %s: %s (it will not run)", req.ID, err)}
 	}
 	return initReply{}
+}
+
+// restoreEnd puts back the records of pruned command id at dir: empty
+// output but a note on stderr, its pid and its exit code (last).
+func restoreEnd(dir, id string, p prunedExec) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := writeFileAtomic(filepath.Join(dir, "stdout"), ""); err != nil {
+		return err
+	}
+	if err := writeFileAtomic(filepath.Join(dir, "stderr"), fmt.Sprintf(prunedNote, id, p.code)); err != nil {
+		return err
+	}
+	if p.pid > 0 {
+		if err := writeFileAtomic(filepath.Join(dir, "pid"), strconv.Itoa(p.pid)+"\n"); err != nil {
+			return err
+		}
+	}
+	return writeFileAtomic(filepath.Join(dir, "exit"), strconv.Itoa(p.code)+"\n")
 }
 
 // restoreRecords puts back the records of a running command at dir: its

@@ -887,3 +887,55 @@ func TestSpawnTimedCannotRun(t *testing.T) {
 		}
 	})
 }
+
+// TestSettlePruned: a command that ran and ended, whose records prune
+// then removed (past the budget), is settled to its real end: its exit
+// code back in its exit file with a note on stderr, never "it did not
+// run" (exit 125), and a start sent again does not run it twice.
+// (TestAttackCopierPrunedBeforeReattach in internal/e2e, through a
+// restarted sbxd.)
+func TestSettlePruned(t *testing.T) {
+	s := startSupervisor(t)
+	ran := filepath.Join(t.TempDir(), "ran")
+	id := newExecID()
+	rep, err := callInit(initRequest{Op: "spawn", ID: id, Argv: []string{"/bin/sh", "-c", "echo x >> " + ran + "; exit 7"}})
+	if err != nil || rep.Pid <= 0 {
+		t.Fatalf("spawn: %+v %v", rep, err)
+	}
+	exit := filepath.Join(s.dir, id, "exit")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(exit); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the command's exit was not recorded in 10 s")
+		}
+	}
+	// older than keepEnded newer ones: prune takes it
+	os.Chtimes(exit, time.Now(), time.Now().Add(-time.Hour))
+	for i := 0; i < keepEnded; i++ {
+		dir := filepath.Join(s.dir, fmt.Sprintf("ex_new%03d", i))
+		os.MkdirAll(dir, 0o700)
+		os.WriteFile(filepath.Join(dir, "exit"), []byte("0\n"), 0o600)
+	}
+	s.prune()
+	if _, err := os.Stat(filepath.Join(s.dir, id)); !os.IsNotExist(err) {
+		t.Fatalf("prune left the oldest ended exec: %v", err)
+	}
+	if rep, err := callInit(initRequest{Op: "settle", ID: id}); err != nil || rep.Error != "" || rep.Pid <= 0 {
+		t.Fatalf("settle of the pruned exec: %+v %v, want its pid", rep, err)
+	}
+	b, err := os.ReadFile(exit)
+	if err != nil || strings.TrimSpace(string(b)) != "7" {
+		t.Errorf("the pruned exec's exit file after a settle: %q %v, want 7 (it ran and exited 7)", b, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(s.dir, id, "stderr")); !strings.Contains(string(b), "pruned") {
+		t.Errorf("its stderr after the settle: %q, want a note that its output was pruned", b)
+	}
+	if rep, err := callInit(initRequest{Op: "spawn", ID: id, Again: true, Argv: []string{"/bin/sh", "-c", "echo x >> " + ran + "; exit 7"}}); err != nil || rep.Error != "" || rep.Pid <= 0 {
+		t.Errorf("a start sent again: %+v %v, want the first's pid", rep, err)
+	}
+	if b, _ := os.ReadFile(ran); string(b) != "x\n" {
+		t.Errorf("the command ran %d times, want once", strings.Count(string(b), "x"))
+	}
+}

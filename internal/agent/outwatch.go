@@ -30,9 +30,10 @@ const (
 
 // outputWatch wakes a copier when an exec's directory changes.
 type outputWatch struct {
-	f       *os.File      // the inotify descriptor; nil when there is none
-	changed chan struct{} // a change since the last look
-	pause   time.Duration // the next quiet sleep
+	f       *os.File        // the inotify descriptor; nil when there is none
+	changed chan struct{}   // a change since the last look
+	pause   time.Duration   // the next quiet sleep
+	abort   <-chan struct{} // closed: wait returns at once (nil: never)
 }
 
 // watchOutput watches dir; with no inotify it degrades to timed looks.
@@ -82,6 +83,7 @@ func (w *outputWatch) wait(copied bool, ended <-chan int) (code int, ok bool) {
 		return code, true
 	case <-w.changed:
 		w.pause = attachPoll
+	case <-w.abort:
 	case <-t.C:
 	}
 	return 0, false

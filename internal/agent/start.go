@@ -172,7 +172,11 @@ func attachOn(link initLink, id string, outOff, errOff int64, fw *frame.Writer, 
 	}
 	// still here, says the copier, however quiet the command (the shim
 	// gives up on a copier that stops saying so: root inside can stop it)
-	stopAlive, aliveDone := make(chan struct{}), make(chan struct{})
+	// A failed write there means no one reads any more (a capture closed
+	// the connection): gone ends the copy at once, rather than when the
+	// quiet command next writes or ends (each capture left a copier per
+	// quiet exec behind, its watch, files and timers with it).
+	stopAlive, aliveDone, gone := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(aliveDone)
 		tick := time.NewTicker(aliveEvery)
@@ -183,6 +187,7 @@ func attachOn(link initLink, id string, outOff, errOff int64, fw *frame.Writer, 
 				return
 			case <-tick.C:
 				if fw.Write(frame.Alive, nil) != nil {
+					close(gone)
 					return
 				}
 			}
@@ -200,6 +205,7 @@ func attachOn(link initLink, id string, outOff, errOff int64, fw *frame.Writer, 
 	pid, _ := readExecPid(execsDir, id)
 	w := watchOutput(dir)
 	defer w.close()
+	w.abort = gone
 	var goneSince, checked time.Time
 	code := -1
 	for {
@@ -250,6 +256,11 @@ func attachOn(link initLink, id string, outOff, errOff int64, fw *frame.Writer, 
 		}
 		if c, ok := w.wait(copied, ended); ok {
 			code = c
+		}
+		select {
+		case <-gone:
+			return 128 + int(syscall.SIGPIPE)
+		default:
 		}
 	}
 }
