@@ -33,6 +33,24 @@ type copierLine struct {
 
 // copierExec runs req in id in the foreground, noting when each line of
 // its output reaches the client, and when its end does.
+// copierRun is what copierExec returned, from copierExecAsync.
+type copierRun struct {
+	lines []copierLine
+	x     *api.Exec
+	err   error
+}
+
+// copierExecAsync runs copierExec in the background, for a test that
+// attacks the sandbox meanwhile; its one result comes on the channel.
+func copierExecAsync(t *testing.T, d *daemon, id string, req api.ExecRequest, limit time.Duration) <-chan copierRun {
+	done := make(chan copierRun, 1)
+	go func() {
+		lines, x, _, err := copierExec(t, d, id, req, limit)
+		done <- copierRun{lines, x, err}
+	}()
+	return done
+}
+
 func copierExec(t *testing.T, d *daemon, id string, req api.ExecRequest, limit time.Duration) ([]copierLine, *api.Exec, time.Time, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
@@ -538,16 +556,7 @@ func TestAttackCopierRootChurnsExecDir(t *testing.T) {
 	d := shared
 	id := d.newSandbox(t, "--template", "base")
 	channelReady(t, d, id)
-	type res struct {
-		lines []copierLine
-		x     *api.Exec
-		err   error
-	}
-	done := make(chan res, 1)
-	go func() {
-		lines, x, _, err := copierExec(t, d, id, api.ExecRequest{Cmd: []string{"sh", "-c", "for i in $(seq 1 12); do sleep 0.6; date +%s%N; done; exit 6"}, Timeout: api.Duration(time.Minute)}, 2*time.Minute)
-		done <- res{lines, x, err}
-	}()
+	done := copierExecAsync(t, d, id, api.ExecRequest{Cmd: []string{"sh", "-c", "for i in $(seq 1 12); do sleep 0.6; date +%s%N; done; exit 6"}, Timeout: api.Duration(time.Minute)}, 2*time.Minute)
 	var target string
 	waitFor(t, "the quiet exec", 10*time.Second, func() bool {
 		for _, e := range mustExecs(t, d, id) {
@@ -619,16 +628,7 @@ func TestAttackCopierForegroundAcrossCaptures(t *testing.T) {
 	d := shared
 	id := d.newSandbox(t, "--template", "base")
 	channelReady(t, d, id)
-	type res struct {
-		lines []copierLine
-		x     *api.Exec
-		err   error
-	}
-	done := make(chan res, 1)
-	go func() {
-		lines, x, _, err := copierExec(t, d, id, api.ExecRequest{Cmd: []string{"sh", "-c", "for i in $(seq 1 24); do sleep 0.5; date +%s%N; done; exit 6"}, Timeout: api.Duration(2 * time.Minute)}, 3*time.Minute)
-		done <- res{lines, x, err}
-	}()
+	done := copierExecAsync(t, d, id, api.ExecRequest{Cmd: []string{"sh", "-c", "for i in $(seq 1 24); do sleep 0.5; date +%s%N; done; exit 6"}, Timeout: api.Duration(2 * time.Minute)}, 3*time.Minute)
 	time.Sleep(2500 * time.Millisecond)
 	d.must(t, "stop", id, "--wait")
 	d.must(t, "resume", id)
