@@ -356,12 +356,20 @@ func (p *poolOwner) fill(ctx context.Context) {
 }
 
 // boot boots n sandboxes of the pool named key, one after another (a pool
-// must not take the machine from the creates it serves).
+// must not take the machine from the creates it serves). Once they are
+// all up it has the loop look again: a take that came while they booted
+// found the pool busy and started none (a boot records its sandbox ready
+// before it returns), and would otherwise wait for the next poolEvery.
+// A boot that failed waits for that look.
 func (p *poolOwner) boot(ctx context.Context, key string, n int) {
+	ok := false
 	defer func() {
 		p.mu.Lock()
 		p.filling[key] -= n
 		p.mu.Unlock()
+		if ok {
+			p.kick()
+		}
 	}()
 	req := p.want[key].request()
 	req.Meta = map[string]string{api.MetaPool: key}
@@ -371,6 +379,7 @@ func (p *poolOwner) boot(ctx context.Context, key string, n int) {
 			return // tried again at the next look
 		}
 	}
+	ok = true
 }
 
 // remove deletes a pooled sandbox the pool does not want, once.

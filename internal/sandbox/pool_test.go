@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -234,4 +235,47 @@ func waitEmptied(t *testing.T, m *Manager) {
 		}
 		time.Sleep(20 * time.Millisecond) // fill's removals run in the background
 	}
+}
+
+// TestWarmPoolTakeDuringBoot: a boot records its sandbox ready before it
+// returns, so a take in that moment finds the pool busy and starts no
+// boot. The boot's end has the loop look again: the pool is full long
+// before the loop's own next look (poolEvery). `make bench-quick` waited
+// 9 s for each refill before.
+func TestWarmPoolTakeDuringBoot(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m, _ := newTestManager(t, 0)
+	real := m.pool.host
+	booted, gate := make(chan struct{}), make(chan struct{})
+	var boots atomic.Int32
+	m.pool.host = &hookHost{poolHost: real, boot: func(ctx context.Context, req api.CreateRequest) (*api.Sandbox, error) {
+		sb, err := real.create(ctx, req)
+		if boots.Add(1) == 1 {
+			close(booted) // ready in the store, the boot not yet returned
+			<-gate
+		}
+		return sb, err
+	}}
+	warm(t, m, WarmPool{Template: "tiny", N: 1})
+	go m.pool.loop(ctx)
+	<-booted
+	sb, err := m.Create(ctx, api.CreateRequest{Template: "tiny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.Meta[api.MetaPool] != "" || boots.Load() != 1 {
+		t.Fatalf("the create did not take the pooled sandbox: %+v, %d boots", sb, boots.Load())
+	}
+	time.Sleep(50 * time.Millisecond) // the take's look, which finds the boot under way
+	close(gate)
+	deadline := time.Now().Add(poolEvery / 2)
+	for len(poolReady(t, m, "tiny")) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool is still empty %v after a take during its boot (%d boots): it waits for the loop's next look", poolEvery/2, boots.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	waitFilled(t, m)
 }
