@@ -13,9 +13,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -260,6 +262,10 @@ type RunOptions struct {
 	// spec's SpecOptions.ChannelDir): with ExecChannel, the driver listens
 	// there for the sandbox's init before it starts.
 	Channel string
+	// PIDFile, if set, is where runsc writes the sandbox process's pid
+	// once it runs: read by BootedProcess, it spares a `runsc state`
+	// (a process start, tens of milliseconds) after every boot.
+	PIDFile string
 }
 
 // NetworkNone is a sandbox without a network: loopback only.
@@ -305,6 +311,13 @@ func (d *Driver) start(ctx context.Context, verb, id string, o RunOptions, globa
 	// init dials as soon as it runs: listen first. A channel that cannot
 	// be opened leaves the execs to shims, as without one.
 	_ = d.OpenChannel(id, o.Channel)
+	if o.PIDFile != "" {
+		// an earlier boot's must not name this one's process
+		if err := os.Remove(o.PIDFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return &Error{Verb: verb, ID: id, Err: err}
+		}
+		args = append([]string{"--pid-file", o.PIDFile}, args...)
+	}
 	cmd := d.Command(ctx, verb, append(append(d.logFlag(id), sandboxFlags(o)...), global...), args...)
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
@@ -348,6 +361,33 @@ func (d *Driver) start(ctx context.Context, verb, id string, o RunOptions, globa
 		return &Error{Verb: verb, ID: id, Err: err, Stderr: consoleTail(o.Console, before)}
 	}
 	return nil
+}
+
+// BootedProcess is the sandbox process of sandbox id whose pid runsc wrote
+// to pidFile at its run or restore (RunOptions.PIDFile), if that process
+// still runs and is runsc's sandbox process of id; ok is false otherwise
+// (no file, a process gone, a pid reused), and `runsc state` must say.
+func BootedProcess(pidFile, id string) (p Proc, ok bool) {
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return Proc{}, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return Proc{}, false
+	}
+	start := ProcessStart(pid)
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || start == "" {
+		return Proc{}, false
+	}
+	// runsc-sandbox [flags] boot [flags] ID: its name, and id last
+	args := strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")
+	if args[0] != "runsc-sandbox" || args[len(args)-1] != id {
+		return Proc{}, false
+	}
+	p = Proc{Pid: pid, Start: start}
+	return p, p.Alive() // the same process still: read before the cmdline
 }
 
 // consoleTail returns what runsc wrote to the console after offset from,

@@ -100,7 +100,9 @@ func TestRunExecDelete(t *testing.T) {
 	os.MkdirAll(overlay, 0o700)
 	const id = "sbxtest-run"
 	t.Cleanup(func() { d.Delete(context.Background(), id) })
-	if err := d.Run(ctx, id, RunOptions{Bundle: bundle, Console: console, Overlay: overlay}); err != nil {
+	pidFile := filepath.Join(dir, "sandbox.pid")
+	os.WriteFile(pidFile, []byte(strconv.Itoa(os.Getpid())), 0o600) // an earlier boot's
+	if err := d.Run(ctx, id, RunOptions{Bundle: bundle, Console: console, Overlay: overlay, PIDFile: pidFile}); err != nil {
 		t.Fatal(err)
 	}
 	st, err := d.State(ctx, id)
@@ -109,6 +111,13 @@ func TestRunExecDelete(t *testing.T) {
 	}
 	if st.Status != StatusRunning {
 		t.Errorf("status = %q, want running", st.Status)
+	}
+	// the pid runsc wrote is the one runsc state names, and only for id
+	if p, ok := BootedProcess(pidFile, id); !ok || p.Pid != st.Pid {
+		t.Errorf("BootedProcess = %+v %v, want pid %d (runsc state's)", p, ok, st.Pid)
+	}
+	if _, ok := BootedProcess(pidFile, "sbxtest-other"); ok {
+		t.Error("BootedProcess took sandbox sbxtest-run's process for another's")
 	}
 	var out bytes.Buffer
 	code, err := d.Exec(ctx, id, ExecOptions{Args: []string{"/bin/sh", "-c", "cat /run/sbx/etc/resolv.conf; echo x > /tmp/f; cat /tmp/f; exit 7"}}, nil, &out, nil)
@@ -136,6 +145,9 @@ func TestRunExecDelete(t *testing.T) {
 	}
 	if err := d.Delete(ctx, id); err != nil {
 		t.Fatal(err)
+	}
+	if p, ok := BootedProcess(pidFile, id); ok {
+		t.Errorf("BootedProcess after the delete: %+v, want none", p)
 	}
 	if _, err := d.State(ctx, id); !errors.Is(err, ErrNotExist) {
 		t.Errorf("state after delete: %v, want ErrNotExist", err)
@@ -206,5 +218,22 @@ func TestProcessStart(t *testing.T) {
 	}
 	if (Proc{Pid: os.Getpid(), Start: "1"}).Alive() {
 		t.Errorf("a reused pid (another start time) is taken for the process")
+	}
+}
+
+// TestBootedProcessRefuses: a pid file that names no process, garbage, or a
+// process that is not runsc's sandbox process is no answer: runsc state
+// must say.
+func TestBootedProcessRefuses(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "sandbox.pid")
+	if _, ok := BootedProcess(f, "x"); ok {
+		t.Error("no pid file: ok")
+	}
+	for _, content := range []string{"", "garbage", "-1", "0", strconv.Itoa(os.Getpid()), "4194304"} {
+		os.WriteFile(f, []byte(content), 0o600)
+		if p, ok := BootedProcess(f, "x"); ok {
+			t.Errorf("pid file %q: %+v ok", content, p)
+		}
 	}
 }

@@ -287,7 +287,8 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, b bootSpec) error
 		return err
 	}
 	run := runsc.RunOptions{Bundle: bundle, Console: filepath.Join(dir, "console.log"), ConsoleHead: m.cfg.OutputHead, ConsoleTail: m.cfg.OutputTail,
-		Overlay: upper, OverlaySize: sb.DiskLimit, Network: sb.Network, FreezeDir: m.freezes.freezeDir(sb.ID), Channel: m.channelDir(sb.ID)}
+		Overlay: upper, OverlaySize: sb.DiskLimit, Network: sb.Network, FreezeDir: m.freezes.freezeDir(sb.ID), Channel: m.channelDir(sb.ID),
+		PIDFile: m.pidFile(sb.ID)}
 	if b.monitor {
 		// the sink connects while runsc creates the sandbox: listen first
 		if run.PodInitConfig, err = m.monitors.start(sb.ID, dir); err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -90,9 +91,14 @@ const watchInterval = 250 * time.Millisecond
 // of memory as it started), is watched as ended: the next look records
 // why, rather than it staying ready with nothing watching it.
 func (m *Manager) watch(ctx context.Context, id string) {
-	p, err := m.sandboxProcess(ctx, id)
-	if err != nil {
-		m.log.Warn("cannot watch sandbox; looking again", "sandbox", id, "err", err)
+	// the pid runsc wrote at the boot, if that process still runs; else
+	// runsc state, a process start (the last 50 ms of a create, measured)
+	p, ok := runsc.BootedProcess(m.pidFile(id), id)
+	if !ok {
+		var err error
+		if p, err = m.sandboxProcess(ctx, id); err != nil {
+			m.log.Warn("cannot watch sandbox; looking again", "sandbox", id, "err", err)
+		}
 	}
 	m.watcher.add(id, p)
 	if p.Alive() {
@@ -105,6 +111,11 @@ func (m *Manager) watch(ctx context.Context, id string) {
 		// (runsc/shim.go).
 		preferOOMKill(p.Pid)
 	}
+}
+
+// pidFile is where runsc writes sandbox id's sandbox process pid at a boot.
+func (m *Manager) pidFile(id string) string {
+	return filepath.Join(m.sandboxDir(id), "sandbox.pid")
 }
 
 // sandboxProcess is sandbox id's runsc sandbox process as runsc names it:
