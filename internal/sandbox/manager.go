@@ -233,7 +233,7 @@ func New(cfg Config) (*Manager, error) {
 	m.storage = storageOwner{host: managerStorageHost{cfg.Store, m}, log: m.log, dataDir: cfg.DataDir,
 		storageMax: cfg.StorageMax, orphanMax: cfg.OrphanMax, quota: *cfg.FreezeQuota, images: m.images}
 	m.pool = poolOwner{host: managerPoolHost{cfg.Store, m}, log: m.log,
-		filling: map[string]int{}, removing: map[string]bool{}, wake: make(chan struct{}, 1)}
+		filling: map[string]int{}, skipped: map[string]bool{}, removing: map[string]bool{}, wake: make(chan struct{}, 1)}
 	if err := m.setWarm(cfg.Warm); err != nil {
 		return nil, err
 	}

@@ -47,6 +47,7 @@ type poolOwner struct {
 
 	mu       sync.Mutex
 	filling  map[string]int  // pool key: boots under way
+	skipped  map[string]bool // pool key: a fill found its boot under way
 	removing map[string]bool // pooled sandboxes being removed
 	wake     chan struct{}   // a take happened: fill now
 }
@@ -334,7 +335,12 @@ func (p *poolOwner) fill(ctx context.Context) {
 	sort.Strings(names)
 	for _, t := range names {
 		if busy[t] > 0 {
-			continue // its boot tops it up; the next look sees what it made
+			// its boot tops it up, and has the loop look again when it
+			// ends: a take meanwhile is not made up for by that boot
+			p.mu.Lock()
+			p.skipped[t] = true
+			p.mu.Unlock()
+			continue
 		}
 		n, want := len(have[t]), p.want[t].N
 		if n > want {
@@ -357,17 +363,23 @@ func (p *poolOwner) fill(ctx context.Context) {
 
 // boot boots n sandboxes of the pool named key, one after another (a pool
 // must not take the machine from the creates it serves). Once they are
-// all up it has the loop look again: a take that came while they booted
-// found the pool busy and started none (a boot records its sandbox ready
-// before it returns), and would otherwise wait for the next poolEvery.
-// A boot that failed waits for that look.
+// all up, it has the loop look again if a fill skipped the pool meanwhile:
+// a take that came while they booted found the pool busy and started none
+// (a boot records its sandbox ready before it returns), and would
+// otherwise wait for the next poolEvery. A boot that failed waits for
+// that look, and so does a pool nobody took from (a template whose
+// sandboxes die at once is not booted again and again).
 func (p *poolOwner) boot(ctx context.Context, key string, n int) {
 	ok := false
 	defer func() {
 		p.mu.Lock()
 		p.filling[key] -= n
+		again := ok && p.skipped[key] && p.filling[key] == 0
+		if p.filling[key] == 0 {
+			delete(p.skipped, key)
+		}
 		p.mu.Unlock()
-		if ok {
+		if again {
 			p.kick()
 		}
 	}()

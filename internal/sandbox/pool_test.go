@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"sbx.dev/sbx/api"
+	"sbx.dev/sbx/internal/store"
 )
 
 // TestWarmPool: a pool fills to its size with sandboxes nobody sees; a
@@ -278,4 +279,34 @@ func TestWarmPoolTakeDuringBoot(t *testing.T) {
 	}
 	cancel()
 	waitFilled(t, m)
+}
+
+// TestWarmPoolBootNoTake: a boot that nobody took from meanwhile does not
+// have the loop look again (a template whose sandboxes die once ready
+// would be booted again and again, not every poolEvery).
+func TestWarmPoolBootNoTake(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m, _ := newTestManager(t, 0)
+	real := m.pool.host
+	var looks atomic.Int32
+	m.pool.host = &hookHost{poolHost: real, sandboxes: func(ctx context.Context) ([]*store.Sandbox, error) {
+		looks.Add(1)
+		return real.Sandboxes(ctx)
+	}}
+	warm(t, m, WarmPool{Template: "tiny", N: 2})
+	go m.pool.loop(ctx)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(poolReady(t, m, "tiny")) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the pool did not fill")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	waitFilled(t, m)
+	time.Sleep(200 * time.Millisecond) // a look the boot's end asked would be done
+	if n := looks.Load(); n != 1 {
+		t.Errorf("the fill loop looked %d times for one fill and no take, want 1", n)
+	}
+	cancel()
 }
