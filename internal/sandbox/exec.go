@@ -517,6 +517,15 @@ func (x *execOwner) copierEnded(run *execRun, code int, lost string) {
 // from where the last copy stopped: after a resume, or a restart of sbxd
 // that found its copier gone.
 func (x *execOwner) reattach(ctx context.Context, run *execRun) error {
+	run.mu.Lock()
+	if run.exec.Pid == 0 {
+		// the pid init gave it, as its first copy wrote it: an attach
+		// sends none, and an exec with no pid is one a stop waits for as
+		// still starting (every stop after a resume waited 5 s for each
+		// running exec; recoverExecs does the same after a restart)
+		run.exec.Pid = readPid(run.dir)
+	}
+	run.mu.Unlock()
 	off := runsc.ReadOffsets(run.dir)
 	args := []string{runsc.AgentPath, "attach", "--framed", "--id", run.exec.ID,
 		"--stdout-offset", fmt.Sprint(off[0]), "--stderr-offset", fmt.Sprint(off[1])}

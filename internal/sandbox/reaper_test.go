@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -127,7 +128,9 @@ func (f *fakeRuntime) StartExec(id string, o runsc.ShimExec) (*runsc.Shim, error
 	events := make(chan runsc.ShimEvent, 2)
 	go func() {
 		defer close(events)
-		events <- runsc.ShimEvent{Pid: 42}
+		if slices.Contains(o.Args, "start") { // an attach sends no pid, as the agent's
+			events <- runsc.ShimEvent{Pid: 42}
+		}
 		if strings.Contains(string(o.Stdin), "sleep") {
 			time.Sleep(2 * time.Second) // the fake command runs 2 s: a busy exec the reaper must see
 		}
