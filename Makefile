@@ -48,7 +48,8 @@ install: build
 # restores on another node, a host unix connection saved twice, a clone's
 # process group as Linux gives it, a restore that loads pages on demand,
 # the sentry's seccomp filter precompiled as bazel's build does, a first
-# save that reads its pages with pread). Go builds
+# save that reads its pages with pread, a save that writes them from the
+# memory file). Go builds
 # nothing in the module cache it did not download, so the pinned module is
 # copied once per version and set of patches beside the Go build cache
 # (~/.cache/sbx-gvisor/VERSION-KEY, 69 MB, outside the tree), each patch is
