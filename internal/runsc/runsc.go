@@ -129,6 +129,23 @@ func WithStarted(ctx context.Context, fn func(Proc)) context.Context {
 	return context.WithValue(ctx, startedKey{}, fn)
 }
 
+type timeoutKey struct{}
+
+// WithTimeout returns a context whose short runsc calls may each run for
+// d instead of DefaultTimeout: a checkpoint's time grows with the memory
+// it writes, and a capture killed by a timeout is a capture lost.
+func WithTimeout(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, timeoutKey{}, d)
+}
+
+// CallTimeout is how long one short runsc call under ctx may run.
+func CallTimeout(ctx context.Context) time.Duration {
+	if d, ok := ctx.Value(timeoutKey{}).(time.Duration); ok && d > 0 {
+		return d
+	}
+	return DefaultTimeout
+}
+
 func (d *Driver) globalArgs() []string {
 	args := []string{"--root", d.Root}
 	if d.ExecChannel {
@@ -160,7 +177,8 @@ func (d *Driver) run(ctx context.Context, global []string, verb, id string, args
 // runFiles is run with files given to runsc as fds 3 and up, closed in this
 // process once runsc has them.
 func (d *Driver) runFiles(ctx context.Context, global []string, files []*os.File, verb, id string, args ...string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
+	timeout := CallTimeout(ctx)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := d.Command(ctx, verb, append(d.logFlag(id), global...), args...)
 	var stdout, stderr bytes.Buffer
@@ -180,7 +198,7 @@ func (d *Driver) runFiles(ctx context.Context, global []string, files []*os.File
 	}
 	if err := cmd.Wait(); err != nil {
 		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (timed out after %s)", err, DefaultTimeout)
+			err = fmt.Errorf("%w (timed out after %s)", err, timeout)
 		}
 		msg := tail(stderr.Bytes())
 		if gone(stderr.String()) {
@@ -306,7 +324,7 @@ func (d *Driver) Run(ctx context.Context, id string, o RunOptions) error {
 // start runs `runsc run` or `runsc restore` of a detached sandbox, its
 // console going to a console shim.
 func (d *Driver) start(ctx context.Context, verb, id string, o RunOptions, global, args []string) error {
-	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout(ctx))
 	defer cancel()
 	// init dials as soon as it runs: listen first. A channel that cannot
 	// be opened leaves the execs to shims, as without one.

@@ -237,3 +237,29 @@ func TestBootedProcessRefuses(t *testing.T) {
 		}
 	}
 }
+
+// A call's timeout is DefaultTimeout unless the context gives its own,
+// and the error of a call cut off says which.
+func TestCallTimeoutFromContext(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "runsc")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\nsleep \"$SLEEP\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := &Driver{Path: bin, Root: t.TempDir()}
+	if got := CallTimeout(context.Background()); got != DefaultTimeout {
+		t.Fatalf("callTimeout without one = %s, want %s", got, DefaultTimeout)
+	}
+	t.Setenv("SLEEP", "30")
+	start := time.Now()
+	_, err := d.run(WithTimeout(context.Background(), 200*time.Millisecond), nil, "checkpoint", "x")
+	if err == nil || !strings.Contains(err.Error(), "timed out after 200ms") {
+		t.Fatalf("a call past its context's timeout: %v, want timed out after 200ms", err)
+	}
+	if time.Since(start) > 20*time.Second {
+		t.Fatalf("the call ran %s: its timeout was not applied", time.Since(start))
+	}
+	t.Setenv("SLEEP", "0.1")
+	if _, err := d.run(WithTimeout(context.Background(), time.Minute), nil, "checkpoint", "x"); err != nil {
+		t.Fatalf("a call within its timeout: %v", err)
+	}
+}

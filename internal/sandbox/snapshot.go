@@ -69,7 +69,7 @@ func (m *Manager) capture(ctx context.Context, c *inFlight, id string, kind capt
 				return 0, 0, fmt.Errorf("pause: %w", err)
 			}
 		}
-		err := m.cfg.Runtime.Checkpoint(rctx, id, m.images.mem(img), true)
+		err := m.cfg.Runtime.Checkpoint(runsc.WithTimeout(rctx, m.captureTimeout(id)), id, m.images.mem(img), true)
 		paused = time.Since(start)
 		m.execs.captured(id)
 		if err != nil {
@@ -87,6 +87,29 @@ func (m *Manager) capture(ctx context.Context, c *inFlight, id string, kind capt
 	c.step(ctx, stepComplete)
 	crashPoint(c.kind + ":after-sync")
 	return size, paused, nil
+}
+
+// captureTimeout is how long a checkpoint of sandbox id may take: runsc's
+// default for a call, and a second more for every 4 MiB the sandbox's
+// cgroup holds (its memory and its files' page cache, more than the
+// checkpoint writes), up to captureTimeoutMax. A checkpoint writes at
+// hundreds of MB/s here, but a host whose disk is busy with another tenant
+// has been seen writing 2-5 MB/s for minutes; a capture cut off by its
+// timeout fails (nothing is lost, but nothing is kept), so a big sandbox
+// is given the time a slow disk needs.
+func (m *Manager) captureTimeout(id string) time.Duration {
+	mem, _ := m.cgroupOf(id).MemoryCurrent()
+	return captureTimeoutFor(mem)
+}
+
+// captureTimeoutMax bounds captureTimeout below the time a restarted sbxd
+// waits for a capture it finds running (captureWaitLimit).
+const captureTimeoutMax = 20 * time.Minute
+
+func captureTimeoutFor(mem int64) time.Duration {
+	const slowDisk = 4 << 20 // bytes a second
+	d := runsc.DefaultTimeout + time.Duration(max(mem, 0)/slowDisk)*time.Second
+	return min(d, captureTimeoutMax)
 }
 
 // verifyCheckpoint checks that runsc left a whole checkpoint: its state
