@@ -128,6 +128,9 @@ func (m *Manager) create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 			sb.DiskLimit = sn.DiskLimit
 		}
 		if sn.Memory {
+			if err := m.images.checkMemory(sn.ID); err != nil {
+				return nil, api.Errorf(api.ErrUnavailable, "snapshot %s cannot be restored: %v (changed after it was taken); nothing was created", sn.Name, err)
+			}
 			b.image, b.from = m.images.mem(sn.ID), sn.ID
 			sb.MemoryRestored = true
 			sb.Disk = sn.Disk // the restore names the disk its checkpoint had

@@ -5,13 +5,18 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
 // An image is a capture on disk, under DATA_DIR/images/ID: disk.tar (the
 // sandbox's disk changes), memory/ (a runsc checkpoint, for captures with
 // memory), and COMPLETE, written and synced last. An image without
-// COMPLETE is never offered as restorable.
+// COMPLETE is never offered as restorable. COMPLETE holds the time it was
+// written and the size of each file of memory/ ("size PATH BYTES" lines):
+// a memory file cut short since (a disk that lost its tail, a copy by
+// hand) is found before a restore reads it, which runsc would find only
+// once the sandbox runs, loading pages in the background.
 
 const (
 	diskTar      = "disk.tar"
@@ -49,9 +54,15 @@ func (f imageFiles) make(withMemory bool) (string, error) {
 // anyone relies on it.
 func (f imageFiles) complete(id string, durable bool) (size int64, err error) {
 	dir := f.dir(id)
+	marker := time.Now().UTC().Format(time.RFC3339Nano) + "\n"
 	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
+		}
+		if rel, _ := filepath.Rel(dir, p); d.Type().IsRegular() && filepath.Dir(rel) == memoryDir {
+			if fi, err := d.Info(); err == nil {
+				marker += fmt.Sprintf("size %s %d\n", filepath.ToSlash(rel), fi.Size())
+			}
 		}
 		if !durable {
 			if fi, err := d.Info(); err == nil && !d.IsDir() {
@@ -76,7 +87,7 @@ func (f imageFiles) complete(id string, durable bool) (size int64, err error) {
 	if err != nil {
 		return 0, fmt.Errorf("sync image %s: %w", id, err)
 	}
-	if err := writeSynced(filepath.Join(dir, completeFile), []byte(time.Now().UTC().Format(time.RFC3339Nano)+"\n")); err != nil {
+	if err := writeSynced(filepath.Join(dir, completeFile), []byte(marker)); err != nil {
 		return 0, fmt.Errorf("complete image %s: %w", id, err)
 	}
 	return size, syncDir(dir)
@@ -86,6 +97,31 @@ func (f imageFiles) complete(id string, durable bool) (size int64, err error) {
 func (f imageFiles) isComplete(id string) bool {
 	_, err := os.Stat(filepath.Join(f.dir(id), completeFile))
 	return id != "" && err == nil
+}
+
+// checkMemory says whether the files of a complete image's memory are
+// the size they were when it was completed; an image completed before
+// COMPLETE named them passes.
+func (f imageFiles) checkMemory(id string) error {
+	b, err := os.ReadFile(filepath.Join(f.dir(id), completeFile))
+	if err != nil {
+		return fmt.Errorf("image %s is not complete: %w", id, err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		var rel string
+		var want int64
+		if n, _ := fmt.Sscanf(line, "size %s %d", &rel, &want); n != 2 || filepath.Dir(filepath.FromSlash(rel)) != memoryDir {
+			continue
+		}
+		fi, err := os.Stat(filepath.Join(f.dir(id), filepath.FromSlash(rel)))
+		if err != nil {
+			return fmt.Errorf("image %s is damaged: %s: %w", id, rel, err)
+		}
+		if fi.Size() != want {
+			return fmt.Errorf("image %s is damaged: %s holds %d bytes, %d were written", id, rel, fi.Size(), want)
+		}
+	}
+	return nil
 }
 
 // remove removes an image directory; a missing one is fine.

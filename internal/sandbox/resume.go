@@ -54,6 +54,11 @@ func (m *Manager) Resume(ctx context.Context, ref string, requireMemory bool) (*
 		// adopted without its memory (another node's runsc or CPU)
 		restoreErr = fmt.Errorf("its image holds no memory (%s)", cmp.Or(sb.Reason, "a disk image"))
 	default:
+		// runsc would find a file cut short only as it loads the pages,
+		// after the sandbox was said resumed
+		if restoreErr = m.images.checkMemory(img); restoreErr != nil {
+			break
+		}
 		// Background: runsc returns before every page is loaded; the
 		// sandbox is usable at once and the image stays until it is retired.
 		c.step(ctx, stepRestoring)
