@@ -118,6 +118,10 @@ time.sleep(30)`
 		cmd.Wait()
 		if pid, err := readExecPid(s.dir, id); err == nil {
 			syscall.Kill(-pid, syscall.SIGKILL)
+			// init records the exit in the exec's directory (a temporary
+			// file, then a rename): the test's directory goes only after
+			// (CI saw its removal race that write)
+			exitRecorded(s.dir, id)
 		}
 	})
 	line := make([]byte, 16)

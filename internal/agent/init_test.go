@@ -43,6 +43,16 @@ func startSupervisor(t *testing.T) *supervisor {
 	return s
 }
 
+// exitRecorded waits, up to 5 s, for init to record exec id's exit, so
+// that nothing writes in its directory once a test's cleanup removes it.
+func exitRecorded(dir, id string) {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(dir, id, "exit")); err == nil {
+			return
+		}
+	}
+}
+
 // waitListening waits until something accepts connections on socket.
 func waitListening(t *testing.T, socket string) {
 	t.Helper()
