@@ -66,7 +66,11 @@ time.sleep(20)`
 		uid, err := procfs.UID(leader)
 		return err == nil && uid == 1000
 	})
-	t.Cleanup(func() { syscall.Kill(child, syscall.SIGKILL); syscall.Kill(-leader, syscall.SIGKILL) })
+	t.Cleanup(func() {
+		syscall.Kill(child, syscall.SIGKILL)
+		syscall.Kill(-leader, syscall.SIGKILL)
+		exitRecorded(s.dir, id)
+	})
 	if uid, _ := procfs.UID(child); uid != 0 {
 		t.Fatalf("the child runs as %d, want root", uid)
 	}
