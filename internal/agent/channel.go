@@ -105,6 +105,41 @@ func serveChannel(path string, link initLink) {
 	for i := 0; i < channelIdle; i++ {
 		go channelLoop(path, link)
 	}
+	go kickAtCaptures(openCaptureWait)
+}
+
+// openCaptureWait opens gVisor's /proc/gvisor/checkpoint for reading: a
+// read of it waits for the next checkpoint of the sandbox to end, and says
+// "resume" in the sandbox that ran on, "restore" in one restored from it
+// (or "error"). A variable for tests.
+var openCaptureWait = func() (io.ReadCloser, error) { return os.Open(checkpointPath) }
+
+// kickAtCaptures kicks the channel as every checkpoint of the sandbox
+// ends. A save closes init's connections without waking their readers,
+// so until their next ping (200 ms, or 2 s when idle) the first exec
+// after a resume, a fork or a snapshot found none and went by `runsc
+// exec`, a process start on the host. Kicked, they ping at once and the
+// dead ones are replaced. It returns when the file cannot be opened or
+// read (not gVisor, or an older one).
+func kickAtCaptures(open func() (io.ReadCloser, error)) {
+	var buf [16]byte
+	for {
+		start := time.Now()
+		f, err := open()
+		if err != nil {
+			return
+		}
+		n, err := f.Read(buf[:])
+		f.Close()
+		if err != nil || n == 0 {
+			return
+		}
+		pacer.kick()
+		if time.Since(start) < 10*time.Millisecond {
+			// a file that does not wait: no spin
+			time.Sleep(channelKickEvery)
+		}
+	}
 }
 
 func channelLoop(path string, link initLink) {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -268,5 +269,63 @@ func TestChannelPingPace(t *testing.T) {
 	pacer.kick()
 	if n := pings(host, 10*time.Second, true); n == 0 {
 		t.Error("a kick did not make the idle connection ping")
+	}
+}
+
+// blockingRead is a /proc/gvisor/checkpoint that says result once release
+// is closed.
+type blockingRead struct {
+	release <-chan struct{}
+	result  string
+}
+
+func (b blockingRead) Read(p []byte) (int, error) {
+	<-b.release
+	return copy(p, b.result), nil
+}
+func (blockingRead) Close() error { return nil }
+
+// As each checkpoint of the sandbox ends, the channel is kicked: its idle
+// connections ping at once, and those the save closed are replaced before
+// the first exec after a resume or a fork looks for one. The watch ends
+// when the file cannot be opened (not gVisor).
+func TestKickAtCaptures(t *testing.T) {
+	releases := make(chan chan struct{}, 4)
+	opens := 0
+	done := make(chan struct{})
+	open := func() (io.ReadCloser, error) {
+		opens++
+		if opens > 2 {
+			return nil, errors.New("no such file")
+		}
+		r := make(chan struct{})
+		releases <- r
+		return blockingRead{release: r, result: "restore\n"}, nil
+	}
+	pacer.mu.Lock()
+	pacer.kicked = time.Time{}
+	wake := pacer.wake
+	pacer.mu.Unlock()
+	go func() { kickAtCaptures(open); close(done) }()
+	r := <-releases
+	select {
+	case <-wake:
+		t.Fatal("kicked before any checkpoint ended")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(r) // a checkpoint ends
+	select {
+	case <-wake:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the end of a checkpoint did not kick the channel")
+	}
+	close(<-releases) // the second file, opened for the next one
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watch did not end when the file could not be opened")
+	}
+	if opens != 3 {
+		t.Errorf("opened the checkpoint file %d times, want once per checkpoint and a last failing one (3)", opens)
 	}
 }

@@ -51,6 +51,9 @@ const (
 	// sandbox's init has spoken on the channel before but has none open
 	// now (it replaces those a capture closed within its ping, 200 ms).
 	channelWait = 500 * time.Millisecond
+	// expectDialFor is how long after a restore execs wait for init's
+	// first connection (expectDial).
+	expectDialFor = 2 * time.Second
 	// maxChannelSocket is the longest path a unix socket may have.
 	maxChannelSocket = 107
 )
@@ -59,9 +62,13 @@ const (
 type channel struct {
 	ln *net.UnixListener
 
-	mu      sync.Mutex
-	idle    []*idleConn
-	spoke   bool          // init has connected on it
+	mu    sync.Mutex
+	idle  []*idleConn
+	spoke bool // init has connected on it
+	// expect is until when an exec waits for init's first connection
+	// though it has not spoken yet: a restored init redials as its
+	// restore ends (expectDial).
+	expect  time.Time
 	arrived chan struct{} // closed at the next connection, then replaced
 	closed  bool
 }
@@ -124,6 +131,25 @@ func (d *Driver) OpenChannel(id, dir string) error {
 	d.channels.mu.Unlock()
 	go ch.accept()
 	return nil
+}
+
+// expectDial has execs into sandbox id wait for its init's first
+// connection for a while, as they do once init has spoken: a restored
+// init held connections before the save, which the save closed, and its
+// agent redials as the restore ends (it waits on /proc/gvisor/checkpoint);
+// without the wait the first exec after a resume or a fork went by `runsc
+// exec`. An image whose init never dials (an older sbx's) costs the execs
+// of the first expectDialFor at most channelWait each.
+func (d *Driver) expectDial(id string) {
+	d.channels.mu.Lock()
+	ch := d.channels.m[id]
+	d.channels.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	ch.mu.Lock()
+	ch.expect = time.Now().Add(expectDialFor)
+	ch.mu.Unlock()
 }
 
 // CloseChannel stops listening for sandbox id and closes its connections.
@@ -251,7 +277,7 @@ func (ch *channel) take() *net.UnixConn {
 			}
 			return ic.c
 		}
-		spoke, arrived := ch.spoke, ch.arrived
+		spoke, arrived := ch.spoke || time.Now().Before(ch.expect), ch.arrived
 		ch.mu.Unlock()
 		left := time.Until(deadline)
 		if !spoke || left <= 0 {

@@ -240,6 +240,36 @@ func TestChannelTakeWaits(t *testing.T) {
 	}
 }
 
+// TestChannelTakeWaitsAfterRestore: a restored init has not spoken on the
+// new boot's channel yet, but it redials as its restore ends; take waits
+// for that first connection, for expectDialFor after the restore only (an
+// image whose init never dials costs only the first execs a wait).
+func TestChannelTakeWaitsAfterRestore(t *testing.T) {
+	d, dir := channelDriver(t)
+	ch := d.channel("sb_1")
+	d.expectDial("sb_1")
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		if c, err := net.Dial("unix", filepath.Join(dir, ChannelSocketName)); err == nil {
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	if ch.take() == nil {
+		t.Fatal("take after a restore did not wait for the restored init's first connection")
+	}
+	// an init that never dials: past the window, no wait
+	d2, _ := channelDriver(t)
+	d2.expectDial("sb_1")
+	ch2 := d2.channel("sb_1")
+	ch2.mu.Lock()
+	ch2.expect = time.Now().Add(-time.Millisecond)
+	ch2.mu.Unlock()
+	start := time.Now()
+	if c := ch2.take(); c != nil || time.Since(start) > channelWait/2 {
+		t.Errorf("past the window after a restore: take gave %v after %s; want nil at once", c, time.Since(start))
+	}
+}
+
 // TestChannelSocketTooLong: a data dir too deep for a unix socket is said,
 // and the execs go by shims.
 func TestChannelSocketTooLong(t *testing.T) {

@@ -378,6 +378,9 @@ func (d *Driver) start(ctx context.Context, verb, id string, o RunOptions, globa
 		pw.Close()
 		return &Error{Verb: verb, ID: id, Err: err, Stderr: consoleTail(o.Console, before)}
 	}
+	if verb == "restore" {
+		d.expectDial(id) // its init redials now
+	}
 	return nil
 }
 
