@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -81,15 +80,8 @@ func TestBigFileCaptures(t *testing.T) {
 		}
 		// the memory image cannot be restored (this sandbox's is the newest):
 		// the resume boots from the disk
-		pages, _ := filepath.Glob(filepath.Join(d.dir, "images", "im_*", "memory", "checkpoint.img"))
-		var newest string
-		var at time.Time
-		for _, p := range pages {
-			if fi, err := os.Stat(p); err == nil && fi.ModTime().After(at) {
-				newest, at = p, fi.ModTime()
-			}
-		}
-		if newest == "" || time.Since(at) > 5*time.Minute {
+		newest, age := d.newestImageFile("checkpoint.img")
+		if newest == "" || age > 5*time.Minute {
 			t.Fatal("found no fresh hibernation image to damage")
 		}
 		if err := os.WriteFile(newest, []byte("not an image"), 0o600); err != nil {

@@ -208,15 +208,8 @@ func TestResumeCutPagesFile(t *testing.T) {
 	id := d.newSandbox(t, "--template", "tiny")
 	d.must(t, "exec", id, "--", "sh", "-c", "echo kept > /tmp/disk-file")
 	d.must(t, "stop", id, "--wait")
-	pages, _ := filepath.Glob(filepath.Join(d.dir, "images", "im_*", "memory", "pages.img"))
-	var cut string
-	var at time.Time
-	for _, p := range pages {
-		if fi, err := os.Stat(p); err == nil && fi.ModTime().After(at) {
-			cut, at = p, fi.ModTime()
-		}
-	}
-	if cut == "" || time.Since(at) > time.Minute {
+	cut, age := d.newestImageFile("pages.img")
+	if cut == "" || age > time.Minute {
 		t.Fatal("found no fresh stop image to cut")
 	}
 	fi, _ := os.Stat(cut)

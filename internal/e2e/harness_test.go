@@ -591,6 +591,21 @@ func (d *daemon) list(t *testing.T) []api.Sandbox {
 	return out.Sandboxes
 }
 
+// newestImageFile is the newest file memory/NAME of the daemon's images
+// and its age: the one a stop or snapshot just wrote, when the tests run
+// one at a time ("" if there is none).
+func (d *daemon) newestImageFile(name string) (string, time.Duration) {
+	files, _ := filepath.Glob(filepath.Join(d.dir, "images", "im_*", "memory", name))
+	var newest string
+	var at time.Time
+	for _, p := range files {
+		if fi, err := os.Stat(p); err == nil && fi.ModTime().After(at) {
+			newest, at = p, fi.ModTime()
+		}
+	}
+	return newest, time.Since(at)
+}
+
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, what string, limit time.Duration, cond func() bool) {
 	t.Helper()
