@@ -111,7 +111,9 @@ func serveChannel(path string, link initLink) {
 // openCaptureWait opens gVisor's /proc/gvisor/checkpoint for reading: a
 // read of it waits for the next checkpoint of the sandbox to end, and says
 // "resume" in the sandbox that ran on, "restore" in one restored from it
-// (or "error"). A variable for tests.
+// (or "error"). Opened read-only, it is told of saves through runsc too
+// (a snapshot, a fork's source: gVisor patch 16), not only of the
+// application's own. A variable for tests.
 var openCaptureWait = func() (io.ReadCloser, error) { return os.Open(checkpointPath) }
 
 // kickAtCaptures kicks the channel as every checkpoint of the sandbox
