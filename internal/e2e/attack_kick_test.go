@@ -153,7 +153,10 @@ func TestAttackKickResumeThenExec(t *testing.T) {
 	time.Sleep(5 * time.Second)
 	used := initCPU(t, d, id) - before
 	t.Logf("init's CPU over 5 s after: %d ticks", used)
-	if used > 25 { // 5% of a CPU at 100 ticks a second
+	// a watcher spinning on a file that does not wait takes most of a
+	// CPU (500 ticks in 5 s); the channel's warm pings and the readers'
+	// exec, 11-19 ticks on a quiet machine, took 29 under a CI run's load
+	if used > 100 { // 20% of a CPU at 100 ticks a second
 		t.Errorf("init used %d ticks of CPU in 5 s after the resumes: it spins", used)
 	}
 	cycle("again")
