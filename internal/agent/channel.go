@@ -62,6 +62,10 @@ type channelPacer struct {
 	active time.Time     // the last request, connection or kick
 	kicked time.Time     // the last kick that woke the connections
 	wake   chan struct{} // closed at a kick, then replaced
+	// later: a kick that came within channelKickEvery of the last is
+	// made then (captures come in runs: the connections the second of two
+	// saves closed are replaced at once too)
+	later *time.Timer
 }
 
 var pacer = &channelPacer{wake: make(chan struct{})}
@@ -79,9 +83,22 @@ func (p *channelPacer) kick() {
 	defer p.mu.Unlock()
 	now := time.Now()
 	p.active = now
-	if now.Sub(p.kicked) < channelKickEvery {
+	if wait := channelKickEvery - now.Sub(p.kicked); wait > 0 {
+		if p.later == nil {
+			p.later = time.AfterFunc(wait, func() {
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				p.later = nil
+				p.wakeLocked(time.Now())
+			})
+		}
 		return
 	}
+	p.wakeLocked(now)
+}
+
+// wakeLocked makes every idle connection ping now; p.mu is held.
+func (p *channelPacer) wakeLocked(now time.Time) {
 	p.kicked = now
 	close(p.wake)
 	p.wake = make(chan struct{})

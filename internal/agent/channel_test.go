@@ -329,3 +329,50 @@ func TestKickAtCaptures(t *testing.T) {
 		t.Errorf("opened the checkpoint file %d times, want once per checkpoint and a last failing one (3)", opens)
 	}
 }
+
+// A kick within channelKickEvery of the last is made when that time is up,
+// not dropped: two captures in a row (a snapshot, then a fork) close the
+// connections twice, and those the second closed are replaced at once too
+// rather than at the next ping. Kicks in between make one wake, not many.
+func TestKickTooSoonIsMadeLater(t *testing.T) {
+	pacer.mu.Lock()
+	pacer.kicked = time.Time{}
+	first := pacer.wake
+	pacer.mu.Unlock()
+	pacer.kick()
+	select {
+	case <-first:
+	default:
+		t.Fatal("a first kick did not wake the connections at once")
+	}
+	pacer.mu.Lock()
+	second := pacer.wake
+	pacer.mu.Unlock()
+	start := time.Now()
+	pacer.kick()
+	pacer.kick()
+	select {
+	case <-second:
+		t.Fatal("a kick right after another woke the connections at once (at most one wake every channelKickEvery)")
+	default:
+	}
+	select {
+	case <-second:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a kick right after another was dropped, not made later")
+	}
+	if waited := time.Since(start); waited < channelKickEvery/2 {
+		t.Errorf("the later kick came after %v, want about channelKickEvery (%v)", waited, channelKickEvery)
+	}
+	pacer.mu.Lock()
+	third, later := pacer.wake, pacer.later
+	pacer.mu.Unlock()
+	if later != nil {
+		t.Error("a later kick is still pending after it was made: the two kicks made two")
+	}
+	select {
+	case <-third:
+		t.Error("the two kicks in a row woke the connections twice after the first")
+	case <-time.After(2 * channelKickEvery):
+	}
+}
