@@ -33,16 +33,18 @@ import (
 //
 // Pings cost: each wakes init's runtime in the sentry, and at one every
 // 200 ms on each connection an idle sandbox used 19 ms of CPU a second
-// against 0.6 without the channel. So a connection pings every
-// channelPing while the channel is warm (a request or a new connection in
-// the last channelWarm: captures come in runs, and an exec right after
-// one finds a fresh connection), then every channelPingIdle. An exec that
-// finds no live connection goes through `runsc exec` as before, and the
-// copier it starts connects to init's socket, which kicks the channel:
-// every idle connection pings at once, and a dead one is replaced.
+// against 0.6 without the channel. The end of every capture kicks the
+// channel instead (kickAtCaptures for sbx's saves, the freezer for its
+// own): every idle connection pings at once, and a dead one is replaced.
+// Pings are left to find what no kick tells of (root inside writing to
+// /proc/gvisor/checkpoint itself): every channelPing while the channel is
+// warm (a request, a new connection or a kick in the last channelWarm),
+// then every channelPingIdle. An exec that finds no live connection goes
+// through `runsc exec` as before, and the copier it starts connects to
+// init's socket, which kicks the channel too.
 const (
 	channelIdle = 2
-	channelPing = 200 * time.Millisecond
+	channelPing = time.Second
 	channelWarm = 30 * time.Second
 	// channelKickEvery bounds how often a kick makes the connections ping
 	// (a flood of connections to init's socket is not a flood of pings).
@@ -135,7 +137,7 @@ var openCaptureWait = func() (io.ReadCloser, error) { return os.Open(checkpointP
 
 // kickAtCaptures kicks the channel as every checkpoint of the sandbox
 // ends. A save closes init's connections without waking their readers,
-// so until their next ping (200 ms, or 2 s when idle) the first exec
+// so until their next ping (then 200 ms, or 2 s when idle) the first exec
 // after a resume, a fork or a snapshot found none and went by `runsc
 // exec`, a process start on the host. Kicked, they ping at once and the
 // dead ones are replaced. It returns when the file cannot be opened or

@@ -247,18 +247,18 @@ func TestChannelPingPace(t *testing.T) {
 		}
 	}
 
-	// warm: a new connection pings at once and often
+	// warm: a new connection pings at once, and every channelPing
 	pacer.touch()
 	host, _ := channelPair(t, nil)
-	if n := pings(host, time.Second, false); n < 2 {
-		t.Errorf("a warm connection sent %d pings in a second, want several", n)
+	if n := pings(host, channelPing*5/2, false); n < 2 || n > 4 {
+		t.Errorf("a warm connection sent %d pings in %v, want 2 or 3 (one every %v)", n, channelPing*5/2, channelPing)
 	}
 
 	// cold: none for as long as the test looks, until a kick
 	pacer.mu.Lock()
 	pacer.active = time.Now().Add(-2 * channelWarm)
 	pacer.mu.Unlock()
-	pings(host, 300*time.Millisecond, false) // the warm wait under way ends
+	pings(host, channelPing+300*time.Millisecond, false) // the warm wait under way ends
 	if n := pings(host, 1500*time.Millisecond, false); n != 0 {
 		t.Errorf("a connection of a channel cold for %v sent %d pings in 1.5 s, want none", 2*channelWarm, n)
 	}

@@ -49,7 +49,8 @@ const (
 	channelMaxIdle = 8
 	// channelWait bounds how long an exec waits for a connection when the
 	// sandbox's init has spoken on the channel before but has none open
-	// now (it replaces those a capture closed within its ping, 200 ms).
+	// now (a capture's end has it replace those the save closed at once; else
+	// its next ping does, within a second).
 	channelWait = 500 * time.Millisecond
 	// expectDialFor is how long after a restore execs wait for init's
 	// first connection (expectDial).
