@@ -87,12 +87,17 @@ func (p *channelPacer) kick() {
 	p.active = now
 	if wait := channelKickEvery - now.Sub(p.kicked); wait > 0 {
 		if p.later == nil {
-			p.later = time.AfterFunc(wait, func() {
+			var later *time.Timer
+			later = time.AfterFunc(wait, func() {
 				p.mu.Lock()
 				defer p.mu.Unlock()
+				if p.later != later {
+					return // called off (a test's reset)
+				}
 				p.later = nil
 				p.wakeLocked(time.Now())
 			})
+			p.later = later
 		}
 		return
 	}

@@ -223,7 +223,26 @@ func TestChannelKeepsInitSignals(t *testing.T) {
 // sandbox used 30 times the CPU it used without the channel. A kick (a
 // copier's connection to init's socket: an exec that found no live
 // connection after a capture) makes it ping at once.
+// resetPacer makes the shared pacer as new for a test: no kick made yet,
+// none pending (a later kick an earlier test left would wake this one's
+// connections when it fires).
+func resetPacer(t *testing.T) {
+	t.Helper()
+	reset := func() {
+		pacer.mu.Lock()
+		defer pacer.mu.Unlock()
+		if pacer.later != nil {
+			pacer.later.Stop()
+			pacer.later = nil
+		}
+		pacer.kicked = time.Time{}
+	}
+	reset()
+	t.Cleanup(reset)
+}
+
 func TestChannelPingPace(t *testing.T) {
+	resetPacer(t)
 	oldIdle := channelPingIdle
 	channelPingIdle = time.Hour
 	t.Cleanup(func() { channelPingIdle = oldIdle })
@@ -290,6 +309,7 @@ func (blockingRead) Close() error { return nil }
 // the first exec after a resume or a fork looks for one. The watch ends
 // when the file cannot be opened (not gVisor).
 func TestKickAtCaptures(t *testing.T) {
+	resetPacer(t)
 	releases := make(chan chan struct{}, 4)
 	opens := 0
 	done := make(chan struct{})
@@ -335,6 +355,7 @@ func TestKickAtCaptures(t *testing.T) {
 // connections twice, and those the second closed are replaced at once too
 // rather than at the next ping. Kicks in between make one wake, not many.
 func TestKickTooSoonIsMadeLater(t *testing.T) {
+	resetPacer(t)
 	pacer.mu.Lock()
 	pacer.kicked = time.Time{}
 	first := pacer.wake

@@ -171,6 +171,7 @@ func TestFreezeFrozenOnce(t *testing.T) {
 // this file asked for: the freezer kicks the channel itself once gVisor
 // answers, so the first exec after a freeze finds a live connection.
 func TestFreezeKicksChannel(t *testing.T) {
+	resetPacer(t)
 	cp := &fakeCheckpoint{result: "resume"}
 	fakeFreezeEnv(t, cp, bootEnvA)
 	pacer.mu.Lock()
