@@ -33,11 +33,11 @@ import (
 //
 // Pings cost: each wakes init's runtime in the sentry, and at one every
 // 200 ms on each connection an idle sandbox used 19 ms of CPU a second
-// against 0.6 without the channel. The end of every capture kicks the
-// channel instead (kickAtCaptures for sbx's saves, the freezer for its
-// own): every idle connection pings at once, and a dead one is replaced.
-// Pings are left to find what no kick tells of (root inside writing to
-// /proc/gvisor/checkpoint itself): every channelPing while the channel is
+// against 0.6 without the channel. The end of every save kicks the
+// channel instead (kickAtCaptures: sbx's saves and the application's own,
+// a freeze among them): every idle connection pings at once, and a dead
+// one is replaced. Pings are left to find what no kick tells of (a save
+// gVisor failed to announce): every channelPing while the channel is
 // warm (a request, a new connection or a kick in the last channelWarm),
 // then every channelPingIdle. An exec that finds no live connection goes
 // through `runsc exec` as before, and the copier it starts connects to

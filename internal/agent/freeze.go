@@ -239,10 +239,6 @@ func (f *freezer) freeze(req initRequest, p peer) FreezeRecord {
 	buf := make([]byte, 64)
 	n, err := file.Read(buf)
 	answered := time.Now()
-	// the save closed init's exec channel connections, and the read-only
-	// watch (kickAtCaptures) is not told of a save this file asked for:
-	// replace them now, or the first exec after a freeze finds none
-	pacer.kick()
 	result := strings.TrimSpace(string(buf[:n]))
 	if err != nil && result == "" {
 		result = "error"

@@ -166,36 +166,6 @@ func TestFreezeFrozenOnce(t *testing.T) {
 	}
 }
 
-// A freeze's save closes init's exec channel connections like any other,
-// and gVisor tells the read-only watch (kickAtCaptures) nothing of a save
-// this file asked for: the freezer kicks the channel itself once gVisor
-// answers, so the first exec after a freeze finds a live connection.
-func TestFreezeKicksChannel(t *testing.T) {
-	resetPacer(t)
-	cp := &fakeCheckpoint{result: "resume"}
-	fakeFreezeEnv(t, cp, bootEnvA)
-	pacer.mu.Lock()
-	pacer.kicked = time.Time{}
-	wake := pacer.wake
-	pacer.mu.Unlock()
-	cp.onRead = func() {
-		select {
-		case <-wake:
-			t.Error("the channel was kicked before gVisor answered the freeze")
-		default:
-		}
-	}
-	f := newFreezer(io.Discard)
-	if r := f.freeze(initRequest{Self: true}, peer{pid: os.Getpid()}); r.State != FreezeFrozen {
-		t.Fatalf("record %+v, want frozen", r)
-	}
-	select {
-	case <-wake:
-	default:
-		t.Error("a freeze's end did not kick the exec channel")
-	}
-}
-
 func TestFreezeCopy(t *testing.T) {
 	var environ string
 	cp := &fakeCheckpoint{result: "restore"}

@@ -161,3 +161,33 @@ func TestAttackKickResumeThenExec(t *testing.T) {
 	}
 	cycle("again")
 }
+
+// TestAttackKickFreezeThenExec: a freeze's save closes init's channel
+// connections as any save does, the connection its own exec is copied on
+// among them. init's read-only watch of /proc/gvisor/checkpoint is told of
+// the application's own saves as of sbx's (gVisor patches 03 and 16), and
+// kicks the channel; init's pings alone (every second while warm) came
+// too late for the freeze's own copy, attached again after the save, which
+// then went by `runsc exec`. Want: the freeze's exec ends over the channel,
+// and so does the first exec after it.
+func TestAttackKickFreezeThenExec(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny")
+	channelReady(t, d, id)
+	name := freezeIn(t, d, id, "")
+	t.Cleanup(func() { d.sbx(t, "snapshot", "rm", name) })
+	if fx := lastExec(t, d, id); !viaChannel(d, id, fx.ID) {
+		t.Errorf("the freeze's exec %s was attached again by `runsc exec` after its save: init's connections were not replaced as the freeze ended", fx.ID)
+	}
+	start := time.Now()
+	r, hung := sbxWithin(t, d, time.Minute, "exec", id, "--", "echo", "ok")
+	took := time.Since(start)
+	via := viaChannel(d, id, lastExec(t, d, id).ID)
+	t.Logf("the first exec after a freeze: %s, over the channel: %v", took.Round(time.Millisecond), via)
+	if hung || r.code != 0 || r.stdout != "ok\n" {
+		t.Fatalf("the first exec after a freeze: hung=%v %+v", hung, r)
+	}
+	if !via {
+		t.Errorf("the first exec after a freeze went by `runsc exec` (%s)", took.Round(time.Millisecond))
+	}
+}
