@@ -30,8 +30,18 @@ func WriteBytesUnsynced(path string, b []byte, perm fs.FileMode) error {
 	return err
 }
 
+// tempPrefix begins the name of a temporary file of one named base.
+func tempPrefix(base string) string { return "." + base + ".sbx-" }
+
+// IsTempOf reports whether name is that of a temporary file a write of a
+// file named base makes beside it (left behind when its directory moved
+// away under it, or by a process killed mid-write).
+func IsTempOf(name, base string) bool {
+	return strings.HasPrefix(name, tempPrefix(base)) && len(name) > len(tempPrefix(base))
+}
+
 func write(path string, r io.Reader, perm fs.FileMode, sync bool) (int64, error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".sbx-*")
+	f, err := os.CreateTemp(filepath.Dir(path), tempPrefix(filepath.Base(path))+"*")
 	if err != nil {
 		return 0, fmt.Errorf("write %s: %w", path, err)
 	}

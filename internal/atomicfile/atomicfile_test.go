@@ -78,3 +78,25 @@ func TestWriteBytesUnsynced(t *testing.T) {
 		t.Error("a write into a missing dir: no error")
 	}
 }
+
+func TestIsTempOf(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "verdict")
+	// a write whose rename fails leaves its temporary: name it as one
+	f, err := os.CreateTemp(dir, tempPrefix("verdict")+"*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if !IsTempOf(filepath.Base(f.Name()), "verdict") {
+		t.Errorf("%s is not taken for a temporary of verdict", filepath.Base(f.Name()))
+	}
+	if err := WriteBytes(path, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"verdict", ".verdict.sbx-", ".verdicts.sbx-1", "verdict.sbx-1", ".done.sbx-1"} {
+		if IsTempOf(name, "verdict") {
+			t.Errorf("%q is taken for a temporary of verdict", name)
+		}
+	}
+}

@@ -759,7 +759,7 @@ func (f *freezeOwner) recordFreeze(ctx context.Context, sb *store.Sandbox, slot 
 		fail(err)
 		return
 	}
-	for _, file := range []string{freezewire.VerdictFile, slotMetaFile, freezewire.DoneFile} {
+	for _, file := range slotFiles {
 		_ = os.Rename(filepath.Join(dir, file), filepath.Join(img, file))
 	}
 	if err := moveDir(dir, f.images.mem(slot)); err != nil {
@@ -767,6 +767,7 @@ func (f *freezeOwner) recordFreeze(ctx context.Context, sb *store.Sandbox, slot 
 		fail(fmt.Errorf("move the freeze into its image: %w", err))
 		return
 	}
+	dropSlotFiles(f.images.mem(slot))
 	c.step(ctx, stepMoved)
 	crashPoint("freeze:moved")
 	size, err := f.images.complete(slot, true)
@@ -794,6 +795,30 @@ func (f *freezeOwner) recordFreeze(ctx context.Context, sb *store.Sandbox, slot 
 }
 
 // moveDir renames from to to; across file systems it copies, then removes.
+// slotFiles are sbx's own files in a freeze slot, beside gVisor's.
+var slotFiles = []string{freezewire.VerdictFile, slotMetaFile, freezewire.DoneFile}
+
+// dropSlotFiles removes sbx's own slot files, and their temporaries, from
+// dir, a freeze's memory/ once its slot was moved there: only gVisor's
+// files belong in it. The sandbox's console can tell of a freeze at any
+// time (root inside prints verdict lines at will), and the shim writes
+// each into the slot: one written after the files were taken out of the
+// slot, or its temporary, came along with the move. A temporary counted
+// in the image's sizes while still empty made every copy from the freeze
+// fail as damaged ("memory/.verdict.sbx-… holds 60 bytes, 0 were
+// written"; TestAttack22ForgedFreeze). A write under way when this runs
+// loses its file: its rename into the old slot path fails.
+func dropSlotFiles(dir string) {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		for _, file := range slotFiles {
+			if n := e.Name(); n == file || atomicfile.IsTempOf(n, file) {
+				_ = os.Remove(filepath.Join(dir, n))
+			}
+		}
+	}
+}
+
 func moveDir(from, to string) error {
 	err := os.Rename(from, to)
 	if err == nil || !errors.Is(err, syscall.EXDEV) {

@@ -140,3 +140,29 @@ func TestReadVerdictForged(t *testing.T) {
 		}
 	}
 }
+
+// A freeze's memory/ keeps gVisor's files only: a verdict the console shim
+// wrote into the slot as it was moved, or that write's temporary, is
+// dropped before the image's sizes are taken (a temporary counted while
+// empty made every copy from the freeze fail as damaged).
+func TestDropSlotFiles(t *testing.T) {
+	dir := t.TempDir()
+	gvisor := []string{freezewire.StateFile, freezewire.PagesMetaFile, freezewire.PagesFile, ".hidden-of-gvisor", "verdict.img"}
+	sbx := []string{freezewire.VerdictFile, ".verdict.sbx-305049593", freezewire.DoneFile, ".done.sbx-1", slotMetaFile, "." + slotMetaFile + ".sbx-77"}
+	for _, f := range append(append([]string{}, gvisor...), sbx...) {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dropSlotFiles(dir)
+	for _, f := range gvisor {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("%s was dropped: %v", f, err)
+		}
+	}
+	for _, f := range sbx {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			t.Errorf("%s of sbx's is still in memory/", f)
+		}
+	}
+}
