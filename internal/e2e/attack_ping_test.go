@@ -45,6 +45,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 func main() {
@@ -71,6 +72,13 @@ func main() {
 			<-done
 		}
 		fmt.Println("kicks", count.Load() > 0)
+	case "nofile":
+		// prlimit(1, RLIMIT_NOFILE, {n, n})
+		n, _ := strconv.Atoi(os.Args[2])
+		lim := [2]uint64{uint64(n), uint64(n)}
+		var old [2]uint64
+		_, _, e := syscall.RawSyscall6(syscall.SYS_PRLIMIT64, 1, 7, uintptr(unsafe.Pointer(&lim)), uintptr(unsafe.Pointer(&old)), 0, 0)
+		fmt.Println("prlimit", e == 0, e, old[0], old[1])
 	case "fds":
 		ents, _ := os.ReadDir("/proc/1/fd")
 		for _, e := range ents {
@@ -458,13 +466,19 @@ func TestAttackPingExecFlood(t *testing.T) {
 	}
 }
 
-// TestAttackPingStopInit: root stops init (SIGSTOP) for 3 s while an exec
-// is asked, then continues it. Want: the exec right, the channel used
-// again.
+// TestAttackPingStopInit: root tries to stop init (SIGSTOP; init of a
+// pid namespace ignores it, as in Linux: were it stopped, an exec would
+// hear nothing on the connection it took), for 3 s while an exec is
+// asked, then again through a memory snapshot with an exec at once after
+// it. Want: init not stopped, the execs right, the channel used again.
 func TestAttackPingStopInit(t *testing.T) {
 	d := shared
 	id := d.newSandbox(t, "--template", "tiny")
 	channelReady(t, d, id)
+	st := d.sbx(t, "exec", "--user", "root", id, "--", "sh", "-c", "kill -STOP 1; sleep 0.3; grep State /proc/1/status; kill -CONT 1")
+	if !strings.Contains(st.stdout, "State:") || strings.Contains(st.stdout, "stopped") {
+		t.Errorf("root stopped init, or its state is unknown: %+v", st)
+	}
 	r := d.sbx(t, "exec", "--user", "root", id, "--", "sh", "-c", "(sleep 1; kill -STOP 1; sleep 3; kill -CONT 1) >/dev/null 2>&1 & echo started")
 	if r.stdout != "started\n" {
 		t.Fatalf("the stopper: %+v", r)
@@ -545,5 +559,37 @@ func TestAttackPingSbxdDownLong(t *testing.T) {
 	}
 	for i := 0; i < 3; i++ {
 		execCheck(t, d, id, "later"+strconv.Itoa(i), i, time.Minute)
+	}
+}
+
+// TestAttackPingInitNoFiles: root tries to lower init's RLIMIT_NOFILE to
+// what it has open (prlimit of pid 1: gVisor refuses it, EPERM, as of
+// this writing), so that init could neither dial the channel nor accept a
+// copier's connection; then raises it again. Want: execs meanwhile end
+// (root may make them fail: it owns the sandbox; not hang), and once the
+// limit is back, execs right and on the channel again.
+func TestAttackPingInitNoFiles(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny")
+	channelReady(t, d, id)
+	upload(t, d, id, buildPingAtk(t), "/pa")
+	r := d.sbx(t, "exec", "--user", "root", id, "--", "sh", "-c", "ls /proc/1/fd | wc -l; /pa nofile 8")
+	t.Logf("lowered: %+v", r)
+	for i := 0; i < 3; i++ {
+		start := time.Now()
+		r, hung := sbxWithin(t, d, 90*time.Second, "exec", id, "--", "sh", "-c", "echo low; exit 2")
+		t.Logf("exec %d with init out of files: %s hung=%v %+v", i, time.Since(start).Round(time.Millisecond), hung, r)
+		if hung {
+			t.Errorf("an exec with init out of files hung for 90 s")
+		}
+	}
+	r, hung := sbxWithin(t, d, 90*time.Second, "exec", "--user", "root", id, "--", "/pa", "nofile", "1048576")
+	t.Logf("raised: hung=%v %+v", hung, r)
+	for i := 0; i < 3; i++ {
+		execCheck(t, d, id, "back"+strconv.Itoa(i), i, time.Minute)
+	}
+	if !channelSoon(t, d, id, 8*time.Second) {
+		t.Error("no exec over the channel within 8 s after init's file limit came back")
+		channelEvidence(t, d, id)
 	}
 }
