@@ -72,6 +72,17 @@ func main() {
 			<-done
 		}
 		fmt.Println("kicks", count.Load() > 0)
+	case "mem":
+		// hold MB of memory, not zeros, for SECS seconds
+		mb, _ := strconv.Atoi(os.Args[2])
+		secs, _ := strconv.Atoi(os.Args[3])
+		b := make([]byte, mb<<20)
+		for i := range b {
+			b[i] = byte(i*13 + 1)
+		}
+		os.WriteFile("/tmp/mem-up", []byte("up\n"), 0o644)
+		time.Sleep(time.Duration(secs) * time.Second)
+		fmt.Println(len(b))
 	case "nofile":
 		// prlimit(1, RLIMIT_NOFILE, {n, n})
 		n, _ := strconv.Atoi(os.Args[2])
@@ -241,8 +252,8 @@ func TestAttackPingTwoSnapshotsThenExec(t *testing.T) {
 	}
 }
 
-// TestAttackPingForkExecAtOnce: a 2-way memory fork, then execs in the
-// source and both forks at once, each writing its own sandbox's id. Want:
+// TestAttackPingForkExecAtOnce: a 2-way memory fork and a sandbox made
+// from a memory snapshot, then execs in the source and all copies at once, each writing its own sandbox's id. Want:
 // every exec right, each in its own sandbox (no connection of one
 // sandbox's init served another's exec), and the channel used again.
 func TestAttackPingForkExecAtOnce(t *testing.T) {
@@ -251,7 +262,11 @@ func TestAttackPingForkExecAtOnce(t *testing.T) {
 	channelReady(t, d, id)
 	d.must(t, "exec", id, "--", "sh", "-c", "echo none > /tmp/who")
 	kids := forkMemory(t, d, id, 2)
-	all := append([]string{id}, kids...)
+	snap := "pingfrom-" + randHex(3)
+	d.must(t, "snapshot", id, snap, "--memory")
+	t.Cleanup(func() { d.sbx(t, "snapshot", "rm", snap) })
+	from := d.newSandbox(t, "--from", snap)
+	all := append([]string{id, from}, kids...)
 	var wg sync.WaitGroup
 	for _, sb := range all {
 		for j := 0; j < 3; j++ {
@@ -591,5 +606,52 @@ func TestAttackPingInitNoFiles(t *testing.T) {
 	if !channelSoon(t, d, id, 8*time.Second) {
 		t.Error("no exec over the channel within 8 s after init's file limit came back")
 		channelEvidence(t, d, id)
+	}
+}
+
+// TestAttackPingExecsDuringLongSave: a sandbox holding 400 MB in memory (not zeros)
+// (its save takes a while) is snapshotted with memory while execs are
+// asked every 50 ms: requests land on connections the save is about to
+// close, or wait for init's to come back (sbxd waits channelWait for
+// one). Want: every exec right, none "never reached init".
+func TestAttackPingExecsDuringLongSave(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny")
+	channelReady(t, d, id)
+	upload(t, d, id, buildPingAtk(t), "/pa")
+	began := time.Now()
+	detach(t, d, id, "/pa", "mem", "400", "600")
+	waitFor(t, "400 MB held", time.Minute, func() bool {
+		return d.sbx(t, "exec", id, "--", "cat", "/tmp/mem-up").stdout == "up\n"
+	})
+	t.Logf("filled in %s", time.Since(began).Round(time.Millisecond))
+	for round := 0; round < 2; round++ {
+		snap := fmt.Sprintf("pinglong%d-%s", round, randHex(3))
+		t.Cleanup(func() { d.sbx(t, "snapshot", "rm", snap) })
+		done := make(chan time.Duration, 1)
+		go func() {
+			start := time.Now()
+			if r, hung := sbxWithin(t, d, 3*time.Minute, "snapshot", id, snap, "--memory"); hung || r.code != 0 {
+				t.Errorf("snapshot: hung=%v %+v", hung, r)
+			}
+			done <- time.Since(start)
+		}()
+		var wg sync.WaitGroup
+		n := 0
+	loop:
+		for {
+			select {
+			case took := <-done:
+				t.Logf("round %d: the save took %s; %d execs asked meanwhile", round, took.Round(time.Millisecond), n)
+				break loop
+			case <-time.After(50 * time.Millisecond):
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); execCheck(t, d, id, fmt.Sprintf("r%dx%d", round, n), n%5, 2*time.Minute) }()
+			n++
+		}
+		began := time.Now()
+		wg.Wait()
+		t.Logf("round %d: the execs' end %s after the save's", round, time.Since(began).Round(time.Millisecond))
 	}
 }
