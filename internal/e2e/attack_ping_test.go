@@ -655,3 +655,34 @@ func TestAttackPingExecsDuringLongSave(t *testing.T) {
 		t.Logf("round %d: the execs' end %s after the save's", round, time.Since(began).Round(time.Millisecond))
 	}
 }
+
+// TestAttackPingExecRacesSave: an exec and a memory snapshot asked at the
+// same moment (the exec a few ms ahead, varied), many times, in a sandbox
+// holding 200 MB (a save of a second or so): the request may sit unread in
+// init's connection when the save closes it. Want: every exec right (sent
+// again, or attached), none "never reached init".
+func TestAttackPingExecRacesSave(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny")
+	channelReady(t, d, id)
+	upload(t, d, id, buildPingAtk(t), "/pa")
+	detach(t, d, id, "/pa", "mem", "200", "600")
+	waitFor(t, "200 MB held", time.Minute, func() bool {
+		return d.sbx(t, "exec", id, "--", "cat", "/tmp/mem-up").stdout == "up\n"
+	})
+	for round := 0; round < 8; round++ {
+		snap := fmt.Sprintf("pingrace%d-%s", round, randHex(3))
+		t.Cleanup(func() { d.sbx(t, "snapshot", "rm", snap) })
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); execCheck(t, d, id, fmt.Sprintf("race%d", round), round%4, 2*time.Minute) }()
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(round*4) * time.Millisecond)
+			if r, hung := sbxWithin(t, d, 2*time.Minute, "snapshot", id, snap, "--memory"); hung || r.code != 0 {
+				t.Errorf("snapshot: hung=%v %+v", hung, r)
+			}
+		}()
+		wg.Wait()
+	}
+}
