@@ -90,6 +90,29 @@ func main() {
 		var old [2]uint64
 		_, _, e := syscall.RawSyscall6(syscall.SYS_PRLIMIT64, 1, 7, uintptr(unsafe.Pointer(&lim)), uintptr(unsafe.Pointer(&old)), 0, 0)
 		fmt.Println("prlimit", e == 0, e, old[0], old[1])
+	case "churn":
+		// N goroutines dial the channel's socket and close, for SECS
+		secs, _ := strconv.Atoi(os.Args[2])
+		n, _ := strconv.Atoi(os.Args[3])
+		end := time.Now().Add(time.Duration(secs) * time.Second)
+		var count atomic.Int64
+		done := make(chan bool)
+		for i := 0; i < n; i++ {
+			go func() {
+				for time.Now().Before(end) {
+					c, err := net.Dial("unix", "/run/sbx/chan/agent.sock")
+					if err == nil {
+						c.Close()
+						count.Add(1)
+					}
+				}
+				done <- true
+			}()
+		}
+		for i := 0; i < n; i++ {
+			<-done
+		}
+		fmt.Println("churned", count.Load()/int64(secs), "a second")
 	case "fds":
 		ents, _ := os.ReadDir("/proc/1/fd")
 		for _, e := range ents {
@@ -684,5 +707,34 @@ func TestAttackPingExecRacesSave(t *testing.T) {
 			}
 		}()
 		wg.Wait()
+	}
+}
+
+// TestAttackPingChannelChurn: root dials the channel's socket and closes
+// at once, from 8 goroutines, for 8 s: each connection costs sbxd an
+// accept and a reader. Want: sbxd's CPU bounded (under half a CPU),
+// execs right meanwhile, the channel used again after.
+func TestAttackPingChannelChurn(t *testing.T) {
+	d := shared
+	id := d.newSandbox(t, "--template", "tiny")
+	channelReady(t, d, id)
+	upload(t, d, id, buildPingAtk(t), "/pa")
+	before := sbxdCPU(t, d)
+	start := time.Now()
+	x := detachRoot(t, d, id, "/pa", "churn", "8", "8")
+	time.Sleep(time.Second)
+	for i := 0; i < 5; i++ {
+		execCheck(t, d, id, "churn"+strconv.Itoa(i), i, time.Minute)
+	}
+	r, _ := sbxWithin(t, d, time.Minute, "logs", id, "--exec", x, "--follow")
+	el := time.Since(start)
+	used := sbxdCPU(t, d) - before
+	t.Logf("root's churn: %q; sbxd used %d ticks in %s", r.stdout, used, el.Round(time.Millisecond))
+	if float64(used) > 50*el.Seconds() {
+		t.Errorf("sbxd used %d ticks of CPU in %s of root's churn on the channel's socket: more than half a CPU", used, el.Round(time.Millisecond))
+	}
+	if !channelSoon(t, d, id, 5*time.Second) {
+		t.Error("no exec over the channel within 5 s after the churn")
+		channelEvidence(t, d, id)
 	}
 }
