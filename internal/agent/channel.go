@@ -41,7 +41,9 @@ import (
 // warm (a request, a new connection or a kick in the last channelWarm),
 // then every channelPingIdle. An exec that finds no live connection goes
 // through `runsc exec` as before, and the copier it starts connects to
-// init's socket, which kicks the channel too.
+// init's socket, which kicks the channel too; a kick also ends a loop's
+// wait between failed dials (a restarted sbxd listens again only at its
+// first exec).
 const (
 	channelIdle = 2
 	channelPing = time.Second
