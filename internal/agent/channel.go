@@ -41,7 +41,9 @@ import (
 // warm (a request, a new connection or a kick in the last channelWarm),
 // then every channelPingIdle. An exec that finds no live connection goes
 // through `runsc exec` as before, and the copier it starts connects to
-// init's socket, which kicks the channel too.
+// init's socket, which kicks the channel too; a kick also ends a loop's
+// wait between failed dials (a restarted sbxd listens again only at its
+// first exec).
 const (
 	channelIdle = 2
 	channelPing = time.Second
@@ -50,7 +52,7 @@ const (
 	// (a flood of connections to init's socket is not a flood of pings).
 	channelKickEvery = 100 * time.Millisecond
 	// channelBackoffMax bounds the wait between dials while nobody listens
-	// (an sbxd without the channel, or one restarting).
+	// (an sbxd without the channel, or one restarting); a kick cuts it short.
 	channelBackoffMax = 5 * time.Second
 )
 
@@ -170,10 +172,21 @@ func kickAtCaptures(open func() (io.ReadCloser, error)) {
 
 func channelLoop(path string, link initLink) {
 	for n := 0; ; {
+		_, wake := pacer.next()
 		conn, err := net.Dial("unix", path)
 		if err != nil {
+			// a kick cuts the wait short: a restarted sbxd listens
+			// again at its first exec, whose copier (`runsc exec`)
+			// kicks the channel; up to channelBackoffMax of execs by
+			// `runsc exec` otherwise (TestAttackPingSbxdDownLong).
+			// Kicks are rate-limited, so are these dials.
 			n++
-			time.Sleep(min(backoff(n)*10, channelBackoffMax))
+			pause := time.NewTimer(min(backoff(n)*10, channelBackoffMax))
+			select {
+			case <-pause.C:
+			case <-wake:
+				pause.Stop()
+			}
 			continue
 		}
 		n = 0

@@ -397,3 +397,34 @@ func TestKickTooSoonIsMadeLater(t *testing.T) {
 	case <-time.After(2 * channelKickEvery):
 	}
 }
+
+// A kick cuts short a connection loop's wait between failed dials: a
+// restarted sbxd listens again at its first exec, whose copier kicks the
+// channel, and the loop, backed off to seconds while nobody listened,
+// dials at once rather than at its next try.
+func TestKickCutsDialBackoff(t *testing.T) {
+	resetPacer(t)
+	path := filepath.Join(t.TempDir(), "agent.sock")
+	go channelLoop(path, nil)
+	time.Sleep(1500 * time.Millisecond) // failed dials: the loop waits 1.6 s or more now
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	pacer.kick()
+	got := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			got <- c
+		}
+	}()
+	select {
+	case c := <-got:
+		c.Close()
+	case <-time.After(700 * time.Millisecond):
+		t.Error("a kick did not make a loop backed off between failed dials dial at once")
+	}
+	ln.Close()
+	os.Remove(path)
+}
