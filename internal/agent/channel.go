@@ -46,7 +46,6 @@ import (
 // first exec).
 const (
 	channelIdle = 2
-	channelPing = time.Second
 	channelWarm = 30 * time.Second
 	// channelKickEvery bounds how often a kick makes the connections ping
 	// (a flood of connections to init's socket is not a flood of pings).
@@ -56,9 +55,12 @@ const (
 	channelBackoffMax = 5 * time.Second
 )
 
-// channelPingIdle is how often a connection pings while the channel is
-// not warm (a variable for tests).
-var channelPingIdle = 2 * time.Second
+// channelPing and channelPingIdle are how often a connection pings while
+// the channel is warm, and while it is not (variables for tests).
+var (
+	channelPing     = time.Second
+	channelPingIdle = 2 * time.Second
+)
 
 // channelPacer paces the pings of init's idle connections.
 type channelPacer struct {
@@ -195,7 +197,7 @@ func channelLoop(path string, link initLink) {
 		// dials again at once: an exec's copy lasts as long as its
 		// command, and two long ones would otherwise leave init no
 		// connection for the execs that follow
-		if serve := waitChannelRequest(conn, link); serve != nil {
+		if serve := waitChannelRequest(conn, link, wake); serve != nil {
 			go func() {
 				serve()
 				conn.Close()
@@ -209,17 +211,28 @@ func channelLoop(path string, link initLink) {
 // serveChannelConn waits on conn for one request, pinging while it waits,
 // and serves it.
 func serveChannelConn(conn net.Conn, link initLink) {
-	if serve := waitChannelRequest(conn, link); serve != nil {
+	if serve := waitChannelRequest(conn, link, nil); serve != nil {
 		serve()
 	}
 }
 
 // waitChannelRequest waits on conn for one request, pinging while it
-// waits, and returns what serves it; nil if conn closed first.
-func waitChannelRequest(conn net.Conn, link initLink) func() {
+// waits, and returns what serves it; nil if conn closed first. wake is the
+// kick taken before conn was dialed (nil: none): a save that ended between
+// the dial and the wait may have closed conn, and is told by it.
+//
+// Each kick a wait watches is taken before the ping that went ahead of it:
+// a save that ended before the ping closed conn, and the ping fails; one
+// that ends after it closes the kick the wait watches. Taken after the
+// ping, a kick that came between the two was lost, and a dead connection
+// waited for its next ping.
+func waitChannelRequest(conn net.Conn, link initLink, wake <-chan struct{}) func() {
 	r := bufio.NewReaderSize(conn, 64<<10)
+	wait, next := pacer.next()
+	if wake == nil {
+		wake = next
+	}
 	for {
-		wait, wake := pacer.next()
 		_ = conn.SetReadDeadline(time.Now().Add(wait))
 		peeked, done := make(chan struct{}), make(chan struct{})
 		go func() {
@@ -241,6 +254,7 @@ func waitChannelRequest(conn net.Conn, link initLink) func() {
 		if !errors.As(err, &ne) || !ne.Timeout() {
 			return nil // closed: sbxd went, or a capture closed it
 		}
+		wait, wake = pacer.next()
 		if _, err := conn.Write([]byte{agentwire.ChannelPing}); err != nil {
 			return nil
 		}

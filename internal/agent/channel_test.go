@@ -428,3 +428,67 @@ func TestKickCutsDialBackoff(t *testing.T) {
 	ln.Close()
 	os.Remove(path)
 }
+
+// kickingConn is init's end of a channel connection whose pings are where
+// a save ends: each ping written kicks the channel, as kickAtCaptures does
+// when a save ends as the ping goes.
+type kickingConn struct {
+	net.Conn
+}
+
+func (c kickingConn) Write(b []byte) (int, error) {
+	if len(b) == 1 && b[0] == agentwire.ChannelPing {
+		pacer.mu.Lock()
+		pacer.kicked = time.Time{} // not rate-limited: a save, long after the last
+		pacer.mu.Unlock()
+		pacer.kick()
+	}
+	return c.Conn.Write(b)
+}
+
+// TestKickDuringPingIsKept: a save that ends while an idle connection pings
+// (its kick comes after the wait's timeout and before the ping is written)
+// makes the connection ping again at once: that save may have closed it
+// after the ping went. The kick the next wait watches was taken after the
+// ping, and this kick was lost: the connection waited for its next ping
+// (an hour here).
+func TestKickDuringPingIsKept(t *testing.T) {
+	resetPacer(t)
+	oldPing, oldIdle := channelPing, channelPingIdle
+	channelPing, channelPingIdle = time.Hour, time.Hour
+	t.Cleanup(func() { channelPing, channelPingIdle = oldPing, oldIdle })
+
+	host, initEnd := net.Pipe()
+	t.Cleanup(func() { host.Close(); initEnd.Close() })
+	_, wake := pacer.next() // taken before the wait starts, so the kick below is its
+	go waitChannelRequest(kickingConn{initEnd}, nil, wake)
+
+	pacer.kick() // the first ping: a save's end
+	b := make([]byte, 1)
+	for i := 0; i < 2; i++ {
+		_ = host.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(host, b); err != nil || b[0] != agentwire.ChannelPing {
+			t.Fatalf("ping %d: %q, %v; want a ping (the kick at ping %d lost: the next ping an hour away)", i+1, b, err, i)
+		}
+	}
+}
+
+// TestKickBeforeDialIsKept: a kick taken before a dial (a save that ended
+// between the dial and the wait) makes the new connection ping at once.
+func TestKickBeforeDialIsKept(t *testing.T) {
+	resetPacer(t)
+	oldPing, oldIdle := channelPing, channelPingIdle
+	channelPing, channelPingIdle = time.Hour, time.Hour
+	t.Cleanup(func() { channelPing, channelPingIdle = oldPing, oldIdle })
+
+	_, wake := pacer.next() // before the dial
+	pacer.kick()            // the save ends
+	host, initEnd := net.Pipe()
+	t.Cleanup(func() { host.Close(); initEnd.Close() })
+	go waitChannelRequest(initEnd, nil, wake)
+	_ = host.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b := make([]byte, 1)
+	if _, err := io.ReadFull(host, b); err != nil || b[0] != agentwire.ChannelPing {
+		t.Fatalf("%q, %v; want a ping at once: the kick between the dial and the wait was lost", b, err)
+	}
+}

@@ -917,7 +917,7 @@ func (s *supervisor) waitExec(req initRequest) initReply {
 }
 
 // cutOff is what an exec settled before it started says on its stderr.
-const cutOff = "sbx: exec %s never reached init (its start was cut off: a stop or a restart caught it on its way); it did not run, and will not\n"
+const cutOff = "sbx: exec %s never reached init (its start was cut off on its way: a stop, a restart, or its connection to init lost); it did not run, and will not\n"
 
 // settle answers whether command req.ID has started; if it has not, it
 // never will: init remembers it (in memory, which a stop and resume keep)
