@@ -442,21 +442,27 @@ func main() {
 `
 
 func buildHolder(t *testing.T) string {
+	return buildGoProgram(t, "holder", holderSrc)
+}
+
+// buildGoProgram builds src, a main package of the standard library only,
+// into a static binary called name for a sandbox, and returns its path.
+func buildGoProgram(t *testing.T, name, src string) string {
 	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(holderSrc), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module holder\n\ngo 1.21\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module "+name+"\n\ngo 1.21\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("go", "build", "-o", "holder", ".")
+	cmd := exec.Command("go", "build", "-o", name, ".")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the holder: %v %s", err, b)
+		t.Fatalf("build the %s: %v %s", name, err, b)
 	}
-	return filepath.Join(dir, "holder")
+	return filepath.Join(dir, name)
 }
 
 // TestAttackChanPingingHolderHangsExec: root inside holds connections to

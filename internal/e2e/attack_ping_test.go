@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,30 +46,36 @@ import (
 	"unsafe"
 )
 
+// dialFlood has n goroutines dial the unix socket at path and close, for
+// secs seconds, and returns how many connections were made.
+func dialFlood(path string, secs, n int) int64 {
+	end := time.Now().Add(time.Duration(secs) * time.Second)
+	var count atomic.Int64
+	done := make(chan bool)
+	for i := 0; i < n; i++ {
+		go func() {
+			for time.Now().Before(end) {
+				if c, err := net.Dial("unix", path); err == nil {
+					c.Close()
+					count.Add(1)
+				}
+			}
+			done <- true
+		}()
+	}
+	for i := 0; i < n; i++ {
+		<-done
+	}
+	return count.Load()
+}
+
 func main() {
 	switch os.Args[1] {
 	case "kick":
+		// N goroutines dial init's own socket and close, for SECS
 		secs, _ := strconv.Atoi(os.Args[2])
 		n, _ := strconv.Atoi(os.Args[3])
-		end := time.Now().Add(time.Duration(secs) * time.Second)
-		var count atomic.Int64
-		done := make(chan bool)
-		for i := 0; i < n; i++ {
-			go func() {
-				for time.Now().Before(end) {
-					c, err := net.Dial("unix", "@sbx-agent")
-					if err == nil {
-						c.Close()
-						count.Add(1)
-					}
-				}
-				done <- true
-			}()
-		}
-		for i := 0; i < n; i++ {
-			<-done
-		}
-		fmt.Println("kicks", count.Load() > 0)
+		fmt.Println("kicks", dialFlood("@sbx-agent", secs, n) > 0)
 	case "mem":
 		// hold MB of memory, not zeros, for SECS seconds
 		mb, _ := strconv.Atoi(os.Args[2])
@@ -94,25 +98,7 @@ func main() {
 		// N goroutines dial the channel's socket and close, for SECS
 		secs, _ := strconv.Atoi(os.Args[2])
 		n, _ := strconv.Atoi(os.Args[3])
-		end := time.Now().Add(time.Duration(secs) * time.Second)
-		var count atomic.Int64
-		done := make(chan bool)
-		for i := 0; i < n; i++ {
-			go func() {
-				for time.Now().Before(end) {
-					c, err := net.Dial("unix", "/run/sbx/chan/agent.sock")
-					if err == nil {
-						c.Close()
-						count.Add(1)
-					}
-				}
-				done <- true
-			}()
-		}
-		for i := 0; i < n; i++ {
-			<-done
-		}
-		fmt.Println("churned", count.Load()/int64(secs), "a second")
+		fmt.Println("churned", dialFlood("/run/sbx/chan/agent.sock", secs, n)/int64(secs), "a second")
 	case "fds":
 		ents, _ := os.ReadDir("/proc/1/fd")
 		for _, e := range ents {
@@ -217,21 +203,7 @@ func answer(c net.Conn, kind string) {
 `
 
 func buildPingAtk(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(pingAtkSrc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module pingatk\n\ngo 1.21\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("go", "build", "-o", "pingatk", ".")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the helper: %v %s", err, b)
-	}
-	return filepath.Join(dir, "pingatk")
+	return buildGoProgram(t, "pingatk", pingAtkSrc)
 }
 
 // execCheck runs `sh -c 'echo TAG; exit CODE'` in id and checks the
