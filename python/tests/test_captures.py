@@ -8,8 +8,10 @@ import sbx
 
 
 def counter(sb):
-    # a detached loop that counts in memory and writes the count each 0.1 s
-    sb.start("i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done")
+    # a detached loop that counts in memory and writes the count each 0.1 s; the rename makes
+    # each write whole, so a read (or a capture) between the shell's truncate and its write
+    # never sees an empty file
+    sb.start("i=0; while :; do i=$((i+1)); echo $i > /tmp/count.t; mv /tmp/count.t /tmp/count; sleep 0.1; done")
     deadline = time.monotonic() + 20
     while True:
         r = sb.exec("cat /tmp/count 2>/dev/null")
