@@ -86,6 +86,13 @@ $(BIN)/runsc: go.mod go.sum $(RUNSC_PATCHES)
 				|| { rm -rf "$$tmp"; exit 1; }; \
 			rm -f $(BIN)/.seccomp.mod $(BIN)/.seccomp.sum; \
 		fi; \
+		if [ -f "$$tmp/runsc/cmd/sandboxsetup/sbxumount/umount.c" ]; then \
+			echo "==> runsc: building its /proc umounter (patch 18: gcc, no libc; runsc embeds it)"; \
+			"$${CC:-gcc}" -Os -static -nostdlib -ffreestanding -fno-stack-protector -fno-pie -no-pie \
+				-fno-asynchronous-unwind-tables -Wall -Wextra -Werror -s \
+				-o "$$tmp/runsc/cmd/sandboxsetup/sbxumount/umount.bin" "$$tmp/runsc/cmd/sandboxsetup/sbxumount/umount.c" \
+				|| { rm -rf "$$tmp"; exit 1; }; \
+		fi; \
 		touch "$$tmp/.sbx-complete"; \
 		if ! mv -T "$$tmp" "$$copy" 2>/dev/null; then \
 			if [ ! -e "$$copy/.sbx-complete" ]; then mv -T "$$copy" "$$copy.old$$$$" && mv -T "$$tmp" "$$copy"; fi; \
