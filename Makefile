@@ -49,10 +49,12 @@ install: build
 # process group as Linux gives it, a restore that loads pages on demand,
 # the sentry's seccomp filter precompiled as bazel's build does, a first
 # save that reads its pages with pread, a save that writes them from the
-# memory file). Go builds
+# memory file, and the rest the README lists: patch 18 adds a C helper,
+# built here with gcc and run once before go build embeds it). Go builds
 # nothing in the module cache it did not download, so the pinned module is
 # copied once per version and set of patches beside the Go build cache
-# (~/.cache/sbx-gvisor/VERSION-KEY, 69 MB, outside the tree), each patch is
+# (~/.cache/sbx-gvisor/VERSION-KEY, 69 MB, outside the tree; KEY covers the
+# patches, $GOARCH and the C compiler's target and version), each patch is
 # checked with --dry-run and applied there with no fuzz, and a go.mod in
 # bin/ replaces the module with that copy. A patch that no longer applies
 # (the pin moved) stops the build, saying which. Copies of other keys are
@@ -66,7 +68,7 @@ $(BIN)/runsc: go.mod go.sum $(RUNSC_PATCHES)
 	$(GO) mod download gvisor.dev/gvisor; \
 	dir=$$($(GO) list -m -f '{{.Dir}}' gvisor.dev/gvisor); \
 	ver=$$($(GO) list -m -f '{{.Version}}' gvisor.dev/gvisor); \
-	key=$$(cat $(RUNSC_PATCHES) | sha256sum | cut -c1-12); \
+	key=$$( (cat $(RUNSC_PATCHES); echo "$$GOARCH"; $${CC:-gcc} -dumpmachine 2>/dev/null; $${CC:-gcc} -dumpfullversion 2>/dev/null) | sha256sum | cut -c1-12); \
 	copy=$$(dirname "$$($(GO) env GOCACHE)")/sbx-gvisor/$$ver-$$key; \
 	if [ ! -e "$$copy/.sbx-complete" ]; then \
 		tmp="$$copy.tmp$$$$"; rm -rf "$$tmp"; mkdir -p "$$(dirname "$$copy")"; \
@@ -86,12 +88,17 @@ $(BIN)/runsc: go.mod go.sum $(RUNSC_PATCHES)
 				|| { rm -rf "$$tmp"; exit 1; }; \
 			rm -f $(BIN)/.seccomp.mod $(BIN)/.seccomp.sum; \
 		fi; \
-		if [ -f "$$tmp/runsc/cmd/sandboxsetup/sbxumount/umount.c" ]; then \
+		um="$$tmp/runsc/cmd/sandboxsetup/sbxumount"; \
+		if [ -f "$$um/umount.c" ]; then \
 			echo "==> runsc: building its /proc umounter (patch 18: gcc, no libc; runsc embeds it)"; \
-			"$${CC:-gcc}" -Os -static -nostdlib -ffreestanding -fno-stack-protector -fno-pie -no-pie \
-				-fno-asynchronous-unwind-tables -Wall -Wextra -Werror -s \
-				-o "$$tmp/runsc/cmd/sandboxsetup/sbxumount/umount.bin" "$$tmp/runsc/cmd/sandboxsetup/sbxumount/umount.c" \
-				|| { rm -rf "$$tmp"; exit 1; }; \
+			$${CC:-gcc} -Os -static -nostdlib -ffreestanding -fno-stack-protector -fno-pie -no-pie \
+				-fno-asynchronous-unwind-tables -fno-ident -Wall -Wextra -Werror -s \
+				-o "$$um/umount.bin" "$$um/umount.c" || { rm -rf "$$tmp"; exit 1; }; \
+			host=$$(uname -m | sed 's/x86_64/amd64/; s/aarch64/arm64/'); \
+			if [ -z "$$GOARCH" ] || [ "$$GOARCH" = "$$host" ]; then \
+				"$$um/umount.bin" 2>/dev/null && rc=0 || rc=$$?; \
+				[ $$rc = 1 ] || { echo "runsc: the /proc umounter $$um/umount.bin does not run here (exit $$rc, want its usage and 1)"; rm -rf "$$tmp"; exit 1; }; \
+			fi; \
 		fi; \
 		touch "$$tmp/.sbx-complete"; \
 		if ! mv -T "$$tmp" "$$copy" 2>/dev/null; then \
