@@ -218,7 +218,7 @@ func (h *hunt) loop() int {
 		if code == 0 && froze == nil && !crashed {
 			h.say("%s %d seed %s exit 0", HuntLineRun, i, seed)
 			// each run starts clean: what a passing run left behind goes
-			killAll(newPids(before, pids(), h.self))
+			killAll(h.leftovers(before, pids()))
 			continue
 		}
 		return h.failed(i, seed, code, timedOut, before, froze)
@@ -323,7 +323,7 @@ func (h *hunt) failed(i int, seed string, code int, timedOut bool, before map[in
 	after := pids()
 	writePids(h.file("pids.after"), after)
 	_ = copyFile(h.file("run.out"), h.file("test-output.txt"))
-	leaked := newPids(before, after, h.self)
+	leaked := h.leftovers(before, after)
 	writePids(h.file("leaked-pids.txt"), setOf(leaked))
 	h.evidence(t, leaked, "")
 	h.collect()
@@ -610,6 +610,46 @@ func newPids(before, after map[int]bool, self int) []int {
 		}
 	}
 	sort.Ints(out)
+	return out
+}
+
+// leftovers are the processes of now not in before, but those that are
+// not the runs': the loop itself, init, what runsc exec started from
+// outside (sbx's copiers, which have no parent in the sandbox), and the
+// processes of other execs, found by the group init gave each (someone's
+// `sbx exec -it` into the hunting sandbox must outlive the next run).
+func (h *hunt) leftovers(before, now map[int]bool) []int {
+	others := execGroups(h.self)
+	var out []int
+	for _, p := range newPids(before, now, h.self) {
+		if p == 1 {
+			continue
+		}
+		if ppid, _, ok := procStat(p); !ok || ppid == 0 {
+			continue // gone, or started from outside
+		}
+		if g, err := syscall.Getpgid(p); err != nil || others[g] {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// execGroups are the process groups of the execs init runs, but self's:
+// init starts each command as the leader of a group of its own and keeps
+// its pid in its directory until its exit file says it ended.
+func execGroups(self int) map[int]bool {
+	out := map[int]bool{}
+	ents, _ := os.ReadDir(execsDir)
+	for _, e := range ents {
+		if _, err := os.Lstat(filepath.Join(execsDir, e.Name(), "exit")); err == nil {
+			continue
+		}
+		if pid, err := readExecPid(execsDir, e.Name()); err == nil && pid != self {
+			out[pid] = true
+		}
+	}
 	return out
 }
 

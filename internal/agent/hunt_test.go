@@ -130,6 +130,41 @@ func TestHuntLoopCleansBetweenRuns(t *testing.T) {
 	}
 }
 
+// TestHuntLoopSparesOtherExecs: a passing run's leftovers are killed, but
+// not the processes of another exec init runs (someone's `sbx exec -it`
+// into the hunting sandbox, started during a run): the loop knows them by
+// the group init made theirs and recorded in the exec's directory.
+func TestHuntLoopSparesOtherExecs(t *testing.T) {
+	dir := t.TempDir()
+	rec := filepath.Join(binExecsDir, "hunt-spares-"+strconv.Itoa(os.Getpid()))
+	t.Cleanup(func() { os.RemoveAll(rec) })
+	// run 1 starts the other exec's process, in a group of its own as init
+	// would, records it as init does, and leaves a plain leftover too;
+	// run 2 fails if the first died or the second lives
+	test := `n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n >n
+case $n in
+1)
+	setsid sleep 300 & o=$!
+	until [ "$(cut -d' ' -f5 /proc/$o/stat)" = "$o" ]; do :; done
+	mkdir -p ` + rec + ` && echo $o >` + rec + `/pid && echo $o >other
+	sleep 300 & echo $! >leftover ;;
+2)
+	kill -0 "$(cat other)" || { echo "the other exec's process was killed"; exit 1; }
+	if kill -0 "$(cat leftover)" 2>/dev/null; then echo "the run's leftover lives"; exit 1; fi ;;
+esac`
+	out, code := runHuntLoop(t, dir, HuntConfig{Runs: 3, Test: []string{"sh", "-c", test}})
+	if code != HuntNoFailure {
+		t.Errorf("loop exit %d:\n%s\n%s", code, out, readIn(t, dir, "run.out"))
+	}
+	// an ended exec (its exit file written) is no longer spared
+	dir = t.TempDir()
+	test = strings.Replace(test, "echo $o >other", "echo 0 >"+rec+"/exit && echo $o >other", 1)
+	out, code = runHuntLoop(t, dir, HuntConfig{Runs: 3, Test: []string{"sh", "-c", test}})
+	if code != HuntFailed || !strings.Contains(readIn(t, dir, "run.out"), "the other exec's process was killed") {
+		t.Errorf("loop exit %d, want %d as an ended exec's process is a leftover:\n%s", code, HuntFailed, out)
+	}
+}
+
 // TestHuntLoopLeak: a failing run's leaked processes are named with their
 // open files; one that never listens is looked at again until ListenWait
 // after the failure, and the loop still ends.

@@ -268,6 +268,54 @@ func TestHuntAttach(t *testing.T) {
 	}
 }
 
+// TestHuntSparesOtherExecs: the loop kills what a passing run left behind
+// before the next run, but not someone's exec started in the hunting
+// sandbox meanwhile (it was SIGKILLed at the end of the run it began in).
+func TestHuntSparesOtherExecs(t *testing.T) {
+	d := shared
+	dir := t.TempDir()
+	name := "hunt-" + randHex(4)
+	huntCleanup(t, d, name)
+	// run 1 waits until the exec is started; runs 1 to 3 pass, 4 fails:
+	// the hunt keeps the sandbox, stopped
+	test := `n=$(cat /tmp/n 2>/dev/null || echo 0); echo $((n+1)) >/tmp/n.t && mv /tmp/n.t /tmp/n
+[ "$n" = 0 ] && until [ -e /tmp/go ]; do sleep 0.05; done
+[ "$n" -lt 3 ]`
+	done := make(chan result, 1)
+	go func() {
+		done <- d.sbxDir(t, dir, "hunt", "--template", "tiny", "--runs", "10", "--name", name, "--", "sh", "-c", test)
+	}()
+	var exec string
+	for deadline := time.Now().Add(time.Minute); exec == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if r := d.sbx(t, "exec", name, "cat", flaky.HuntDir+"/current"); r.code != 0 {
+			continue
+		}
+		r := d.sbx(t, "exec", "-d", name, "sleep", "300")
+		if r.code != 0 {
+			t.Fatalf("sbx exec -d: exit %d: %s", r.code, r.stderr)
+		}
+		exec = strings.Fields(r.stdout)[0]
+		if r := d.sbx(t, "exec", name, "touch", "/tmp/go"); r.code != 0 {
+			t.Fatalf("sbx exec touch: exit %d: %s", r.code, r.stderr)
+		}
+	}
+	r := <-done
+	if exec == "" {
+		t.Fatalf("the loop never started its first run:\n%s%s", r.stdout, r.stderr)
+	}
+	if r.code != 0 || !strings.Contains(r.stdout, "run 4 failed") {
+		huntPostmortem(t, d, name)
+		t.Fatalf("sbx hunt: exit %d, want run 4 failed\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	var ps struct{ Execs []api.Exec }
+	d.jsonOut(t, &ps, "ps", name)
+	for _, x := range ps.Execs {
+		if x.ID == exec && x.State != api.ExecRunning {
+			t.Errorf("exec %s (sleep 300, started during the hunt): %s; want it running, its sandbox stopped with it\n%s", exec, x.State, d.sbx(t, "ps", name).stdout)
+		}
+	}
+}
+
 // TestHuntNoFailure: a test that always passes leaves no sandbox behind.
 func TestHuntNoFailure(t *testing.T) {
 	d := shared
@@ -301,6 +349,31 @@ func TestHuntFixedExample(t *testing.T) {
 	})
 	r := d.sbxDir(t, dir, "hunt", "--template", "base", "--runs", "6", "--name", name, "--", "./test_fixed.sh")
 	if r.code != 0 || !strings.Contains(r.stdout, "no failure in 6 runs") {
+		huntPostmortem(t, d, name)
 		t.Fatalf("sbx hunt: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// huntPostmortem logs what a hunt that ended oddly left: sbxd's lines about
+// its sandbox, the loop's records inside it and the sandbox's processes.
+func huntPostmortem(t *testing.T, d *daemon, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sb, err := d.client.Sandbox(name).Info(ctx)
+	if err != nil {
+		t.Logf("postmortem: sandbox %s: %v", name, err)
+		d.logAbout(t, name)
+		return
+	}
+	d.logAbout(t, name, sb.ID)
+	script := "cd " + flaky.HuntDir + " && for f in steps.log current seed run.out; do echo \"== $f\"; tail -n 20 $f; done; echo '== ps'; ps -eo pid,ppid,pgid,stat,args"
+	r := d.sbx(t, "exec", "-u", "0", sb.ID, "--", "sh", "-c", script)
+	t.Logf("postmortem of %s (exit %d):\n%s%s", sb.ID, r.code, r.stdout, r.stderr)
+	if r := d.sbx(t, "ps", sb.ID, "--json"); r.code == 0 {
+		t.Logf("its execs: %s", r.stdout)
+	}
+	if b, err := os.ReadFile(filepath.Join(d.dir, "sandboxes", sb.ID, "runsc.log")); err == nil {
+		t.Logf("its runsc.log (the end):\n%s", b[max(0, len(b)-4096):])
 	}
 }

@@ -16,7 +16,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/client"
@@ -436,7 +439,15 @@ func follow(ctx context.Context, c HuntClient, id, execID string, o *HuntOptions
 			tail = append(tail, l)
 		}
 	}}
-	x, err := c.ExecOutput(ctx, id, execID, true, lw, io.Discard)
+	// the loop's own complaints (and the runtime's about it) say why it
+	// ended otherwise than by its codes: the last few lines are kept
+	var errTail []string
+	ew := &lineWriter{fn: func(l string) {
+		if errTail = append(errTail, l); len(errTail) > 8 {
+			errTail = errTail[1:]
+		}
+	}}
+	x, err := c.ExecOutput(ctx, id, execID, true, lw, ew)
 	if err == nil && x == nil {
 		err = errors.New("the output stream ended before the loop did")
 	}
@@ -461,7 +472,8 @@ func follow(ctx context.Context, c HuntClient, id, execID string, o *HuntOptions
 	case loopFrozen:
 		return captureFrozen(ctx, c, s, o, frozen)
 	default:
-		err := fmt.Errorf("hunt %s: the loop in %s ended with exit %d: %s", o.Name, id, code, strings.Join(tail, "; "))
+		err := fmt.Errorf("hunt %s: the loop in %s ended with exit %d%s (the sandbox is kept for a look): %s",
+			o.Name, id, code, signalled(code), strings.Join(append(tail, errTail...), "; "))
 		switch code {
 		case loopSetupFailed:
 			err = fmt.Errorf("hunt %s: the setup failed in %s (its output is %s/setup.out there; the sandbox is kept): %s",
@@ -469,6 +481,16 @@ func follow(ctx context.Context, c HuntClient, id, execID string, o *HuntOptions
 		}
 		return nil, err
 	}
+}
+
+// signalled names the signal of a shell's exit code 128+N: a loop killed
+// from outside, by the kernel or by the runtime, ends so.
+func signalled(code int) string {
+	if code <= 128 || code > 128+64 {
+		return ""
+	}
+	name := cmp.Or(unix.SignalName(syscall.Signal(code-128)), "signal "+strconv.Itoa(code-128))
+	return ", killed by " + name
 }
 
 // capture reads the failure's record and does the outside steps, in order:

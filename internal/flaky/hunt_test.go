@@ -28,6 +28,7 @@ import (
 // are given, and it records each call by name, in order.
 type fakeHunt struct {
 	loopOut  string
+	loopErr  string // what the loop says on stderr
 	loopExit int
 	failed   string // the marker file's content
 	frozen   string // the freeze's record (HuntDir/frozen)
@@ -119,6 +120,7 @@ func (f *fakeHunt) Execs(ctx context.Context, id string) ([]api.Exec, error) {
 func (f *fakeHunt) ExecOutput(ctx context.Context, id, execID string, follow bool, stdout, stderr io.Writer) (*api.Exec, error) {
 	f.call("follow " + execID)
 	io.WriteString(stdout, f.loopOut)
+	io.WriteString(stderr, f.loopErr)
 	code := f.loopExit
 	return &api.Exec{ID: execID, ExitCode: &code, State: api.ExecExited}, nil
 }
@@ -304,6 +306,7 @@ func TestHuntErrors(t *testing.T) {
 		{"both sources", HuntOptions{Name: "h", Cmd: []string{"x"}, Template: "a", From: "b"}, 0, "not both"},
 		{"setup fails", HuntOptions{Name: "h", Cmd: []string{"x"}}, loopSetupFailed, "setup failed"},
 		{"loop breaks", HuntOptions{Name: "h", Cmd: []string{"x"}}, 9, "exit 9"},
+		{"loop killed", HuntOptions{Name: "h", Cmd: []string{"x"}}, 137, "exit 137, killed by SIGKILL (the sandbox is kept for a look): sbx-hunt: setup failed exit 2; the loop's own word"},
 		{"collect /work", HuntOptions{Name: "h", Cmd: []string{"x"}, Collect: []string{"."}}, 0, "evidence folder"},
 		{"collect /", HuntOptions{Name: "h", Cmd: []string{"x"}, Collect: []string{"logs", "/"}}, 0, "--collect /:"},
 		{"collect inside the evidence", HuntOptions{Name: "h", Cmd: []string{"x"}, Collect: []string{HuntDir + "/steps.log"}}, 0, "evidence folder"},
@@ -312,6 +315,7 @@ func TestHuntErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			out := "sbx-hunt: setup failed exit 2\n"
 			f := newFakeHunt(out, tc.exit)
+			f.loopErr = "the loop's own word\n"
 			_, err := Hunt(context.Background(), f, tc.o)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error with %q", err, tc.want)
