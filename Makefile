@@ -62,13 +62,13 @@ install: build
 # build removes only its key's leftovers of killed builds (.tmpPID,
 # .oldPID whose PID is gone), never a copy or a tmp a live build writes.
 RUNSC_PATCHES := $(sort $(wildcard third_party/gvisor/patches/*.patch))
-$(BIN)/runsc: go.mod go.sum $(RUNSC_PATCHES)
+$(BIN)/runsc: go.mod go.sum $(RUNSC_PATCHES) cmd/sbx-reaper/build.sh
 	@echo "==> building runsc from the go.mod pin (gvisor.dev/gvisor/runsc) with third_party/gvisor's patches; about two minutes the first time"
 	@set -e; command -v patch >/dev/null || { echo "runsc: the patches need patch(1): make deps installs it (apt-get install patch)"; exit 1; }; \
 	$(GO) mod download gvisor.dev/gvisor; \
 	dir=$$($(GO) list -m -f '{{.Dir}}' gvisor.dev/gvisor); \
 	ver=$$($(GO) list -m -f '{{.Version}}' gvisor.dev/gvisor); \
-	key=$$( (cat $(RUNSC_PATCHES); echo "$$GOARCH"; $${CC:-gcc} -dumpmachine 2>/dev/null; $${CC:-gcc} -dumpfullversion 2>/dev/null) | sha256sum | cut -c1-12); \
+	key=$$( (cat $(RUNSC_PATCHES) cmd/sbx-reaper/build.sh; echo "$$GOARCH"; $${CC:-gcc} -dumpmachine 2>/dev/null; $${CC:-gcc} -dumpfullversion 2>/dev/null) | sha256sum | cut -c1-12); \
 	copy=$$(dirname "$$($(GO) env GOCACHE)")/sbx-gvisor/$$ver-$$key; \
 	if [ ! -e "$$copy/.sbx-complete" ]; then \
 		tmp="$$copy.tmp$$$$"; rm -rf "$$tmp"; mkdir -p "$$(dirname "$$copy")"; \
@@ -91,9 +91,7 @@ $(BIN)/runsc: go.mod go.sum $(RUNSC_PATCHES)
 		um="$$tmp/runsc/cmd/sandboxsetup/sbxumount"; \
 		if [ -f "$$um/umount.c" ]; then \
 			echo "==> runsc: building its /proc umounter (patch 18: gcc, no libc; runsc embeds it)"; \
-			$${CC:-gcc} -Os -static -nostdlib -ffreestanding -fno-stack-protector -fno-pie -no-pie \
-				-fno-asynchronous-unwind-tables -fno-ident -Wall -Wextra -Werror -s \
-				-o "$$um/umount.bin" "$$um/umount.c" || { rm -rf "$$tmp"; exit 1; }; \
+			cmd/sbx-reaper/build.sh "$$um/umount.bin" "$$um/umount.c" || { rm -rf "$$tmp"; exit 1; }; \
 			host=$$(uname -m | sed 's/x86_64/amd64/; s/aarch64/arm64/'); \
 			if [ -z "$$GOARCH" ] || [ "$$GOARCH" = "$$host" ]; then \
 				"$$um/umount.bin" 2>/dev/null && rc=0 || rc=$$?; \
