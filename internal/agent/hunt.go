@@ -619,9 +619,13 @@ func newPids(before, after map[int]bool, self int) []int {
 // processes of other execs, found by the group init gave each (someone's
 // `sbx exec -it` into the hunting sandbox must outlive the next run).
 func (h *hunt) leftovers(before, now map[int]bool) []int {
+	fresh := newPids(before, now, h.self)
+	if len(fresh) == 0 {
+		return nil
+	}
 	others := execGroups(h.self)
 	var out []int
-	for _, p := range newPids(before, now, h.self) {
+	for _, p := range fresh {
 		if p == 1 {
 			continue
 		}
