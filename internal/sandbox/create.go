@@ -248,6 +248,12 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, b bootSpec) error
 	if err := writeEtc(etc, sb.ID); err != nil {
 		return err
 	}
+	// the agent its image's processes run, or this sbxd's; noted for the
+	// images taken of it (noteImageAgent)
+	agentKey, agentDir := m.agentFor(b.from)
+	if err := os.WriteFile(filepath.Join(dir, sandboxAgentFile), []byte(agentKey+"\n"), 0o600); err != nil {
+		return err
+	}
 	var netns string // network none: runsc makes a namespace of its own
 	if sb.Network != NetworkNone {
 		nw, err := m.cfg.Networks.Get(sb.ID)
@@ -275,7 +281,7 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, b bootSpec) error
 	err = runsc.WriteBundle(bundle, runsc.SpecOptions{
 		Hostname:    sb.ID,
 		Rootfs:      b.rootfs,
-		AgentDir:    m.agentDir(),
+		AgentDir:    agentDir,
 		EtcDir:      etc,
 		NetNS:       netns,
 		CgroupsPath: m.cgroupsPath(sb.ID),

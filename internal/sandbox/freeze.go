@@ -768,6 +768,11 @@ func (f *freezeOwner) recordFreeze(ctx context.Context, sb *store.Sandbox, slot 
 		return
 	}
 	dropSlotFiles(f.images.mem(slot))
+	if err := noteImageAgent(f.host.sandboxDir(sb.ID), img); err != nil {
+		c.abandon(ctx)
+		fail(fmt.Errorf("note the freeze's agent: %w", err))
+		return
+	}
 	c.step(ctx, stepMoved)
 	crashPoint("freeze:moved")
 	size, err := f.images.complete(slot, true)
@@ -873,6 +878,13 @@ func (f *freezeOwner) reconcileFreeze(ctx context.Context, c *inFlight, in *stor
 		return "left to its slot", "the freeze was not moved into its image yet; it is recorded when its sandbox's slots are next looked at"
 	}
 	if !f.images.isComplete(in.ID) {
+		if !fileExists(filepath.Join(f.images.dir(in.ID), imageAgentFile)) {
+			// cut off before its agent was noted: the sandbox's note still
+			// says it (a boot that changed it made the slot moot)
+			if err := noteImageAgent(f.host.sandboxDir(in.SandboxID), f.images.dir(in.ID)); err != nil {
+				return "error", fmt.Sprintf("the freeze's agent cannot be noted: %v; it stays in %s", err, f.images.dir(in.ID))
+			}
+		}
 		size, err := f.images.complete(in.ID, true)
 		if err != nil {
 			return "error", fmt.Sprintf("the freeze's image cannot be completed: %v; it stays in %s", err, f.images.dir(in.ID))

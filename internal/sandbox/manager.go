@@ -5,15 +5,16 @@ package sandbox
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base32"
-	"errors"
+	"encoding/hex"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -164,6 +165,9 @@ type Manager struct {
 	log *slog.Logger
 	now func() time.Time
 
+	// agentKey names the agent directory fresh boots mount (installAgent).
+	agentKey string
+
 	// xfer is the content store of pushes and pulls (transfer.go), opened
 	// at the first
 	xfer struct {
@@ -239,7 +243,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m.reaper = reaper{host: managerReapHost{cfg.Store, m}, log: m.log, maxLifetime: cfg.MaxLifetime,
 		stoppedRetention: cfg.StoppedRetention, after: cfg.After}
-	for _, d := range []string{m.sandboxesDir(), m.agentDir(), m.images.root, m.freezes.freezeRoot()} {
+	for _, d := range []string{m.sandboxesDir(), m.agentRoot(), m.images.root, m.freezes.freezeRoot()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
@@ -249,7 +253,6 @@ func New(cfg Config) (*Manager, error) {
 
 func (m *Manager) sandboxesDir() string        { return filepath.Join(m.cfg.DataDir, "sandboxes") }
 func (m *Manager) sandboxDir(id string) string { return filepath.Join(m.sandboxesDir(), id) }
-func (m *Manager) agentDir() string            { return filepath.Join(m.cfg.DataDir, "agent") }
 
 // channelDir is sandbox id's exec channel directory, "" without one.
 func (m *Manager) channelDir(id string) string {
@@ -321,68 +324,167 @@ func (m *Manager) Start(ctx context.Context) error {
 	return nil
 }
 
-// installAgent copies the agent binary into the data dir, so the bind mount
+// installAgent installs the agent into the data dir, so the bind mount
 // every sandbox has keeps working when the build directory changes, with
-// what comes with it: the freeze command (a link to the agent) and the
-// freeze hooks (hooks.Files).
+// what comes with it: sbx-reaper, the freeze command (a link to the agent)
+// and the freeze hooks (hooks.Files).
+//
+// Each set of those files goes into a directory of its own, named by
+// their digest (DATA_DIR/agent/v/KEY), never written again: a memory
+// image's processes run the agent they were captured with, and its text is
+// mapped from the host's file, not kept in the image. A restore mounts the
+// directory its image names (imageAgent), so the init of a sandbox stopped
+// or snapshotted before an upgrade of sbx wakes up on its own binary, not
+// on a new one at the same path (which it did, and crashed at once). Old
+// directories are kept: a few MiB each upgrade.
 func (m *Manager) installAgent() error {
 	src, err := os.ReadFile(m.cfg.AgentBinary)
 	if err != nil {
 		return fmt.Errorf("install agent: %w (build it with `make build`)", err)
 	}
+	files := map[string][]byte{"sbx-agent": src}
+	// sbx-reaper beside the agent binary, when it was built (gcc): init
+	// then keeps an exec's timeout itself, without the agent's start
+	// (cmd/sbx-reaper); without it the agent's exec does
+	if body, err := os.ReadFile(filepath.Join(filepath.Dir(m.cfg.AgentBinary), "sbx-reaper")); err == nil {
+		files["sbx-reaper"] = body
+	}
+	for name, body := range hooks.Files {
+		files[filepath.FromSlash(name)] = body
+	}
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	for _, name := range names {
+		fmt.Fprintf(h, "%s %d\n", name, len(files[name]))
+		h.Write(files[name])
+	}
+	key := hex.EncodeToString(h.Sum(nil))[:16]
 	// /.sbx in every sandbox: every user there runs the agent (a timeout
 	// is enforced by it), so it is open to all of them; the data dir around
 	// it keeps the host's other users out
-	if err := os.Chmod(m.agentDir(), 0o755); err != nil {
-		return fmt.Errorf("install agent: %w", err)
-	}
-	if err := installFile(filepath.Join(m.agentDir(), "sbx-agent"), src, 0o755); err != nil {
-		return fmt.Errorf("install agent: %w", err)
-	}
-	// sbx-reaper beside the agent binary, when it was built (gcc): init
-	// then keeps an exec's timeout itself, without the agent's start
-	// (cmd/sbx-reaper); without it, or with an old one gone, the agent's
-	// exec does
-	reaper := filepath.Join(m.agentDir(), "sbx-reaper")
-	if body, err := os.ReadFile(filepath.Join(filepath.Dir(m.cfg.AgentBinary), "sbx-reaper")); err == nil {
-		if err := installFile(reaper, body, 0o755); err != nil {
-			return fmt.Errorf("install agent: sbx-reaper: %w", err)
+	for _, d := range []string{m.agentRoot(), filepath.Join(m.agentRoot(), "v")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("install agent: %w", err)
 		}
-	} else if err := os.Remove(reaper); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("install agent: sbx-reaper: %w", err)
-	}
-	link := filepath.Join(m.agentDir(), "freeze")
-	if t, err := os.Readlink(link); err != nil || t != "sbx-agent" {
-		_ = os.Remove(link)
-		if err := os.Symlink("sbx-agent", link); err != nil {
-			return fmt.Errorf("install agent: the freeze command: %w", err)
+		if err := os.Chmod(d, 0o755); err != nil {
+			return fmt.Errorf("install agent: %w", err)
 		}
 	}
-	for name, body := range hooks.Files {
-		p := filepath.Join(m.agentDir(), filepath.FromSlash(name))
+	dir := m.agentDirOf(key)
+	if fileExists(filepath.Join(dir, agentComplete)) {
+		m.agentKey = key
+		return nil
+	}
+	tmp := dir + ".tmp"
+	if err := os.RemoveAll(tmp); err != nil {
+		return fmt.Errorf("install agent: %w", err)
+	}
+	for _, name := range names {
+		p := filepath.Join(tmp, name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return fmt.Errorf("install agent: %w", err)
 		}
-		if err := installFile(p, body, 0o644); err != nil {
+		mode := os.FileMode(0o644)
+		if name == "sbx-agent" || name == "sbx-reaper" {
+			mode = 0o755
+		}
+		if err := os.WriteFile(p, files[name], mode); err != nil {
+			return fmt.Errorf("install agent: %w", err)
+		}
+		if err := os.Chmod(p, mode); err != nil { // past the umask
 			return fmt.Errorf("install agent: %w", err)
 		}
 	}
+	if err := os.Symlink("sbx-agent", filepath.Join(tmp, "freeze")); err != nil {
+		return fmt.Errorf("install agent: the freeze command: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, agentComplete), nil, 0o644); err != nil {
+		return fmt.Errorf("install agent: %w", err)
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return fmt.Errorf("install agent: %w", err)
+	}
+	_ = os.RemoveAll(dir) // one without its marker: cut short
+	if err := os.Rename(tmp, dir); err != nil {
+		return fmt.Errorf("install agent: %w", err)
+	}
+	m.agentKey = key
 	return nil
 }
 
-// installFile writes body to dst unless it holds it already, atomically.
-func installFile(dst string, body []byte, mode os.FileMode) error {
-	if cur, err := os.ReadFile(dst); err == nil && string(cur) == string(body) {
-		return nil
+// agentComplete marks an agent directory whole.
+const agentComplete = ".complete"
+
+// agentLegacy names the agent of a sandbox or image from before agent
+// directories had versions: the files right in DATA_DIR/agent.
+const agentLegacy = "legacy"
+
+func (m *Manager) agentRoot() string { return filepath.Join(m.cfg.DataDir, "agent") }
+
+// agentDirOf is the directory of agent key.
+func (m *Manager) agentDirOf(key string) string {
+	if key == agentLegacy {
+		return m.agentRoot()
 	}
-	tmp := dst + ".tmp"
-	if err := os.WriteFile(tmp, body, mode); err != nil {
-		return err
+	return filepath.Join(m.agentRoot(), "v", key)
+}
+
+// agentFor is the agent a sandbox booting from image img (none: a fresh
+// boot) mounts, and its key: the one the image was captured with, if this
+// host has it, else this sbxd's own (an image from another host, or from
+// before images named their agent and with no legacy agent left; its init
+// then runs a binary it was not captured with, and may not wake up).
+func (m *Manager) agentFor(img string) (key, dir string) {
+	if img == "" {
+		return m.agentKey, m.agentDirOf(m.agentKey)
 	}
-	if err := os.Chmod(tmp, mode); err != nil {
-		return err
+	want := agentLegacy
+	if b, err := os.ReadFile(filepath.Join(m.images.dir(img), imageAgentFile)); err == nil {
+		want = strings.TrimSpace(string(b))
 	}
-	return os.Rename(tmp, dst)
+	if validAgentKey(want) {
+		d := m.agentDirOf(want)
+		if want == agentLegacy && fileExists(filepath.Join(d, "sbx-agent")) || want != agentLegacy && fileExists(filepath.Join(d, agentComplete)) {
+			return want, d
+		}
+	}
+	m.log.Warn("the agent an image was captured with is not on this host; its restore runs this sbxd's agent", "image", img, "agent", want)
+	return m.agentKey, m.agentDirOf(m.agentKey)
+}
+
+// validAgentKey says whether k can name an agent directory: legacy, or
+// hex digits (it is read from files in the data dir).
+func validAgentKey(k string) bool {
+	if k == agentLegacy {
+		return true
+	}
+	if len(k) != 16 {
+		return false
+	}
+	_, err := hex.DecodeString(k)
+	return err == nil
+}
+
+// imageAgentFile, in a memory image, names the agent its processes run;
+// sandboxAgentFile, in a sandbox's directory, the agent it booted with.
+const (
+	imageAgentFile   = "AGENT"
+	sandboxAgentFile = "agent"
+)
+
+// noteImageAgent records in the memory image at imageDir the agent the
+// sandbox at sandboxDir runs (its own note; none: a sandbox booted by an
+// sbxd from before the notes, on the legacy agent).
+func noteImageAgent(sandboxDir, imageDir string) error {
+	key := agentLegacy
+	if b, err := os.ReadFile(filepath.Join(sandboxDir, sandboxAgentFile)); err == nil && validAgentKey(strings.TrimSpace(string(b))) {
+		key = strings.TrimSpace(string(b))
+	}
+	return os.WriteFile(filepath.Join(imageDir, imageAgentFile), []byte(key+"\n"), 0o600)
 }
 
 // from is the states a transition may come from.
