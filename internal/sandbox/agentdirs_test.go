@@ -3,15 +3,20 @@ package sandbox
 import (
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
+
+	"sbx.dev/sbx/internal/agent/hooks"
 )
 
 // TestAgentVersions: each agent is installed into a directory of its own,
 // never written again; an image names the agent it was captured with and
 // a restore mounts that one, while fresh boots mount the newest.
 func TestAgentVersions(t *testing.T) {
+	// a strict umask: the install must not depend on the caller's
+	defer syscall.Umask(syscall.Umask(0o077))
 	m, _ := newTestManager(t, 0)
-	oldKey, oldDir := m.agentFor("")
+	oldKey, oldDir, _ := m.agentFor("")
 	oldBody, err := os.ReadFile(filepath.Join(oldDir, "sbx-agent"))
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +37,7 @@ func TestAgentVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := noteImageAgent(sbDir, m.images.dir(img)); err != nil {
+	if err := noteImageAgent("", sbDir, m.images.dir(img)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -43,27 +48,28 @@ func TestAgentVersions(t *testing.T) {
 	if err := m.installAgent(); err != nil {
 		t.Fatal(err)
 	}
-	newKey, newDir := m.agentFor("")
+	newKey, newDir, _ := m.agentFor("")
 	if newKey == oldKey || newDir == oldDir {
 		t.Fatalf("the new agent went to %s (%s), the old one's directory", newDir, newKey)
 	}
 	if b, err := os.ReadFile(filepath.Join(oldDir, "sbx-agent")); err != nil || string(b) != string(oldBody) {
 		t.Errorf("the old agent's binary changed under its sandboxes: %q, %v", b, err)
 	}
-	if key, dir := m.agentFor(img); key != oldKey || dir != oldDir {
-		t.Errorf("a restore of the image mounts %s (%s), want the agent it was captured with, %s", dir, key, oldDir)
+	if key, dir, err := m.agentFor(img); err != nil || key != oldKey || dir != oldDir {
+		t.Errorf("a restore of the image mounts %s (%s, %v), want the agent it was captured with, %s", dir, key, err, oldDir)
 	}
 
 	// installing the same agent again changes nothing
 	if err := m.installAgent(); err != nil {
 		t.Fatal(err)
 	}
-	if k, _ := m.agentFor(""); k != newKey {
+	if k, _, _ := m.agentFor(""); k != newKey {
 		t.Errorf("a second install of the same agent gave %s, want %s", k, newKey)
 	}
 
-	// an image naming no agent (taken before the notes), one whose agent
-	// this host lacks, and one whose note is not a key: this sbxd's
+	// an image naming no agent (taken before the notes; no legacy agent
+	// here), one whose agent this host lacks, and one whose note is not a
+	// key: refused, its init would wake up on another binary
 	for name, note := range map[string]string{"none": "", "missing": "0123456789abcdef", "escape": "../../../etc"} {
 		img, err := m.images.make(true)
 		if err != nil {
@@ -74,8 +80,8 @@ func TestAgentVersions(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if key, dir := m.agentFor(img); key != newKey || dir != newDir {
-			t.Errorf("%s: a restore mounts %s (%s), want this sbxd's %s", name, dir, key, newDir)
+		if key, dir, err := m.agentFor(img); err == nil {
+			t.Errorf("%s: a restore mounts %s (%s), want it refused", name, dir, key)
 		}
 	}
 
@@ -89,16 +95,46 @@ func TestAgentVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := noteImageAgent(legacyDir, m.images.dir(img)); err != nil {
+	if err := noteImageAgent("", legacyDir, m.images.dir(img)); err != nil {
 		t.Fatal(err)
 	}
-	if key, _ := m.agentFor(img); key != newKey {
-		t.Errorf("a legacy image with no legacy agent left restores on %s, want %s", key, newKey)
+	if _, _, err := m.agentFor(img); err == nil {
+		t.Errorf("a legacy image with no legacy agent left restores")
 	}
 	if err := os.WriteFile(filepath.Join(m.agentRoot(), "sbx-agent"), oldBody, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if key, dir := m.agentFor(img); key != agentLegacy || dir != m.agentRoot() {
-		t.Errorf("a legacy image restores on %s (%s), want the legacy agent in %s", dir, key, m.agentRoot())
+	if key, dir, err := m.agentFor(img); err != nil || key != agentLegacy || dir != m.agentRoot() {
+		t.Errorf("a legacy image restores on %s (%s, %v), want the legacy agent in %s", dir, key, err, m.agentRoot())
+	}
+
+	// an agent directory whose files are not what its name says (a crash
+	// kept the rename, not the data) is written again
+	if err := os.WriteFile(filepath.Join(newDir, "sbx-agent"), nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.installAgent(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(newDir, "sbx-agent")); err != nil || len(b) == 0 {
+		t.Errorf("a damaged agent directory was kept: %q, %v", b, err)
+	}
+	// and what a killed install left is removed
+	if err := os.MkdirAll(filepath.Join(m.agentRoot(), "v", "fedcba9876543210.tmp"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.installAgent(); err != nil {
+		t.Fatal(err)
+	}
+	if fileExists(filepath.Join(m.agentRoot(), "v", "fedcba9876543210.tmp")) {
+		t.Errorf("a killed install's temporary directory is left")
+	}
+	// every user inside reads the hooks
+	for name := range hooks.Files {
+		for d := filepath.Dir(filepath.Join(newDir, filepath.FromSlash(name))); d != newDir; d = filepath.Dir(d) {
+			if fi, err := os.Stat(d); err != nil || fi.Mode().Perm() != 0o755 {
+				t.Errorf("%s: %v %v, want 0755", d, fi.Mode(), err)
+			}
+		}
 	}
 }

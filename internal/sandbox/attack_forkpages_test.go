@@ -131,6 +131,9 @@ func TestAttackForkPagesSnapshotReconciledReleases(t *testing.T) {
 	if err := m.cfg.Runtime.Checkpoint(ctx, k, m.images.mem(snap), true); err != nil {
 		t.Fatal(err)
 	}
+	if err := noteImageAgent("", m.sandboxDir(k), m.images.dir(snap)); err != nil { // as capture() does
+		t.Fatal(err)
+	}
 	if _, err := m.images.complete(snap, true); err != nil {
 		t.Fatal(err)
 	}
@@ -172,6 +175,9 @@ func TestAttackForkPagesAdoptedOnCopyReleases(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := m.cfg.Runtime.Checkpoint(ctx, k, m.images.mem(snap), true); err != nil {
+		t.Fatal(err)
+	}
+	if err := noteImageAgent("", m.sandboxDir(k), m.images.dir(snap)); err != nil { // as capture() does
 		t.Fatal(err)
 	}
 	if _, err := m.images.complete(snap, true); err != nil {

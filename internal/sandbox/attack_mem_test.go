@@ -33,7 +33,25 @@ import (
 // (testFacts), of a 256 MiB sandbox.
 func memManifest(name string) snapstore.Manifest {
 	return snapstore.Manifest{Name: name, Memory: true, Template: "tiny", TemplateVersion: "sha256:" + strings.Repeat("1", 64),
-		RunscSHA256: testFacts.RunscSHA256, CPUFeatures: []string{"fpu"}, CacheLineBytes: 64, Record: []byte(`{"memLimit":268435456}`)}
+		RunscSHA256: testFacts.RunscSHA256, CPUFeatures: []string{"fpu"}, CacheLineBytes: 64, Record: []byte(`{"memLimit":268435456,"agent":"` + testAgentKey() + `"}`)}
+}
+
+// testAgentKey is the key of the agent every newTestManager installs.
+func testAgentKey() string {
+	dir, err := os.MkdirTemp("", "sbx-agent-key-")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "agent-bin")
+	if err := os.WriteFile(bin, []byte("#!/bin/true\n"), 0o755); err != nil {
+		panic(err)
+	}
+	_, _, key, err := agentFiles(bin)
+	if err != nil {
+		panic(err)
+	}
+	return key
 }
 
 // stateFile is a checkpoint.img as runsc writes it: its magic, the length

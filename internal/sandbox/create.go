@@ -235,6 +235,11 @@ type bootSpec struct {
 // that exists already (a stopped sandbox's) is kept.
 func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, b bootSpec) error {
 	dir := m.sandboxDir(sb.ID)
+	// the agent its image's processes run, or this sbxd's
+	agentKey, agentDir, err := m.agentFor(b.from)
+	if err != nil {
+		return err
+	}
 	etc, upper := filepath.Join(dir, "etc"), filepath.Join(dir, "upper")
 	// A stale overlay store (of a stopped sandbox) must not be reused.
 	if err := os.RemoveAll(upper); err != nil {
@@ -246,12 +251,6 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, b bootSpec) error
 		}
 	}
 	if err := writeEtc(etc, sb.ID); err != nil {
-		return err
-	}
-	// the agent its image's processes run, or this sbxd's; noted for the
-	// images taken of it (noteImageAgent)
-	agentKey, agentDir := m.agentFor(b.from)
-	if err := os.WriteFile(filepath.Join(dir, sandboxAgentFile), []byte(agentKey+"\n"), 0o600); err != nil {
 		return err
 	}
 	var netns string // network none: runsc makes a namespace of its own
@@ -270,8 +269,13 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, b bootSpec) error
 		}
 		netns = nw.Path
 	}
-	slot, annotations, env, err := m.freezes.armFreeze(ctx, sb, b.from)
+	slot, annotations, env, err := m.freezes.armFreeze(ctx, sb, b.from, agentKey)
 	if err != nil {
+		return err
+	}
+	// noted for the images taken of it (noteImageAgent); after the freezes
+	// of its earlier boots were settled, which read the note of theirs
+	if err := writeSynced(filepath.Join(dir, sandboxAgentFile), []byte(agentKey+"\n")); err != nil {
 		return err
 	}
 	if sb.Disk != "" {

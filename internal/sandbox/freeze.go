@@ -143,10 +143,13 @@ func (f *freezeOwner) slotDir(id, slot string) string { return filepath.Join(f.f
 // slotMeta is what sbxd notes in a slot when it arms it: the name its
 // freeze is recorded as, and the disk the boot's checkpoint names.
 type slotMeta struct {
-	Name    string    `json:"name"`
-	Sandbox string    `json:"sandbox"`
-	Disk    string    `json:"disk,omitempty"`
-	Armed   time.Time `json:"armed"`
+	Name    string `json:"name"`
+	Sandbox string `json:"sandbox"`
+	Disk    string `json:"disk,omitempty"`
+	// Agent is the agent directory the boot mounts, whose binary a freeze
+	// of it runs (noteImageAgent)
+	Agent string    `json:"agent,omitempty"`
+	Armed time.Time `json:"armed"`
 }
 
 const (
@@ -172,8 +175,9 @@ func freezeName(sb *store.Sandbox, slot string) string {
 // armFreeze settles what earlier boots of sb left in its freeze dir and
 // makes the slot of the boot about to start. It returns the slot, the
 // spec's annotations and environment for it. from is the image the boot
-// restores ("" for a boot from the template).
-func (f *freezeOwner) armFreeze(ctx context.Context, sb *store.Sandbox, from string) (string, map[string]string, []string, error) {
+// restores ("" for a boot from the template), agent the agent directory it
+// mounts.
+func (f *freezeOwner) armFreeze(ctx context.Context, sb *store.Sandbox, from, agent string) (string, map[string]string, []string, error) {
 	f.settleFreezesLocked(ctx, sb, false)
 	f.pruneConfirms(sb.ID)
 	slot := newID("im_")
@@ -185,7 +189,7 @@ func (f *freezeOwner) armFreeze(ctx context.Context, sb *store.Sandbox, from str
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", nil, nil, fmt.Errorf("freeze slot: %w", err)
 	}
-	meta, _ := json.Marshal(slotMeta{Name: name, Sandbox: sb.ID, Disk: sb.Disk, Armed: f.host.now().UTC()})
+	meta, _ := json.Marshal(slotMeta{Name: name, Sandbox: sb.ID, Disk: sb.Disk, Agent: agent, Armed: f.host.now().UTC()})
 	if err := os.WriteFile(filepath.Join(dir, slotMetaFile), meta, 0o600); err != nil {
 		return "", nil, nil, fmt.Errorf("freeze slot: %w", err)
 	}
@@ -768,7 +772,7 @@ func (f *freezeOwner) recordFreeze(ctx context.Context, sb *store.Sandbox, slot 
 		return
 	}
 	dropSlotFiles(f.images.mem(slot))
-	if err := noteImageAgent(f.host.sandboxDir(sb.ID), img); err != nil {
+	if err := noteImageAgent(meta.Agent, f.host.sandboxDir(sb.ID), img); err != nil {
 		c.abandon(ctx)
 		fail(fmt.Errorf("note the freeze's agent: %w", err))
 		return
@@ -879,9 +883,10 @@ func (f *freezeOwner) reconcileFreeze(ctx context.Context, c *inFlight, in *stor
 	}
 	if !f.images.isComplete(in.ID) {
 		if !fileExists(filepath.Join(f.images.dir(in.ID), imageAgentFile)) {
-			// cut off before its agent was noted: the sandbox's note still
-			// says it (a boot that changed it made the slot moot)
-			if err := noteImageAgent(f.host.sandboxDir(in.SandboxID), f.images.dir(in.ID)); err != nil {
+			// cut off before its agent was noted: its slot's record, moved
+			// into the image with it, says which (else its sandbox's note)
+			meta := readSlotMeta(f.images.dir(in.ID))
+			if err := noteImageAgent(meta.Agent, f.host.sandboxDir(in.SandboxID), f.images.dir(in.ID)); err != nil {
 				return "error", fmt.Sprintf("the freeze's agent cannot be noted: %v; it stays in %s", err, f.images.dir(in.ID))
 			}
 		}

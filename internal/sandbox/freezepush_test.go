@@ -34,7 +34,7 @@ func memorySnapshotOf(t *testing.T, m *Manager, name string, freeze bool) *store
 		t.Fatal(err)
 	}
 	files := map[string][]byte{"memory/checkpoint.img": []byte("kernel"),
-		"memory/pages_meta.img": []byte("meta"), "memory/pages.img": []byte("pages")}
+		"memory/pages_meta.img": []byte("meta"), "memory/pages.img": []byte("pages"), imageAgentFile: []byte(m.agentKey + "\n")}
 	// a freeze's image is its memory alone, its disk the tar its boot
 	// started from (the record's Disk); a snapshot's holds its disk.tar
 	var disk string

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -338,15 +339,96 @@ func (m *Manager) Start(ctx context.Context) error {
 // on a new one at the same path (which it did, and crashed at once). Old
 // directories are kept: a few MiB each upgrade.
 func (m *Manager) installAgent() error {
-	src, err := os.ReadFile(m.cfg.AgentBinary)
+	files, names, key, err := agentFiles(m.cfg.AgentBinary)
 	if err != nil {
-		return fmt.Errorf("install agent: %w (build it with `make build`)", err)
+		return err
+	}
+	// /.sbx in every sandbox: every user there runs the agent (a timeout
+	// is enforced by it), so it is open to all of them; the data dir around
+	// it keeps the host's other users out
+	for _, d := range []string{m.agentRoot(), filepath.Join(m.agentRoot(), "v")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("install agent: %w", err)
+		}
+		if err := os.Chmod(d, 0o755); err != nil {
+			return fmt.Errorf("install agent: %w", err)
+		}
+	}
+	versions := filepath.Join(m.agentRoot(), "v")
+	// what a killed install left
+	if tmps, _ := filepath.Glob(filepath.Join(versions, "*.tmp")); len(tmps) > 0 {
+		for _, t := range tmps {
+			_ = os.RemoveAll(t)
+		}
+	}
+	dir := m.agentDirOf(key)
+	if fileExists(filepath.Join(dir, agentComplete)) && agentDirHolds(dir, files) {
+		m.agentKey = key
+		return nil
+	}
+	// none, cut short, or not what its name says (a crash that kept the
+	// rename and lost the data): written again, whole
+	tmp := dir + ".tmp"
+	for _, name := range names {
+		p := filepath.Join(tmp, name)
+		for d := filepath.Dir(p); ; d = filepath.Dir(d) {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return fmt.Errorf("install agent: %w", err)
+			}
+			if err := os.Chmod(d, 0o755); err != nil { // past the umask: every user inside reads it
+				return fmt.Errorf("install agent: %w", err)
+			}
+			if d == tmp {
+				break
+			}
+		}
+		mode := os.FileMode(0o644)
+		if name == "sbx-agent" || name == "sbx-reaper" {
+			mode = 0o755
+		}
+		if err := writeSynced(p, files[name]); err != nil {
+			return fmt.Errorf("install agent: %w", err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			return fmt.Errorf("install agent: %w", err)
+		}
+	}
+	if err := os.Symlink("sbx-agent", filepath.Join(tmp, "freeze")); err != nil {
+		return fmt.Errorf("install agent: the freeze command: %w", err)
+	}
+	if err := writeSynced(filepath.Join(tmp, agentComplete), nil); err != nil {
+		return fmt.Errorf("install agent: %w", err)
+	}
+	if err := syncTree(tmp); err != nil {
+		return fmt.Errorf("install agent: %w", err)
+	}
+	// a directory of this name that is not whole was never mounted whole:
+	// its sandboxes, if any, keep the one they mount
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("install agent: %w", err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return fmt.Errorf("install agent: %w", err)
+	}
+	if err := syncDir(versions); err != nil {
+		return fmt.Errorf("install agent: %w", err)
+	}
+	m.agentKey = key
+	return nil
+}
+
+// agentFiles reads the files of the agent directory of the agent binary
+// at bin: their bodies by name, the names in order, and the key they make.
+func agentFiles(bin string) (map[string][]byte, []string, string, error) {
+	src, err := os.ReadFile(bin)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("install agent: %w (build it with `make build`)", err)
 	}
 	files := map[string][]byte{"sbx-agent": src}
 	// sbx-reaper beside the agent binary, when it was built (gcc): init
 	// then keeps an exec's timeout itself, without the agent's start
 	// (cmd/sbx-reaper); without it the agent's exec does
-	if body, err := os.ReadFile(filepath.Join(filepath.Dir(m.cfg.AgentBinary), "sbx-reaper")); err == nil {
+	if body, err := os.ReadFile(filepath.Join(filepath.Dir(bin), "sbx-reaper")); err == nil {
 		files["sbx-reaper"] = body
 	}
 	for name, body := range hooks.Files {
@@ -362,58 +444,28 @@ func (m *Manager) installAgent() error {
 		fmt.Fprintf(h, "%s %d\n", name, len(files[name]))
 		h.Write(files[name])
 	}
-	key := hex.EncodeToString(h.Sum(nil))[:16]
-	// /.sbx in every sandbox: every user there runs the agent (a timeout
-	// is enforced by it), so it is open to all of them; the data dir around
-	// it keeps the host's other users out
-	for _, d := range []string{m.agentRoot(), filepath.Join(m.agentRoot(), "v")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return fmt.Errorf("install agent: %w", err)
-		}
-		if err := os.Chmod(d, 0o755); err != nil {
-			return fmt.Errorf("install agent: %w", err)
-		}
-	}
-	dir := m.agentDirOf(key)
-	if fileExists(filepath.Join(dir, agentComplete)) {
-		m.agentKey = key
-		return nil
-	}
-	tmp := dir + ".tmp"
-	if err := os.RemoveAll(tmp); err != nil {
-		return fmt.Errorf("install agent: %w", err)
-	}
-	for _, name := range names {
-		p := filepath.Join(tmp, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return fmt.Errorf("install agent: %w", err)
-		}
-		mode := os.FileMode(0o644)
-		if name == "sbx-agent" || name == "sbx-reaper" {
-			mode = 0o755
-		}
-		if err := os.WriteFile(p, files[name], mode); err != nil {
-			return fmt.Errorf("install agent: %w", err)
-		}
-		if err := os.Chmod(p, mode); err != nil { // past the umask
-			return fmt.Errorf("install agent: %w", err)
+	return files, names, hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// agentDirHolds says whether agent directory dir holds files, byte for byte.
+func agentDirHolds(dir string, files map[string][]byte) bool {
+	for name, body := range files {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || string(b) != string(body) {
+			return false
 		}
 	}
-	if err := os.Symlink("sbx-agent", filepath.Join(tmp, "freeze")); err != nil {
-		return fmt.Errorf("install agent: the freeze command: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(tmp, agentComplete), nil, 0o644); err != nil {
-		return fmt.Errorf("install agent: %w", err)
-	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return fmt.Errorf("install agent: %w", err)
-	}
-	_ = os.RemoveAll(dir) // one without its marker: cut short
-	if err := os.Rename(tmp, dir); err != nil {
-		return fmt.Errorf("install agent: %w", err)
-	}
-	m.agentKey = key
-	return nil
+	return true
+}
+
+// syncTree syncs every directory under root, root included.
+func syncTree(root string) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		return syncDir(p)
+	})
 }
 
 // agentComplete marks an agent directory whole.
@@ -434,26 +486,48 @@ func (m *Manager) agentDirOf(key string) string {
 }
 
 // agentFor is the agent a sandbox booting from image img (none: a fresh
-// boot) mounts, and its key: the one the image was captured with, if this
-// host has it, else this sbxd's own (an image from another host, or from
-// before images named their agent and with no legacy agent left; its init
-// then runs a binary it was not captured with, and may not wake up).
-func (m *Manager) agentFor(img string) (key, dir string) {
+// boot) mounts, and its key: the one the image was captured with. An
+// image whose agent this host lacks (from before images named theirs,
+// with no legacy agent left) is an error: its init would wake up on a
+// binary it was not captured with and die, so a resume boots from the
+// disk instead, and a create from it is refused.
+func (m *Manager) agentFor(img string) (key, dir string, err error) {
 	if img == "" {
-		return m.agentKey, m.agentDirOf(m.agentKey)
+		return m.agentKey, m.agentDirOf(m.agentKey), nil
 	}
-	want := agentLegacy
-	if b, err := os.ReadFile(filepath.Join(m.images.dir(img), imageAgentFile)); err == nil {
-		want = strings.TrimSpace(string(b))
+	want := imageAgent(m.images.dir(img))
+	if want == "" {
+		want = agentLegacy
 	}
-	if validAgentKey(want) {
-		d := m.agentDirOf(want)
-		if want == agentLegacy && fileExists(filepath.Join(d, "sbx-agent")) || want != agentLegacy && fileExists(filepath.Join(d, agentComplete)) {
-			return want, d
-		}
+	if m.hasAgent(want) {
+		return want, m.agentDirOf(want), nil
 	}
-	m.log.Warn("the agent an image was captured with is not on this host; its restore runs this sbxd's agent", "image", img, "agent", want)
-	return m.agentKey, m.agentDirOf(m.agentKey)
+	return "", "", api.Errorf(api.ErrConflict, "image %s was captured with an agent this host does not have (%s): its processes cannot be woken up here", img, want)
+}
+
+// hasAgent says whether agent key is installed here, whole.
+func (m *Manager) hasAgent(key string) bool {
+	if !validAgentKey(key) {
+		return false
+	}
+	d := m.agentDirOf(key)
+	if key == agentLegacy {
+		return fileExists(filepath.Join(d, "sbx-agent"))
+	}
+	return fileExists(filepath.Join(d, agentComplete))
+}
+
+// imageAgent is the agent the memory image at dir notes, "" if none (or
+// not a key).
+func imageAgent(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, imageAgentFile))
+	if err != nil {
+		return ""
+	}
+	if k := strings.TrimSpace(string(b)); validAgentKey(k) {
+		return k
+	}
+	return ""
 }
 
 // validAgentKey says whether k can name an agent directory: legacy, or
@@ -476,15 +550,18 @@ const (
 	sandboxAgentFile = "agent"
 )
 
-// noteImageAgent records in the memory image at imageDir the agent the
-// sandbox at sandboxDir runs (its own note; none: a sandbox booted by an
-// sbxd from before the notes, on the legacy agent).
-func noteImageAgent(sandboxDir, imageDir string) error {
-	key := agentLegacy
-	if b, err := os.ReadFile(filepath.Join(sandboxDir, sandboxAgentFile)); err == nil && validAgentKey(strings.TrimSpace(string(b))) {
-		key = strings.TrimSpace(string(b))
+// noteImageAgent records in the memory image at imageDir the agent its
+// processes run: key if it names one, else the note of the sandbox at
+// sandboxDir (none: a sandbox booted by an sbxd from before the notes, on
+// the legacy agent).
+func noteImageAgent(key, sandboxDir, imageDir string) error {
+	if !validAgentKey(key) {
+		key = agentLegacy
+		if b, err := os.ReadFile(filepath.Join(sandboxDir, sandboxAgentFile)); sandboxDir != "" && err == nil && validAgentKey(strings.TrimSpace(string(b))) {
+			key = strings.TrimSpace(string(b))
+		}
 	}
-	return os.WriteFile(filepath.Join(imageDir, imageAgentFile), []byte(key+"\n"), 0o600)
+	return writeSynced(filepath.Join(imageDir, imageAgentFile), []byte(key+"\n"))
 }
 
 // from is the states a transition may come from.

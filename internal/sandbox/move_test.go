@@ -30,7 +30,7 @@ func stoppedSandbox(t *testing.T, m *Manager, name string) *store.Sandbox {
 		t.Fatal(err)
 	}
 	for p, b := range map[string][]byte{diskTar: tinyTar(t, "d", 10), "memory/checkpoint.img": []byte("kernel"),
-		"memory/pages_meta.img": []byte("meta"), "memory/pages.img": []byte("pages")} {
+		"memory/pages_meta.img": []byte("meta"), "memory/pages.img": []byte("pages"), imageAgentFile: []byte(m.agentKey + "\n")} {
 		if err := os.WriteFile(filepath.Join(m.images.dir(img), p), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -84,8 +84,8 @@ func TestPushAdoptSandbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !pushed.Memory || !strings.Contains(pushed.Ref, "@sha256:") || pushed.Files != 4 {
-		t.Fatalf("push: %+v, want its memory, by digest, 4 files", pushed)
+	if !pushed.Memory || !strings.Contains(pushed.Ref, "@sha256:") || pushed.Files != 5 {
+		t.Fatalf("push: %+v, want its memory, by digest, 5 files (the disk, the checkpoint's three, its agent's note)", pushed)
 	}
 	if got, _ := a.cfg.Store.Sandbox(ctx, sb.ID); got == nil || got.State != api.StateStopped || !a.images.isComplete(got.Image) {
 		t.Fatalf("the pushed sandbox on its node: %+v, want it stopped there with its image", got)

@@ -80,7 +80,7 @@ func (m *Manager) capture(ctx context.Context, c *inFlight, id string, kind capt
 		}
 		// its processes wake up on the agent they run now, not this
 		// sbxd's of the day of the restore
-		if err := noteImageAgent(m.sandboxDir(id), m.images.dir(img)); err != nil {
+		if err := noteImageAgent("", m.sandboxDir(id), m.images.dir(img)); err != nil {
 			return 0, 0, fmt.Errorf("note the image's agent: %w", err)
 		}
 		c.step(ctx, stepMemoryWritten)

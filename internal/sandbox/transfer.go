@@ -81,6 +81,9 @@ type transferRecord struct {
 	// Disk is the tar its sandbox booted on, on the node that pushed it,
 	// as its memory image names it: a pull names a disk of its own.
 	Disk string `json:"disk,omitempty"`
+	// Agent is the agent its memory's processes run (the image's note,
+	// imageAgentFile): a node without it keeps the disk alone.
+	Agent string `json:"agent,omitempty"`
 }
 
 func (m *Manager) transferStore() (*transfers, error) {
@@ -109,7 +112,7 @@ func (m *Manager) PushSnapshot(ctx context.Context, name string, req api.PushReq
 		return nil, err
 	}
 	rec, _ := json.Marshal(transferRecord{SandboxID: sn.SandboxID, CreatedAt: sn.CreatedAt, CPUs: sn.CPUs, MemLimit: sn.MemLimit,
-		Pids: sn.Pids, DiskLimit: sn.DiskLimit, Network: sn.Network, Disk: sn.Disk})
+		Pids: sn.Pids, DiskLimit: sn.DiskLimit, Network: sn.Network, Disk: sn.Disk, Agent: imageAgent(m.images.dir(sn.ID))})
 	man := snapstore.Manifest{Name: sn.Name, Memory: sn.Memory, Template: sn.Template, TemplateVersion: sn.TemplateVersion, Record: rec}
 	if sn.Memory && m.cfg.HostFacts != nil {
 		f, err := m.cfg.HostFacts()
@@ -228,6 +231,11 @@ func (m *Manager) PullSnapshot(ctx context.Context, req api.PullRequest) (*api.P
 	if memory {
 		if left = m.memoryFits(man); left != "" {
 			memory = false
+		} else if rec.Agent == agentLegacy || !m.hasAgent(rec.Agent) {
+			// (a legacy agent is whatever another node had last)
+			// its processes would wake up on another binary than theirs
+			left = fmt.Sprintf("the agent its processes run (%q) is not on this node: it is recorded as a disk snapshot and boots from its disk", rec.Agent)
+			memory = false
 		}
 	}
 	files := man
@@ -316,6 +324,12 @@ func (m *Manager) PullSnapshot(ctx context.Context, req api.PullRequest) (*api.P
 		if err != nil {
 			_ = m.images.remove(img)
 			return nil, api.Errorf(api.ErrInvalid, "pull %s: %v", req.Ref, err)
+		}
+	}
+	if memory {
+		if err := noteImageAgent(rec.Agent, "", m.images.dir(img)); err != nil {
+			_ = m.images.remove(img)
+			return nil, fmt.Errorf("pull %s: note its agent: %w", req.Ref, err)
 		}
 	}
 	size, err := m.images.complete(img, true)

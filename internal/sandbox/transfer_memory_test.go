@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"net/http/httptest"
@@ -63,7 +64,7 @@ func TestPullMemorySnapshot(t *testing.T) {
 	m, _ := newTestManager(t, time.Hour)
 	m.cfg.HostFacts = func() (HostFacts, error) { return testFacts, nil }
 	man := snapstore.Manifest{Name: "mem", Memory: true, Template: "tiny", TemplateVersion: "sha256:" + strings.Repeat("1", 64),
-		RunscSHA256: testFacts.RunscSHA256, CPUFeatures: []string{"fpu"}, CacheLineBytes: 64, Record: []byte(`{"memLimit":268435456}`)}
+		RunscSHA256: testFacts.RunscSHA256, CPUFeatures: []string{"fpu"}, CacheLineBytes: 64, Record: []byte(`{"memLimit":268435456,"agent":"` + m.agentKey + `"}`)}
 	files := map[string][]byte{diskTar: tinyTar(t, "d", 10), "memory/checkpoint.img": []byte("kernel"), "memory/pages_meta.img": []byte("meta"), "memory/pages.img": []byte("pages"),
 		"memory/COMPLETE": []byte("x"), "memory/deep/x": []byte("x"), "other": []byte("o")}
 
@@ -80,6 +81,10 @@ func TestPullMemorySnapshot(t *testing.T) {
 	}
 	if got, err := os.ReadFile(filepath.Join(m.images.mem(sn.ID), "pages.img")); err != nil || string(got) != "pages" {
 		t.Errorf("the pulled memory's pages.img: %q %v", got, err)
+	}
+	// it restores on the agent its processes run, this node's too
+	if key, _, err := m.agentFor(sn.ID); err != nil || key != m.agentKey {
+		t.Errorf("the pulled image restores on agent %q (%v), want %s", key, err, m.agentKey)
 	}
 	for _, p := range []string{"memory/COMPLETE", "memory/deep", "other"} {
 		if _, err := os.Stat(filepath.Join(m.images.dir(sn.ID), p)); err == nil {
@@ -112,6 +117,22 @@ func TestPullMemorySnapshot(t *testing.T) {
 	sn, _ = m.cfg.Store.Snapshot(ctx, "other")
 	if _, err := os.Stat(m.images.mem(sn.ID)); err == nil || sn.Disk != "" {
 		t.Errorf("the disk snapshot pulled has memory files or a disk of its own (%q)", sn.Disk)
+	}
+
+	// an image whose agent this node lacks, or which names none (pushed
+	// by an sbx from before the notes) or the legacy one (whatever the
+	// pushing node had): its processes would wake up on another binary
+	for i, rec := range []string{`{"agent":"0123456789abcdef"}`, `{}`, `{"agent":"legacy"}`} {
+		other := man
+		other.Record = []byte(rec)
+		name := fmt.Sprintf("agentless-%d", i)
+		res, err = m.PullSnapshot(ctx, api.PullRequest{Ref: hostilePushManifest(t, srv, fmt.Sprintf("sbx/mem:a%d", i), files, other), Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Snapshot.Memory || !strings.Contains(res.MemoryLeft, "agent") {
+			t.Errorf("record %s: pulled as %+v, want a disk snapshot saying the agent is missing", rec, res)
+		}
 	}
 
 	// memory more than its sandbox can have written: refused before a
