@@ -24,6 +24,8 @@ func TestAgentUpgradeKeepsImages(t *testing.T) {
 
 	stopped := d.newSandbox(t)
 	sleeper := d.must(t, "exec", "-d", stopped, "sleep", "1000")
+	orphan := d.newSandbox(t) // its agent goes missing below
+	d.must(t, "stop", "--wait", orphan)
 	snapped := d.newSandbox(t)
 	d.must(t, "snapshot", snapped, "before-upgrade", "--memory")
 	d.must(t, "stop", "--wait", stopped)
@@ -85,5 +87,32 @@ func TestAgentUpgradeKeepsImages(t *testing.T) {
 	}
 	if sb := d.info(t, restored); sb.State != "ready" {
 		t.Errorf("the restored sandbox is %s, want ready", sb.State)
+	}
+
+	// the old agent gone (removed by hand): a stopped sandbox of its
+	// boots from its disk, never on another agent
+	old, err := filepath.Glob(filepath.Join(d.dir, "agent", "v", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	removed := 0
+	for _, dir := range old {
+		if b, err := os.ReadFile(filepath.Join(dir, "sbx-agent")); err == nil && !strings.Contains(string(b[max(0, len(b)-64):]), "the next release") {
+			if err := os.RemoveAll(dir); err != nil {
+				t.Fatal(err)
+			}
+			removed++
+		}
+	}
+	if removed != 1 {
+		t.Fatalf("%d agent directories of the old release in %v, want 1", removed, old)
+	}
+	d.must(t, "resume", orphan)
+	sb := d.info(t, orphan)
+	if sb.State != "ready" || sb.MemoryRestored || !strings.Contains(sb.ResumeReason, "agent") {
+		t.Errorf("resumed without its agent: %s, memory restored %v, reason %q; want ready, booted from its disk, saying why", sb.State, sb.MemoryRestored, sb.ResumeReason)
+	}
+	if r := d.sbx(t, "exec", orphan, "tail", "-c", "40", "/.sbx/sbx-agent"); r.code != 0 || !strings.Contains(r.stdout, "the next release") {
+		t.Errorf("the sandbox booted from its disk runs: exit %d %q %s; want the new agent", r.code, r.stdout, r.stderr)
 	}
 }
