@@ -76,8 +76,8 @@ func TestAgentUpgradeKeepsImages(t *testing.T) {
 	if r := d.sbx(t, "ps", stopped); !strings.Contains(r.stdout, execID) || !strings.Contains(r.stdout, "running") {
 		t.Errorf("the sleeper %s after the resume:\n%s", execID, r.stdout)
 	}
-	if r := d.sbx(t, "exec", stopped, "tail", "-c", "40", "/.sbx/sbx-agent"); strings.Contains(r.stdout, "the next release") {
-		t.Errorf("the resumed sandbox mounts the new agent: %q", r.stdout)
+	if r := d.sbx(t, "exec", stopped, "tail", "-c", "40", "/.sbx/sbx-agent"); r.code != 0 || strings.Contains(r.stdout, "the next release") {
+		t.Errorf("the resumed sandbox's agent: exit %d %q %s; want the old release's", r.code, r.stdout, r.stderr)
 	}
 	// and the snapshot of the old release restores
 	restored := d.newSandbox(t, "--from", "before-upgrade")
@@ -106,6 +106,13 @@ func TestAgentUpgradeKeepsImages(t *testing.T) {
 	}
 	if removed != 1 {
 		t.Fatalf("%d agent directories of the old release in %v, want 1", removed, old)
+	}
+	before := len(d.list(t))
+	if r := d.sbx(t, "new", "--from", "before-upgrade"); r.code == 0 || !strings.Contains(r.stderr, "agent") {
+		t.Errorf("a create from a snapshot whose agent is gone: exit %d %q %s; want it refused, naming the agent", r.code, r.stdout, r.stderr)
+	}
+	if n := len(d.list(t)); n != before {
+		t.Errorf("%d sandboxes after the refused create, %d before", n, before)
 	}
 	d.must(t, "resume", orphan)
 	sb := d.info(t, orphan)

@@ -59,12 +59,19 @@ func TestAgentVersions(t *testing.T) {
 		t.Errorf("a restore of the image mounts %s (%s, %v), want the agent it was captured with, %s", dir, key, err, oldDir)
 	}
 
-	// installing the same agent again changes nothing
+	// installing the same agent again changes nothing: not a file
+	before, err := os.Stat(filepath.Join(newDir, "sbx-agent"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := m.installAgent(); err != nil {
 		t.Fatal(err)
 	}
 	if k, _, _ := m.agentFor(""); k != newKey {
 		t.Errorf("a second install of the same agent gave %s, want %s", k, newKey)
+	}
+	if after, err := os.Stat(filepath.Join(newDir, "sbx-agent")); err != nil || !os.SameFile(before, after) {
+		t.Errorf("a second install of the same agent wrote its binary again")
 	}
 
 	// an image naming no agent (taken before the notes; no legacy agent
@@ -107,6 +114,20 @@ func TestAgentVersions(t *testing.T) {
 	if key, dir, err := m.agentFor(img); err != nil || key != agentLegacy || dir != m.agentRoot() {
 		t.Errorf("a legacy image restores on %s (%s, %v), want the legacy agent in %s", dir, key, err, m.agentRoot())
 	}
+	// with a legacy agent here, an image with no note restores on it, but
+	// one whose note is not a key (cut short, damaged) is still refused
+	for name, note := range map[string]string{"empty": "", "cut": "0123456", "escape": "../../../etc"} {
+		img, err := m.images.make(true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(m.images.dir(img), imageAgentFile), []byte(note), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if key, dir, err := m.agentFor(img); err == nil {
+			t.Errorf("%s note: a restore mounts %s (%s), want it refused", name, dir, key)
+		}
+	}
 
 	// an agent directory whose files are not what its name says (a crash
 	// kept the rename, not the data) is written again
@@ -118,6 +139,10 @@ func TestAgentVersions(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(newDir, "sbx-agent")); err != nil || len(b) == 0 {
 		t.Errorf("a damaged agent directory was kept: %q, %v", b, err)
+	}
+	// set aside, not removed: a sandbox may mount it still
+	if aside, _ := filepath.Glob(newDir + ".damaged-*"); len(aside) != 1 {
+		t.Errorf("the damaged agent directory set aside: %v, want one", aside)
 	}
 	// and what a killed install left is removed
 	if err := os.MkdirAll(filepath.Join(m.agentRoot(), "v", "fedcba9876543210.tmp"), 0o755); err != nil {

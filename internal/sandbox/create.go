@@ -131,6 +131,9 @@ func (m *Manager) create(ctx context.Context, req api.CreateRequest) (*api.Sandb
 			if err := m.images.checkMemory(sn.ID); err != nil {
 				return nil, api.Errorf(api.ErrUnavailable, "snapshot %s cannot be restored: %v (changed after it was taken); nothing was created", sn.Name, err)
 			}
+			if _, _, err := m.agentFor(sn.ID); err != nil {
+				return nil, api.Errorf(api.ErrConflict, "snapshot %s cannot be restored here: %v; nothing was created", sn.Name, err)
+			}
 			b.image, b.from = m.images.mem(sn.ID), sn.ID
 			sb.MemoryRestored = true
 			sb.Disk = sn.Disk // the restore names the disk its checkpoint had

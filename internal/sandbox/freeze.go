@@ -882,7 +882,7 @@ func (f *freezeOwner) reconcileFreeze(ctx context.Context, c *inFlight, in *stor
 		return "left to its slot", "the freeze was not moved into its image yet; it is recorded when its sandbox's slots are next looked at"
 	}
 	if !f.images.isComplete(in.ID) {
-		if !fileExists(filepath.Join(f.images.dir(in.ID), imageAgentFile)) {
+		if k, _ := imageAgent(f.images.dir(in.ID)); k == "" {
 			// cut off before its agent was noted: its slot's record, moved
 			// into the image with it, says which (else its sandbox's note)
 			meta := readSlotMeta(f.images.dir(in.ID))

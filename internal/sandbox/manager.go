@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -26,6 +27,7 @@ import (
 
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/agent/hooks"
+	"sbx.dev/sbx/internal/atomicfile"
 	"sbx.dev/sbx/internal/cgroup"
 	"sbx.dev/sbx/internal/follow"
 	"sbx.dev/sbx/internal/metrics"
@@ -402,10 +404,12 @@ func (m *Manager) installAgent() error {
 	if err := syncTree(tmp); err != nil {
 		return fmt.Errorf("install agent: %w", err)
 	}
-	// a directory of this name that is not whole was never mounted whole:
-	// its sandboxes, if any, keep the one they mount
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("install agent: %w", err)
+	// a directory of this name that is not whole goes aside, not away:
+	// sandboxes may mount it still (their execs run what is left of it)
+	if _, err := os.Lstat(dir); err == nil {
+		if err := os.Rename(dir, fmt.Sprintf("%s.damaged-%d", dir, time.Now().UnixNano())); err != nil {
+			return fmt.Errorf("install agent: %w", err)
+		}
 	}
 	if err := os.Rename(tmp, dir); err != nil {
 		return fmt.Errorf("install agent: %w", err)
@@ -495,14 +499,17 @@ func (m *Manager) agentFor(img string) (key, dir string, err error) {
 	if img == "" {
 		return m.agentKey, m.agentDirOf(m.agentKey), nil
 	}
-	want := imageAgent(m.images.dir(img))
-	if want == "" {
-		want = agentLegacy
+	want, noted := imageAgent(m.images.dir(img))
+	if !noted {
+		want = agentLegacy // captured before images named their agent
 	}
 	if m.hasAgent(want) {
 		return want, m.agentDirOf(want), nil
 	}
-	return "", "", api.Errorf(api.ErrConflict, "image %s was captured with an agent this host does not have (%s): its processes cannot be woken up here", img, want)
+	if want == "" {
+		want = "a note that names none"
+	}
+	return "", "", api.Errorf(api.ErrConflict, "it was captured with an agent this host does not have (%s): its processes cannot be woken up here", want)
 }
 
 // hasAgent says whether agent key is installed here, whole.
@@ -517,17 +524,24 @@ func (m *Manager) hasAgent(key string) bool {
 	return fileExists(filepath.Join(d, agentComplete))
 }
 
-// imageAgent is the agent the memory image at dir notes, "" if none (or
-// not a key).
-func imageAgent(dir string) string {
+// imageAgent is the agent the memory image at dir notes, and whether it
+// has a note: a note that is not a key (cut short, damaged) is "" and
+// noted, never taken for the legacy agent.
+func imageAgent(dir string) (string, bool) {
 	b, err := os.ReadFile(filepath.Join(dir, imageAgentFile))
-	if err != nil {
-		return ""
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", false
 	}
-	if k := strings.TrimSpace(string(b)); validAgentKey(k) {
-		return k
+	if k := strings.TrimSpace(string(b)); err == nil && validAgentKey(k) {
+		return k, true
 	}
-	return ""
+	return "", true
+}
+
+// notedAgent is the key the memory image at dir notes, "" if none.
+func notedAgent(dir string) string {
+	k, _ := imageAgent(dir)
+	return k
 }
 
 // validAgentKey says whether k can name an agent directory: legacy, or
@@ -561,7 +575,8 @@ func noteImageAgent(key, sandboxDir, imageDir string) error {
 			key = strings.TrimSpace(string(b))
 		}
 	}
-	return writeSynced(filepath.Join(imageDir, imageAgentFile), []byte(key+"\n"))
+	// whole or not at all: a note cut short would be no agent's
+	return atomicfile.WriteBytes(filepath.Join(imageDir, imageAgentFile), []byte(key+"\n"), 0o600)
 }
 
 // from is the states a transition may come from.

@@ -92,7 +92,7 @@ func (m *Manager) pushSandbox(ctx context.Context, ref string, req api.PushReque
 	}
 	rec, _ := json.Marshal(moveRecord{
 		transferRecord: transferRecord{SandboxID: sb.ID, CreatedAt: sb.CreatedAt, CPUs: sb.CPUs, MemLimit: sb.Memory,
-			Pids: sb.Pids, DiskLimit: sb.DiskLimit, Network: sb.Network, Disk: sb.Disk, Agent: imageAgent(m.images.dir(sb.Image))},
+			Pids: sb.Pids, DiskLimit: sb.DiskLimit, Network: sb.Network, Disk: sb.Disk, Agent: notedAgent(m.images.dir(sb.Image))},
 		Sandbox: &movedSandbox{ID: sb.ID, Name: sb.Name, TTL: sb.TTL, Meta: sb.Meta, Persistent: sb.Persistent,
 			Parent: sb.Parent, Source: sb.Source, LastActivity: sb.LastActivity},
 	})

@@ -112,7 +112,7 @@ func (m *Manager) PushSnapshot(ctx context.Context, name string, req api.PushReq
 		return nil, err
 	}
 	rec, _ := json.Marshal(transferRecord{SandboxID: sn.SandboxID, CreatedAt: sn.CreatedAt, CPUs: sn.CPUs, MemLimit: sn.MemLimit,
-		Pids: sn.Pids, DiskLimit: sn.DiskLimit, Network: sn.Network, Disk: sn.Disk, Agent: imageAgent(m.images.dir(sn.ID))})
+		Pids: sn.Pids, DiskLimit: sn.DiskLimit, Network: sn.Network, Disk: sn.Disk, Agent: notedAgent(m.images.dir(sn.ID))})
 	man := snapstore.Manifest{Name: sn.Name, Memory: sn.Memory, Template: sn.Template, TemplateVersion: sn.TemplateVersion, Record: rec}
 	if sn.Memory && m.cfg.HostFacts != nil {
 		f, err := m.cfg.HostFacts()
