@@ -11,13 +11,16 @@ type Node struct {
 	Ready  bool   `json:"ready"`
 	Reason string `json:"reason,omitempty"`
 	// Cordoned: no new sandbox is placed on it (sbx node cordon).
-	Cordoned    bool       `json:"cordoned"`
-	Sandboxes   int        `json:"sandboxes"`
-	CPUs        int        `json:"cpus,omitempty"`
-	Memory      int64      `json:"memoryBytes,omitempty"`
-	RunscSHA256 string     `json:"runscSHA256,omitempty"`
-	Version     string     `json:"version,omitempty"`
-	Renewed     *time.Time `json:"leaseRenewed,omitempty"`
+	Cordoned    bool   `json:"cordoned"`
+	Sandboxes   int    `json:"sandboxes"`
+	CPUs        int    `json:"cpus,omitempty"`
+	Memory      int64  `json:"memoryBytes,omitempty"`
+	RunscSHA256 string `json:"runscSHA256,omitempty"`
+	// Agents are the builds of the in-sandbox agent it holds, the one
+	// it boots new sandboxes on first.
+	Agents  []string   `json:"agents,omitempty"`
+	Version string     `json:"version,omitempty"`
+	Renewed *time.Time `json:"leaseRenewed,omitempty"`
 }
 
 // DrainResult is the answer of POST /v1/nodes/{name}/drain: the node is

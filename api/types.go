@@ -79,6 +79,10 @@ type Sandbox struct {
 	ReapReason string     `json:"reapReason,omitempty"`
 	// Node is the fleet node that holds the sandbox ("" outside a fleet).
 	Node string `json:"node,omitempty"`
+	// Agent is the build of sbx's in-sandbox agent its processes run on
+	// (a key, or "legacy"): its memory restores only on a host that has
+	// that build, and a fleet moves and forks it only to such a node.
+	Agent string `json:"agent,omitempty"`
 }
 
 // NetShape perturbs the traffic that leaves a sandbox through its network

@@ -536,7 +536,7 @@ func fleetAgent(c config, node string, mgr *sandbox.Manager, templates *template
 	}
 	return agent.New(agent.Config{
 		Kubeconfig: c.fleetKubeconfig, Node: node, Namespace: c.fleetNamespace,
-		Facts: facts, Source: mgr, Logger: log, Templates: templates.List,
+		Facts: facts, Source: mgr, Logger: log, Templates: templates.List, Agents: mgr.Agents,
 		// what a pull placed here need not fetch: the content store's
 		// files, and the template versions (a pulled snapshot's must be here)
 		Layers: func() []string {

@@ -3,10 +3,13 @@ package sandbox
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 
+	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/agent/hooks"
+	"sbx.dev/sbx/internal/store"
 )
 
 // TestAgentVersions: each agent is installed into a directory of its own,
@@ -73,6 +76,20 @@ func TestAgentVersions(t *testing.T) {
 	if after, err := os.Stat(filepath.Join(newDir, "sbx-agent")); err != nil || !os.SameFile(before, after) {
 		t.Errorf("a second install of the same agent wrote its binary again")
 	}
+	// a fleet places memory by the builds a node holds, the current first,
+	// and by the one a sandbox's processes run on
+	if got := m.Agents(); !slices.Equal(got, []string{newKey, oldKey}) {
+		t.Errorf("agents held: %v, want %v", got, []string{newKey, oldKey})
+	}
+	if got := m.agentOf(&store.Sandbox{ID: "sb_old", State: api.StateReady}); got != oldKey {
+		t.Errorf("a sandbox booted on the old agent says it runs %q, want %s", got, oldKey)
+	}
+	if got := m.agentOf(&store.Sandbox{ID: "sb_gone", State: api.StateStopped, Image: img}); got != oldKey {
+		t.Errorf("a sandbox stopped into an image of the old agent says it runs %q, want %s", got, oldKey)
+	}
+	if got := m.agentOf(&store.Sandbox{ID: "sb_new", State: api.StateCreating}); got != "" {
+		t.Errorf("a sandbox not booted yet says it runs %q", got)
+	}
 
 	// an image naming no agent (taken before the notes; no legacy agent
 	// here), one whose agent this host lacks, and one whose note is not a
@@ -114,6 +131,12 @@ func TestAgentVersions(t *testing.T) {
 	if key, dir, err := m.agentFor(img); err != nil || key != agentLegacy || dir != m.agentRoot() {
 		t.Errorf("a legacy image restores on %s (%s, %v), want the legacy agent in %s", dir, key, err, m.agentRoot())
 	}
+	if got := m.Agents(); !slices.Equal(got, []string{newKey, oldKey, agentLegacy}) {
+		t.Errorf("agents held with the legacy one: %v", got)
+	}
+	if got := m.agentOf(&store.Sandbox{ID: "sb_legacy", State: api.StateReady}); got != agentLegacy {
+		t.Errorf("a sandbox booted before the notes says it runs %q, want %s", got, agentLegacy)
+	}
 	// with a legacy agent here, an image with no note restores on it, but
 	// one whose note is not a key (cut short, damaged) is still refused
 	for name, note := range map[string]string{"empty": "", "cut": "0123456", "escape": "../../../etc"} {
@@ -153,6 +176,13 @@ func TestAgentVersions(t *testing.T) {
 	}
 	if fileExists(filepath.Join(m.agentRoot(), "v", "fedcba9876543210.tmp")) {
 		t.Errorf("a killed install's temporary directory is left")
+	}
+	// neither a damaged directory nor a half-made one is a build held
+	if err := os.MkdirAll(filepath.Join(m.agentRoot(), "v", "0123456789abcdef"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Agents(); !slices.Equal(got, []string{newKey, oldKey, agentLegacy}) {
+		t.Errorf("agents held after a damaged and a half-made directory: %v", got)
 	}
 	// every user inside reads the hooks
 	for name := range hooks.Files {

@@ -660,7 +660,46 @@ func (m *Manager) toAPI(sb *store.Sandbox) *api.Sandbox {
 		a.TTL = api.Duration(sb.TTL)
 	}
 	a.Node = m.cfg.Node
+	a.Agent = m.agentOf(sb)
 	return a
+}
+
+// agentOf is the agent sb's processes run on: a stopped sandbox's, its
+// memory image's note; another's, the note its boot wrote ("" for none:
+// not booted yet, or an image of before the notes).
+func (m *Manager) agentOf(sb *store.Sandbox) string {
+	if sb.State == api.StateStopped && sb.Image != "" {
+		k, noted := imageAgent(m.images.dir(sb.Image))
+		if !noted {
+			return agentLegacy
+		}
+		return k
+	}
+	b, err := os.ReadFile(filepath.Join(m.sandboxDir(sb.ID), sandboxAgentFile))
+	switch k := strings.TrimSpace(string(b)); {
+	case err == nil && validAgentKey(k):
+		return k
+	case errors.Is(err, fs.ErrNotExist) && sb.State == api.StateReady:
+		return agentLegacy // booted by an sbxd of before the notes
+	}
+	return ""
+}
+
+// Agents are the agents installed here whole, the one fresh boots mount
+// first: a fleet restores a memory image only on a node that holds the
+// agent it was captured with.
+func (m *Manager) Agents() []string {
+	keys := []string{m.agentKey}
+	ents, _ := os.ReadDir(filepath.Join(m.agentRoot(), "v"))
+	for _, e := range ents {
+		if k := e.Name(); k != m.agentKey && validAgentKey(k) && k != agentLegacy && m.hasAgent(k) {
+			keys = append(keys, k)
+		}
+	}
+	if m.hasAgent(agentLegacy) {
+		keys = append(keys, agentLegacy)
+	}
+	return keys
 }
 
 // Visible is nil unless ref is a warm pool's sandbox, not taken yet: then

@@ -90,14 +90,15 @@ func (m *Manager) pushSandbox(ctx context.Context, ref string, req api.PushReque
 	if err != nil {
 		return nil, err
 	}
+	agent := notedAgent(m.images.dir(sb.Image))
 	rec, _ := json.Marshal(moveRecord{
 		transferRecord: transferRecord{SandboxID: sb.ID, CreatedAt: sb.CreatedAt, CPUs: sb.CPUs, MemLimit: sb.Memory,
-			Pids: sb.Pids, DiskLimit: sb.DiskLimit, Network: sb.Network, Disk: sb.Disk, Agent: notedAgent(m.images.dir(sb.Image))},
+			Pids: sb.Pids, DiskLimit: sb.DiskLimit, Network: sb.Network, Disk: sb.Disk, Agent: agent},
 		Sandbox: &movedSandbox{ID: sb.ID, Name: sb.Name, TTL: sb.TTL, Meta: sb.Meta, Persistent: sb.Persistent,
 			Parent: sb.Parent, Source: sb.Source, LastActivity: sb.LastActivity},
 	})
 	man := snapstore.Manifest{Name: movingPrefix + sb.ID, Memory: true, Template: sb.Template, TemplateVersion: sb.TemplateVersion,
-		Record: rec, RunscSHA256: f.RunscSHA256, CPUFeatures: f.CPUFeatures, CacheLineBytes: f.CacheLineBytes}
+		Record: rec, RunscSHA256: f.RunscSHA256, CPUFeatures: f.CPUFeatures, CacheLineBytes: f.CacheLineBytes, Agent: agent}
 	skip := func(p string) bool { return p == completeFile }
 	pushed, files, err := t.store.Push(ctx, req.Ref, m.images.dir(sb.Image), man, skip, t.opts...)
 	if err != nil {

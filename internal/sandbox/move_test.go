@@ -90,6 +90,14 @@ func TestPushAdoptSandbox(t *testing.T) {
 	if got, _ := a.cfg.Store.Sandbox(ctx, sb.ID); got == nil || got.State != api.StateStopped || !a.images.isComplete(got.Image) {
 		t.Fatalf("the pushed sandbox on its node: %+v, want it stopped there with its image", got)
 	}
+	// the fleet places it by the agent its processes run on: the
+	// manifest and the sandbox's view say which
+	if man, _, err := snapstore.Fetch(ctx, pushed.Ref); err != nil || man.Agent != a.agentKey {
+		t.Errorf("the pushed manifest names agent %q (%v), want %s", man.Agent, err, a.agentKey)
+	}
+	if v, err := a.Get(ctx, sb.ID); err != nil || v.Agent != a.agentKey {
+		t.Errorf("the stopped sandbox's view names agent %q (%v), want %s", v.Agent, err, a.agentKey)
+	}
 
 	// adopted on b: the same sandbox, stopped, with its memory
 	got, err := b.AdoptSandbox(ctx, api.AdoptRequest{Ref: pushed.Ref})

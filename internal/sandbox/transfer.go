@@ -111,9 +111,13 @@ func (m *Manager) PushSnapshot(ctx context.Context, name string, req api.PushReq
 	if err != nil {
 		return nil, err
 	}
+	agent := notedAgent(m.images.dir(sn.ID))
 	rec, _ := json.Marshal(transferRecord{SandboxID: sn.SandboxID, CreatedAt: sn.CreatedAt, CPUs: sn.CPUs, MemLimit: sn.MemLimit,
-		Pids: sn.Pids, DiskLimit: sn.DiskLimit, Network: sn.Network, Disk: sn.Disk, Agent: notedAgent(m.images.dir(sn.ID))})
+		Pids: sn.Pids, DiskLimit: sn.DiskLimit, Network: sn.Network, Disk: sn.Disk, Agent: agent})
 	man := snapstore.Manifest{Name: sn.Name, Memory: sn.Memory, Template: sn.Template, TemplateVersion: sn.TemplateVersion, Record: rec}
+	if sn.Memory {
+		man.Agent = agent
+	}
 	if sn.Memory && m.cfg.HostFacts != nil {
 		f, err := m.cfg.HostFacts()
 		if err != nil {

@@ -68,6 +68,10 @@ type Manifest struct {
 	RunscSHA256    string   `json:"runscSHA256,omitempty"`
 	CPUFeatures    []string `json:"cpuFeatures,omitempty"`
 	CacheLineBytes int      `json:"cacheLineBytes,omitempty"`
+	// Agent is the build of sbx's in-sandbox agent the memory's processes
+	// run on (a key, or "legacy"): a node without it restores the disk
+	// alone. Record carries it too; this copy is the fleet's to place by.
+	Agent string `json:"agent,omitempty"`
 	// Template and TemplateVersion (the template's digest) are what the
 	// image's disk changes are changes to.
 	Template        string `json:"template"`

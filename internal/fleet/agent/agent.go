@@ -63,6 +63,9 @@ type Config struct {
 	// pull placed on it need not fetch (SandboxNodeStatus.Layers), read at
 	// every publish.
 	Layers func() []string
+	// Agents, if not nil, are the builds of the in-sandbox agent the node
+	// holds (SandboxNodeStatus.Agents), read at every publish.
+	Agents func() []string
 	// Templates, if not nil, lists the node's templates, mirrored as
 	// SandboxTemplate objects every SnapshotEvery.
 	Templates func() ([]api.Template, error)

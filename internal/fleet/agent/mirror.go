@@ -722,7 +722,7 @@ func sandboxObject(node, namespace string, sb api.Sandbox, prev []metav1.Conditi
 		},
 		Status: v1alpha1.SandboxStatus{
 			ID: sb.ID, State: string(sb.State), Reason: sb.Reason, Node: node, CreatedAt: &created,
-			MemoryRestored: sb.MemoryRestored, ResumeReason: sb.ResumeReason, Conditions: conds,
+			MemoryRestored: sb.MemoryRestored, ResumeReason: sb.ResumeReason, Agent: sb.Agent, Conditions: conds,
 		},
 	}
 }

@@ -18,8 +18,12 @@ func (a *Agent) nodeStatus(old []metav1.Condition) v1alpha1.SandboxNodeStatus {
 	if a.cfg.Layers != nil {
 		layers = a.cfg.Layers()
 	}
+	var agents []string
+	if a.cfg.Agents != nil {
+		agents = a.cfg.Agents()
+	}
 	return v1alpha1.SandboxNodeStatus{
-		Layers:  layers,
+		Layers: layers, Agents: agents,
 		Address: f.Address, Version: f.Version, Capacity: f.capacity(),
 		RunscSHA256: f.RunscSHA256, CPUFeatures: f.CPUFeatures, CacheLineBytes: f.CacheLineBytes,
 		Sandboxes: int(a.sandboxes.Load()),

@@ -120,7 +120,7 @@ func (c *Controller) forkPlan(ctx context.Context, sb api.Sandbox, pn *node, mem
 	if memory {
 		fs := pn.typed.Status
 		req.Image = &v1alpha1.SandboxImage{Memory: true, RequireMemory: true, RunscSHA256: fs.RunscSHA256,
-			CPUFeatures: fs.CPUFeatures, CacheLineBytes: fs.CacheLineBytes}
+			CPUFeatures: fs.CPUFeatures, CacheLineBytes: fs.CacheLineBytes, Agent: sb.Agent}
 	}
 	plan, _, err := c.place.Spread(ctx, &obj, req, n, leave)
 	return plan, err

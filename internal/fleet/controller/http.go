@@ -73,7 +73,7 @@ func (c *Controller) apiNode(n *node) api.Node {
 	out := api.Node{
 		Name: n.obj.GetName(), Address: st.Address, Ready: n.ready, Reason: n.reason,
 		Cordoned: n.typed.Spec.Unschedulable, Sandboxes: st.Sandboxes, CPUs: st.Capacity.CPUs,
-		Memory: st.Capacity.MemoryBytes, RunscSHA256: st.RunscSHA256, Version: st.Version,
+		Memory: st.Capacity.MemoryBytes, RunscSHA256: st.RunscSHA256, Agents: st.Agents, Version: st.Version,
 	}
 	if !n.renewed.IsZero() {
 		t := n.renewed.UTC()

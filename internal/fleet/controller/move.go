@@ -160,7 +160,7 @@ func (c *Controller) move(ctx context.Context, id string, from *node) (*node, er
 	req, _ := placement.RequestOf(&obj, c.cfg.Defaults)
 	fs := from.typed.Status
 	req.Image = &v1alpha1.SandboxImage{Memory: true, RequireMemory: true, RunscSHA256: fs.RunscSHA256,
-		CPUFeatures: fs.CPUFeatures, CacheLineBytes: fs.CacheLineBytes}
+		CPUFeatures: fs.CPUFeatures, CacheLineBytes: fs.CacheLineBytes, Agent: obj.Status.Agent}
 	best, rejected, err := c.place.Target(ctx, &obj, req, notReady)
 	if err != nil {
 		return nil, unavailable(err)
@@ -398,7 +398,7 @@ func (c *Controller) adoptElsewhere(ctx context.Context, id, from string, requir
 	req, _ := placement.RequestOf(&obj, c.cfg.Defaults)
 	fs := dead.typed.Status
 	req.Image = &v1alpha1.SandboxImage{Ref: ref, Memory: true, RequireMemory: true, RunscSHA256: fs.RunscSHA256,
-		CPUFeatures: fs.CPUFeatures, CacheLineBytes: fs.CacheLineBytes}
+		CPUFeatures: fs.CPUFeatures, CacheLineBytes: fs.CacheLineBytes, Agent: obj.Status.Agent}
 	// a node where the memory restores; with the memory required, waited
 	// for (its Lease back, a compatible node joining, room freed); without,
 	// at once any node with room, which boots it from its disk

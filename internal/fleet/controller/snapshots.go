@@ -192,7 +192,7 @@ const maxPullBody = 64 << 10
 // are its files' digests and its template version.
 func pullRequestOf(man snapstore.Manifest, ref string) placement.Request {
 	img := &v1alpha1.SandboxImage{Ref: ref, Memory: man.Memory, RunscSHA256: man.RunscSHA256,
-		CPUFeatures: man.CPUFeatures, CacheLineBytes: man.CacheLineBytes}
+		CPUFeatures: man.CPUFeatures, CacheLineBytes: man.CacheLineBytes, Agent: man.Agent}
 	var disk int64
 	for _, f := range man.Files {
 		img.Layers = append(img.Layers, f.Digest)

@@ -179,7 +179,8 @@ func (s *apiserver) bindsOf(name string) []string {
 }
 
 // testNode is a ready node of memGiB memory, cpus CPUs and 1 TiB of disk,
-// with runsc "runsc-a", features "avx2 sse4_2" and a 64-byte cache line.
+// with runsc "runsc-a", features "avx2 sse4_2", a 64-byte cache line and
+// agent builds "agent-new" and "agent-old".
 func testNode(name string, memGiB int64, cpus int) *v1alpha1.SandboxNode {
 	return &v1alpha1.SandboxNode{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.KindSandboxNode},
@@ -187,6 +188,7 @@ func testNode(name string, memGiB int64, cpus int) *v1alpha1.SandboxNode {
 		Status: v1alpha1.SandboxNodeStatus{
 			Capacity:    v1alpha1.Capacity{CPUs: cpus, MemoryBytes: memGiB * gib, DiskFreeBytes: 1024 * gib},
 			RunscSHA256: "runsc-a", CPUFeatures: []string{"avx2", "sse4_2"}, CacheLineBytes: 64,
+			Agents:     []string{"agent-new", "agent-old"},
 			Conditions: []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAgentPublishing}},
 		},
 	}

@@ -13,6 +13,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -191,6 +192,13 @@ func (n *Node) memoryMisfits(img *v1alpha1.SandboxImage) []string {
 		no = append(no, "publishes no runsc sha256")
 	case img.RunscSHA256 != n.Status.RunscSHA256:
 		no = append(no, fmt.Sprintf("runsc sha256 differs (the image's %s, the node's %s)", short(img.RunscSHA256), short(n.Status.RunscSHA256)))
+	}
+	switch {
+	case img.Agent == "": // an image from before images named their agent
+	case len(n.Status.Agents) == 0:
+		no = append(no, "publishes no agent builds (an sbxd older than the image)")
+	case !slices.Contains(n.Status.Agents, img.Agent):
+		no = append(no, fmt.Sprintf("lacks the agent build the image's processes run on (%s)", img.Agent))
 	}
 	var missing []string
 	for _, f := range img.CPUFeatures {

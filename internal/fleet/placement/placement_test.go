@@ -28,6 +28,12 @@ func memoryImage(require bool, layers ...string) *v1alpha1.SandboxImage {
 	}
 }
 
+// withAgent is img with its processes on agent build key.
+func withAgent(img *v1alpha1.SandboxImage, key string) *v1alpha1.SandboxImage {
+	img.Agent = key
+	return img
+}
+
 func TestRequestOf(t *testing.T) {
 	sb := testSandbox("s", 0, 0)
 	sb.Spec.DiskBytes = 0
@@ -80,6 +86,14 @@ func TestFilterReasons(t *testing.T) {
 			node: func(n *v1alpha1.SandboxNode) { n.Status.CPUFeatures = append(n.Status.CPUFeatures, "avx512f") }},
 		{name: "cache line differs", req: withImage(memoryImage(true)), want: []string{"cache line differs (the image's 64 bytes, the node's 128)"},
 			node: func(n *v1alpha1.SandboxNode) { n.Status.CacheLineBytes = 128 }},
+		{name: "an old agent build held", req: withImage(withAgent(memoryImage(true), "agent-old"))},
+		{name: "agent build missing", req: withImage(withAgent(memoryImage(true), "agent-older")),
+			want: []string{"lacks the agent build the image's processes run on (agent-older)"}},
+		{name: "no agent builds published", req: withImage(withAgent(memoryImage(true), "agent-new")),
+			want: []string{"publishes no agent builds"}, node: func(n *v1alpha1.SandboxNode) { n.Status.Agents = nil }},
+		{name: "an image of before agent builds needs no match", req: withImage(memoryImage(true)),
+			node: func(n *v1alpha1.SandboxNode) { n.Status.Agents = nil }},
+		{name: "memory not required needs no agent build", req: withImage(withAgent(memoryImage(false), "agent-older"))},
 		{name: "a fresh create needs no match", req: fresh, node: func(n *v1alpha1.SandboxNode) {
 			n.Status.RunscSHA256, n.Status.CPUFeatures, n.Status.CacheLineBytes = "runsc-b", nil, 128
 		}},

@@ -142,6 +142,10 @@ type SandboxImage struct {
 	RunscSHA256    string   `json:"runscSHA256,omitempty"`
 	CPUFeatures    []string `json:"cpuFeatures,omitempty"`
 	CacheLineBytes int      `json:"cacheLineBytes,omitempty"`
+	// Agent is the build of the in-sandbox agent the memory's processes
+	// run on: it restores only on a node that holds it ("": not known,
+	// an image from before images named theirs).
+	Agent string `json:"agent,omitempty"`
 	// RequireMemory places the sandbox only where its memory restores
 	// (sbx resume --require-memory); without it a node where the memory
 	// cannot restore is taken when no other can, and boots from the disk.
@@ -153,13 +157,16 @@ type SandboxStatus struct {
 	// ID is the sbx id (sb_...).
 	ID string `json:"id,omitempty"`
 	// State is sbx's: creating, ready, stopping, stopped, error, lost.
-	State          string             `json:"state,omitempty"`
-	Reason         string             `json:"reason,omitempty"`
-	Node           string             `json:"node,omitempty"`
-	CreatedAt      *metav1.Time       `json:"createdAt,omitempty"`
-	MemoryRestored bool               `json:"memoryRestored,omitempty"`
-	ResumeReason   string             `json:"resumeReason,omitempty"`
-	Conditions     []metav1.Condition `json:"conditions,omitempty"`
+	State          string       `json:"state,omitempty"`
+	Reason         string       `json:"reason,omitempty"`
+	Node           string       `json:"node,omitempty"`
+	CreatedAt      *metav1.Time `json:"createdAt,omitempty"`
+	MemoryRestored bool         `json:"memoryRestored,omitempty"`
+	ResumeReason   string       `json:"resumeReason,omitempty"`
+	// Agent is the in-sandbox agent's build its processes run on: a
+	// move or a memory fork goes only to a node that holds it.
+	Agent      string             `json:"agent,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // SandboxSnapshot is one named snapshot of a node, mirrored by the node's
@@ -270,6 +277,11 @@ type SandboxNodeStatus struct {
 	CPUFeatures []string `json:"cpuFeatures,omitempty"`
 	// CacheLineBytes must match for a memory image to restore.
 	CacheLineBytes int `json:"cacheLineBytes,omitempty"`
+	// Agents are the builds of the in-sandbox agent the node holds (the
+	// one it boots new sandboxes on first): a memory image restores only
+	// where the build its processes run on is. sbxd keeps every build
+	// it has run, so a node upgraded in place still restores the old.
+	Agents []string `json:"agents,omitempty"`
 	// Layers are the digests (sha256:...) of the image layers the node
 	// holds in its store: placement prefers a node that holds an image's
 	// layers, which are then not pulled again.
