@@ -135,6 +135,7 @@ class SandboxInfo:
     reap_at: Optional[_dt.datetime] = None
     reap_reason: str = ""
     node: str = ""  # the fleet node that holds it ("" outside a fleet)
+    agent: str = ""  # the in-sandbox agent build its processes run on
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -165,6 +166,7 @@ class SandboxInfo:
             reap_at=parse_time(d.get("reapAt")),
             reap_reason=d.get("reapReason", ""),
             node=d.get("node", ""),
+            agent=d.get("agent", ""),
             raw=d,
         )
 
