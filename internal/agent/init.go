@@ -206,6 +206,11 @@ type supervisor struct {
 	// the last one began, under mu.
 	pruning   atomic.Bool
 	lastPrune time.Time
+
+	// null is /dev/null, opened at the first spawn (devNull)
+	nullOnce sync.Once
+	null     uintptr
+	nullErr  error
 }
 
 // spawned is a command init started and has not yet recorded the end of.
@@ -667,23 +672,26 @@ func (s *supervisor) spawn(req initRequest) initReply {
 			f.Close()
 		}
 	}()
-	for _, name := range []string{"stdout", "stderr"} {
-		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	// opened as plain descriptors: an *os.File of each would be offered
+	// to Go's poller (more syscalls, each a trip through the sentry) for
+	// files only the command writes
+	var fds [2]int
+	for i, name := range []string{"stdout", "stderr"} {
+		fd, err := syscall.Open(filepath.Join(dir, name), syscall.O_CREAT|syscall.O_WRONLY|syscall.O_APPEND|syscall.O_CLOEXEC, 0o600)
 		if err != nil {
-			return fail(ExitError, "spawn %s: %s", req.ID, err)
+			return fail(ExitError, "spawn %s: %s", req.ID, &os.PathError{Op: "open", Path: filepath.Join(dir, name), Err: err})
 		}
-		files = append(files, f)
+		files = append(files, os.NewFile(uintptr(fd), name))
+		fds[i] = fd
 	}
-	null, err := os.Open(os.DevNull)
+	null, err := s.devNull()
 	if err != nil {
 		return fail(ExitError, "spawn %s: %s", req.ID, err)
 	}
-	files = append(files, null)
-
 	pid, err := syscall.ForkExec(prog, argv, &syscall.ProcAttr{
 		Dir:   req.Cwd,
 		Env:   env,
-		Files: []uintptr{null.Fd(), files[0].Fd(), files[1].Fd()},
+		Files: []uintptr{null, uintptr(fds[0]), uintptr(fds[1])},
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: cred},
 	})
 	if err != nil {
@@ -695,7 +703,7 @@ func (s *supervisor) spawn(req initRequest) initReply {
 	if deadline > 0 {
 		e.timer = time.AfterFunc(deadline, func() { s.expire(e, deadline) })
 	}
-	if err := writeFileAtomic(filepath.Join(dir, "pid"), strconv.Itoa(pid)+"\n"); err != nil {
+	if err := writeRecord(filepath.Join(dir, "pid"), strconv.Itoa(pid)+"\n"); err != nil {
 		// kill and attach find the command by this file: without it the
 		// command could never be reached, so it must not run
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
@@ -870,7 +878,7 @@ func appendStderr(dir, line string) {
 }
 
 func (s *supervisor) recordExit(e *spawned, code int) {
-	if err := writeFileAtomic(filepath.Join(e.dir, "exit"), strconv.Itoa(code)+"\n"); err != nil {
+	if err := writeRecord(filepath.Join(e.dir, "exit"), strconv.Itoa(code)+"\n"); err != nil {
 		fmt.Fprintf(s.log, "sbx-agent: init: exec %s: record exit: %s\n", e.id, err)
 	}
 	s.mu.Lock()
@@ -1097,6 +1105,28 @@ func writeFileAtomic(path, content string) error {
 	return atomicfile.WriteString(path, content, 0o600)
 }
 
+// writeRecord writes one of an exec's records (its pid, its exit code)
+// whole or not at all, unsynced: they live in /run/sbx, a tmpfs in the
+// sandbox's memory, where a sync buys nothing (a capture keeps them as
+// memory; a crash of the sandbox takes them with the commands).
+func writeRecord(path, content string) error {
+	return atomicfile.WriteBytesUnsynced(path, []byte(content), 0o600)
+}
+
+// devNull is the descriptor of /dev/null every command's stdin is, opened
+// once for init's life.
+func (s *supervisor) devNull() (uintptr, error) {
+	s.nullOnce.Do(func() {
+		fd, err := syscall.Open(os.DevNull, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			s.nullErr = &os.PathError{Op: "open", Path: os.DevNull, Err: err}
+			return
+		}
+		s.null = uintptr(fd)
+	})
+	return s.null, s.nullErr
+}
+
 // errUnreachable is callInit's error when no request was sent.
 var errUnreachable = errors.New("cannot reach init")
 
@@ -1248,15 +1278,39 @@ func debuggable() error {
 // one (what else a user wrote there stays). Only inside gVisor: on the host
 // (tests) the files are the host's. Cheap enough for every request.
 func followHostname() {
-	if _, err := os.Stat("/proc/gvisor"); err != nil {
+	if !inGVisor() {
 		return
 	}
 	var u unix.Utsname
 	if err := unix.Uname(&u); err != nil {
 		return
 	}
-	_ = renameHost("/etc", unix.ByteSliceToString(u.Nodename[:]))
+	host := unix.ByteSliceToString(u.Nodename[:])
+	// The files change only when the hostname does: a restore gives the
+	// copy its own (this process's memory, and so followed, came with
+	// the capture). Checked once per name, not on every request: each
+	// check opened /etc/hostname, about a millisecond of every exec.
+	followed.Lock()
+	defer followed.Unlock()
+	if followed.host == host {
+		return
+	}
+	if renameHost("/etc", host) == nil {
+		followed.host = host
+	}
 }
+
+// followed is the hostname followHostname last made /etc name.
+var followed struct {
+	sync.Mutex
+	host string
+}
+
+// inGVisor says whether this process runs in gVisor (/proc/gvisor is its).
+var inGVisor = sync.OnceValue(func() bool {
+	_, err := os.Stat("/proc/gvisor")
+	return err == nil
+})
 
 // renameHost makes etc's hostname and hosts name host instead of the name
 // etc/hostname holds. It does nothing when they agree, or when there is no

@@ -118,7 +118,8 @@ func startOn(link initLink, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err := fw.WriteCode(frame.Pid, rep.Pid); err != nil {
 		return 128 + int(syscall.SIGPIPE)
 	}
-	return attachOn(link, req.ID, 0, 0, fw, stderr)
+	// spawned just now: nothing to settle, and its pid is known
+	return followOn(link, req.ID, rep.Pid, 0, 0, fw, stderr)
 }
 
 // aliveEvery is how often a copier says it is there (frame.Alive).
@@ -136,6 +137,15 @@ func attachFramed(id string, outOff, errOff int64, fw *frame.Writer, stderr io.W
 
 // attachOn is attachFramed, reaching init through link.
 func attachOn(link initLink, id string, outOff, errOff int64, fw *frame.Writer, stderr io.Writer) int {
+	if validExecID(id) {
+		settledOn(link, id)
+	}
+	return followOn(link, id, 0, outOff, errOff, fw, stderr)
+}
+
+// followOn is attachOn once exec id is settled (spawned, or given up):
+// pid is its process if known (0: read from its records).
+func followOn(link initLink, id string, pid int, outOff, errOff int64, fw *frame.Writer, stderr io.Writer) int {
 	dir := filepath.Join(execsDir, id)
 	fail := func(code int, format string, args ...any) int {
 		_ = fw.Write(frame.Stderr, []byte("sbx: "+fmt.Sprintf(format, args...)+"\n"))
@@ -145,7 +155,6 @@ func attachOn(link initLink, id string, outOff, errOff int64, fw *frame.Writer, 
 	if !validExecID(id) {
 		return fail(ExitUsageExec, "exec %s not found", id)
 	}
-	settledOn(link, id)
 	var srcs [2]*os.File
 	for i, name := range []string{"stdout", "stderr"} {
 		f, err := os.Open(filepath.Join(dir, name))
@@ -202,7 +211,9 @@ func attachOn(link initLink, id string, outOff, errOff int64, fw *frame.Writer, 
 	}()
 	streams := [2]io.Writer{fw.Stream(frame.Stdout), fw.Stream(frame.Stderr)}
 	buf := make([]byte, frame.MaxPayload)
-	pid, _ := readExecPid(execsDir, id)
+	if pid <= 0 {
+		pid, _ = readExecPid(execsDir, id)
+	}
 	w := watchOutput(dir)
 	defer w.close()
 	w.abort = gone
