@@ -296,6 +296,10 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.removeLeftovers(ctx); err != nil {
 		return fmt.Errorf("start: remove leftovers: %w", err)
 	}
+	// with leftovers gone, before any capture: old agent builds nothing needs
+	if err := m.collectAgents(); err != nil {
+		m.log.Warn("collect old agent builds (all kept)", "err", err)
+	}
 	// freezes taken while sbxd was away are recorded now
 	if sbs, err = m.cfg.Store.Sandboxes(ctx); err != nil {
 		return fmt.Errorf("start: list sandboxes: %w", err)
@@ -339,7 +343,7 @@ func (m *Manager) Start(ctx context.Context) error {
 // directory its image names (imageAgent), so the init of a sandbox stopped
 // or snapshotted before an upgrade of sbx wakes up on its own binary, not
 // on a new one at the same path (which it did, and crashed at once). Old
-// directories are kept: a few MiB each upgrade.
+// directories go once nothing needs them (collectAgents).
 func (m *Manager) installAgent() error {
 	files, names, key, err := agentFiles(m.cfg.AgentBinary)
 	if err != nil {
