@@ -203,9 +203,20 @@ func BenchmarkExecChannel(b *testing.B) {
 	benchExecClient(b, shared, true, "exec round trip, channel", goal{under: 10 * time.Millisecond})
 }
 
+// BenchmarkExecChannelTimeout: the same with the timeout the CLI gives a
+// foreground exec by default (30 s), which init enforces with sbx-reaper
+// between it and the command.
+func BenchmarkExecChannelTimeout(b *testing.B) {
+	benchExecClientWith(b, shared, true, "exec, channel, 30s timeout", goal{under: 10 * time.Millisecond}, 30*time.Second)
+}
+
 func benchExecClient(b *testing.B, d *daemon, viaChan bool, what string, g goal) {
+	benchExecClientWith(b, d, viaChan, what, g, 0)
+}
+
+func benchExecClientWith(b *testing.B, d *daemon, viaChan bool, what string, g goal, timeout time.Duration) {
 	benchExec(b, d, viaChan, what, g, func(ctx context.Context, id string) error {
-		e, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"true"}}, io.Discard, io.Discard)
+		e, err := sdk(d.client).Exec(ctx, id, api.ExecRequest{Cmd: []string{"true"}, Timeout: api.Duration(timeout)}, io.Discard, io.Discard)
 		if err == nil && (e.ExitCode == nil || *e.ExitCode != 0) {
 			err = fmt.Errorf("%+v", e)
 		}

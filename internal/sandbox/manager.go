@@ -673,6 +673,9 @@ func (m *Manager) toAPI(sb *store.Sandbox) *api.Sandbox {
 // not booted yet, or an image of before the notes).
 func (m *Manager) agentOf(sb *store.Sandbox) string {
 	if sb.State == api.StateStopped && sb.Image != "" {
+		if !fileExists(m.images.mem(sb.Image)) {
+			return "" // no memory: its resume boots on the current build
+		}
 		k, noted := imageAgent(m.images.dir(sb.Image))
 		if !noted {
 			return agentLegacy
@@ -691,7 +694,9 @@ func (m *Manager) agentOf(sb *store.Sandbox) string {
 
 // Agents are the agents installed here whole, the one fresh boots mount
 // first: a fleet restores a memory image only on a node that holds the
-// agent it was captured with.
+// agent it was captured with. The legacy agent is not one of them: the
+// memory of a sandbox booted on it restores only where it was taken (a
+// pull keeps its disk alone), each node's being another release's.
 func (m *Manager) Agents() []string {
 	keys := []string{m.agentKey}
 	ents, _ := os.ReadDir(filepath.Join(m.agentRoot(), "v"))
@@ -699,9 +704,6 @@ func (m *Manager) Agents() []string {
 		if k := e.Name(); k != m.agentKey && validAgentKey(k) && k != agentLegacy && m.hasAgent(k) {
 			keys = append(keys, k)
 		}
-	}
-	if m.hasAgent(agentLegacy) {
-		keys = append(keys, agentLegacy)
 	}
 	return keys
 }

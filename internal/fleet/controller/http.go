@@ -167,7 +167,7 @@ func apiSandbox(sb *v1alpha1.Sandbox) api.Sandbox {
 		Reason: sb.Status.Reason, Meta: sb.Spec.Meta, Memory: sb.Spec.MemoryBytes,
 		From: sb.Spec.From, Parent: sb.Spec.Parent, MemoryRestored: sb.Status.MemoryRestored,
 		ResumeReason: sb.Status.ResumeReason, Persistent: sb.Spec.Persistent, TemplateVersion: sb.Spec.TemplateVersion,
-		DiskLimit: sb.Spec.DiskBytes, Network: sb.Spec.Network, Node: sb.Spec.NodeName,
+		DiskLimit: sb.Spec.DiskBytes, Network: sb.Spec.Network, Node: sb.Spec.NodeName, Agent: sb.Status.Agent,
 	}
 	// the node it is bound to; its status's lags a move until that node's
 	// agent writes it

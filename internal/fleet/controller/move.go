@@ -157,10 +157,21 @@ func (c *Controller) move(ctx context.Context, id string, from *node) (*node, er
 			notReady[n.obj.GetName()] = "not ready: " + n.reason
 		}
 	}
+	// its node's own word on it now, not the object's, which lags a resume
+	// and a stop by a pass of its agent: the agent build its image was
+	// taken on (placed by), and whether its stop pushed it already
+	mctx, cancel := context.WithTimeout(ctx, moveAsk)
+	defer cancel()
+	var now api.Sandbox
+	fresh := c.nodeCall(mctx, from, http.MethodGet, "/v1/sandboxes/"+id, nil, &now) == nil && now.ID == id && now.State == api.StateStopped
+	agent := obj.Status.Agent
+	if fresh {
+		agent = now.Agent
+	}
 	req, _ := placement.RequestOf(&obj, c.cfg.Defaults)
 	fs := from.typed.Status
 	req.Image = &v1alpha1.SandboxImage{Memory: true, RequireMemory: true, RunscSHA256: fs.RunscSHA256,
-		CPUFeatures: fs.CPUFeatures, CacheLineBytes: fs.CacheLineBytes, Agent: obj.Status.Agent}
+		CPUFeatures: fs.CPUFeatures, CacheLineBytes: fs.CacheLineBytes, Agent: agent}
 	best, rejected, err := c.place.Target(ctx, &obj, req, notReady)
 	if err != nil {
 		return nil, unavailable(err)
@@ -193,14 +204,9 @@ func (c *Controller) move(ctx context.Context, id string, from *node) (*node, er
 		return nil, fmt.Errorf("move %s: mark its object: %w", id, err)
 	}
 	// 2: pushed by its node, unless its stop pushed it already (sbxd
-	// --fleet-registry): its node's own word on its image now, not the
-	// object's, which lags a resume and a stop by a pass of its agent
-	mctx, cancel := context.WithTimeout(ctx, moveAsk)
-	defer cancel()
+	// --fleet-registry), as its node said above
 	var pushed api.PushResult
-	var now api.Sandbox
-	if err := c.nodeCall(mctx, from, http.MethodGet, "/v1/sandboxes/"+id, nil, &now); err == nil &&
-		now.ID == id && now.State == api.StateStopped && strings.Contains(now.Meta[api.MetaImageRef], "@sha256:") {
+	if fresh && strings.Contains(now.Meta[api.MetaImageRef], "@sha256:") {
 		pushed.Ref = now.Meta[api.MetaImageRef]
 	} else {
 		ref := c.cfg.MoveRepository + ":" + id + "-" + randomHex(4)

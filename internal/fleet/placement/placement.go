@@ -184,6 +184,10 @@ func (n *Node) Fit(r Request) (ok bool, why string) {
 	return len(no) == 0, strings.Join(no, "; ")
 }
 
+// legacyAgent is the agent build of a sandbox booted before sbx named its
+// builds (sbxd's own word for it).
+const legacyAgent = "legacy"
+
 // memoryMisfits are the reasons img's memory would not restore on n.
 func (n *Node) memoryMisfits(img *v1alpha1.SandboxImage) []string {
 	var no []string
@@ -195,6 +199,11 @@ func (n *Node) memoryMisfits(img *v1alpha1.SandboxImage) []string {
 	}
 	switch {
 	case img.Agent == "": // an image from before images named their agent
+	case img.Agent == legacyAgent:
+		// an agent of before builds were named: each node's may be
+		// another release's, so its memory restores only where it was
+		// taken, never on a node placement picks
+		no = append(no, "the image's processes run on an agent of before builds were named, which restores only on the node it was taken on")
 	case len(n.Status.Agents) == 0:
 		no = append(no, "publishes no agent builds (an sbxd older than the image)")
 	case !slices.Contains(n.Status.Agents, img.Agent):
