@@ -7,7 +7,10 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,29 +37,52 @@ func ReapSandboxes(ctx context.Context) error {
 	signal.Notify(sigs, syscall.SIGCHLD)
 	go func() {
 		defer signal.Stop(sigs)
+		sweep := time.NewTicker(reapSweepEvery)
+		defer sweep.Stop()
+		reapOrphans(true)
 		for {
-			reapOrphans()
 			select {
 			case <-ctx.Done():
 				return
 			case <-sigs:
+				reapOrphans(false)
+			case <-sweep.C:
+				reapOrphans(true)
 			}
 		}
 	}()
 	return nil
 }
 
+// reapSweepEvery is how often every process is looked at, not only this
+// process's children: a zombie a thread's exit moved between the lists
+// read, or whose SIGCHLD was merged with another's, waits this long at most.
+const reapSweepEvery = 10 * time.Second
+
 // reapOrphans waits for every ended runsc sandbox or gofer whose parent is
-// this process.
-func reapOrphans() {
+// this process. Its children are read from each of its threads' children
+// list (what a SIGCHLD is about: a few reads, where a look at every
+// process of a busy host read hundreds of files at every one, a quarter of
+// sbxd's CPU in a run of forks); all is every process in /proc, as where
+// the kernel keeps no such lists.
+func reapOrphans(all bool) {
+	pids, ok := []string(nil), false
+	if !all {
+		pids, ok = childPids()
+	}
+	if !ok {
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			pids = append(pids, e.Name())
+		}
+	}
 	self := []byte(strconv.Itoa(os.Getpid()))
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
+	for _, name := range pids {
+		pid, err := strconv.Atoi(name)
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		stat, err := os.ReadFile(filepath.Join("/proc", name, "stat"))
 		if err != nil {
 			continue
 		}
@@ -74,3 +100,30 @@ func reapOrphans() {
 		_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
 	}
 }
+
+// childPids lists this process's children, from each of its threads'
+// children files (/proc/self/task/TID/children); ok is false where the
+// kernel has none (CONFIG_PROC_CHILDREN).
+func childPids() (pids []string, ok bool) {
+	if !haveChildrenFiles() {
+		return nil, false
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return nil, false
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(filepath.Join("/proc/self/task", t.Name(), "children"))
+		if err != nil {
+			continue // a thread that ended meanwhile: its children went to another
+		}
+		pids = append(pids, strings.Fields(string(b))...)
+	}
+	return pids, true
+}
+
+// haveChildrenFiles says whether the kernel keeps threads' children lists.
+var haveChildrenFiles = sync.OnceValue(func() bool {
+	_, err := os.Stat("/proc/thread-self/children")
+	return err == nil
+})
