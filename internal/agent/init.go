@@ -207,10 +207,10 @@ type supervisor struct {
 	pruning   atomic.Bool
 	lastPrune time.Time
 
-	// null is /dev/null, opened at the first spawn (devNull)
-	nullOnce sync.Once
-	null     uintptr
-	nullErr  error
+	// null is /dev/null, once a spawn opened it (devNull)
+	nullMu sync.Mutex
+	null   uintptr
+	nullOK bool
 }
 
 // spawned is a command init started and has not yet recorded the end of.
@@ -684,9 +684,12 @@ func (s *supervisor) spawn(req initRequest) initReply {
 		files = append(files, os.NewFile(uintptr(fd), name))
 		fds[i] = fd
 	}
-	null, err := s.devNull()
+	null, own, err := s.devNull()
 	if err != nil {
 		return fail(ExitError, "spawn %s: %s", req.ID, err)
+	}
+	if own {
+		files = append(files, os.NewFile(null, os.DevNull))
 	}
 	pid, err := syscall.ForkExec(prog, argv, &syscall.ProcAttr{
 		Dir:   req.Cwd,
@@ -1113,18 +1116,27 @@ func writeRecord(path, content string) error {
 	return atomicfile.WriteBytesUnsynced(path, []byte(content), 0o600)
 }
 
-// devNull is the descriptor of /dev/null every command's stdin is, opened
-// once for init's life.
-func (s *supervisor) devNull() (uintptr, error) {
-	s.nullOnce.Do(func() {
-		fd, err := syscall.Open(os.DevNull, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-		if err != nil {
-			s.nullErr = &os.PathError{Op: "open", Path: os.DevNull, Err: err}
-			return
-		}
-		s.null = uintptr(fd)
-	})
-	return s.null, s.nullErr
+// devNull is the descriptor of /dev/null every command's stdin is, kept
+// for init's life once it is opened and is the null device. A failed open
+// (init out of descriptors, /dev/null gone) fails this spawn alone, and
+// what is not a character device (root inside replaced it) is this
+// spawn's alone (own: the caller closes it), as when each spawn opened it.
+func (s *supervisor) devNull() (fd uintptr, own bool, err error) {
+	s.nullMu.Lock()
+	defer s.nullMu.Unlock()
+	if s.nullOK {
+		return s.null, false, nil
+	}
+	n, err := syscall.Open(os.DevNull, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, false, &os.PathError{Op: "open", Path: os.DevNull, Err: err}
+	}
+	var st syscall.Stat_t
+	if syscall.Fstat(n, &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFCHR {
+		s.null, s.nullOK = uintptr(n), true
+		return s.null, false, nil
+	}
+	return uintptr(n), true, nil
 }
 
 // errUnreachable is callInit's error when no request was sent.
@@ -1295,9 +1307,18 @@ func followHostname() {
 	if followed.host == host {
 		return
 	}
-	if renameHost("/etc", host) == nil {
+	// cached only once the files agree: a rename that gave up (no
+	// hostname file, one read in the middle of a rewrite, a FIFO root put
+	// there) is tried again at the next request, as before the cache
+	if renameHost("/etc", host) == nil && hostnameIs("/etc", host) {
 		followed.host = host
 	}
+}
+
+// hostnameIs says whether etc/hostname is a regular file that names host.
+func hostnameIs(etc, host string) bool {
+	b, err := readRegular(filepath.Join(etc, "hostname"), 4<<10)
+	return err == nil && strings.TrimSpace(string(b)) == host
 }
 
 // followed is the hostname followHostname last made /etc name.
