@@ -28,6 +28,7 @@ func TestAttackTwelfthChildrenListSkips(t *testing.T) {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		t.Fatal(err)
 	}
+	noSubreaperAfter(t)
 	// orphans, in the order they are re-parented: all onto the thread
 	// group leader's list (find_new_reaper -> find_alive_thread)
 	orphans := func(n int) []int {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestReapSandboxes: a process named "exe" (as runsc's sandbox and gofer
@@ -36,6 +38,7 @@ func TestReapSandboxes(t *testing.T) {
 	if err := ReapSandboxes(ctx); err != nil {
 		t.Fatal(err)
 	}
+	noSubreaperAfter(t)
 	// each started in the background by a shell that exits at once: an
 	// orphan, re-parented to this process
 	orphan := func(prog, secs string) int {
@@ -83,6 +86,17 @@ func TestReapSandboxes(t *testing.T) {
 	if st := procState(bystander); st != "Z" {
 		t.Errorf("the other orphan is %q, want a zombie left for its own waiter", st)
 	}
+}
+
+// noSubreaperAfter makes this test process a subreaper no more once t
+// ends: the later tests' runsc sandboxes would be orphaned to it, and with
+// no one reaping them every runsc delete waited its minute out.
+func noSubreaperAfter(t *testing.T) {
+	t.Cleanup(func() {
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0); err != nil {
+			t.Errorf("stop being a subreaper: %v", err)
+		}
+	})
 }
 
 func procState(pid int) string {
