@@ -11,6 +11,7 @@ import (
 	"sbx.dev/sbx/api"
 	"sbx.dev/sbx/internal/runsc"
 	"sbx.dev/sbx/internal/store"
+	"sbx.dev/sbx/internal/wire/freezewire"
 )
 
 // minMemory is the smallest memory limit a sandbox boots with.
@@ -248,7 +249,12 @@ func (m *Manager) boot(ctx context.Context, sb *store.Sandbox, b bootSpec) error
 	if err := os.RemoveAll(upper); err != nil {
 		return err
 	}
-	for _, d := range []string{etc, upper, filepath.Join(dir, "execs")} {
+	// the freezes' confirmations (freezewire.ConfirmDir) from the boot
+	// on: a capture taken while a freeze command looked for its own saves
+	// the directory as one the sandbox saw, and a restore whose etc had
+	// none (made at the first confirmation) failed ("failed to walk
+	// \"freezes\"", TestAttack22bCaptureRace)
+	for _, d := range []string{etc, upper, filepath.Join(dir, "execs"), filepath.Join(etc, freezewire.ConfirmSubdir)} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
