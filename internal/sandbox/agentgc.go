@@ -86,13 +86,9 @@ func (m *Manager) collectAgents() error {
 		key string
 		at  time.Time
 	}
-	// what a removal cut short left
-	if gone, _ := filepath.Glob(filepath.Join(versions, "*"+agentGoneSuffix)); len(gone) > 0 {
-		for _, d := range gone {
-			if err := os.RemoveAll(d); err != nil {
-				return err
-			}
-		}
+	// what a removal cut short left, before a build of its name goes aside again
+	if err := removeGone(versions); err != nil {
+		return err
 	}
 	var spare []build
 	for _, e := range ents {
@@ -116,6 +112,11 @@ func (m *Manager) collectAgents() error {
 		}
 		m.log.Info("removing an agent build nothing here runs or was captured with", "agent", b.key)
 	}
+	return removeGone(versions)
+}
+
+// removeGone removes the agent directories set aside under versions.
+func removeGone(versions string) error {
 	gone, _ := filepath.Glob(filepath.Join(versions, "*"+agentGoneSuffix))
 	for _, d := range gone {
 		if err := os.RemoveAll(d); err != nil {
